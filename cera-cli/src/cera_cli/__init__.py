@@ -1,0 +1,1 @@
+"""The `cera` command line."""

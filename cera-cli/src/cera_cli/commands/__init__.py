@@ -1,0 +1,1 @@
+"""Built-in commands, one module each. `cera_cli.main.BUILTIN_COMMANDS` maps names to them."""

@@ -1,0 +1,134 @@
+"""The `cera` entry point: a click group whose commands load lazily.
+
+Built-in commands are named here with the module that defines them, so `cera --help`
+imports none of them (and no backend or model code). Plugin commands come from the
+`cera_register_commands` hook.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+# name -> "module:attr" of a click command; imported only when the command runs or shows help.
+BUILTIN_COMMANDS = {
+    "plugins": "cera_cli.commands.plugins:plugins",
+    "inspect": "cera_cli.commands.inspect:inspect_cmd",
+    "tokenize": "cera_cli.commands.tokenize:tokenize_cmd",
+    "template": "cera_cli.commands.template:template_cmd",
+    "run": "cera_cli.commands.run:run_cmd",
+    "chat": "cera_cli.commands.chat:chat_cmd",
+    "bench": "cera_cli.commands.bench:bench_cmd",
+}
+
+# One-line help for the listing, so `cera --help` needn't import every command module.
+BUILTIN_HELP = {
+    "plugins": "List installed plugins and what each registered.",
+    "inspect": "Describe a GGUF file: architecture, tensors, which plugins can run it.",
+    "tokenize": "Tokenize text with a model's tokenizer.",
+    "template": "Render a model's chat template for a list of messages.",
+    "run": "Generate text from a prompt.",
+    "chat": "Chat interactively with a model.",
+    "bench": "Measure prompt processing and decode speed.",
+}
+
+
+def _plugin_commands() -> dict:
+    if os.environ.get("CERA_NO_PLUGINS"):
+        return {}
+    from cera.plugins import get_manager
+
+    return get_manager().commands
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        names = [n for n in BUILTIN_COMMANDS if _exists(n)]
+        names += [n for n in _plugin_commands() if n not in BUILTIN_COMMANDS]
+        return sorted(names)
+
+    def get_command(self, ctx, name):
+        if name in BUILTIN_COMMANDS:
+            module, _, attr = BUILTIN_COMMANDS[name].partition(":")
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except ModuleNotFoundError as e:
+                if e.name == module:
+                    return None
+                raise
+        return _plugin_commands().get(name)
+
+    def format_commands(self, ctx, formatter):
+        rows = []
+        plugin_cmds = _plugin_commands()
+        for name in self.list_commands(ctx):
+            if name in BUILTIN_COMMANDS:
+                rows.append((name, BUILTIN_HELP.get(name, "")))
+            else:
+                cmd = plugin_cmds[name]
+                rows.append((name, cmd.get_short_help_str(limit=60)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _exists(name: str) -> bool:
+    module = BUILTIN_COMMANDS[name].partition(":")[0]
+    return importlib.util.find_spec(module) is not None
+
+
+def _version() -> str:
+    import cera
+
+    return cera.__version__
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="cera-cli", message="cera %(version)s")
+@click.option(
+    "--no-plugins",
+    is_flag=True,
+    help="Load no plugins (same as CERA_PLUGINS=''); for diagnosing a broken install.",
+)
+def cli(no_plugins):
+    """cera: run GGUF language and speech models locally, with plugins for models,
+    backends and audio components."""
+    if no_plugins:
+        os.environ["CERA_PLUGINS"] = ""
+        from cera.plugins import set_manager
+
+        set_manager(None)
+
+
+def main(argv=None):
+    from cera.errors import CeraError
+
+    # `--no-plugins` must take effect before plugin commands are listed.
+    args = sys.argv[1:] if argv is None else argv
+    if "--no-plugins" in args[: args.index("--") if "--" in args else len(args)]:
+        os.environ["CERA_PLUGINS"] = ""
+    try:
+        cli.main(args=args, prog_name="cera", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except CeraError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
