@@ -8,6 +8,7 @@ imports none of them (and no backend or model code). Plugin commands come from t
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -36,12 +37,27 @@ BUILTIN_HELP = {
 }
 
 
-def _plugin_commands() -> dict:
-    if os.environ.get("CERA_NO_PLUGINS"):
-        return {}
-    from cera.plugins import get_manager
+def plugin_manager():
+    """The process-wide plugin manager, with the built-in command names reserved.
 
-    return get_manager().commands
+    Commands use this instead of `cera.plugins.get_manager`, so that a plugin registering a
+    command named like a built-in one is reported as a conflict rather than silently hidden.
+    """
+    from cera import plugins
+
+    plugins.reserve("command", BUILTIN_COMMANDS, holder="cera-cli (a built-in command)")
+    return plugins.get_manager()
+
+
+def _disable_plugins() -> None:
+    """`--no-plugins`: from now on this process sees an empty plugin manager."""
+    from cera import plugins
+
+    plugins.set_manager(plugins.PluginManager(allow=set()))
+
+
+def _plugin_commands() -> dict:
+    return plugin_manager().commands
 
 
 class LazyGroup(click.Group):
@@ -91,27 +107,30 @@ def _version() -> str:
 @click.option(
     "--no-plugins",
     is_flag=True,
+    is_eager=True,  # before --help lists the commands, and before a plugin command is looked up
+    expose_value=False,
+    callback=lambda ctx, param, value: _disable_plugins() if value else None,
     help="Load no plugins (same as CERA_PLUGINS=''); for diagnosing a broken install.",
 )
-def cli(no_plugins):
+def cli():
     """cera: run GGUF language and speech models locally, with plugins for models,
     backends and audio components."""
-    if no_plugins:
-        os.environ["CERA_PLUGINS"] = ""
-        from cera.plugins import set_manager
-
-        set_manager(None)
 
 
 def main(argv=None):
     from cera.errors import CeraError
 
-    # `--no-plugins` must take effect before plugin commands are listed.
-    args = sys.argv[1:] if argv is None else argv
+    # `--no-plugins` must take effect before plugin commands are listed, whatever the order of
+    # the options; child processes (workers) inherit it through the environment.
+    args = sys.argv[1:] if argv is None else list(argv)
     if "--no-plugins" in args[: args.index("--") if "--" in args else len(args)]:
         os.environ["CERA_PLUGINS"] = ""
+        _disable_plugins()
     try:
-        cli.main(args=args, prog_name="cera", standalone_mode=False)
+        # With standalone_mode=False click returns ctx.exit()'s code instead of exiting.
+        rv = cli.main(args=args, prog_name="cera", standalone_mode=False)
+        if isinstance(rv, int) and not isinstance(rv, bool) and rv:
+            sys.exit(rv)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -31,6 +31,10 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_NESTING = 4  # arrays of arrays exist in the spec; deeper nesting is hostile
+INT64_MAX = (1 << 63) - 1  # ggml keeps dimensions and element counts in int64
+# A tensor cannot hold more elements than this many per byte of the file: the densest GGML
+# type (TQ1_0) stores about 4.7 elements per byte, so this only rejects absurd dimensions.
+MAX_ELEMENTS_PER_BYTE = 64
 
 # Fixed-size scalar value types: struct format and byte size.
 _SCALARS: dict[GGUFValueType, str] = {
@@ -183,14 +187,16 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        from .errors import ModelNotFound
+
         try:
             fd = open(self.path, "rb")
         except FileNotFoundError:
-            from .errors import ModelNotFound
-
             raise ModelNotFound(f"{self.path}: no such file") from None
         except IsADirectoryError:
             raise InvalidModelFile(self.path, None, "is a directory, not a GGUF file") from None
+        except OSError as e:  # permission denied, ...
+            raise ModelNotFound(f"{self.path}: cannot open: {e.strerror or e}") from None
         with fd:
             size = os.fstat(fd.fileno()).st_size
             if size == 0:
@@ -226,6 +232,7 @@ class GGUFFile:
         self.version = version
         n_tensors = cur.count("tensor count", 24)
         n_kv = cur.count("metadata key count", 13)
+        key_offsets: dict[str, int] = {}
 
         for _ in range(n_kv):
             key_at = cur.pos
@@ -235,6 +242,7 @@ class GGUFFile:
             vtype = self._value_type(cur, f"type of {key!r}")
             self.metadata[key] = self._value(cur, vtype, key, 0)
             self.value_types[key] = vtype
+            key_offsets[key] = key_at
 
         alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if (
@@ -243,13 +251,19 @@ class GGUFFile:
             or alignment <= 0
             or alignment & (alignment - 1)
         ):
-            raise InvalidModelFile(self.path, None, f"general.alignment {alignment!r} is not a power of two")
+            cur.fail(f"general.alignment {alignment!r} is not a power of two", key_offsets.get("general.alignment"))
         self.alignment = alignment
 
         infos = []
+        names: set[str] = set()
+        # A tensor can hold no more elements than this; see MAX_ELEMENTS_PER_BYTE.
+        max_elements = self.file_size * MAX_ELEMENTS_PER_BYTE
         for _ in range(n_tensors):
             at = cur.pos
             name = cur.string("tensor name", errors="strict")
+            if name in names:
+                cur.fail(f"duplicate tensor name {name!r}", at)
+            names.add(name)
             n_dims = cur.u32(f"dimension count of tensor {name!r}")
             if n_dims > MAX_DIMS:
                 cur.fail(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS} allowed)", at)
@@ -262,19 +276,23 @@ class GGUFFile:
             except (ValueError, KeyError):
                 cur.fail(f"tensor {name!r} has unknown GGML type id {raw_type}", type_at)
             offset = cur.u64(f"data offset of tensor {name!r}")
+            # Bound the product of the non-zero dimensions too: a zero dimension makes the
+            # tensor empty, but huge dimensions beside it would still break shape arithmetic.
             n_el = 1
+            nonzero_product = 1
             for d in dims:
                 n_el *= d
-                if n_el > self.file_size * 64:  # more elements than any encoding of the file could hold
-                    cur.fail(f"tensor {name!r} has dimensions {dims} that cannot fit in a {self.file_size}-byte file", at)
-            if dims and dims[0] % block:
+                nonzero_product *= max(d, 1)
+                if d > INT64_MAX or nonzero_product > max_elements:
+                    cur.fail(
+                        f"tensor {name!r} has dimensions {dims} that cannot fit in a {self.file_size}-byte file", at
+                    )
+            if n_el % block or (dims and dims[0] % block):
                 cur.fail(
-                    f"tensor {name!r} of type {gtype.name} has row length {dims[0]}, "
+                    f"tensor {name!r} of type {gtype.name} has row length {dims[0] if dims else 1}, "
                     f"not a multiple of its block size {block}",
                     at,
                 )
-            if name in self.tensors or any(i[0] == name for i in infos):
-                cur.fail(f"duplicate tensor name {name!r}", at)
             infos.append((name, dims, gtype, offset, n_el // block * type_size, at))
 
         data_start = -(-cur.pos // alignment) * alignment

@@ -8,6 +8,9 @@ beyond its plugin module until a factory runs.
 
 `CERA_PLUGINS` is an allowlist of plugin (entry-point) or distribution names, separated by
 commas: unset loads every plugin, empty loads none.
+
+Names an application already holds (the CLI's built-in commands) can be reserved with
+`reserve`, so that a plugin claiming one is reported instead of being silently shadowed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,18 @@ PLUGIN_API_VERSION = 1
 PLUGINS_ENV = "CERA_PLUGINS"
 
 _HOOKS = ("cera_register_backends", "cera_register_models", "cera_register_audio", "cera_register_commands")
+
+# (kind, name) -> holder, claimed before any plugin loads; see `reserve`.
+_reserved: dict[tuple[str, str], str] = {}
+
+
+def reserve(kind: str, names: Iterable[str], holder: str) -> None:
+    """Claim names for the application itself (e.g. kind "command" for built-in CLI commands).
+
+    Managers created afterwards refuse a plugin that registers one of them, naming `holder`.
+    """
+    for name in names:
+        _reserved[(kind, name)] = holder
 
 
 @attrs.define
@@ -91,7 +106,7 @@ def _check_api(module: Any) -> str | None:
 class PluginManager:
     """Holds every loaded plugin and what it registered."""
 
-    def __init__(self, allow: set[str] | None = None):
+    def __init__(self, allow: set[str] | None = None, reserved: dict[tuple[str, str], str] | None = None):
         self.allow = allow
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
@@ -102,27 +117,42 @@ class PluginManager:
         self.audio: dict[str, AudioComponent] = {}
         self.commands: dict[str, Any] = {}
         self.owner: dict[tuple[str, str], str] = {}  # (kind, name) -> plugin name
+        # Names held by the application, not by a plugin (see `reserve`).
+        self.reserved: dict[tuple[str, str], str] = dict(_reserved if reserved is None else reserved)
+        # Installed plugins that the allowlist left out: (entry-point name, distribution).
+        self.skipped: list[tuple[str, str | None]] = []
 
     # -- loading --------------------------------------------------------------------
 
     def load_entry_points(self) -> None:
         seen = set()
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in seen:
-                continue
-            seen.add(ep.name)
             dist = getattr(ep, "dist", None)
             dist_name = dist.metadata["Name"] if dist is not None else None
             version = dist.version if dist is not None else None
+            # The same distribution found twice on sys.path is one plugin; two distributions
+            # that both name a plugin X are a conflict, which `_add` reports.
+            if (ep.name, dist_name, ep.value) in seen:
+                continue
+            seen.add((ep.name, dist_name, ep.value))
             if self.allow is not None and ep.name not in self.allow and dist_name not in self.allow:
+                self.skipped.append((ep.name, dist_name))
                 continue
             record = PluginRecord(name=ep.name, distribution=dist_name, version=version)
             try:
                 module = ep.load()
-            except Exception as e:
+            except (Exception, SystemExit) as e:  # SystemExit: a plugin must not end the program
                 self._fail(record, f"import of {ep.value!r} failed: {type(e).__name__}: {e}")
                 continue
             self._add(module, record)
+
+    def unknown_allowlist_names(self) -> list[str]:
+        """Names in the allowlist that match no installed plugin or distribution (typos)."""
+        if not self.allow:
+            return []
+        known = {r.name for r in self.records} | {r.distribution for r in self.records}
+        known |= {n for n, _ in self.skipped} | {d for _, d in self.skipped}
+        return sorted(n for n in self.allow if n not in known)
 
     def register_plugin(self, module: Any, name: str, distribution: str | None = None, version: str | None = None) -> PluginRecord:
         """Register an in-process plugin object (tests, notebooks, embedding applications)."""
@@ -143,15 +173,18 @@ class PluginManager:
         if reason:
             self._fail(record, reason)
             return
+        if self.pm.is_registered(module):
+            self._fail(record, f"its module is already loaded as plugin {self.pm.get_name(module)!r}")
+            return
         try:
             self.pm.register(module, name=record.name)
-        except Exception as e:  # pluggy validation: wrong hook signature, ...
+        except Exception as e:  # pluggy validation: wrong hook signature, unknown hook option, ...
             self._fail(record, f"invalid hook implementation: {e}")
             return
         try:
             staged = self._collect(module)
             self._commit(staged, record)
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             self.pm.unregister(module)
             self._fail(record, str(e) if isinstance(e, PluginError) else f"{type(e).__name__} in a registration hook: {e}")
             return
@@ -159,20 +192,31 @@ class PluginManager:
 
     def _collect(self, module: Any) -> list[tuple[str, Any]]:
         """Run the plugin's own hook implementations, collecting what they register."""
+        unknown = [n for n in dir(module) if n.startswith("cera_register_") and n not in _HOOKS]
+        if unknown:
+            raise PluginError(f"implements unknown hook(s) {unknown}; known hooks: {list(_HOOKS)}")
         staged: list[tuple[str, Any]] = []
+        open_hook: list[str] = []  # the hook now running; empty once it has returned
         for hook_name in _HOOKS:
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
                 if impl.plugin is not module:
                     continue
+                if impl.hookwrapper or impl.wrapper:
+                    raise PluginError(f"{hook_name} is declared as a hook wrapper; registration hooks are plain functions")
 
                 def register(item, _hook=hook_name):
+                    if open_hook != [_hook]:
+                        raise PluginError(f"register() of {_hook} was called after the hook returned")
                     staged.append((_hook, item))
 
-                impl.function(register=register)
-        unknown = [n for n in dir(module) if n.startswith("cera_register_") and n not in _HOOKS]
-        if unknown:
-            raise PluginError(f"implements unknown hook(s) {unknown}; known hooks: {list(_HOOKS)}")
+                # pluggy lets an implementation take a subset of the spec's arguments.
+                args = {"register": register}
+                open_hook[:] = [hook_name]
+                try:
+                    impl.function(**{a: args[a] for a in impl.argnames})
+                finally:
+                    open_hook.clear()
         return staged
 
     def _commit(self, staged: list[tuple[str, Any]], record: PluginRecord) -> None:
@@ -199,6 +243,8 @@ class PluginManager:
                 claims.append(("command", name))
         seen = set()
         for claim in claims:
+            if claim in self.reserved:
+                raise PluginError(f"registers {claim[0]} {claim[1]!r}, which is reserved by {self.reserved[claim]}")
             holder = self.owner.get(claim)
             if holder is not None:
                 raise PluginError(f"registers {claim[0]} {claim[1]!r}, which plugin {holder!r} already registered")
@@ -256,16 +302,28 @@ class PluginManager:
 
 
 _manager: PluginManager | None = None
-_lock = threading.Lock()
+_lock = threading.RLock()
+_loading = False
 
 
 def get_manager() -> PluginManager:
     """The process-wide plugin manager, loading entry points on first use."""
-    global _manager
+    global _manager, _loading
     with _lock:
         if _manager is None:
-            m = PluginManager(allow=allowlist_from_env())
-            m.load_entry_points()
+            if _loading:
+                # A plugin asked for the manager while being imported. With a plain lock this
+                # would deadlock; with a re-entrant one it would load every plugin again.
+                raise PluginError(
+                    "cera.plugins.get_manager() was called while plugins are loading, from a plugin's "
+                    "import or registration hook; plugins must not look up other plugins at import time"
+                )
+            _loading = True
+            try:
+                m = PluginManager(allow=allowlist_from_env())
+                m.load_entry_points()
+            finally:
+                _loading = False
             _manager = m
         return _manager
 
