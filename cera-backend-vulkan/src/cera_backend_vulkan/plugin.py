@@ -1,0 +1,37 @@
+"""The cera plugin module of cera-backend-vulkan.
+
+It registers the backend name `vulkan` so that users see it in `cera plugins` and
+`cera inspect`, together with the honest reason it cannot run: it is not implemented yet.
+It declares no tensor types and no ops, so no file is ever admitted to it.
+"""
+
+from __future__ import annotations
+
+import cera
+
+CERA_PLUGIN_API = ">=1,<2"
+
+NOT_IMPLEMENTED = (
+    "not implemented in this version of cera-backend-vulkan; "
+    "choose another backend (`cera plugins` lists the usable ones)"
+)
+
+
+def available() -> str | None:
+    """Why the backend cannot run here (None would mean it can)."""
+    return NOT_IMPLEMENTED
+
+
+@cera.hookimpl
+def cera_register_backends(register):
+    register(
+        cera.BackendSpec(
+            name="vulkan",
+            factory="cera_backend_vulkan.backend:VulkanBackend",
+            tensor_types=(),
+            ops=(),
+            priority=0,
+            description="GPUs through wgpu (Vulkan, Metal, DX12) (not implemented yet)",
+            available=available,
+        )
+    )
