@@ -255,5 +255,17 @@ class Backend(ABC):
         """A subset of rows (e.g. the last position before the output head)."""
         return x[index]
 
+    def split(self, x: Any, sizes: tuple[int, ...]) -> list[Any]:
+        """Split the last dimension into consecutive parts of the given sizes (fused projections)."""
+        out, start = [], 0
+        for s in sizes:
+            out.append(x[..., start : start + s])
+            start += s
+        return out
+
+    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
+        """The same values viewed with another shape (row-major), e.g. ``[n, H*d] -> [n, H, d]``."""
+        return x.reshape(shape)
+
     def close(self) -> None:
         """Release device resources."""

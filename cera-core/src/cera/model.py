@@ -51,7 +51,7 @@ class Model(ABC):
     """
 
     #: ops of `cera.backend.OPS` this family uses; loading checks the backend has them.
-    required_ops: tuple[str, ...] = ("embedding", "linear", "rms_norm", "rope", "attention", "glu", "add")
+    required_ops: tuple[str, ...] = ("embedding", "linear", "rms_norm", "rope", "attention", "swiglu", "add")
 
     def __init__(self, gguf, backend: Backend):
         self.gguf = gguf

@@ -1,0 +1,76 @@
+"""`cera bench`: prompt-processing and decode speed, like llama-bench's pp and tg tests.
+
+pp N: evaluate N random tokens in one batch on a fresh session. tg N: decode N tokens one
+at a time after a single start token. Each test runs once to warm up, then `--reps`
+times; the median tok/s and the standard deviation are reported.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import click
+
+from ..options import load_model, model_options
+
+
+def _ints(ctx, param, value):
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+
+
+def _pp(loaded, n: int, rng) -> float:
+    session = loaded.new_session(n_ctx=n + 1, n_batch=max(n, 1))
+    session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=n).tolist())
+    t0 = time.perf_counter()
+    session.evaluate()
+    return n / (time.perf_counter() - t0)
+
+
+def _tg(loaded, n: int, rng, depth: int = 0) -> float:
+    session = loaded.new_session(n_ctx=depth + n + 2, n_batch=512)
+    session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=depth + 1).tolist())
+    logits = session.evaluate()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        session.append_tokens([int(logits.argmax())])
+        logits = session.evaluate()
+    return n / (time.perf_counter() - t0)
+
+
+@click.command("bench")
+@model_options
+@click.option("-p", "--n-prompt", default="128,512", callback=_ints, show_default=True, help="Prompt lengths for pp tests.")
+@click.option("-n", "--n-gen", default="128", callback=_ints, show_default=True, help="Token counts for tg tests.")
+@click.option("-d", "--depth", default="0", callback=_ints, show_default=True, help="Context depths at which tg runs.")
+@click.option("-r", "--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Repetitions per test.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+def bench_cmd(model, threads, device, ctx_size, n_prompt, n_gen, depth, reps, as_json):
+    """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
+    import numpy as np
+
+    loaded = load_model(model, device, threads)
+    rng = np.random.default_rng(1234)
+    tests = [(f"pp{n}", lambda n=n: _pp(loaded, n, rng)) for n in n_prompt if n > 0]
+    tests += [(f"tg{n}" + (f"@d{d}" if d else ""), lambda n=n, d=d: _tg(loaded, n, rng, d)) for n in n_gen if n > 0 for d in depth]
+    results = []
+    for name, fn in tests:
+        fn()  # warm-up
+        samples = [fn() for _ in range(reps)]
+        results.append(
+            {
+                "test": name,
+                "median_tok_s": statistics.median(samples),
+                "stdev_tok_s": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+                "samples": samples,
+            }
+        )
+        if not as_json:
+            r = results[-1]
+            click.echo(f"{loaded.name:40.40s} {loaded.backend.name:6s} {name:12s} {r['median_tok_s']:10.2f} ± {r['stdev_tok_s']:.2f} tok/s")
+    if as_json:
+        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "results": results}, indent=2))

@@ -1,0 +1,1 @@
+"""cera model family: gemma2 and gemma3."""

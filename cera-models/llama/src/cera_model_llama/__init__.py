@@ -1,0 +1,1 @@
+"""cera model family: llama and llama-shaped architectures."""

@@ -1,0 +1,13 @@
+"""Registers the llama family. Cheap: imports nothing but cera's declarations."""
+
+import cera
+
+CERA_PLUGIN_API = ">=1,<2"
+
+
+@cera.hookimpl
+def cera_register_models(register):
+    register(cera.ModelFamily(name="llama", architectures=("llama",), factory="cera_model_llama.llama:LlamaModel"))
+    register(
+        cera.ModelFamily(name="granite", architectures=("granite",), factory="cera_model_llama.granite:GraniteModel")
+    )

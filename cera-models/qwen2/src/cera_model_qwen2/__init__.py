@@ -1,0 +1,1 @@
+"""cera model family: qwen2."""

@@ -1,0 +1,10 @@
+"""Registers the qwen3 family. Cheap: imports nothing but cera's declarations."""
+
+import cera
+
+CERA_PLUGIN_API = ">=1,<2"
+
+
+@cera.hookimpl
+def cera_register_models(register):
+    register(cera.ModelFamily(name="qwen3", architectures=("qwen3",), factory="cera_model_qwen3.qwen3:Qwen3Model"))
