@@ -1,0 +1,48 @@
+"""What the CPU backend serves, as plain data.
+
+Kept free of imports so that the plugin module (read by `cera plugins` and `cera --help`)
+can declare the backend without loading numpy or the compiled kernels.
+"""
+
+# GGML tensor types with a dequantizer and a dot-product kernel in csrc/.
+TENSOR_TYPES = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "IQ4_NL",
+)
+
+# The whole op vocabulary of cera.backend.OPS (a test checks the two stay equal).
+OPS = (
+    "embedding",
+    "linear",
+    "rms_norm",
+    "layer_norm",
+    "rope",
+    "attention",
+    "silu",
+    "gelu",
+    "gelu_erf",
+    "relu",
+    "swiglu",
+    "geglu",
+    "add",
+    "mul",
+    "scale",
+    "softcap",
+    "conv1d_causal",
+    "moe",
+)
+
+# Names accepted by CERA_CPU_VARIANT (and CpuBackend(variant=...)), worst to best.
+VARIANTS = ("scalar", "avx2", "avx512", "avx512vnni", "neon")

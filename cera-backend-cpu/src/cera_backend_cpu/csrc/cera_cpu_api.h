@@ -1,0 +1,100 @@
+/* The C interface of cera's CPU backend.
+ *
+ * This file is read twice: by the C compiler (through cera_cpu.h, which includes the
+ * standard headers first) and by cffi as the cdef of the extension module, so it holds
+ * only plain declarations: no #include, no macros, no inline code.
+ *
+ * Every function works on raw pointers and dimensions, never on Python objects, so a
+ * later C-side execution plan can chain them without going back to Python. Arrays are
+ * row-major and contiguous unless a stride is passed. GGML type ids are the values of
+ * enum ggml_type (F32 = 0, F16 = 1, Q4_0 = 2, ...). Functions that can fail return 0 on
+ * success and a negative CERA_E* code otherwise; the Python side validates arguments
+ * first, so a failure here means a bug, not bad input.
+ */
+
+typedef struct cera_ctx cera_ctx;
+
+/* -- context: kernel variant, thread pool, scratch memory ---------------------------- */
+
+/* n_threads >= 1 (the caller counts as one). variant: NULL or "auto" for the best one
+ * this CPU supports, else one of the names cera_compiled_variants() lists. On failure
+ * returns NULL and writes a sentence into err. */
+cera_ctx *cera_ctx_new(int n_threads, const char *variant, char *err, int err_len);
+void cera_ctx_free(cera_ctx *ctx);
+const char *cera_ctx_variant(const cera_ctx *ctx);
+int cera_ctx_threads(const cera_ctx *ctx);
+/* How long (microseconds) idle workers spin before they sleep; 0 sleeps at once. */
+void cera_ctx_set_spin_us(cera_ctx *ctx, int spin_us);
+
+/* Comma-separated names of the variants compiled into this build, best last. */
+const char *cera_compiled_variants(void);
+/* 1 if a compiled variant can run on this CPU, else 0. */
+int cera_variant_usable(const char *variant);
+/* The best usable variant. */
+const char *cera_best_variant(void);
+/* A short description of the CPU features found (for probe() and benchmarks). */
+const char *cera_cpu_features(void);
+
+/* -- tensor types ----------------------------------------------------------------------- */
+
+int cera_type_supported(int ggml_type);
+/* Bytes of n elements (n a multiple of the block size) in the stored form. */
+int64_t cera_type_row_bytes(int ggml_type, int64_t n);
+/* Bytes of one activation row of n elements quantized for weights of this type
+ * (Q8_0 / Q8_1 / Q8_K / F16 / BF16 / F32, as llama.cpp's vec_dot_type). */
+int64_t cera_act_row_bytes(int ggml_type, int64_t n);
+
+/* -- dequantization (bit-exact with gguf.quants.dequantize) ---------------------------- */
+
+int cera_dequantize(int ggml_type, const void *src, float *dst, int64_t n);
+/* out[i, :] = dequantize(table row ids[i]); rows of n_cols elements, row_bytes apart. */
+int cera_get_rows(cera_ctx *ctx, int ggml_type, const void *table, int64_t row_bytes, int64_t n_cols,
+                  const int32_t *ids, int64_t n_ids, float *out);
+
+/* -- quantized matrix products ---------------------------------------------------------- */
+
+/* y[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) for m < M, n < N.
+ * W: N rows of K elements of type wtype, w_row_bytes apart. x: M rows of K floats,
+ * x_stride floats apart; y: M rows of N floats, y_stride floats apart. x is quantized
+ * to the activation format of wtype first, as llama.cpp does. */
+int cera_matmul(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
+                const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias);
+
+/* The two halves of cera_matmul, exposed for tests and benchmarks. */
+int cera_quantize_act(cera_ctx *ctx, int wtype, const float *x, void *dst, int64_t K);
+int cera_vec_dot(cera_ctx *ctx, int wtype, int64_t K, const void *w_row, const void *act_row, float *out);
+
+/* -- other ops ---------------------------------------------------------------------------- */
+
+/* y = x / sqrt(mean(x^2) + eps) (* w): rows of n elements; w may be NULL. */
+void cera_rms_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y);
+/* y = (x - mean) / sqrt(var + eps) (* w) (+ b); w, b may be NULL. */
+void cera_layer_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
+                     float eps, float *y);
+
+/* Rotary embedding of x [n_tok, n_heads, head_dim] into y (may equal x), as ggml's rope
+ * with llama.cpp's rope_yarn frequencies. freq_factors: NULL or n_dims/2 floats. */
+int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_heads, int64_t head_dim,
+              const int32_t *pos, int n_dims, int neox, float freq_base, float freq_scale,
+              const float *freq_factors, float ext_factor, float attn_factor, float beta_fast,
+              float beta_slow, int n_ctx_orig);
+
+/* Attention of q [n_tok, n_heads, k_dim] over the cache cells [0, n_cells) of one layer.
+ * k_cache: [n_kv_heads][kv_stride cells][k_dim], v_cache: [n_kv_heads][kv_stride][v_dim],
+ * both f16 (kv_f16 = 1) or f32. cell_pos[c] is the position of cell c (< 0: empty).
+ * A cell is visible from a query at position p when cell_pos[c] <= p and, with
+ * window > 0, p - cell_pos[c] < window. Logits are scale * q.k, soft-capped to
+ * softcap * tanh(logit / softcap) when softcap > 0. out: [n_tok, n_heads * v_dim]. */
+int cera_attention(cera_ctx *ctx, const float *q, int64_t n_tok, int64_t n_heads, int64_t k_dim,
+                   const void *k_cache, const void *v_cache, int kv_f16, int64_t n_kv_heads, int64_t kv_stride,
+                   int64_t v_dim, const int32_t *cell_pos, int64_t n_cells, const int32_t *q_pos,
+                   float scale, int32_t window, float softcap, float *out);
+
+/* Elementwise ops. op: 0 silu, 1 gelu (tanh approximation, as ggml: through an f16
+ * table), 2 gelu_erf, 3 relu. glu: y = act(g) * u with act 0 silu, 1 gelu. */
+int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n);
+int cera_glu(cera_ctx *ctx, int op, const float *g, const float *u, float *y, int64_t n);
+
+/* Conversions (round to nearest even, as ggml and F16C). */
+void cera_f32_to_f16(const float *x, uint16_t *y, int64_t n);
+void cera_f16_to_f32(const uint16_t *x, float *y, int64_t n);

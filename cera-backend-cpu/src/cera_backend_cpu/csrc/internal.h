@@ -1,0 +1,242 @@
+/* Shared definitions of the C side: GGML block layouts, f16/bf16 conversions, the
+ * kernel table that each SIMD variant fills, and the thread pool.
+ *
+ * Block layouts are GGML's (ggml-common.h): they are the bytes of the GGUF file, so
+ * they are facts of the format. Every block size is even and files align tensor data
+ * to 32 bytes, so the uint16 fields are always 2-byte aligned.
+ */
+#ifndef CERA_INTERNAL_H
+#define CERA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cera_cpu.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CERA_INLINE static inline __attribute__((always_inline))
+#define CERA_UNUSED __attribute__((unused))
+#else
+#define CERA_INLINE static inline
+#define CERA_UNUSED
+#endif
+
+#define CERA_OK 0
+#define CERA_EINVAL (-1)
+#define CERA_ENOMEM (-2)
+#define CERA_ETYPE (-3)
+
+/* -- GGML type ids (enum ggml_type) ------------------------------------------------------ */
+enum {
+    T_F32 = 0,
+    T_F16 = 1,
+    T_Q4_0 = 2,
+    T_Q4_1 = 3,
+    T_Q5_0 = 6,
+    T_Q5_1 = 7,
+    T_Q8_0 = 8,
+    T_Q8_1 = 9,
+    T_Q2_K = 10,
+    T_Q3_K = 11,
+    T_Q4_K = 12,
+    T_Q5_K = 13,
+    T_Q6_K = 14,
+    T_Q8_K = 15,
+    T_IQ4_NL = 20,
+    T_BF16 = 30,
+    T_COUNT = 40,
+};
+
+#define QK 32   /* block of the legacy formats */
+#define QK_K 256 /* super-block of the K-quants */
+
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } block_q4_1;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_1;
+typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;
+typedef struct { uint16_t d, s; int8_t qs[QK]; } block_q8_1; /* s = d * sum(qs) */
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_iq4_nl;
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d, dmin; } block_q2_K;
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; } block_q3_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } block_q6_K;
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+
+_Static_assert(sizeof(block_q4_0) == 18, "q4_0");
+_Static_assert(sizeof(block_q4_1) == 20, "q4_1");
+_Static_assert(sizeof(block_q5_0) == 22, "q5_0");
+_Static_assert(sizeof(block_q5_1) == 24, "q5_1");
+_Static_assert(sizeof(block_q8_0) == 34, "q8_0");
+_Static_assert(sizeof(block_q8_1) == 36, "q8_1");
+_Static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl");
+_Static_assert(sizeof(block_q2_K) == 84, "q2_K");
+_Static_assert(sizeof(block_q3_K) == 110, "q3_K");
+_Static_assert(sizeof(block_q4_K) == 144, "q4_K");
+_Static_assert(sizeof(block_q5_K) == 176, "q5_K");
+_Static_assert(sizeof(block_q6_K) == 210, "q6_K");
+_Static_assert(sizeof(block_q8_K) == 292, "q8_K");
+
+/* The 16 non-linear levels of IQ4_NL (ggml-common.h kvalues_iq4nl). */
+extern const int8_t cera_kvalues_iq4nl[16];
+
+/* -- f16 / bf16 -------------------------------------------------------------------------- */
+
+CERA_INLINE uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+CERA_INLINE float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* Exact f16 -> f32 (no table, no float arithmetic except for subnormals, which are exact). */
+CERA_INLINE float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    if (em >= 0x7c00u) return bits_f32(sign | 0x7f800000u | ((em & 0x3ffu) << 13)); /* inf, nan */
+    if (em >= 0x0400u) return bits_f32(sign | ((em << 13) + 0x38000000u));         /* normal */
+    float f = (float)em * 5.9604644775390625e-08f;                                  /* subnormal: em * 2^-24 */
+    return sign ? -f : f;
+}
+
+/* f32 -> f16 rounding to nearest even, like F16C's vcvtps2ph with imm 0. */
+CERA_INLINE uint16_t f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x1ffu)); /* nan stays nan, quiet */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);                     /* >= 65520: inf */
+    if (ax >= 0x38800000u) {                                                      /* normal half */
+        uint32_t h = (ax - 0x38000000u) >> 13;
+        uint32_t rem = ax & 0x1fffu;
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    if (ax < 0x33000000u) return (uint16_t)sign; /* below 2^-25: rounds to zero */
+    /* subnormal half: round(|f| * 2^24) */
+    uint32_t e = ax >> 23;
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e; /* 14..24 */
+    uint32_t r = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+}
+
+CERA_INLINE float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+/* As ggml_compute_fp32_to_bf16: nan made quiet, otherwise round to nearest even. */
+CERA_INLINE uint16_t f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64u);
+    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+/* Round to nearest, ties to even, for |v| < 2^22 (ggml's nearest_int). */
+CERA_INLINE int nearest_int(float v) {
+    float f = v + 12582912.f;
+    int i;
+    memcpy(&i, &f, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* The 6-bit scale and min j (0..7) of a Q4_K / Q5_K super-block. */
+CERA_INLINE void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+    }
+}
+
+/* The 16 signed 6-bit scales of a Q3_K super-block, minus 32. */
+CERA_INLINE void q3k_scales(const uint8_t *s, int8_t out[16]) {
+    for (int i = 0; i < 16; i++) {
+        int lo = i < 8 ? (s[i] & 0xF) : (s[i - 8] >> 4);
+        int hi = (s[8 + (i % 4)] >> (2 * (i / 4))) & 3;
+        out[i] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+/* -- activation formats (llama.cpp's vec_dot_type of each weight type) ------------------- */
+enum { ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_COUNT };
+
+typedef struct {
+    int supported;
+    int block;       /* elements per block */
+    int block_bytes; /* bytes per block */
+    int act;         /* activation format */
+    void (*dequant)(const void *src, float *dst, int64_t n);
+} cera_type_traits;
+
+extern const cera_type_traits cera_types[T_COUNT];
+extern const int cera_act_block[ACT_COUNT];
+extern const int cera_act_block_bytes[ACT_COUNT];
+
+/* -- kernel table: one per SIMD variant ------------------------------------------------- */
+
+/* s = dot(weight row w, quantized activation row a), n elements. */
+typedef void (*cera_dot_fn)(int64_t n, const void *w, const void *a, float *s);
+/* quantize n floats (a multiple of the format's block) into the activation format. */
+typedef void (*cera_quant_fn)(const float *x, void *y, int64_t n);
+
+typedef struct {
+    const char *name;
+    cera_dot_fn dot[T_COUNT];
+    cera_quant_fn quant[ACT_COUNT];
+    /* attention primitives over the KV cache */
+    float (*dot_f16)(int64_t n, const uint16_t *a, const uint16_t *b);
+    float (*dot_f32)(int64_t n, const float *a, const float *b);
+    void (*axpy_f16)(int64_t n, float *y, const uint16_t *x, float a); /* y += a * x */
+    void (*axpy_f32)(int64_t n, float *y, const float *x, float a);
+    void (*scale_f32)(int64_t n, float *y, float a);
+} cera_kernels;
+
+/* Fill a table with the portable scalar kernels. */
+void cera_kernels_init_scalar(cera_kernels *k);
+/* Each SIMD variant starts from the scalar table and overrides what it implements;
+ * these return 0 when the variant is not compiled for this architecture. */
+int cera_kernels_init_avx2(cera_kernels *k);
+int cera_kernels_init_avx512(cera_kernels *k);
+int cera_kernels_init_avx512vnni(cera_kernels *k);
+int cera_kernels_init_neon(cera_kernels *k);
+
+/* The scalar activation quantizers, shared by every variant (a SIMD quantizer must
+ * produce the same bytes). */
+void cera_quant_q8_0_scalar(const float *x, void *y, int64_t n);
+void cera_quant_q8_1_scalar(const float *x, void *y, int64_t n);
+void cera_quant_q8_K_scalar(const float *x, void *y, int64_t n);
+
+/* -- thread pool ---------------------------------------------------------------------------- */
+
+typedef struct cera_pool cera_pool;
+typedef void (*cera_task_fn)(void *arg, int ith, int nth);
+
+cera_pool *cera_pool_new(int n_threads);
+void cera_pool_free(cera_pool *pool);
+int cera_pool_threads(const cera_pool *pool);
+void cera_pool_set_spin_us(cera_pool *pool, int spin_us);
+/* Run fn(arg, ith, nth) on nth threads (the caller is ith 0) and wait for all. */
+void cera_pool_run(cera_pool *pool, cera_task_fn fn, void *arg, int nth);
+
+/* -- context -------------------------------------------------------------------------------- */
+
+struct cera_ctx {
+    cera_kernels k;
+    cera_pool *pool;
+    int n_threads;
+    void *scratch; /* activation buffer of cera_matmul, grown on demand, 64-byte aligned */
+    size_t scratch_bytes;
+    void *lock; /* pthread mutex: one top-level call at a time per context */
+};
+
+void *cera_scratch(cera_ctx *ctx, size_t bytes);
+void cera_ctx_lock(cera_ctx *ctx);
+void cera_ctx_unlock(cera_ctx *ctx);
+
+/* The gelu lookup table (f16 in, f16 out), as ggml builds it. */
+extern uint16_t cera_gelu_table[65536];
+void cera_tables_init(void);
+
+#endif

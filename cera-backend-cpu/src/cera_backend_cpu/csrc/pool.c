@@ -1,0 +1,165 @@
+/* A persistent thread pool: n-1 worker threads plus the calling thread.
+ *
+ * Decoding one token of a small model issues a few hundred small matrix products, so
+ * the cost that matters is waking the workers, not running them. A job is published by
+ * bumping a generation counter; workers that finished their last job recently are still
+ * spinning on that counter and start within a fraction of a microsecond. A worker that
+ * has seen no job for spin_us microseconds goes to sleep on a condition variable, so an
+ * idle pool costs nothing (the machine is shared); the next job then pays one futex
+ * wake-up. The caller runs share 0 of every job itself and spins (yielding the CPU if
+ * it has to wait long) until the workers report done.
+ *
+ * Sleeping is race-free by the usual handshake: a worker increments n_sleeping under
+ * the mutex and re-checks the generation before waiting; the runner bumps the
+ * generation and then, if it sees a sleeper, broadcasts under the same mutex. Both
+ * sides use sequentially consistent atomics, so one of them always sees the other.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+struct cera_pool {
+    int n_threads;
+    pthread_t *threads;
+    atomic_uint generation;
+    atomic_int n_done;
+    atomic_int n_sleeping;
+    atomic_int stop;
+    atomic_int spin_us;
+    cera_task_fn fn;
+    void *arg;
+    int nth; /* threads taking part in the current job */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+typedef struct {
+    cera_pool *pool;
+    int ith;
+} worker_arg;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *worker_main(void *varg) {
+    worker_arg *wa = varg;
+    cera_pool *pool = wa->pool;
+    const int ith = wa->ith;
+    free(wa);
+    unsigned seen = atomic_load(&pool->generation);
+    for (;;) {
+        /* spin for a while, then sleep */
+        const int64_t deadline = now_ns() + (int64_t)atomic_load_explicit(&pool->spin_us, memory_order_relaxed) * 1000;
+        int spins = 0;
+        while (atomic_load_explicit(&pool->generation, memory_order_acquire) == seen && !atomic_load(&pool->stop)) {
+            cpu_relax();
+            if ((++spins & 255) == 0 && now_ns() > deadline) {
+                pthread_mutex_lock(&pool->mu);
+                atomic_fetch_add(&pool->n_sleeping, 1);
+                while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop))
+                    pthread_cond_wait(&pool->cv, &pool->mu);
+                atomic_fetch_sub(&pool->n_sleeping, 1);
+                pthread_mutex_unlock(&pool->mu);
+                break;
+            }
+        }
+        if (atomic_load(&pool->stop)) break;
+        seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        if (ith < pool->nth) pool->fn(pool->arg, ith, pool->nth);
+        atomic_fetch_add_explicit(&pool->n_done, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+cera_pool *cera_pool_new(int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    cera_pool *pool = calloc(1, sizeof(cera_pool));
+    if (!pool) return NULL;
+    pool->n_threads = n_threads;
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->n_done, 0);
+    atomic_init(&pool->n_sleeping, 0);
+    atomic_init(&pool->stop, 0);
+    atomic_init(&pool->spin_us, 200);
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+    if (n_threads > 1) {
+        pool->threads = calloc((size_t)n_threads - 1, sizeof(pthread_t));
+        if (!pool->threads) {
+            free(pool);
+            return NULL;
+        }
+        for (int i = 1; i < n_threads; i++) {
+            worker_arg *wa = malloc(sizeof(worker_arg));
+            if (wa) {
+                wa->pool = pool;
+                wa->ith = i;
+            }
+            if (!wa || pthread_create(&pool->threads[i - 1], NULL, worker_main, wa) != 0) {
+                free(wa);
+                pool->n_threads = i; /* run with the threads we got */
+                break;
+            }
+        }
+    }
+    return pool;
+}
+
+void cera_pool_free(cera_pool *pool) {
+    if (!pool) return;
+    pthread_mutex_lock(&pool->mu);
+    atomic_store(&pool->stop, 1);
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->threads[i - 1], NULL);
+    free(pool->threads);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+    free(pool);
+}
+
+int cera_pool_threads(const cera_pool *pool) { return pool->n_threads; }
+
+void cera_pool_set_spin_us(cera_pool *pool, int spin_us) { atomic_store(&pool->spin_us, spin_us < 0 ? 0 : spin_us); }
+
+void cera_pool_run(cera_pool *pool, cera_task_fn fn, void *arg, int nth) {
+    if (nth > pool->n_threads) nth = pool->n_threads;
+    if (nth <= 1 || pool->n_threads <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pool->fn = fn;
+    pool->arg = arg;
+    pool->nth = nth;
+    atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
+    atomic_fetch_add(&pool->generation, 1); /* seq_cst: publishes fn/arg/nth */
+    if (atomic_load(&pool->n_sleeping) > 0) {
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->cv);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    fn(arg, 0, nth);
+    /* every worker reports, including those with no share in this job */
+    const int others = pool->n_threads - 1;
+    int spins = 0;
+    while (atomic_load_explicit(&pool->n_done, memory_order_acquire) < others) {
+        cpu_relax();
+        if (++spins > 4096) sched_yield(); /* a worker was preempted: give it the CPU */
+    }
+}
