@@ -1,0 +1,87 @@
+"""SentencePiece-style BPE with scores and byte fallback, as llama.cpp's llm_tokenizer_spm.
+
+The text's characters start as symbols. The adjacent pair whose concatenation is a
+token with the highest score is merged (ties: leftmost first), until no pair forms a
+token. A final symbol that is no token is written as byte tokens (<0xXX>). Unlike BPE
+this runs over a whole text fragment, not per word.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..errors import TokenizerError
+
+
+class SPMEncoder:
+    def __init__(self, token_to_id: dict[str, int], scores):
+        self.token_to_id = token_to_id
+        self.scores = scores.tolist() if hasattr(scores, "tolist") else list(scores)
+        self._byte_ids: dict[int, int] = {}
+
+    def encode(self, text: str, out: list[int]) -> None:
+        t2i = self.token_to_id
+        scores = self.scores
+        texts = list(text)
+        n = len(texts)
+        if n == 0:
+            return
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prv = list(range(-1, n - 1))
+        heap = []
+        for i in range(n - 1):
+            pair = texts[i] + texts[i + 1]
+            tid = t2i.get(pair)
+            if tid is not None:
+                # max-heap on score, then the leftmost; the pair text validates the entry
+                heap.append((-scores[tid], i, i + 1, pair))
+        heapq.heapify(heap)
+        pop, push = heapq.heappop, heapq.heappush
+        while heap:
+            _, left, right, pair = pop(heap)
+            lt, rt = texts[left], texts[right]
+            if not lt or not rt or len(lt) + len(rt) != len(pair):
+                continue  # one side was merged since this pair was queued
+            texts[left] = pair
+            texts[right] = ""
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prv[after] = left
+            before = prv[left]
+            if before >= 0:
+                cand = texts[before] + pair
+                tid = t2i.get(cand)
+                if tid is not None:
+                    push(heap, (-scores[tid], before, left, cand))
+            if after >= 0:
+                cand = pair + texts[after]
+                tid = t2i.get(cand)
+                if tid is not None:
+                    push(heap, (-scores[tid], left, after, cand))
+        append = out.append
+        i = 0
+        while i >= 0:
+            s = texts[i]
+            tid = t2i.get(s)
+            if tid is not None:
+                append(tid)
+            else:
+                for b in s.encode("utf-8", "surrogateescape"):
+                    append(self.byte_token(b))
+            i = nxt[i]
+
+    def byte_token(self, b: int) -> int:
+        tid = self._byte_ids.get(b)
+        if tid is None:
+            tid = self.token_to_id.get(f"<0x{b:02X}>")
+            if tid is None:
+                tid = self.token_to_id.get(bytes([b]).decode("utf-8", "surrogateescape"))
+            if tid is None:
+                raise TokenizerError(
+                    f"the vocabulary has no token for byte 0x{b:02X} (neither <0x{b:02X}> nor the byte itself), "
+                    f"so this text cannot be tokenized"
+                )
+            self._byte_ids[b] = tid
+        return tid
