@@ -185,6 +185,7 @@ def _print_report(r: dict) -> None:
         row("backends", "none installed: install one, e.g. `pip install cera-backend-cpu`")
         return
     row("backends", ", ".join(r["runs_on"]) + " can run it" if r["runs_on"] else "no installed backend can run it")
+    width = max(len(b["name"]) for b in r["backends"]) + 2
     for b in r["backends"]:
         notes = []
         if not b["usable"]:
@@ -194,7 +195,7 @@ def _print_report(r: dict) -> None:
         else:
             u = b["first_unserved"]
             notes.append(f"cannot serve tensor {u['tensor']!r}: {u['reason']}")
-        click.echo(f"  {b['name']:<8}{'; '.join(notes)}")
+        click.echo(f"  {b['name']:<{width}}{'; '.join(notes)}")
 
 
 @click.command("inspect")
