@@ -1,0 +1,39 @@
+"""Audio in cera: the interfaces of audio components, audio input, and speech segments.
+
+- `StreamingAudioComponent` (every component) and `VoiceActivityDetector` (the streaming
+  VAD interface), loaded from GGUF files with `load_vad` / `load_component` through the
+  components that plugins register with ``cera_register_audio``;
+- `read_audio`: audio files to mono float32 PCM at the rate a component needs (libsndfile
+  and libsoxr; install ``cera-core[audio]``);
+- `SegmentParams`, `SpeechSegmenter`, `speech_segments`: per-frame speech probabilities
+  to speech segments, the same for every VAD.
+
+Importing this package imports numpy only; soundfile and soxr load on first use.
+"""
+
+from __future__ import annotations
+
+from .component import StreamingAudioComponent, component_for, load_component
+from .io import AudioClip, choose_rate, read_audio, resample
+from .pcm import as_pcm, downmix
+from .segments import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, speech_segments
+from .vad import VoiceActivityDetector, load_vad
+
+__all__ = [
+    "AudioClip",
+    "SegmentParams",
+    "SpeechSegment",
+    "SpeechSegmenter",
+    "StreamingAudioComponent",
+    "VoiceActivityDetector",
+    "as_pcm",
+    "choose_rate",
+    "component_for",
+    "downmix",
+    "iter_speech_segments",
+    "load_component",
+    "load_vad",
+    "read_audio",
+    "resample",
+    "speech_segments",
+]
