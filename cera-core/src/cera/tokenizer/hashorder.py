@@ -42,7 +42,7 @@ def _shift_mix(v: np.ndarray) -> np.ndarray:
 def hash_bytes(texts: list[bytes]) -> np.ndarray:
     """libstdc++'s std::hash of each byte string, vectorised (uint64)."""
     n = len(texts)
-    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=n)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
     offsets = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     buf = np.frombuffer(b"".join(texts) + b"\0" * 8, dtype=np.uint8)
@@ -81,20 +81,21 @@ def map_order(texts: list[bytes]) -> np.ndarray:
         stop = min(n, buckets) if i + 1 < len(_GROWTH) else n
         hb = h % np.uint64(buckets)
         if len(order):
-            order = _rehash(order, hb)
+            order = _rehash(order, hb, buckets)
         order = _insert(order, np.arange(start, stop), hb)
         start = stop
     return order
 
 
-def _rehash(order: np.ndarray, hb: np.ndarray) -> np.ndarray:
+def _rehash(order: np.ndarray, hb: np.ndarray, buckets: int) -> np.ndarray:
     # Walking the list: a node whose bucket is new goes to the list front, otherwise to the
     # front of its bucket's run. So runs come in reverse order of their first node, and
     # nodes within a run in reverse walking order.
-    b = hb[order]
-    _, first, inverse = np.unique(b, return_index=True, return_inverse=True)
+    b = hb[order].astype(np.int64)
     pos = np.arange(len(order))
-    return order[np.lexsort((-pos, -first[inverse]))]
+    first = np.empty(buckets, dtype=np.int64)
+    first[b[::-1]] = pos[::-1]  # the earliest position of each bucket wins
+    return order[np.lexsort((-pos, -first[b]))]
 
 
 def _insert(order: np.ndarray, new: np.ndarray, hb: np.ndarray) -> np.ndarray:

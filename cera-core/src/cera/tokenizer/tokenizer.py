@@ -152,17 +152,17 @@ class Tokenizer:
 
     @cached_property
     def nl_id(self) -> int | None:
-        """llama.cpp's newline token."""
+        """llama.cpp's newline token (it falls back to the kind's default padding id)."""
         v = self.vocab
         if v.kind == SPM:
             try:
                 return self._encoder.byte_token(10)
             except TokenizerError:
-                return v.special["pad"]
+                return v.default_pad
         if v.kind == WPM:
-            return v.special["pad"]
+            return v.default_pad
         ids = self.encode("\n", add_special=False)
-        return ids[0] if ids else v.special["pad"]
+        return ids[0] if ids else v.default_pad
 
     def _check(self, token_id: int) -> int:
         if not isinstance(token_id, int) or not 0 <= token_id < self.vocab.n_tokens:

@@ -47,7 +47,11 @@ def _ranges(mask: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _escape(cp: int) -> str:
-    return f"\\U{cp:08x}"
+    # literal characters parse much faster than \U escapes in a pattern of thousands of ranges
+    ch = chr(cp)
+    if ch in "\\]^-[&|~" or cp < 0x20 or 0xD800 <= cp < 0xE000 or cp in WHITE_SPACE:
+        return f"\\U{cp:08x}"
+    return ch
 
 
 @lru_cache(maxsize=None)

@@ -158,6 +158,7 @@ class Vocab:
     precompiled_charsmap: bytes = b""
     max_token_len: int = 0
     name: str = ""
+    default_pad: int | None = None  # the kind's default padding id (llama.cpp's newline fallback)
 
     @property
     def n_tokens(self) -> int:
@@ -224,12 +225,18 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
             raise TokenizerError(f"{where}: BPE tokenizer without tokenizer.ggml.merges; re-convert the model")
         if not isinstance(raw_merges, list) or (raw_merges and not isinstance(raw_merges[0], str)):
             raise TokenizerError(f"{where}: tokenizer.ggml.merges should be an array of strings")
-        for rank, line in enumerate(raw_merges):
-            # llama.cpp splits at the first space after the first character.
-            # llama.cpp splits a line at its first space after the first character, so
-            # the pair (left, right) is found again as the key left + " " + right.
-            key = line if line.find(" ", 1) >= 0 else " "
-            merges.setdefault(key, rank)
+        # llama.cpp splits a line at its first space after the first character, so the
+        # pair (left, right) is found again as the key left + " " + right (the line); a
+        # line without such a space is the pair ("", ""). The first rank of a pair wins.
+        n_merges = len(raw_merges)
+        merges = dict(zip(reversed(raw_merges), range(n_merges - 1, -1, -1)))
+        odd = [line for line in raw_merges if line.find(" ", 1) < 0]
+        if odd:
+            for line in odd:
+                merges.pop(line, None)
+            first_odd = next(r for r, line in enumerate(raw_merges) if line.find(" ", 1) < 0)
+            merges.setdefault(" ", first_odd)
+            merges[" "] = min(merges[" "], first_odd)
         if model == "gemma4":
             pre = "gemma4"
         else:
@@ -247,6 +254,7 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
                 special["bos"] = None
             else:
                 flags[k] = v
+    default_pad = special["pad"]
     v = _bool_key(meta, "tokenizer.ggml.add_space_prefix")
     if v is not None:
         flags["add_space_prefix"] = v
@@ -409,4 +417,5 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
         clean_spaces=flags["clean_spaces"], remove_extra_whitespaces=remove_extra_ws,
         escape_whitespaces=flags["escape_whitespaces"], lowercase=lowercase, strip_accents=strip_accents,
         precompiled_charsmap=charsmap, max_token_len=max_len, name=name,
+        default_pad=default_pad if default_pad is not None and default_pad < n else None,
     )
