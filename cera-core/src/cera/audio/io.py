@@ -94,6 +94,8 @@ def read_audio(
         raise AudioError(f"{path}: no such file")
     if path.is_dir():
         raise AudioError(f"{path}: is a directory, not an audio file")
+    if path.stat().st_size == 0:
+        raise AudioError(f"{path}: is empty (0 bytes), not a recording")
     try:
         with sf.SoundFile(str(path)) as f:
             source_rate = int(f.samplerate)

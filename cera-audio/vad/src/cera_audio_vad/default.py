@@ -1,0 +1,55 @@
+"""The default VAD model: Silero VAD converted from the silero-vad package, cached.
+
+On first use the official ONNX file is fetched (bundle ``silero-vad``: the silero-vad
+package from PyPI, SHA-256 checked, see `cera.bundles`), converted to GGUF and written to
+``<cera cache>/converted/``, atomically, beside a small JSON record of its SHA-256. Later
+uses check the file against that record and convert again if it does not match (a
+damaged or half-copied file is never used).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from cera import bundles
+
+BUNDLE = "silero-vad"
+FILE_NAME = "silero-vad-6.2.3.gguf"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def default_model_path(quiet: bool = False) -> Path:
+    """The cached default GGUF, converting it first if it is missing or does not verify."""
+    from .convert import CONVERTER_VERSION, convert
+
+    folder = bundles.cache_dir() / "converted"
+    path = folder / FILE_NAME
+    record = folder / (FILE_NAME + ".json")
+    if path.exists() and record.exists():
+        try:
+            info = json.loads(record.read_text())
+            if info.get("converter") == CONVERTER_VERSION and info.get("sha256") == _sha256(path):
+                return path
+        except (OSError, ValueError):
+            pass
+    onnx_path = bundles.fetch_file(BUNDLE, quiet=quiet)
+    if not quiet:
+        print(f"cera: converting {onnx_path.name} to {path}", file=sys.stderr, flush=True)
+    convert(onnx_path, path)
+    fd, tmp = tempfile.mkstemp(prefix=record.name + ".", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"sha256": _sha256(path), "converter": CONVERTER_VERSION, "source": onnx_path.name}, f)
+    os.replace(tmp, record)
+    return path
