@@ -183,6 +183,42 @@ def _bool_key(meta: dict, key: str) -> bool | None:
     return bool(v)
 
 
+def default_special_ids(model: str, pre: str) -> dict[str, int | None]:
+    """The special ids llama.cpp assumes for a tokenizer kind before reading the file's keys."""
+    special: dict[str, int | None] = dict.fromkeys(
+        ("bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask", "fim_pre", "fim_suf", "fim_mid", "fim_pad",
+         "fim_rep", "fim_sep"))
+    if model == "llama":
+        special.update(bos=1, eos=2, unk=0)
+    elif model == "bert":
+        special.update(bos=101, unk=100, sep=102, pad=0, mask=103)
+    elif model == "t5":
+        special.update(eos=1, unk=2, pad=0)
+    elif model == "gpt2":
+        special.update(bos=11, eos=11)
+        if pre in ("chatglm-bpe", "glm4", "glm5"):
+            special["bos"] = None
+    return special
+
+
+def special_ids_from_metadata(meta: dict) -> dict[str, int | None]:
+    """Special ids as llama.cpp reads them, without building the vocabulary (for chat
+    templates, which need only the BOS/EOS texts). EOT and FIM detection by text is not done."""
+    model = meta.get("tokenizer.ggml.model", "")
+    pre = meta.get("tokenizer.ggml.pre", "")
+    tokens = meta.get("tokenizer.ggml.tokens") or []
+    n = len(tokens)
+    special = default_special_ids(model if isinstance(model, str) else "", pre if isinstance(pre, str) else "")
+    for slot in special:
+        if special[slot] is not None and special[slot] >= n:
+            special[slot] = None
+    for slot, suffix in _SPECIAL_KEYS:
+        v = meta.get("tokenizer.ggml." + suffix)
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < n:
+            special[slot] = int(v)
+    return special
+
+
 def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
     """Build the Vocab of a file from its metadata dict (GGUFFile.metadata)."""
     model = meta.get("tokenizer.ggml.model")
