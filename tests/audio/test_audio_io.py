@@ -112,7 +112,7 @@ def test_non_finite_samples(tmp_path, bad, word):
 
 def test_resampling_forbidden(tmp_path):
     path = _write(tmp_path / "cd.wav", np.zeros(4410, np.int16), 44100)
-    with pytest.raises(AudioError, match=r"44100 Hz, but 16000, 8000 Hz is needed and resampling is turned off"):
+    with pytest.raises(AudioError, match=r"44100 Hz, but one of 16000, 8000 Hz is needed and resampling is turned off"):
         read_audio(path, [16000, 8000], resample_ok=False)
     # allowed when the rate already fits
     path8 = _write(tmp_path / "ok.wav", np.zeros(800, np.int16), 8000)

@@ -95,6 +95,18 @@ def test_probabilities_match_onnxruntime(vad, ort_session, kind):
     assert diff <= TOLERANCE, f"{kind} at {vad.sample_rate} Hz: max |p - p_ort| = {diff:.2e}"
 
 
+@pytest.mark.parametrize("kind", ["speech", "tones", "clipped-speech", "near-silence"])
+def test_frame_by_frame_path_matches_onnxruntime(vad, ort_session, kind):
+    """process_frame has its own code path (streaming one frame at a time): check it on its own."""
+    x = _signal(kind, vad.sample_rate)
+    f = vad.frame_samples
+    x = x[: len(x) // f * f]
+    vad.reset()
+    ours = np.array([vad.process_frame(x[i : i + f]) for i in range(0, len(x), f)])
+    peer = ort_probabilities(ort_session, x, vad.sample_rate)
+    assert np.max(np.abs(ours - peer)) <= TOLERANCE
+
+
 def test_probabilities_match_silero_vad_recorded(vad, clip_reference):
     """The spoken clip against what silero-vad's own wrapper produced (stored; no onnxruntime needed)."""
     entry = clip_reference["clips"][f"speech_{vad.sample_rate // 1000}k.flac"]

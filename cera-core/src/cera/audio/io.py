@@ -134,11 +134,10 @@ def read_audio(
     if target <= 0:
         raise AudioError(f"read_audio: sample rate must be positive, got {target}")
     if target != source_rate and not resample_ok:
-        accepted = (
-            ", ".join(str(r) for r in sample_rate) if not isinstance(sample_rate, int) else str(sample_rate)
-        )
+        rates = [sample_rate] if isinstance(sample_rate, int) else list(sample_rate)
+        needed = f"{rates[0]} Hz" if len(rates) == 1 else "one of " + ", ".join(map(str, rates)) + " Hz"
         raise AudioError(
-            f"{path}: recorded at {source_rate} Hz, but {accepted} Hz is needed and resampling is turned off; "
+            f"{path}: recorded at {source_rate} Hz, but {needed} is needed and resampling is turned off; "
             f"allow resampling, or convert the file (for example `sox in.wav -r {target} out.wav`)"
         )
     mono = downmix(data)

@@ -3,7 +3,8 @@
 A VAD reads mono float32 PCM at one of its sample rates in fixed frames and gives one
 speech probability per frame, carrying its state from frame to frame until `reset`.
 Subclasses implement only `_reset_state` and `_forward` (a batch of consecutive frames in,
-their probabilities out); this class adds what every VAD needs on top:
+their probabilities out; optionally `_forward_frame` for one); this class adds what every
+VAD needs on top:
 
 - `process_frame` (exactly one frame), `process` (any number of samples: a partial frame
   waits for the next call) and `flush` (the waiting partial frame, zero-padded);
@@ -47,6 +48,10 @@ class VoiceActivityDetector(StreamingAudioComponent):
     def _forward(self, frames: np.ndarray) -> np.ndarray:
         """Probabilities of ``frames`` (n, frame_samples) float32, in order, updating the state."""
 
+    def _forward_frame(self, frame: np.ndarray) -> float:
+        """The probability of one frame (frame_samples,); override where one frame has a faster path."""
+        return float(self._forward(frame.reshape(1, -1))[0])
+
     # -- streaming --------------------------------------------------------------------
 
     @property
@@ -72,7 +77,7 @@ class VoiceActivityDetector(StreamingAudioComponent):
                 f"use process() for chunks of any length"
             )
         self._samples_seen += len(x)
-        return float(self._forward(x.reshape(1, -1))[0])
+        return self._forward_frame(x)
 
     def process(self, samples) -> np.ndarray:
         """Probabilities of every frame completed by ``samples`` (any length; the rest waits)."""
