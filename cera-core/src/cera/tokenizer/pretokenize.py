@@ -174,23 +174,23 @@ _UCAT = {
 def _exact_custom_pattern(expr: str) -> regex.Pattern:
     """The regex equivalent of one of llama.cpp's hand-written splitters.
 
-    Classes are spelled out from llama.cpp's tables; a last alternative takes any single
-    code point, as the hand-written code does when nothing else matches.
+    It runs on the text mapped through `unicode.property_fixups()`, where the regex
+    module's \\p{L}, \\p{N}, \\p{M} mean exactly llama.cpp's classes; \\s is spelled out
+    (White_Space). A last alternative takes any single code point, as the hand-written
+    code does when nothing else matches.
     """
-    L = uc.char_class_body(uc.LETTER)
-    N = uc.char_class_body(uc.NUMBER)
-    M = uc.char_class_body(uc.MARK)
     S = uc.char_class_body(0, whitespace=True)
     contractions = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
     tail = f"|[{S}]*[\\r\\n]+|[{S}]+(?![^{S}])|[{S}]+|(?s:.)"
     if expr == _GPT2:
-        p = f"'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+|(?s:.)"
+        p = f"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{{L}}+| ?\\p{{N}}+| ?[^{S}\\p{{L}}\\p{{N}}]+|[{S}]+(?![^{S}])|[{S}]+|(?s:.)"
     elif expr in _LLAMA3:
-        p = f"{contractions}|[^\\r\\n{L}{N}]?[{L}]+|[{N}]{{1,3}}| ?[^{S}{L}{N}]+[\\r\\n]*" + tail
+        p = f"{contractions}|[^\\r\\n\\p{{L}}\\p{{N}}]?\\p{{L}}+|\\p{{N}}{{1,3}}| ?[^{S}\\p{{L}}\\p{{N}}]+[\\r\\n]*" + tail
     elif expr == _QWEN2:
-        p = f"{contractions}|[^\\r\\n{L}{N}]?[{L}]+|[{N}]| ?[^{S}{L}{N}]+[\\r\\n]*" + tail
+        p = f"{contractions}|[^\\r\\n\\p{{L}}\\p{{N}}]?\\p{{L}}+|\\p{{N}}| ?[^{S}\\p{{L}}\\p{{N}}]+[\\r\\n]*" + tail
     elif expr == _QWEN35:
-        p = f"{contractions}|[^\\r\\n{L}{N}]?[{L}{M}]+|[{N}]| ?[^{S}{L}{M}{N}]+[\\r\\n]*" + tail
+        p = (f"{contractions}|[^\\r\\n\\p{{L}}\\p{{N}}]?[\\p{{L}}\\p{{M}}]+|\\p{{N}}"
+             f"| ?[^{S}\\p{{L}}\\p{{M}}\\p{{N}}]+[\\r\\n]*" + tail)
     elif expr == _NEWLINES:
         p = "[^\\n]+|\\n+"
     else:  # pragma: no cover - guarded by the caller
@@ -256,16 +256,18 @@ class _Step:
     """One pattern of a pre-tokenizer: splits each piece into sub-pieces."""
 
     kind: str  # "exact" (no gaps possible), "std" (gaps become pieces), "digits"
-    text_form: str  # "plain", "collapsed" or "wide": which copy of the text it runs on
+    # which copy of the text it runs on: "plain", "fixed" (property_fixups applied),
+    # "collapsed" or "wide" (llama.cpp's std::regex inputs)
+    text_form: str
 
     def __init__(self, expr: str):
         self.expr = expr
         if expr in (_GPT2, _QWEN2, _QWEN35, _NEWLINES) or expr in _LLAMA3:
-            self.kind, self.text_form = "exact", "plain"
+            self.kind, self.text_form = "exact", "plain" if expr == _NEWLINES else "fixed"
             self.pattern = _exact_custom_pattern(expr)
         elif expr in _DIGIT_GROUPS:
-            self.kind, self.text_form = "digits", "plain"
-            self.pattern = regex.compile(f"[{uc.char_class_body(uc.NUMBER)}]+")
+            self.kind, self.text_form = "digits", "fixed"
+            self.pattern = regex.compile("\\p{N}+")
         elif "\\p{Han}" in expr:
             raise TokenizerError("the Kimi-K2 pre-tokenizer is not implemented")
         else:
@@ -336,13 +338,20 @@ class PreTokenizer:
         if not text:
             return []
         if self._single is not None:
-            return self._single.pattern.findall(text)
+            if self._single.text_form == "plain":
+                return self._single.pattern.findall(text)
+            fixed = text.translate(uc.property_fixups())
+            if fixed is text or fixed == text:
+                return self._single.pattern.findall(text)
+            return [text[a:b] for a, b in (m.span() for m in self._single.pattern.finditer(fixed))]
         forms = {"plain": text}
         spans = [(0, len(text))]
         for step in self.steps:
             form = forms.get(step.text_form)
             if form is None:
-                if step.text_form == "collapsed":
+                if step.text_form == "fixed":
+                    form = text.translate(uc.property_fixups())
+                elif step.text_form == "collapsed":
                     form = text.translate(uc.collapse_table())
                 else:
                     form = text.translate(uc.WIDE_WS_TABLE)

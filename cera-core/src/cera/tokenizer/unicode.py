@@ -72,6 +72,34 @@ def char_class_body(flags: int, whitespace: bool = False) -> str:
     return "".join(parts)
 
 
+# -- running fast Unicode-property patterns with llama.cpp's classes ------------------------
+#
+# Character classes spelled out from our tables are exact but make the regex engine ~10x
+# slower than its own \p{..} properties. The regex module's Unicode data is newer than
+# 15.1, and the two disagree only on code points assigned since (and the odd category
+# change). So patterns use \p{L}, \p{N}, \p{M}, and the text is first mapped through a
+# small table that replaces each code point on which the two disagree by a stand-in of
+# llama.cpp's class: then the regex module's answer is llama.cpp's answer.
+_STAND_IN = {LETTER: "\u00aa", NUMBER: "\u00b2", MARK: "\u0300"}  # Lo, No, Mn in every Unicode version
+_STAND_IN_OTHER = "\ufdd0"  # a noncharacter: never a letter, number, mark or space
+
+
+@lru_cache(maxsize=1)
+def property_fixups() -> dict[int, str]:
+    """str.translate table making the regex module's \\p{L}/\\p{N}/\\p{M} agree with our tables."""
+    import regex
+
+    cats = category_table()
+    # every code point, in order (surrogates included), scanned once per property for runs
+    everything = np.arange(MAX_CODEPOINT, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+    theirs = np.zeros(MAX_CODEPOINT, dtype=np.uint8)
+    for flag, prop in ((LETTER, "L"), (NUMBER, "N"), (MARK, "M")):
+        for m in regex.finditer(rf"\p{{{prop}}}+", everything):
+            theirs[m.start() : m.end()] = flag
+    ours = np.where(np.isin(cats, (LETTER, NUMBER, MARK)), cats, 0)
+    return {int(cp): _STAND_IN.get(int(cats[cp]), _STAND_IN_OTHER) for cp in np.flatnonzero(ours != theirs)}
+
+
 # -- the "collapsed" text of llama.cpp's std::regex fallback ---------------------------
 #
 # For patterns that llama.cpp runs through std::regex, it first replaces every code point
