@@ -113,7 +113,7 @@ def vad_command(
     elif model_path.lower().endswith(".onnx"):
         raise AudioError(
             f"{model_path}: an ONNX file; cera runs Silero VAD from GGUF. Convert it once with "
-            f"`cera vad-convert {model_path} silero-vad.gguf`, or leave out --model to use the default model"
+            f"`cera vad-convert silero-vad.gguf --onnx {model_path}`, or leave out --model to use the default model"
         )
 
     from cera.audio import SpeechSegmenter, load_vad
