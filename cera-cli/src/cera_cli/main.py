@@ -13,6 +13,7 @@ import os
 import sys
 
 import click
+from cera import plugins as _plugins
 
 # name -> "module:attr" of a click command; imported only when the command runs or shows help.
 BUILTIN_COMMANDS = {
@@ -37,23 +38,19 @@ BUILTIN_HELP = {
 }
 
 
+# A plugin registering a command named like a built-in one is reported as a conflict rather
+# than silently hidden. Reserved at import, before any command can load the plugins.
+_plugins.reserve("command", BUILTIN_COMMANDS, holder="cera-cli (a built-in command)")
+
+
 def plugin_manager():
-    """The process-wide plugin manager, with the built-in command names reserved.
-
-    Commands use this instead of `cera.plugins.get_manager`, so that a plugin registering a
-    command named like a built-in one is reported as a conflict rather than silently hidden.
-    """
-    from cera import plugins
-
-    plugins.reserve("command", BUILTIN_COMMANDS, holder="cera-cli (a built-in command)")
-    return plugins.get_manager()
+    """The process-wide plugin manager (built-in command names reserved)."""
+    return _plugins.get_manager()
 
 
 def _disable_plugins() -> None:
     """`--no-plugins`: from now on this process sees an empty plugin manager."""
-    from cera import plugins
-
-    plugins.set_manager(plugins.PluginManager(allow=set()))
+    _plugins.set_manager(_plugins.PluginManager(allow=set()))
 
 
 def _plugin_commands() -> dict:
