@@ -162,6 +162,8 @@ _LLAMA3 = (
 _QWEN2 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 _QWEN35 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 _NEWLINES = "[^\\n]+|[\\n]+"
+# StarCoder, SmolLM, Command-R, ...: single digits first, then GPT-2's pattern (fused below).
+_DIGITS_THEN_GPT2 = ("\\p{N}", _GPT2)
 _DIGIT_GROUPS = ("\\p{AFMoE_digits}", "\\d{1,3}(?=(?:\\d{3})*\\b)")
 
 # \p{..} names llama.cpp rewrites for its std::regex path, and the class each stands for.
@@ -191,6 +193,10 @@ def _exact_custom_pattern(expr: str) -> regex.Pattern:
     elif expr == _QWEN35:
         p = (f"{contractions}|[^\\r\\n\\p{{L}}\\p{{N}}]?[\\p{{L}}\\p{{M}}]+|\\p{{N}}"
              f"| ?[^{S}\\p{{L}}\\p{{M}}\\p{{N}}]+[\\r\\n]*" + tail)
+    elif expr == _DIGITS_THEN_GPT2:
+        # "\p{N}" then GPT-2's pattern within each piece, as one pattern: a number is a piece
+        # of its own, and a piece's end before a number counts as the end for (?!\S).
+        p = f"\\p{{N}}|'s|'t|'re|'ve|'m|'ll|'d| ?\\p{{L}}+| ?[^{S}\\p{{L}}\\p{{N}}]+|[{S}]+(?![^{S}\\p{{N}}])|[{S}]+|(?s:.)"
     elif expr == _NEWLINES:
         p = "[^\\n]+|\\n+"
     else:  # pragma: no cover - guarded by the caller
@@ -260,9 +266,9 @@ class _Step:
     # "collapsed" or "wide" (llama.cpp's std::regex inputs)
     text_form: str
 
-    def __init__(self, expr: str):
+    def __init__(self, expr: str | tuple[str, ...]):
         self.expr = expr
-        if expr in (_GPT2, _QWEN2, _QWEN35, _NEWLINES) or expr in _LLAMA3:
+        if expr in (_GPT2, _QWEN2, _QWEN35, _NEWLINES, _DIGITS_THEN_GPT2) or expr in _LLAMA3:
             self.kind, self.text_form = "exact", "plain" if expr == _NEWLINES else "fixed"
             self.pattern = _exact_custom_pattern(expr)
         elif expr in _DIGIT_GROUPS:
@@ -331,7 +337,11 @@ class PreTokenizer:
         if family not in PATTERNS:
             raise TokenizerError(f"no pre-tokenizer patterns for {family!r}")
         self.family = family
-        self.steps = [_Step(e) for e in PATTERNS[family]]
+        exprs = PATTERNS[family]
+        if exprs == _DIGITS_THEN_GPT2:
+            self.steps = [_Step(exprs)]
+        else:
+            self.steps = [_Step(e) for e in exprs]
         self._single = self.steps[0] if len(self.steps) == 1 and self.steps[0].kind == "exact" else None
 
     def split(self, text: str) -> list[str]:
