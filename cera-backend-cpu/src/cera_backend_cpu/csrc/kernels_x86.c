@@ -1,6 +1,110 @@
-/* x86-64 SIMD variants (placeholder until the AVX kernels land). */
+/* x86-64 SIMD variants: avx2 (AVX2 + FMA + F16C), avx512 (F/BW/DQ/VL), avx512vnni.
+ *
+ * The kernels are written once, in kernels_x86.inc, on 256-bit vectors, and included
+ * three times with different compiler targets (a target pragma around each copy, so one
+ * build holds all three and the baseline code stays x86-64 v1). The VNNI copy replaces
+ * the maddubs/madd pair of the int8 dot products with vpdpbusd; the avx512 copy is the
+ * AVX2 code compiled with the AVX-512 register file and encodings. dispatch.c picks one
+ * at run time.
+ */
 #include "internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/* -- avx2 -------------------------------------------------------------------------------- */
+#define X86_NAME avx2
+#define X86_VNNI 0
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+#include "kernels_x86.inc"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#undef X86_NAME
+#undef X86_VNNI
+
+/* -- avx512 -------------------------------------------------------------------------------- */
+#define X86_NAME avx512
+#define X86_VNNI 0
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")
+#endif
+#include "kernels_x86.inc"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#undef X86_NAME
+#undef X86_VNNI
+
+/* -- avx512vnni ------------------------------------------------------------------------------ */
+#define X86_NAME avx512vnni
+#define X86_VNNI 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+#endif
+#include "kernels_x86.inc"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#undef X86_NAME
+#undef X86_VNNI
+
+/* The table fillers run before any CPU check, so they live outside the target regions. */
+#define X86_INIT(V)                                            \
+    int cera_kernels_init_##V(cera_kernels *k) {               \
+        k->dot[T_F32] = dot_f32_##V;                           \
+        k->dot[T_F16] = dot_f16_##V;                           \
+        k->dot[T_BF16] = dot_bf16_##V;                         \
+        k->dot[T_Q4_0] = dot_q4_0_##V;                         \
+        k->dot[T_Q4_1] = dot_q4_1_##V;                         \
+        k->dot[T_Q5_0] = dot_q5_0_##V;                         \
+        k->dot[T_Q5_1] = dot_q5_1_##V;                         \
+        k->dot[T_Q8_0] = dot_q8_0_##V;                         \
+        k->dot[T_IQ4_NL] = dot_iq4_nl_##V;                     \
+        k->dot[T_Q2_K] = dot_q2_K_##V;                         \
+        k->dot[T_Q3_K] = dot_q3_K_##V;                         \
+        k->dot[T_Q4_K] = dot_q4_K_##V;                         \
+        k->dot[T_Q5_K] = dot_q5_K_##V;                         \
+        k->dot[T_Q6_K] = dot_q6_K_##V;                         \
+        k->quant[ACT_F16] = quant_f16_##V;                     \
+        k->quant[ACT_Q8_0] = quant_q8_0_##V;                   \
+        k->quant[ACT_Q8_1] = quant_q8_1_##V;                   \
+        k->quant[ACT_Q8_K] = quant_q8_K_##V;                   \
+        k->dot_f16 = dot_f16_f16_##V;                          \
+        k->dot_f32 = dot_f32_f32_##V;                          \
+        k->axpy_f16 = axpy_f16_##V;                            \
+        k->axpy_f32 = axpy_f32_##V;                            \
+        k->scale_f32 = scale_f32_##V;                          \
+        return 1;                                              \
+    }
+
+X86_INIT(avx2)
+X86_INIT(avx512)
+X86_INIT(avx512vnni)
+
+#else /* not x86-64 with GCC or clang */
 
 int cera_kernels_init_avx2(cera_kernels *k) { (void)k; return 0; }
 int cera_kernels_init_avx512(cera_kernels *k) { (void)k; return 0; }
 int cera_kernels_init_avx512vnni(cera_kernels *k) { (void)k; return 0; }
+
+#endif

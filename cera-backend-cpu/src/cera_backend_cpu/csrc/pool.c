@@ -62,7 +62,9 @@ static void *worker_main(void *varg) {
     cera_pool *pool = wa->pool;
     const int ith = wa->ith;
     free(wa);
-    unsigned seen = atomic_load(&pool->generation);
+    /* Not a load of the counter: a job may already have been published before this
+     * thread got to run, and it must not be skipped. No job exists before the pool. */
+    unsigned seen = 0;
     for (;;) {
         /* spin for a while, then sleep */
         const int64_t deadline = now_ns() + (int64_t)atomic_load_explicit(&pool->spin_us, memory_order_relaxed) * 1000;
