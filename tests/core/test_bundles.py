@@ -8,6 +8,7 @@ computed here with hashlib from the bytes the test put in the archive.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -176,7 +177,12 @@ def test_interrupted_copy_leaves_no_half_file(index, register, monkeypatch):
         def readable(self):
             return True
 
-    monkeypatch.setattr(bundles, "_open_member", lambda archive, member: Dies(real_open(archive, member)))
+    @contextlib.contextmanager
+    def dying_open(archive, member):
+        with real_open(archive, member) as f:
+            yield Dies(f)
+
+    monkeypatch.setattr(bundles, "_open_member", dying_open)
     with pytest.raises(OSError, match="connection reset"):
         bundles.fetch("fake-model", quiet=True)
     assert leftovers(bundles.bundle_dir("fake-model")) == []

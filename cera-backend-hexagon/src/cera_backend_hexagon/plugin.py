@@ -30,7 +30,7 @@ def cera_register_backends(register):
             factory="cera_backend_hexagon.backend:HexagonBackend",
             tensor_types=(),
             ops=(),
-            priority=0,
+            priority=5,  # above the CPU: a usable accelerator wins under --device auto
             description="Qualcomm Hexagon NPUs (HTP) through QNN (not implemented yet)",
             available=available,
         )

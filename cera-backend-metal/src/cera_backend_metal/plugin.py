@@ -30,7 +30,7 @@ def cera_register_backends(register):
             factory="cera_backend_metal.backend:MetalBackend",
             tensor_types=(),
             ops=(),
-            priority=0,
+            priority=10,  # above the CPU: a usable accelerator wins under --device auto
             description="Apple GPUs through MLX (not implemented yet)",
             available=available,
         )

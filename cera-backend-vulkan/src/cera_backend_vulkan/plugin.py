@@ -30,7 +30,7 @@ def cera_register_backends(register):
             factory="cera_backend_vulkan.backend:VulkanBackend",
             tensor_types=(),
             ops=(),
-            priority=0,
+            priority=10,  # above the CPU: a usable accelerator wins under --device auto
             description="GPUs through wgpu (Vulkan, Metal, DX12) (not implemented yet)",
             available=available,
         )

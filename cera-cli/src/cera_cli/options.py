@@ -71,8 +71,8 @@ def load_model(model: str | None, device: str, threads: int | None):
 
     source = model or bundles.DEFAULT_MODEL
     loaded = cera.load(source, device=device, threads=threads)
-    for note in loaded.backend_notes:
-        click.echo(f"cera: passed over backend {note}", err=True)
+    if loaded.backend_notes:
+        click.echo(f"cera: running on backend {loaded.backend.name!r}; passed over: " + "; ".join(loaded.backend_notes), err=True)
     return loaded
 
 

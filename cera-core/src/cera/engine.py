@@ -39,7 +39,7 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, **option
     if explicit:
         candidates = [manager.backend_spec(device)]
     else:
-        candidates = sorted(manager.backends.values(), key=lambda s: -s.priority)
+        candidates = sorted(manager.backends.values(), key=lambda s: (-s.priority, s.name))
         if not candidates:
             raise BackendUnavailable(
                 "no backend is installed; install one, e.g. `pip install cera-backend-cpu` (see `cera plugins`)"
