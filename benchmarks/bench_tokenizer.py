@@ -61,50 +61,50 @@ def main() -> None:
 
     import llama_cpp
 
-    from cera.gguf import GGUFFile
     from cera.hub import resolve
-    from cera.tokenizer import Tokenizer
 
     text = make_text(args.kib * 1024)
     data = text.encode()
-    mib = len(data) / 2**20
     print(f"text: {len(data) / 1024:.0f} KiB, {len(text)} characters; python {platform.python_version()}, "
           f"llama-cpp-python {llama_cpp.__version__}; best of {args.repeat}")
     header = f"{'model':<40} {'what':<12} {'cera s':>8} {'llama s':>8} {'cera MiB/s':>10} {'llama MiB/s':>11} {'ratio':>6}"
     print(header)
     print("-" * len(header))
     for source in args.model or DEFAULT_MODELS:
-        path = resolve(source, quiet=True)
-        t = time.perf_counter()
-        gguf = GGUFFile(path)
-        tok = Tokenizer.from_gguf(gguf)
-        cera_load = time.perf_counter() - t
-        t = time.perf_counter()
-        llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
-        llama_load = time.perf_counter() - t
+        bench_model(resolve(source, quiet=True), text, args.repeat)
 
-        def llama_ids(b=data):
-            return llm.tokenize(b, add_bos=True, special=False)
 
-        def cold():
-            return Tokenizer(tok.vocab).encode(text)
+def bench_model(path, text: str, repeat: int) -> None:
+    import llama_cpp
 
-        t_cold, ids_cold = best_of(cold, args.repeat)
-        t_warm, ids = best_of(lambda: tok.encode(text), args.repeat)
-        t_llama, ref = best_of(llama_ids, args.repeat)
-        same = ids == ref and ids_cold == ref
-        # a typical long prompt: the first 4,000 tokens' worth of text
-        prompt = tok.decode(ref[:4000])
-        t_pc, _ = best_of(lambda: Tokenizer(tok.vocab).encode(prompt), args.repeat)
-        t_pl, _ = best_of(lambda: llm.tokenize(prompt.encode(), add_bos=True, special=False), args.repeat)
-        name = path.name[:40]
-        print(f"{name:<40} {'load':<12} {cera_load:>8.3f} {llama_load:>8.3f} {'':>10} {'':>11} {cera_load / llama_load:>6.2f}")
-        for what, tc in (("text cold", t_cold), ("text warm", t_warm)):
-            print(f"{'':<40} {what:<12} {tc:>8.3f} {t_llama:>8.3f} {mib / tc:>10.2f} {mib / t_llama:>11.2f} "
-                  f"{tc / t_llama:>6.2f}")
-        print(f"{'':<40} {'4k prompt':<12} {t_pc:>8.4f} {t_pl:>8.4f} {'':>10} {'':>11} {t_pc / t_pl:>6.2f}")
-        print(f"{'':<40} {len(ref)} tokens; ids {'identical' if same else 'DIFFER'}")
+    from cera.gguf import GGUFFile
+    from cera.tokenizer import Tokenizer
 
+    data = text.encode()
+    mib = len(data) / 2**20
+    t = time.perf_counter()
+    tok = Tokenizer.from_gguf(GGUFFile(path))
+    cera_load = time.perf_counter() - t
+    t = time.perf_counter()
+    llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    llama_load = time.perf_counter() - t
+
+    t_cold, ids_cold = best_of(lambda: Tokenizer(tok.vocab).encode(text), repeat)  # fresh caches
+    t_warm, ids = best_of(lambda: tok.encode(text), repeat)
+    t_llama, ref = best_of(lambda: llm.tokenize(data, add_bos=True, special=False), repeat)
+    same = ids == ref and ids_cold == ref
+    # a typical long prompt: the first 4,000 tokens' worth of text
+    prompt = tok.decode(ref[:4000])
+    t_pc, _ = best_of(lambda: Tokenizer(tok.vocab).encode(prompt), repeat)
+    t_pl, _ = best_of(lambda: llm.tokenize(prompt.encode(), add_bos=True, special=False), repeat)
+    llm.close()
+    name = path.name[:40]
+    print(f"{name:<40} {'load':<12} {cera_load:>8.3f} {llama_load:>8.3f} {'':>10} {'':>11} {cera_load / llama_load:>6.2f}")
+    for what, tc in (("text cold", t_cold), ("text warm", t_warm)):
+        print(f"{'':<40} {what:<12} {tc:>8.3f} {t_llama:>8.3f} {mib / tc:>10.2f} {mib / t_llama:>11.2f} "
+              f"{tc / t_llama:>6.2f}")
+    print(f"{'':<40} {'4k prompt':<12} {t_pc:>8.4f} {t_pl:>8.4f} {'':>10} {'':>11} {t_pc / t_pl:>6.2f}")
+    print(f"{'':<40} {len(ref)} tokens; ids {'identical' if same else 'DIFFER'}")
 
 if __name__ == "__main__":
     main()

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from cera.gguf import GGUFFile
 from cera.tokenizer import Tokenizer
 
+
 DATA = Path(__file__).parent / "data" / "tokenizer"
 REFERENCE = json.loads((DATA / "llama_cpp_reference.json").read_text())
 sys.path.insert(0, str(DATA))
@@ -123,7 +124,9 @@ def live_llama():
             cache[path] = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
         return cache[path]
 
-    return get
+    yield get
+    for llm in cache.values():
+        llm.close()
 
 
 @pytest.mark.peer

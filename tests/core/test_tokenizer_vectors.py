@@ -45,7 +45,7 @@ def read_vectors(gguf: Path) -> list[tuple[str, list[int]]]:
     if lines and lines[-1] == "":
         lines.pop()
     assert len(inputs) == len(lines), f"{gguf.name}: {len(inputs)} inputs but {len(lines)} outputs"
-    return [(text, [int(t) for t in line.split()]) for text, line in zip(inputs, lines)]
+    return [(text, [int(t) for t in line.split()]) for text, line in zip(inputs, lines, strict=True)]
 
 
 _cache: dict[str, Tokenizer] = {}

@@ -19,7 +19,7 @@ what we must reproduce:
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import regex
 
@@ -370,6 +370,6 @@ class PreTokenizer:
         return [text[s:e] for s, e in spans]
 
 
-@lru_cache(maxsize=None)
+@cache
 def pretokenizer(family: str) -> PreTokenizer:
     return PreTokenizer(family)

@@ -28,6 +28,7 @@ from .vocab import (
     load_vocab,
 )
 
+
 class Tokenizer:
     """The tokenizer of one GGUF file, built from its metadata alone."""
 

@@ -40,7 +40,7 @@ class UGMEncoder:
         self.tokens: dict[bytes, int] = {}
         self.user_defined: set[bytes] = set()
         min_score = np.float32(np.inf)
-        for i, (text, attr) in enumerate(zip(vocab.tokens, vocab.attrs)):
+        for i, (text, attr) in enumerate(zip(vocab.tokens, vocab.attrs, strict=True)):
             b = text.encode("utf-8", "surrogateescape")
             if attr & ATTR_NORMAL:
                 min_score = min(min_score, vocab.scores[i])

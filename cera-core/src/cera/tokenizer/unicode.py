@@ -8,7 +8,7 @@ cera ships fixed tables). Lookup structures are built once, on first use.
 from __future__ import annotations
 
 import bisect
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -43,7 +43,7 @@ def flags_of(cp: int) -> int:
 def _ranges(mask: np.ndarray) -> list[tuple[int, int]]:
     """(first, last) runs of True in a per-code-point mask."""
     edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.view(np.int8), [0]))))
-    return [(int(a), int(b) - 1) for a, b in zip(edges[0::2], edges[1::2])]
+    return [(int(a), int(b) - 1) for a, b in zip(edges[0::2], edges[1::2], strict=True)]
 
 
 def _escape(cp: int) -> str:
@@ -54,7 +54,7 @@ def _escape(cp: int) -> str:
     return ch
 
 
-@lru_cache(maxsize=None)
+@cache
 def char_class_body(flags: int, whitespace: bool = False) -> str:
     """The inside of a regex character class matching every code point whose class is
     in `flags` (a bit set), plus the White_Space code points when `whitespace`.
@@ -141,7 +141,7 @@ WIDE_WS_TABLE = {cp: COLLAPSED_WS for cp in WHITE_SPACE if cp > 0x7F}
 @lru_cache(maxsize=1)
 def _lower_map() -> dict[int, int]:
     it = iter(_ud.LOWERCASE)
-    return dict(zip(it, it))
+    return dict(zip(it, it, strict=True))
 
 
 def to_lower(cp: int) -> int:

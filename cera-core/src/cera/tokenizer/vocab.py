@@ -265,7 +265,7 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
         # pair (left, right) is found again as the key left + " " + right (the line); a
         # line without such a space is the pair ("", ""). The first rank of a pair wins.
         n_merges = len(raw_merges)
-        merges = dict(zip(reversed(raw_merges), range(n_merges - 1, -1, -1)))
+        merges = dict(zip(reversed(raw_merges), range(n_merges - 1, -1, -1), strict=True))
         odd = [line for line in raw_merges if line.find(" ", 1) < 0]
         if odd:
             for line in odd:

@@ -176,7 +176,6 @@ def record(path: Path, configs: list[tuple[bool, bool]], long_text: bool) -> dic
 
 def main() -> int:
     import llama_cpp
-
     from cera import bundles
 
     result = {"llama_cpp_python": llama_cpp.__version__, "corpus": CORPUS, "models": {}, "vocabs": {}}
