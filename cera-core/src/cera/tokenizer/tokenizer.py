@@ -76,7 +76,7 @@ class Tokenizer:
             from .wpm import WPMEncoder
 
             return WPMEncoder(v.token_to_id, v.special["unk"], lowercase=v.lowercase,
-                              strip_accents=v.strip_accents, max_token_len=v.max_token_len)
+                              strip_accents=v.strip_accents)
         if v.kind == UGM:
             from .ugm import UGMEncoder
 

@@ -156,7 +156,6 @@ class Vocab:
     lowercase: bool = False
     strip_accents: bool = False
     precompiled_charsmap: bytes = b""
-    max_token_len: int = 0
     name: str = ""
     default_pad: int | None = None  # the kind's default padding id (llama.cpp's newline fallback)
 
@@ -304,7 +303,8 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
     n = len(tokens)
     if n == 0:
         raise TokenizerError(f"{where}: tokenizer.ggml.tokens is empty")
-    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+    if "" in tokens:  # llama.cpp names empty tokens
+        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
 
     scores_raw = meta.get("tokenizer.ggml.scores")
     if scores_raw is None:
@@ -319,21 +319,22 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
 
     types = meta.get("tokenizer.ggml.token_type")
     if types is None:
-        attr = [ATTR_NORMAL] * n
+        attr_arr = np.full(n, ATTR_NORMAL, dtype=np.int32)
     else:
         tarr = np.asarray(types)
         if tarr.dtype != np.int32 or tarr.ndim != 1:
             raise TokenizerError(f"{where}: tokenizer.ggml.token_type should be an array of int32")
         if len(tarr) < n:
             raise TokenizerError(f"{where}: tokenizer.ggml.token_type has {len(tarr)} entries for {n} tokens")
-        attr = [_TYPE_TO_ATTR.get(t, ATTR_UNDEFINED) for t in tarr[:n].tolist()]
+        lut = np.zeros(8, dtype=np.int32)  # unknown type values map to "undefined"
+        for t, a in _TYPE_TO_ATTR.items():
+            lut[t] = a
+        tv = tarr[:n]
+        attr_arr = np.where((tv >= 0) & (tv < 8), lut[np.clip(tv, 0, 7)], ATTR_UNDEFINED).astype(np.int32)
 
-    token_to_id: dict[str, int] = {}
-    for i, t in enumerate(tokens):
-        token_to_id[t] = i
+    token_to_id = dict(zip(tokens, range(n), strict=True))
     if len(token_to_id) != n:
         raise TokenizerError(f"{where}: the vocabulary has duplicate token texts ({n - len(token_to_id)} of them)")
-    max_len = max(len(t.encode("utf-8", "surrogateescape")) for t in tokens)
 
     # Special ids from the file. A default out of range is dropped; a file value out of
     # range is ignored (llama.cpp warns and keeps the default).
@@ -372,6 +373,7 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
         special[slot] = tid
         attr[tid] |= ATTR_CONTROL
 
+    attr = attr_arr.tolist()
     detect("eot", _EOT_TEXTS)
     detect("eom", _EOM_TEXTS)
     detect("fim_pre", _FIM_PRE_TEXTS)
@@ -382,8 +384,8 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
     detect("fim_sep", _FIM_SEP_TEXTS)
 
     # Control tokens with "unused" in their text are unused.
-    for i, t in enumerate(tokens):
-        if attr[i] & ATTR_CONTROL and "unused" in t:
+    for i in np.flatnonzero(np.array(attr, dtype=np.int32) & ATTR_CONTROL).tolist():
+        if "unused" in tokens[i]:
             attr[i] |= ATTR_UNUSED
 
     eog: set[int] = set()
@@ -413,7 +415,9 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
         eog.discard(texts["</s>"])
         attr[texts["</s>"]] = ATTR_NORMAL
 
-    special_tokens = [i for i in range(n) if attr[i] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)]
+    special_tokens = np.flatnonzero(
+        np.array(attr, dtype=np.int32) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)
+    ).tolist()
     # llama.cpp sorts by text length, longest first (std::sort; equal lengths in no set
     # order: we keep id order, which only matters for overlapping special texts).
     special_tokens.sort(key=lambda i: -len(tokens[i].encode("utf-8", "surrogateescape")))
@@ -452,6 +456,6 @@ def load_vocab(meta: dict, where: str = "the model file") -> Vocab:
         add_eos=flags["add_eos"], add_sep=flags["add_sep"], ignore_merges=flags["ignore_merges"],
         clean_spaces=flags["clean_spaces"], remove_extra_whitespaces=remove_extra_ws,
         escape_whitespaces=flags["escape_whitespaces"], lowercase=lowercase, strip_accents=strip_accents,
-        precompiled_charsmap=charsmap, max_token_len=max_len, name=name,
+        precompiled_charsmap=charsmap, name=name,
         default_pad=default_pad if default_pad is not None and default_pad < n else None,
     )

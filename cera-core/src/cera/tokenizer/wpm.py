@@ -26,13 +26,11 @@ def _is_chinese(cp: int) -> bool:
 
 
 class WPMEncoder:
-    def __init__(self, token_to_id: dict[str, int], unk_id: int | None, *, lowercase: bool, strip_accents: bool,
-                 max_token_len: int):
+    def __init__(self, token_to_id: dict[str, int], unk_id: int | None, *, lowercase: bool, strip_accents: bool):
         self.token_to_id = token_to_id
         self.unk_id = unk_id
         self.lowercase = lowercase
         self.strip_accents = strip_accents
-        self.max_token_len = max_token_len
         self.cache: dict[str, tuple[int, ...]] = {}
 
     def words(self, text: str) -> list[str]:
@@ -77,7 +75,7 @@ class WPMEncoder:
         ids = []
         i = 0
         while i < n:
-            # longest token starting at i (token texts are at most max_token_len bytes)
+            # the longest token starting at i
             j = n
             while j > i:
                 tid = t2i.get(w[i:j])
