@@ -206,6 +206,7 @@ PAYLOADS = [
     "{{ [0] * 10000000 }}",
     "{{ 9 ** 999999999 }}",
     "{{ range(10000000000) | list }}",
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
 ]
 
 

@@ -22,6 +22,7 @@ as the generation prompt). `is_fallback` tells which happened.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Mapping
 from datetime import datetime
@@ -51,6 +52,7 @@ CHATML_FALLBACK = (
 # Limits on what a template may build (a template is untrusted input).
 MAX_REPEAT = 1_000_000  # characters or items from one `*`
 MAX_POWER = 10_000
+MAX_RANGE_TOTAL = 2_000_000  # items all range() calls of one render may produce (nested loops)
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
@@ -118,6 +120,23 @@ class _StrictSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
 
+_range_budget: contextvars.ContextVar[list[int]] = contextvars.ContextVar("cera_template_range_budget")
+
+
+def _budgeted_range(*args):
+    """range() for templates: each call at most the sandbox's MAX_RANGE items, and all calls
+    of one render together at most MAX_RANGE_TOTAL (nested loops cannot spin for hours)."""
+    from jinja2.sandbox import safe_range
+
+    r = safe_range(*args)
+    budget = _range_budget.get(None)
+    if budget is not None:
+        budget[0] -= len(r)
+        if budget[0] < 0:
+            raise SecurityError(f"a template may not iterate over more than {MAX_RANGE_TOTAL} range items")
+    return r
+
+
 def _raise_exception(message):
     raise TemplateError(f"the chat template refused the input: {message}")
 
@@ -140,6 +159,7 @@ def _environment() -> jinja2.Environment:
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _Dict()
     env.globals["namespace"] = _Namespace
+    env.globals["range"] = _budgeted_range
     return env
 
 
@@ -243,6 +263,7 @@ class ChatTemplate:
             tools = plain_data(list(tools), "tools")
         variables = {**self.special_tokens, **plain_data(extra, "variables")}
         variables.setdefault("documents", None)
+        token = _range_budget.set([MAX_RANGE_TOTAL])
         try:
             return self._template.render(
                 messages=msgs, tools=tools, add_generation_prompt=bool(add_generation_prompt), **variables
@@ -263,6 +284,8 @@ class ChatTemplate:
         except (ValueError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
                 ZeroDivisionError) as e:
             raise TemplateError(f"chat template{self._label()} failed: {type(e).__name__}: {e}") from None
+        finally:
+            _range_budget.reset(token)
 
     def __repr__(self) -> str:
         kind = "fallback " if self.is_fallback else ""
