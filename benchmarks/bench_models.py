@@ -318,6 +318,25 @@ def test_ids(seed: int, model_index: int, test: TestSpec, n_vocab: int) -> tuple
     return ids[: test.depth], ids[test.depth :]
 
 
+def logits_agreement(engines: dict, ids: list[int]) -> dict:
+    """Both engines evaluate the same ids; do their last logits agree? (That they computed
+    the same thing is what makes their times comparable; a mismatch is reported, not fatal.)"""
+    import numpy as np
+
+    a, b = (np.asarray(engines[name].logits_after(ids), np.float64) for name in ENGINES)
+    if a.shape != b.shape:
+        return {"ok": False, "summary": f"logits of different sizes {a.shape} and {b.shape}"}
+    top_a, top_b = int(a.argmax()), int(b.argmax())
+    diff = float(np.abs(a - b).max())
+    corr = float(np.corrcoef(a, b)[0, 1])
+    ok = top_a == top_b and corr > 0.99
+    summary = (
+        f"{'ok' if ok else 'MISMATCH'}: top-1 {top_a} / {top_b}, max |diff| {diff:.3f}, correlation {corr:.5f}"
+        f" (last logits after {len(ids)} ids)"
+    )
+    return {"ok": ok, "top1": [top_a, top_b], "max_abs_diff": diff, "correlation": corr, "summary": summary}
+
+
 def run_test(engines: dict, test: TestSpec, prefix, ids, reps: int, warmup: int, threads: int, log) -> dict:
     seconds = {name: [] for name in engines}
     cpu_share = {name: [] for name in engines}
@@ -367,6 +386,8 @@ def bench_model(source: str, index: int, args, read_bw: dict | None, log) -> dic
                 f"  note: vocabulary sizes differ (cera {cera_engine.n_vocab}, llama.cpp {llama_engine.n_vocab}); ids below both"
             )
         n_vocab = min(cera_engine.n_vocab, llama_engine.n_vocab)
+        agreement = logits_agreement(engines, test_ids(args.seed, index, TestSpec("pp", 16), n_vocab)[1])
+        log(f"  same work check: {agreement['summary']}")
         results = []
         for test in args.tests:
             prefix, ids = test_ids(args.seed, index, test, n_vocab)
@@ -404,6 +425,7 @@ def bench_model(source: str, index: int, args, read_bw: dict | None, log) -> dic
             "settings": {name: e.settings() for name, e in engines.items()},
             "llama_cpp_params": llama_engine.params(),
             "load_seconds": {name: e.load_seconds for name, e in engines.items()},
+            "logits_check": agreement,
             "results": results,
             **extra,
         }
@@ -433,13 +455,14 @@ def print_report(facts: dict, read_bw: dict | None, models: list[dict], args, ou
     p()
     p(markdown_table(EXTRA_HEADER, [extra_row(m["model"], m) for m in models]))
     for m in models:
+        p(f"\n{m['model']}: same work check: {m['logits_check']['summary']}")
         ov = m.get("overhead")
         if ov and not ov.get("available"):
-            p(f"\n{m['model']}: Python overhead n/a: {ov['reason']}")
+            p(f"{m['model']}: Python overhead n/a: {ov['reason']}")
         elif ov:
             cal = ov["calibration"]
             p(
-                f"\n{m['model']}: {ov['test']} token {ov['token_ms']:.2f} ms = C kernels {ov['kernel_ms']:.2f} ms "
+                f"{m['model']}: {ov['test']} token {ov['token_ms']:.2f} ms = C kernels {ov['kernel_ms']:.2f} ms "
                 f"+ outside them {ov['overhead_ms']:.2f} ms ({ov['overhead_fraction'] * 100:.1f}%; runs: "
                 + ", ".join(f"{x:.2f}" for x in ov["overhead_ms_samples"])
                 + f" ms); {ov['kernel_calls_per_token']:.0f} kernel calls/token; proxy cost "

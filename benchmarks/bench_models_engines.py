@@ -134,6 +134,14 @@ class CeraEngine:
             evaluate()
         return _since(start)
 
+    def logits_after(self, ids: list[int]):
+        """The last position's logits after evaluating ``ids`` on a fresh context."""
+        import numpy as np
+
+        session = self.loaded.new_session(n_ctx=len(ids), n_batch=max(len(ids), 1))
+        session.append_tokens(ids)
+        return np.array(session.evaluate(), dtype=np.float32)
+
     def close(self) -> None:
         self._session = None
         self.loaded.close()
@@ -301,6 +309,15 @@ class LlamaCppEngine:
         for token in ids:
             decode([token])
         return _since(start)
+
+    def logits_after(self, ids: list[int]):
+        """The last position's logits after evaluating ``ids`` on a fresh context."""
+        import numpy as np
+
+        self._prepare(TestSpec("pp", len(ids)), [])
+        self._decode(ids)
+        ptr = self.L.llama_get_logits_ith(self.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
     def _free_context(self) -> None:
         if self.batch is not None:
