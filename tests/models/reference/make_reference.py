@@ -187,7 +187,8 @@ def model_sources(args) -> list[tuple[str, Path, bool]]:
     return out
 
 
-def run_model(name: str, path: Path, tiny: bool, settings: ContextSettings) -> dict:
+def run_model(name: str, path: Path, tiny: bool, settings: ContextSettings,
+              consistency_cases: list[str] | None = None) -> dict:
     t0 = time.time()
     model = LlamaCppModel(path, settings)
     cases = build_cases(name, model, tiny)
@@ -211,7 +212,7 @@ def run_model(name: str, path: Path, tiny: bool, settings: ContextSettings) -> d
     repeat_identical = all(np.array_equal(a, b) for a, b in zip(gen_rows[cases[0]["id"]], rows_again))
 
     no_fa = LlamaCppModel(path, ContextSettings(settings.n_ctx, settings.n_threads, "disabled", settings.use_extra_bufts))
-    wanted = P.TINY_SELF_CONSISTENCY_CASES if tiny else P.SELF_CONSISTENCY_CASES
+    wanted = consistency_cases or (P.TINY_SELF_CONSISTENCY_CASES if tiny else P.SELF_CONSISTENCY_CASES)
     consistency = []
     for case in cases:
         if case["id"] in wanted:
@@ -283,12 +284,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny-only", action="store_true", help="only the tiny random-weight models")
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--self-consistency", help="comma-separated case ids to measure llama.cpp against "
+                    "itself on (default: prompts.SELF_CONSISTENCY_CASES); it is the slow part")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = ContextSettings(n_ctx=args.n_ctx, n_threads=args.threads)
     for name, path, tiny in model_sources(args):
         print(f"{name}: {path}", flush=True)
-        record = run_model(name, path, tiny, settings)
+        cases = args.self_consistency.split(",") if args.self_consistency else None
+        record = run_model(name, path, tiny, settings, cases)
         target = args.out / f"{name}.json"
         target.write_text(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
         print(f"{name}: wrote {target} ({os.path.getsize(target)} bytes) {record['summary']}", flush=True)

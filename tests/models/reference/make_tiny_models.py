@@ -97,7 +97,13 @@ def train_bpe(out_dir: Path, vocab_size: int, specials: list[str], regex: str | 
     return len(tok.get_vocab())
 
 
-def train_spm(out_dir: Path, vocab_size: int, ids: dict, add_dummy_prefix: bool) -> int:
+def train_spm(out_dir: Path, vocab_size: int, ids: dict, add_dummy_prefix: bool,
+              special_symbols: tuple[str, ...] = ()) -> int:
+    """A SentencePiece BPE model with byte fallback (as Llama's and Gemma's are).
+
+    `special_symbols` become user-defined pieces, and tokenizer_config.json marks them
+    special, so the converter types them CONTROL (Phi-3's <|endoftext|>, <|end|>; Gemma's
+    <start_of_turn>, <end_of_turn>)."""
     import sentencepiece as spm
 
     prefix = out_dir / "spm"
@@ -105,11 +111,16 @@ def train_spm(out_dir: Path, vocab_size: int, ids: dict, add_dummy_prefix: bool)
         sentence_iterator=iter(corpus()), model_prefix=str(prefix), vocab_size=vocab_size, model_type="bpe",
         byte_fallback=True, character_coverage=1.0, split_digits=True, normalization_rule_name="identity",
         remove_extra_whitespaces=False, add_dummy_prefix=add_dummy_prefix, allow_whitespace_only_pieces=True,
-        minloglevel=2, **ids,
+        user_defined_symbols=list(special_symbols), minloglevel=2, **ids,
     )
     shutil.move(f"{prefix}.model", out_dir / "tokenizer.model")
     Path(f"{prefix}.vocab").unlink()
-    return spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model")).vocab_size()
+    sp = spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model"))
+    if special_symbols:
+        decoder = {str(sp.piece_to_id(t)): {"content": t, "special": True} for t in special_symbols}
+        (out_dir / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "LlamaTokenizer", "added_tokens_decoder": decoder}, indent=1))
+    return sp.vocab_size()
 
 
 # -- the families ----------------------------------------------------------------------
@@ -132,7 +143,9 @@ def family_specs() -> dict[str, dict]:
         "gemma2": dict(
             cls="Gemma2ForCausalLM", pre=None,
             tokenizer=("spm", dict(vocab_size=512, add_dummy_prefix=False,
-                                   ids=dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3))),
+                                   ids=dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>",
+                                            eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>"),
+                                   special_symbols=("<start_of_turn>", "<end_of_turn>"))),
             config=transformers.Gemma2Config(**{**COMMON, "num_attention_heads": 4, "num_key_value_heads": 2},
                                              num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=32,
                                              sliding_window=16, attn_logit_softcapping=10.0,
@@ -144,12 +157,14 @@ def family_specs() -> dict[str, dict]:
         ),
         "phi3": dict(
             cls="Phi3ForCausalLM", pre=None,
+            # llama.cpp requires <|endoftext|> in a vocabulary of a model named phi3.
             tokenizer=("spm", dict(vocab_size=512, add_dummy_prefix=True,
-                                   ids=dict(unk_id=0, bos_id=1, eos_id=2, pad_id=-1))),
+                                   ids=dict(unk_id=0, bos_id=1, eos_id=2, pad_id=-1),
+                                   special_symbols=("<|endoftext|>", "<|end|>", "<|user|>", "<|assistant|>"))),
             config=transformers.Phi3Config(**COMMON, num_hidden_layers=3, original_max_position_embeddings=1024,
                                            rope_theta=10000.0, sliding_window=2047, resid_pdrop=0.0,
                                            embd_pdrop=0.0, attention_dropout=0.0, tie_word_embeddings=False,
-                                           bos_token_id=1, eos_token_id=2, pad_token_id=None),
+                                           bos_token_id=1, eos_token_id=3, pad_token_id=None),
             features=("fused qkv_proj and gate_up_proj, GQA 4/2, untied output; sliding_window 2047 "
                       "(as Phi-3-mini; llama.cpp ignores Phi-3 SWA, and every test context is shorter)"),
         ),
@@ -183,6 +198,7 @@ def family_specs() -> dict[str, dict]:
                                               residual_multiplier=0.22, logits_scaling=2.0,
                                               tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
                                               pad_token_id=0),
+            res_gains=(10.0, 30.0, 60.0),  # residual_multiplier 0.22 shrinks what each block adds
             features=("granite multipliers: embedding 12, attention 0.15 (instead of 1/sqrt(head_dim)), "
                       "residual 0.22, logits divided by 2; GQA 4/2, tied embeddings"),
         ),
@@ -207,9 +223,17 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
     with torch.no_grad():
         for name, param in model.named_parameters():
             noise = torch.randn(param.shape, generator=gen)
+            post_norm = family in ("gemma2", "olmo2") and ("post_attention_layernorm" in name
+                                                           or "post_feedforward_layernorm" in name)
             if param.dim() == 1:
-                # Gemma's RMSNorm multiplies by (1 + w): w near 0 there, near 1 elsewhere.
-                param.copy_(0.1 * noise if family == "gemma2" else 1.0 + 0.1 * noise)
+                # A post-norm (gemma2's sandwich norms, olmo2's) sets the size of what a
+                # block adds to the residual stream, so it carries `res_gain`.
+                scale = res_gain if post_norm else 1.0
+                # Gemma's RMSNorm multiplies by (1 + w): w near scale - 1 there.
+                if family == "gemma2":
+                    param.copy_(scale - 1.0 + 0.1 * noise)
+                else:
+                    param.copy_(scale * (1.0 + 0.1 * noise))
             elif "embed_tokens" in name:
                 param.copy_(noise * (out_gain / math.sqrt(hidden) if tied else 1.0))
             elif name.startswith("lm_head"):
@@ -231,13 +255,20 @@ def hf_logits(model, ids: list[int]) -> np.ndarray:
 
 
 def hf_greedy(model, ids: list[int], n: int) -> tuple[list[int], list[float]]:
-    seq, margins = list(ids), []
-    for _ in range(n):
-        row = hf_logits(model, seq)[-1]
-        top = np.sort(row)[-2:]
-        margins.append(float(top[1] - top[0]))
-        seq.append(int(np.argmax(row)))
-    return seq[len(ids):], margins
+    """Greedy decoding in transformers (with its KV cache), and each step's top-2 margin."""
+    out_ids, margins = [], []
+    past = None
+    feed = torch.tensor([ids])
+    with torch.no_grad():
+        for _ in range(n):
+            out = model(feed, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            row = out.logits[0, -1].double().numpy()
+            top = np.sort(row)[-2:]
+            margins.append(float(top[1] - top[0]))
+            out_ids.append(int(np.argmax(row)))
+            feed = torch.tensor([[out_ids[-1]]])
+    return out_ids, margins
 
 
 def quality(model, prompts_ids: list[list[int]]) -> dict:
@@ -359,8 +390,8 @@ def build(name: str, spec: dict, llama_dir: Path, work: Path) -> dict:
     best = None
     tune_ids = prompt_ids[:-1]  # the long prompt costs most and adds little here
     for out_gain in (3.0, 5.0, 8.0):
-        for qk_gain in (1.0, 2.0):
-            for res_gain in (1.0, 3.0, 6.0, 10.0):
+        for qk_gain in (1.5,):
+            for res_gain in spec.get("res_gains", (3.0, 6.0, 10.0)):
                 model = cls(config).eval()
                 init_weights(model, name, SEED, out_gain, qk_gain, res_gain)
                 q = quality(model, tune_ids)
