@@ -188,12 +188,15 @@ def model_sources(args) -> list[tuple[str, Path, bool]]:
 
 
 def run_model(name: str, path: Path, tiny: bool, settings: ContextSettings,
-              consistency_cases: list[str] | None = None) -> dict:
+              consistency_cases: list[str] | None = None, first: list[str] | None = None,
+              checkpoint: Path | None = None) -> dict:
     t0 = time.time()
     model = LlamaCppModel(path, settings)
     cases = build_cases(name, model, tiny)
+    if first:  # run these first (a slow model's partial file then holds them)
+        cases.sort(key=lambda c: (first.index(c["id"]) if c["id"] in first else len(first)))
     gen_rows = {}
-    for case in cases:
+    for n_done, case in enumerate(cases, 1):
         steps, rows, finish = greedy(model, case["prompt_tokens"])
         case["n_prompt_tokens"] = len(case["prompt_tokens"])
         case["steps"] = steps
@@ -206,6 +209,12 @@ def run_model(name: str, path: Path, tiny: bool, settings: ContextSettings,
         gen_rows[case["id"]] = rows
         print(f"  {name} {case['id']}: {len(case['prompt_tokens'])} prompt tokens, {len(steps)} steps, "
               f"{finish}, low-margin {case['n_steps_margin_below_0_5']}: {case['generated_text']!r}", flush=True)
+        if checkpoint is not None:
+            # What is done so far, in the same case format, for runs cut short.
+            checkpoint.write_text(json.dumps({
+                "format": FORMAT, "partial": f"{n_done} of {len(cases)} cases; no self_consistency yet",
+                "model": {"name": name, "file": path.name}, "settings": settings.as_record(),
+                "cases": cases[:n_done]}, ensure_ascii=False, separators=(",", ":")) + "\n")
 
     # Repeatability: the first case again must give bit-identical logits.
     _, rows_again, _ = greedy(model, cases[0]["prompt_tokens"])
@@ -284,6 +293,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny-only", action="store_true", help="only the tiny random-weight models")
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--first", help="comma-separated case ids to run first")
     ap.add_argument("--self-consistency", help="comma-separated case ids to measure llama.cpp against "
                     "itself on (default: prompts.SELF_CONSISTENCY_CASES); it is the slow part")
     args = ap.parse_args(argv)
@@ -292,7 +302,10 @@ def main(argv=None) -> int:
     for name, path, tiny in model_sources(args):
         print(f"{name}: {path}", flush=True)
         cases = args.self_consistency.split(",") if args.self_consistency else None
-        record = run_model(name, path, tiny, settings, cases)
+        partial = args.out / f"{name}.partial.json"
+        record = run_model(name, path, tiny, settings, cases,
+                           args.first.split(",") if args.first else None, partial)
+        partial.unlink(missing_ok=True)
         target = args.out / f"{name}.json"
         target.write_text(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
         print(f"{name}: wrote {target} ({os.path.getsize(target)} bytes) {record['summary']}", flush=True)
