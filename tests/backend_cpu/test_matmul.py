@@ -130,7 +130,9 @@ def test_activation_quantization_bytes(be, scalar_be, variant_backends, t):
     for x in _activation_rows(rng, 512):
         want = activation_bytes(fmt, x)
         for name, backend in {"default": be, "scalar": scalar_be, **variant_backends}.items():
-            assert _act_bytes_from_c(backend, t, x) == want, f"{fmt} activation bytes differ on variant {name}"
+            # the row continues with side data of the SIMD kernels (see csrc/internal.h)
+            got = _act_bytes_from_c(backend, t, x)
+            assert got[: len(want)] == want, f"{fmt} activation bytes differ on variant {name}"
 
 
 @pytest.mark.parametrize("t", ALL_TYPES)

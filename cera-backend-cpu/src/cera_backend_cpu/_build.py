@@ -32,6 +32,7 @@ SOURCES = [
     "pool.c",
     "matmul.c",
     "ops.c",
+    "bench.c",
 ]
 
 

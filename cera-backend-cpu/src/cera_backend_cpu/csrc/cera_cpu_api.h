@@ -98,3 +98,9 @@ int cera_glu(cera_ctx *ctx, int op, const float *g, const float *u, float *y, in
 /* Conversions (round to nearest even, as ggml and F16C). */
 void cera_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 void cera_f16_to_f32(const uint16_t *x, float *y, int64_t n);
+
+/* -- benchmarks ----------------------------------------------------------------------------- */
+
+/* Read every byte of p on all the context's threads and return a checksum: measures the
+ * memory read bandwidth that a memory-bound matrix-vector product can reach. */
+uint64_t cera_read_probe(cera_ctx *ctx, const void *p, int64_t bytes);

@@ -162,6 +162,20 @@ CERA_INLINE void q3k_scales(const uint8_t *s, int8_t out[16]) {
 /* -- activation formats (llama.cpp's vec_dot_type of each weight type) ------------------- */
 enum { ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_COUNT };
 
+/* The activation rows of the Q8_0 and Q8_1 formats carry, after llama.cpp's blocks, side
+ * data that SIMD kernels use to save work per weight block (the blocks stay as they are,
+ * byte for byte):
+ *   Q8_0: float da[nb] (the f16 scales as f32), then int32 neg_lanes[nb][8] where lane i
+ *         is -(q[4i] + q[4i+1] + q[4i+2] + q[4i+3]): with it, an unsigned weight u = w + c
+ *         gives sum((u - c) * q) = dpbusd(neg_lanes << log2(c), u, q) in one instruction;
+ *   Q8_1: float ds[nb][2] = {d, s} as f32.
+ * Each part starts 32 bytes after the row start (rows are padded to 64 bytes); callers
+ * need not align the row, so the kernels use unaligned loads. */
+#define CERA_ALIGN32(x) (((x) + 31) & ~(int64_t)31)
+CERA_INLINE int64_t q8_0_side_da(int64_t nb) { return CERA_ALIGN32(nb * (int64_t)sizeof(block_q8_0)); }
+CERA_INLINE int64_t q8_0_side_lanes(int64_t nb) { return q8_0_side_da(nb) + CERA_ALIGN32(nb * 4); }
+CERA_INLINE int64_t q8_1_side_ds(int64_t nb) { return CERA_ALIGN32(nb * (int64_t)sizeof(block_q8_1)); }
+
 typedef struct {
     int supported;
     int block;       /* elements per block */
@@ -174,6 +188,9 @@ extern const cera_type_traits cera_types[T_COUNT];
 extern const int cera_act_block[ACT_COUNT];
 extern const int cera_act_block_bytes[ACT_COUNT];
 
+/* Bytes of one activation row of n elements in format act, side data and padding included. */
+int64_t cera_act_bytes(int act, int64_t n);
+
 /* -- kernel table: one per SIMD variant ------------------------------------------------- */
 
 /* s = dot(weight row w, quantized activation row a), n elements. */
@@ -181,9 +198,13 @@ typedef void (*cera_dot_fn)(int64_t n, const void *w, const void *a, float *s);
 /* quantize n floats (a multiple of the format's block) into the activation format. */
 typedef void (*cera_quant_fn)(const float *x, void *y, int64_t n);
 
+/* the same for 4 weight rows, row_stride bytes apart: s[0..3] */
+typedef void (*cera_dot4_fn)(int64_t n, const void *w, int64_t row_stride, const void *a, float *s);
+
 typedef struct {
     const char *name;
     cera_dot_fn dot[T_COUNT];
+    cera_dot4_fn dot4[T_COUNT]; /* optional */
     cera_quant_fn quant[ACT_COUNT];
     /* attention primitives over the KV cache */
     float (*dot_f16)(int64_t n, const uint16_t *a, const uint16_t *b);
@@ -191,6 +212,8 @@ typedef struct {
     void (*axpy_f16)(int64_t n, float *y, const uint16_t *x, float a); /* y += a * x */
     void (*axpy_f32)(int64_t n, float *y, const float *x, float a);
     void (*scale_f32)(int64_t n, float *y, float a);
+    /* sum of the 64-bit words of a buffer: the read-bandwidth probe of the benchmarks */
+    uint64_t (*read_sum)(const void *p, int64_t bytes);
 } cera_kernels;
 
 /* Fill a table with the portable scalar kernels. */
@@ -207,6 +230,7 @@ int cera_kernels_init_neon(cera_kernels *k);
 void cera_quant_q8_0_scalar(const float *x, void *y, int64_t n);
 void cera_quant_q8_1_scalar(const float *x, void *y, int64_t n);
 void cera_quant_q8_K_scalar(const float *x, void *y, int64_t n);
+uint64_t cera_read_sum_scalar(const void *p, int64_t bytes);
 
 /* -- thread pool ---------------------------------------------------------------------------- */
 

@@ -329,4 +329,5 @@ void cera_kernels_init_scalar(cera_kernels *k) {
     k->axpy_f16 = axpy_f16;
     k->axpy_f32 = axpy_f32;
     k->scale_f32 = scale_f32;
+    k->read_sum = cera_read_sum_scalar;
 }

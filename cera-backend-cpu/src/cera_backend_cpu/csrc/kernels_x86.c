@@ -15,6 +15,7 @@
 /* -- avx2 -------------------------------------------------------------------------------- */
 #define X86_NAME avx2
 #define X86_VNNI 0
+#define X86_512 0
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
@@ -29,10 +30,12 @@
 #endif
 #undef X86_NAME
 #undef X86_VNNI
+#undef X86_512
 
 /* -- avx512 -------------------------------------------------------------------------------- */
 #define X86_NAME avx512
 #define X86_VNNI 0
+#define X86_512 1
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"))), \
                              apply_to = function)
@@ -48,10 +51,12 @@
 #endif
 #undef X86_NAME
 #undef X86_VNNI
+#undef X86_512
 
 /* -- avx512vnni ------------------------------------------------------------------------------ */
 #define X86_NAME avx512vnni
 #define X86_VNNI 1
+#define X86_512 1
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))), \
                              apply_to = function)
@@ -67,6 +72,7 @@
 #endif
 #undef X86_NAME
 #undef X86_VNNI
+#undef X86_512
 
 /* The table fillers run before any CPU check, so they live outside the target regions. */
 #define X86_INIT(V)                                            \
@@ -85,6 +91,15 @@
         k->dot[T_Q4_K] = dot_q4_K_##V;                         \
         k->dot[T_Q5_K] = dot_q5_K_##V;                         \
         k->dot[T_Q6_K] = dot_q6_K_##V;                         \
+        k->dot4[T_Q4_0] = dot4_q4_0_##V;                       \
+        k->dot4[T_Q4_1] = dot4_q4_1_##V;                       \
+        k->dot4[T_Q5_0] = dot4_q5_0_##V;                       \
+        k->dot4[T_Q5_1] = dot4_q5_1_##V;                       \
+        k->dot4[T_Q8_0] = dot4_q8_0_##V;                       \
+        k->dot4[T_IQ4_NL] = dot4_iq4_nl_##V;                   \
+        k->dot4[T_Q4_K] = dot4_q4_K_##V;                       \
+        k->dot4[T_Q5_K] = dot4_q5_K_##V;                       \
+        k->dot4[T_Q6_K] = dot4_q6_K_##V;                       \
         k->quant[ACT_F16] = quant_f16_##V;                     \
         k->quant[ACT_Q8_0] = quant_q8_0_##V;                   \
         k->quant[ACT_Q8_1] = quant_q8_1_##V;                   \
@@ -94,6 +109,7 @@
         k->axpy_f16 = axpy_f16_##V;                            \
         k->axpy_f32 = axpy_f32_##V;                            \
         k->scale_f32 = scale_f32_##V;                          \
+        k->read_sum = read_sum_##V;                            \
         return 1;                                              \
     }
 

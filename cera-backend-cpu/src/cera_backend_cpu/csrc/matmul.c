@@ -22,6 +22,7 @@
 
 typedef struct {
     cera_dot_fn dot;
+    cera_dot4_fn dot4;
     const char *w;
     int64_t w_row_bytes, K, N, M;
     const char *act;
@@ -48,7 +49,10 @@ static void mm_task(void *varg, int ith, int nth) {
             for (int64_t m = m0; m < m1; m++) {
                 const char *a = job->act + m * job->act_row_bytes;
                 float *y = job->y + m * job->y_stride;
-                for (int64_t r = r0; r < r1; r++) job->dot(job->K, job->w + r * job->w_row_bytes, a, &y[r]);
+                int64_t r = r0;
+                if (job->dot4)
+                    for (; r + 4 <= r1; r += 4) job->dot4(job->K, job->w + r * job->w_row_bytes, job->w_row_bytes, a, &y[r]);
+                for (; r < r1; r++) job->dot(job->K, job->w + r * job->w_row_bytes, a, &y[r]);
                 if (job->bias)
                     for (int64_t r = r0; r < r1; r++) y[r] += job->bias[r];
             }
@@ -75,7 +79,7 @@ int cera_matmul(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, in
     if (K <= 0 || N <= 0 || M <= 0) return M == 0 || N == 0 ? CERA_OK : CERA_EINVAL;
     const int act = cera_types[wtype].act;
     if (K % cera_act_block[act]) return CERA_ETYPE;
-    const int64_t act_row_bytes = K / cera_act_block[act] * cera_act_block_bytes[act];
+    const int64_t act_row_bytes = cera_act_bytes(act, K);
 
     cera_ctx_lock(ctx);
     char *buf = cera_scratch(ctx, (size_t)(act_row_bytes * M));
@@ -91,6 +95,7 @@ int cera_matmul(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, in
 
     mm_job job;
     job.dot = ctx->k.dot[wtype];
+    job.dot4 = ctx->k.dot4[wtype];
     job.w = w;
     job.w_row_bytes = w_row_bytes;
     job.K = K;

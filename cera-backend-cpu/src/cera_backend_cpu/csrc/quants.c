@@ -289,11 +289,23 @@ int64_t cera_type_row_bytes(int t, int64_t n) {
     return n / cera_types[t].block * cera_types[t].block_bytes;
 }
 
+int64_t cera_act_bytes(int act, int64_t n) {
+    const int64_t nb = n / cera_act_block[act];
+    int64_t bytes;
+    if (act == ACT_Q8_0)
+        bytes = q8_0_side_lanes(nb) + nb * 32;
+    else if (act == ACT_Q8_1)
+        bytes = q8_1_side_ds(nb) + nb * 8;
+    else
+        bytes = nb * cera_act_block_bytes[act];
+    return (bytes + 63) & ~(int64_t)63;
+}
+
 int64_t cera_act_row_bytes(int t, int64_t n) {
     if (!cera_type_supported(t)) return -1;
     const int a = cera_types[t].act;
     if (n % cera_act_block[a]) return -1;
-    return n / cera_act_block[a] * cera_act_block_bytes[a];
+    return cera_act_bytes(a, n);
 }
 
 int cera_dequantize(int t, const void *src, float *dst, int64_t n) {
