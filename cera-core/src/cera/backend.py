@@ -172,6 +172,12 @@ class Backend(ABC):
     def new_state(self, layers: list[KVLayerSpec], n_ctx: int, kv_type: str = "f16") -> State:
         """A fresh KV cache for one session: one entry per attention layer."""
 
+    def execute(self, model, state: State, tokens: np.ndarray, positions: np.ndarray, output: str) -> Any:
+        """Run one forward pass of ``model``. The default calls ``model.forward`` directly;
+        a backend that can record a pass once and replay it (a GPU command buffer, a
+        C-side execution plan) overrides this, so a family's forward stays plain code."""
+        return model.forward(state, tokens, positions, output)
+
     def cannot_serve(self, tensor_type: str) -> str | None:
         """None if this backend has a kernel for a GGML type, else why not."""
         if tensor_type in self.tensor_types:

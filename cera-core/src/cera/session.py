@@ -124,7 +124,8 @@ class Session:
         self.tokenizer = loaded.tokenizer
         self.n_ctx = n_ctx
         self.n_batch = n_batch
-        self.state = loaded.backend.new_state(self.model.state_layout(), n_ctx, kv_type)
+        self.backend = loaded.backend
+        self.state = self.backend.new_state(self.model.state_layout(), n_ctx, kv_type)
         self.tokens: list[int] = []  # evaluated, in the state
         self.pending: list[int] = []  # queued for the next evaluation
         self.logits: np.ndarray | None = None  # logits after the last evaluated token
@@ -194,7 +195,8 @@ class Session:
             positions = np.arange(start, start + len(chunk), dtype=np.int32)
             self.state.begin(positions)
             try:
-                out = self.model.forward(self.state, np.asarray(chunk, dtype=np.int32), positions, "last" if last else "none")
+                tokens = np.asarray(chunk, dtype=np.int32)
+                out = self.backend.execute(self.model, self.state, tokens, positions, "last" if last else "none")
             except BaseException:
                 self.state.rollback()
                 raise
