@@ -132,6 +132,12 @@ class CpuBackend(Backend):
                 f"{', '.join(['auto', *compiled_variants()])}"
             )
         self._ctx = ffi.gc(ctx, lib.cera_ctx_free)
+        spin = os.environ.get("CERA_CPU_SPIN_US", "").strip()
+        if spin:
+            try:
+                self.set_spin(int(spin))
+            except ValueError:
+                raise BackendUnavailable(f"CERA_CPU_SPIN_US={spin!r} is not a number of microseconds") from None
         self.threads = lib.cera_ctx_threads(ctx)
         self.variant = ffi.string(lib.cera_ctx_variant(ctx)).decode()
         self._rope_factors: dict[RopeSpec, Any] = {}
@@ -151,7 +157,9 @@ class CpuBackend(Backend):
         )
 
     def set_spin(self, microseconds: int) -> None:
-        """How long idle pool threads spin before sleeping (default 200 us)."""
+        """How long idle pool threads spin before sleeping (default 200 us; also
+        $CERA_CPU_SPIN_US). Spinning makes the next op start at once; sleeping frees the
+        cores for other processes between bursts of work."""
         lib.cera_ctx_set_spin_us(self._ctx, int(microseconds))
 
     # -- weights and state --------------------------------------------------------------
@@ -299,10 +307,14 @@ class CpuBackend(Backend):
         start, _ = state.store_kv(layer, k, v)
         v_dim = v.shape[2]
         out = np.empty((n, n_heads * v_dim), np.float32)
-        kc, vc = state.k[layer], state.v[layer]
+        ptrs = state.__dict__.get("_cffi_ptrs")
+        if ptrs is None:  # the cache arrays live as long as the state: make their pointers once
+            ptrs = state._cffi_ptrs = (
+                [ffi.from_buffer(a) for a in state.k], [ffi.from_buffer(a) for a in state.v], _iptr(state.pos),
+            )  # fmt: skip
         rc = lib.cera_attention(
-            self._ctx, _fptr(q), n, n_heads, k_dim, ffi.from_buffer(kc), ffi.from_buffer(vc),
-            int(kc.dtype == np.float16), n_kv, state.n_ctx, v_dim, _iptr(state.pos), start + n, _iptr(positions),
+            self._ctx, _fptr(q), n, n_heads, k_dim, ptrs[0][layer], ptrs[1][layer],
+            int(state.kv_type == "f16"), n_kv, state.n_ctx, v_dim, ptrs[2], start + n, _iptr(positions),
             float(spec.scale), int(spec.window or 0), float(spec.softcap or 0.0), _fptr(out),
         )  # fmt: skip
         if rc != 0:

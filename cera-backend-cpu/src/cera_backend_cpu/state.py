@@ -130,6 +130,7 @@ class CpuState(State):
         )
 
     def restore(self, snap: Snapshot) -> None:
+        # (restore copies into the existing arrays, so pointers the backend keeps stay valid)
         if not isinstance(snap, Snapshot) or snap.owner != id(self):
             raise SessionError("this snapshot was not taken from this state")
         if self._batch is not None:

@@ -22,6 +22,21 @@
 
 #include <arm_neon.h>
 
+/* sdot. Older clang (before 16) declares vdotq_s32 only when the whole file is built for
+ * dotprod, which would make the baseline code need it too; there the instruction is
+ * spelled out (sdot v0.4s, v1.16b, v2.16b) on fixed registers. */
+#if defined(__clang__) && !defined(__ARM_FEATURE_DOTPROD) && __clang_major__ < 16
+static inline int32x4_t sdot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    register int32x4_t r0 __asm__("v0") = acc;
+    register int8x16_t r1 __asm__("v1") = a;
+    register int8x16_t r2 __asm__("v2") = b;
+    __asm__(".inst 0x4e829420" : "+w"(r0) : "w"(r1), "w"(r2));
+    return r0;
+}
+#else
+#define sdot vdotq_s32
+#endif
+
 static inline float h2f(uint16_t h) {
     __fp16 f;
     memcpy(&f, &h, 2);
@@ -53,7 +68,7 @@ static inline void high_bits(const uint8_t *qh, uint8x16_t *lo, uint8x16_t *hi) 
 }
 
 static inline int32x4_t dot32(int8x16_t x0, int8x16_t x1, const int8_t *y) {
-    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), x0, vld1q_s8(y)), x1, vld1q_s8(y + 16));
+    return sdot(sdot(vdupq_n_s32(0), x0, vld1q_s8(y)), x1, vld1q_s8(y + 16));
 }
 
 /* -- legacy formats ------------------------------------------------------------------------- */
@@ -145,7 +160,7 @@ static void dot_iq4_nl_neon(int64_t n, const void *vw, const void *va, float *s)
 
 /* -- K-quants ------------------------------------------------------------------------------ */
 
-static inline int dot16(int8x16_t x, const int8_t *y) { return vaddvq_s32(vdotq_s32(vdupq_n_s32(0), x, vld1q_s8(y))); }
+static inline int dot16(int8x16_t x, const int8_t *y) { return vaddvq_s32(sdot(vdupq_n_s32(0), x, vld1q_s8(y))); }
 
 static void dot_q2_K_neon(int64_t n, const void *vw, const void *va, float *s) {
     const block_q2_K *w = vw;
