@@ -143,7 +143,8 @@ def attention_cases(draw):
     softcap = draw(st.sampled_from([None, 5.0, 50.0]))
     kv_type = draw(st.sampled_from(["f16", "f32"]))
     gap = draw(st.sampled_from([0, 7]))  # positions need not be contiguous
-    return n_kv, group, k_dim, v_dim, batches, window, softcap, kv_type, gap
+    f16_acc = draw(st.booleans())
+    return n_kv, group, k_dim, v_dim, batches, window, softcap, kv_type, gap, f16_acc
 
 
 @OPS
@@ -154,7 +155,19 @@ def test_attention(be, seed, case):
     # a logit s = scale q.k errs by <= (k_dim + 4) u scale sum|q k| (+ tanh's 2u|s|);
     # a softmax weight p_j then errs relatively by <= 2 max|ds| + (n + 8) 2u
     # (exponentials and the running sum), so the output errs by <= max|v| times that.
-    n_kv, group, k_dim, v_dim, batches, window, softcap, kv_type, gap = case
+    # With the f16 accumulator (f16 cache), the running weighted sum of values, at most
+    # S max|v| with S the running sum of weights, is rounded to f16 after every update and
+    # every rescaling: <= 2 * 2^-11 S max|v| per visible cell, divided by the final S
+    # (>= the running one): 2 n 2^-11 max|v| for n visible cells (+ the f16 subnormal step).
+    n_kv, group, k_dim, v_dim, batches, window, softcap, kv_type, gap, f16_acc = case
+    be.attention_f16_accumulator = f16_acc
+    try:
+        _check_attention(be, seed, n_kv, group, k_dim, v_dim, batches, window, softcap, kv_type, gap, f16_acc)
+    finally:
+        be.attention_f16_accumulator = True
+
+
+def _check_attention(be, seed, n_kv, group, k_dim, v_dim, batches, window, softcap, kv_type, gap, f16_acc):
     rng = np.random.default_rng(seed)
     n_heads = n_kv * group
     scale = 1 / np.sqrt(k_dim)
@@ -179,6 +192,8 @@ def test_attention(be, seed, case):
         ref = attention(q64, kc, vc, cp, pos, scale, window, softcap, group)
         ds = (k_dim + 4) * U * scale * np.einsum("thd,cgd->thc", np.abs(q64), np.abs(kc)).max() * 1.0 + 2 * U * 50
         tol = np.abs(vc).max() * (2 * ds + (len(cp) + 8) * 2 * U) + 1e-30
+        if f16_acc and kv_type == "f16":
+            tol += 2 * len(cp) * (U16 * np.abs(vc).max() + 2.0**-25)
         err = np.abs(out.reshape(n, n_heads, v_dim) - ref)
         assert out.shape == (n, n_heads * v_dim)
         assert err.max() <= tol, f"attention error {err.max():.3g} > {tol:.3g}"

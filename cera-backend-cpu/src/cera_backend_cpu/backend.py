@@ -141,6 +141,11 @@ class CpuBackend(Backend):
         self.threads = lib.cera_ctx_threads(ctx)
         self.variant = ffi.string(lib.cera_ctx_variant(ctx)).decode()
         self._rope_factors: dict[RopeSpec, Any] = {}
+        # With an f16 KV cache, keep attention's weighted sum of values in f16 as llama.cpp's
+        # CPU flash attention (its default) does: its logits move by about 1 with flash
+        # attention on vs off, so matching its greedy tokens means matching this. Set it to
+        # False for the more exact f32 accumulator.
+        self.attention_f16_accumulator = True
 
     # -- device --------------------------------------------------------------------------
 
@@ -315,7 +320,8 @@ class CpuBackend(Backend):
         rc = lib.cera_attention(
             self._ctx, _fptr(q), n, n_heads, k_dim, ptrs[0][layer], ptrs[1][layer],
             int(state.kv_type == "f16"), n_kv, state.n_ctx, v_dim, ptrs[2], start + n, _iptr(positions),
-            float(spec.scale), int(spec.window or 0), float(spec.softcap or 0.0), _fptr(out),
+            float(spec.scale), int(spec.window or 0), float(spec.softcap or 0.0), self.attention_f16_accumulator,
+            _fptr(out),
         )  # fmt: skip
         if rc != 0:
             raise MemoryError("attention: out of memory")

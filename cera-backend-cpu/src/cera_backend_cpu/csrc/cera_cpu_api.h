@@ -84,11 +84,13 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
  * both f16 (kv_f16 = 1) or f32. cell_pos[c] is the position of cell c (< 0: empty).
  * A cell is visible from a query at position p when cell_pos[c] <= p and, with
  * window > 0, p - cell_pos[c] < window. Logits are scale * q.k, soft-capped to
- * softcap * tanh(logit / softcap) when softcap > 0. out: [n_tok, n_heads * v_dim]. */
+ * softcap * tanh(logit / softcap) when softcap > 0. out: [n_tok, n_heads * v_dim].
+ * acc_f16 (f16 cache only): keep the weighted sum of values in f16, rounding after every
+ * update, as llama.cpp's CPU flash attention does; 0 keeps it in f32. */
 int cera_attention(cera_ctx *ctx, const float *q, int64_t n_tok, int64_t n_heads, int64_t k_dim,
                    const void *k_cache, const void *v_cache, int kv_f16, int64_t n_kv_heads, int64_t kv_stride,
                    int64_t v_dim, const int32_t *cell_pos, int64_t n_cells, const int32_t *q_pos,
-                   float scale, int32_t window, float softcap, float *out);
+                   float scale, int32_t window, float softcap, int acc_f16, float *out);
 
 /* Elementwise ops. op: 0 silu, 1 gelu (tanh approximation, as ggml: through an f16
  * table), 2 gelu_erf, 3 relu. glu: y = act(g) * u with act 0 silu, 1 gelu. */

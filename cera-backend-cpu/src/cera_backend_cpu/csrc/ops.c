@@ -159,6 +159,7 @@ typedef struct {
     const int32_t *cell_pos, *q_pos;
     float scale, softcap;
     int32_t window;
+    int acc_f16;
     float *out;
     atomic_llong next;
     int failed;
@@ -172,7 +173,7 @@ static void attn_task(void *varg, int ith, int nth) {
     const int64_t group = job->n_heads / job->n_kv_heads;
     const size_t elt = job->kv_f16 ? 2 : 4;
     float *acc = malloc(sizeof(float) * (size_t)job->v_dim);
-    uint16_t *q16 = malloc(sizeof(uint16_t) * (size_t)job->k_dim);
+    uint16_t *q16 = malloc(sizeof(uint16_t) * (size_t)(job->k_dim + job->v_dim));
     if (!acc || !q16) {
         job->failed = 1;
         free(acc);
@@ -180,6 +181,8 @@ static void attn_task(void *varg, int ith, int nth) {
         return;
     }
     const float logit_mul = job->softcap > 0 ? job->scale / job->softcap : job->scale;
+    uint16_t *acc16 = (uint16_t *)q16 + job->k_dim; /* after q16: allocated together below */
+    const int f16acc = job->kv_f16 && job->acc_f16;
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (item >= job->n_tok * job->n_heads) break;
@@ -192,6 +195,7 @@ static void attn_task(void *varg, int ith, int nth) {
         const int32_t p = job->q_pos[t];
         float M = -INFINITY, S = 0.0f;
         memset(acc, 0, sizeof(float) * (size_t)job->v_dim);
+        memset(acc16, 0, sizeof(uint16_t) * (size_t)job->v_dim);
         for (int64_t c = 0; c < job->n_cells; c++) {
             const int32_t pc = job->cell_pos[c];
             if (pc < 0 || pc > p || (job->window > 0 && p - pc >= job->window)) continue;
@@ -202,24 +206,34 @@ static void attn_task(void *varg, int ith, int nth) {
                 s = k->dot_f32(job->k_dim, (const float *)kc + c * job->k_dim, q);
             s *= logit_mul;
             if (job->softcap > 0) s = job->softcap * tanhf(s);
-            float vs = 1.0f;
+            float vs = 1.0f, ms = 1.0f;
             if (s > M) {
-                const float ms = expf(M - s); /* 0 on the first visible cell */
+                ms = expf(M - s); /* 0 on the first visible cell */
                 M = s;
-                k->scale_f32(job->v_dim, acc, ms);
-                S *= ms;
             } else {
                 vs = expf(s - M);
             }
-            if (job->kv_f16)
-                k->axpy_f16(job->v_dim, acc, (const uint16_t *)vc + c * job->v_dim, vs);
-            else
-                k->axpy_f32(job->v_dim, acc, (const float *)vc + c * job->v_dim, vs);
-            S += vs;
+            if (f16acc) {
+                /* ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 arithmetic, f16 after each step */
+                const uint16_t *v = (const uint16_t *)vc + c * job->v_dim;
+                if (ms != 1.0f)
+                    for (int64_t i = 0; i < job->v_dim; i++) acc16[i] = f32_to_f16(f16_to_f32(acc16[i]) * ms);
+                for (int64_t i = 0; i < job->v_dim; i++) acc16[i] = f32_to_f16(fmaf(f16_to_f32(v[i]), vs, f16_to_f32(acc16[i])));
+            } else {
+                if (ms != 1.0f) k->scale_f32(job->v_dim, acc, ms);
+                if (job->kv_f16)
+                    k->axpy_f16(job->v_dim, acc, (const uint16_t *)vc + c * job->v_dim, vs);
+                else
+                    k->axpy_f32(job->v_dim, acc, (const float *)vc + c * job->v_dim, vs);
+            }
+            S = S * ms + vs;
         }
         float *o = job->out + (t * job->n_heads + h) * job->v_dim;
-        const float inv = S > 0.0f ? 1.0f / S : 0.0f;
-        for (int64_t i = 0; i < job->v_dim; i++) o[i] = acc[i] * inv;
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        if (f16acc)
+            for (int64_t i = 0; i < job->v_dim; i++) o[i] = f16_to_f32(acc16[i]) * inv;
+        else
+            for (int64_t i = 0; i < job->v_dim; i++) o[i] = acc[i] * inv;
     }
     free(acc);
     free(q16);
@@ -228,7 +242,7 @@ static void attn_task(void *varg, int ith, int nth) {
 int cera_attention(cera_ctx *ctx, const float *q, int64_t n_tok, int64_t n_heads, int64_t k_dim, const void *k_cache,
                    const void *v_cache, int kv_f16, int64_t n_kv_heads, int64_t kv_stride, int64_t v_dim,
                    const int32_t *cell_pos, int64_t n_cells, const int32_t *q_pos, float scale, int32_t window,
-                   float softcap, float *out) {
+                   float softcap, int acc_f16, float *out) {
     if (n_kv_heads <= 0 || n_heads % n_kv_heads || n_cells > kv_stride) return CERA_EINVAL;
     attn_job job;
     job.k = &ctx->k;
@@ -248,6 +262,7 @@ int cera_attention(cera_ctx *ctx, const float *q, int64_t n_tok, int64_t n_heads
     job.scale = scale;
     job.softcap = softcap;
     job.window = window;
+    job.acc_f16 = acc_f16;
     job.out = out;
     job.failed = 0;
     atomic_init(&job.next, 0);
