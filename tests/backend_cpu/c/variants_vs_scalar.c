@@ -154,6 +154,18 @@ static int check_variant(const char *name) {
             printf("%s: axpy differs at %d\n", name, i);
             return 1;
         }
+    /* the f16 accumulator: one fused multiply-add, then f16 rounding: identical bits */
+    uint16_t a1[100], a2[100];
+    memcpy(a1, h2, sizeof a1);
+    memcpy(a2, h2, sizeof a2);
+    sc->k.scale_f16(100, a1, 0.3f);
+    vc->k.scale_f16(100, a2, 0.3f);
+    sc->k.mad_f16(100, a1, h1, 0.7f);
+    vc->k.mad_f16(100, a2, h1, 0.7f);
+    if (memcmp(a1, a2, sizeof a1)) {
+        printf("%s: f16 accumulator differs\n", name);
+        return 1;
+    }
     free(x); free(wv); free(av); free(w); free(as); free(avb);
     cera_ctx_free(sc);
     cera_ctx_free(vc);

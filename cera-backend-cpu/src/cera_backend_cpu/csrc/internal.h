@@ -212,6 +212,10 @@ typedef struct {
     void (*axpy_f16)(int64_t n, float *y, const uint16_t *x, float a); /* y += a * x */
     void (*axpy_f32)(int64_t n, float *y, const float *x, float a);
     void (*scale_f32)(int64_t n, float *y, float a);
+    /* an f16 accumulator, as llama.cpp's flash attention keeps one: y = f16(v * a + y)
+     * with one rounding in f32 (a fused multiply-add), and y = f16(y * a) */
+    void (*mad_f16)(int64_t n, uint16_t *y, const uint16_t *v, float a);
+    void (*scale_f16)(int64_t n, uint16_t *y, float a);
     /* sum of the 64-bit words of a buffer: the read-bandwidth probe of the benchmarks */
     uint64_t (*read_sum)(const void *p, int64_t bytes);
 } cera_kernels;

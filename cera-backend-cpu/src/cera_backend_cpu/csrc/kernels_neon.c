@@ -8,6 +8,8 @@
  * even, as fcvtns does). The target pragma covers only the kernels: the table filler at
  * the end is plain code, since it runs before the CPU check.
  */
+#include <math.h>
+
 #include "internal.h"
 
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
@@ -354,6 +356,19 @@ static void axpy_f32_neon(int64_t n, float *y, const float *x, float a) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+static void mad_f16_neon(int64_t n, uint16_t *y, const uint16_t *v, float a) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vfmaq_n_f32(ld_f16(y + i), ld_f16(v + i), a))));
+    for (; i < n; i++) y[i] = f2h(fmaf(h2f(v[i]), a, h2f(y[i])));
+}
+
+static void scale_f16_neon(int64_t n, uint16_t *y, float a) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vmulq_n_f32(ld_f16(y + i), a))));
+    for (; i < n; i++) y[i] = f2h(h2f(y[i]) * a);
+}
+
 /* -- activation quantizers: the same bytes as the scalar ones -------------------------------- */
 
 static inline float amax32(const float *x) {
@@ -432,6 +447,8 @@ int cera_kernels_init_neon(cera_kernels *k) {
     k->dot_f32 = dot_f32_f32_neon;
     k->axpy_f16 = axpy_f16_neon;
     k->axpy_f32 = axpy_f32_neon;
+    k->mad_f16 = mad_f16_neon;
+    k->scale_f16 = scale_f16_neon;
     return 1;
 }
 

@@ -297,6 +297,14 @@ static void axpy_f32(int64_t n, float *y, const float *x, float a) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static void mad_f16(int64_t n, uint16_t *y, const uint16_t *v, float a) {
+    for (int64_t i = 0; i < n; i++) y[i] = f32_to_f16(fmaf(f16_to_f32(v[i]), a, f16_to_f32(y[i])));
+}
+
+static void scale_f16(int64_t n, uint16_t *y, float a) {
+    for (int64_t i = 0; i < n; i++) y[i] = f32_to_f16(f16_to_f32(y[i]) * a);
+}
+
 static void scale_f32(int64_t n, float *y, float a) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
@@ -329,5 +337,7 @@ void cera_kernels_init_scalar(cera_kernels *k) {
     k->axpy_f16 = axpy_f16;
     k->axpy_f32 = axpy_f32;
     k->scale_f32 = scale_f32;
+    k->mad_f16 = mad_f16;
+    k->scale_f16 = scale_f16;
     k->read_sum = cera_read_sum_scalar;
 }

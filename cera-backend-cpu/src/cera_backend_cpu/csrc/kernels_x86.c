@@ -7,6 +7,8 @@
  * AVX2 code compiled with the AVX-512 register file and encodings. dispatch.c picks one
  * at run time.
  */
+#include <math.h>
+
 #include "internal.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -109,6 +111,8 @@
         k->axpy_f16 = axpy_f16_##V;                            \
         k->axpy_f32 = axpy_f32_##V;                            \
         k->scale_f32 = scale_f32_##V;                          \
+        k->mad_f16 = mad_f16_##V;                              \
+        k->scale_f16 = scale_f16_##V;                          \
         k->read_sum = read_sum_##V;                            \
         return 1;                                              \
     }

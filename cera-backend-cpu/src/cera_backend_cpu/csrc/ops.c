@@ -215,10 +215,8 @@ static void attn_task(void *varg, int ith, int nth) {
             }
             if (f16acc) {
                 /* ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 arithmetic, f16 after each step */
-                const uint16_t *v = (const uint16_t *)vc + c * job->v_dim;
-                if (ms != 1.0f)
-                    for (int64_t i = 0; i < job->v_dim; i++) acc16[i] = f32_to_f16(f16_to_f32(acc16[i]) * ms);
-                for (int64_t i = 0; i < job->v_dim; i++) acc16[i] = f32_to_f16(fmaf(f16_to_f32(v[i]), vs, f16_to_f32(acc16[i])));
+                if (ms != 1.0f) k->scale_f16(job->v_dim, acc16, ms);
+                k->mad_f16(job->v_dim, acc16, (const uint16_t *)vc + c * job->v_dim, vs);
             } else {
                 if (ms != 1.0f) k->scale_f32(job->v_dim, acc, ms);
                 if (job->kv_f16)
