@@ -112,7 +112,7 @@ def matvec_vs_read(backend, probe: np.ndarray, weight, x, repeat: int) -> tuple[
     for _ in range(repeat):
         reads.append(probe.nbytes / timed(read) / 1e9)
         mvs.append(nbytes / timed(matvec) / 1e9)
-    ratio = statistics.median(m / r for m, r in zip(mvs, reads))
+    ratio = statistics.median(m / r for m, r in zip(mvs, reads, strict=True))
     return statistics.median(mvs), statistics.median(reads), ratio
 
 
@@ -169,11 +169,11 @@ def main() -> int:
             ws = be.weight("small", small, t, shape=(K, len(small)))
             gbs, read, ratio = matvec_vs_read(be, probe, wb, x1, args.repeat)
             all_reads[n].append(read)
-            tc = median_time(lambda: be.linear(x1, ws), max(args.repeat, 20))
+            tc = median_time(lambda be=be, ws=ws, x1=x1: be.linear(x1, ws), max(args.repeat, 20))
             line += f" | {gbs:11.2f} {read:9.2f} {100 * ratio:4.0f}% {small.nbytes / tc / 1e9:11.2f}"
             if not args.no_matmul:
                 wq = be.weight("square", square, t, shape=(K, K))
-                tm = median_time(lambda: be.linear(xm, wq), max(1, args.repeat // 2))
+                tm = median_time(lambda be=be, wq=wq, xm=xm: be.linear(xm, wq), max(1, args.repeat // 2))
                 line += f" {2 * 128 * K * K / tm / 1e9:14.1f}"
             line += f"  ({n}t)"
             if n == 2 and t in TARGET_TYPES and ratio < 0.8:

@@ -12,7 +12,9 @@ import os
 
 import pytest
 
-pytest.importorskip("cera_backend_cpu._cpu", reason="cera-backend-cpu is not installed (pip install -e ./cera-backend-cpu)")
+pytest.importorskip(
+    "cera_backend_cpu._cpu", reason="cera-backend-cpu is not installed (pip install -e ./cera-backend-cpu)"
+)
 
 
 @pytest.fixture(scope="session")

@@ -114,7 +114,7 @@ def min_part(t: str, data: np.ndarray) -> np.ndarray:
     """The min offsets of each element of a weight (0 for types without mins), float64."""
     if t not in QUANT_BYTES_OF_MIN_TYPES:
         return np.zeros(0)
-    bs, ts = block_size(t), block_bytes(t)
+    ts = block_bytes(t)
     blocks = data.reshape(data.shape[0], -1, ts).copy()
     for a, b in QUANT_BYTES_OF_MIN_TYPES[t]:
         blocks[..., a:b] = 0
@@ -188,12 +188,15 @@ def activation_bytes(fmt: str, x: np.ndarray) -> bytes:
         return quantize(x.astype(np.float32), GGMLQuantizationType.BF16).tobytes()
     if fmt == "Q8_0":
         d, q, _ = quantize_q8_0(x)
-        return b"".join(np.float16(di).tobytes() + qi.tobytes() for di, qi in zip(d, q))
+        return b"".join(np.float16(di).tobytes() + qi.tobytes() for di, qi in zip(d, q, strict=True))
     if fmt == "Q8_1":
         d, q, s = quantize_q8_0(x, with_sum=True)
-        return b"".join(np.float16(di).tobytes() + np.float16(si).tobytes() + qi.tobytes() for di, qi, si in zip(d, q, s))
+        return b"".join(
+            np.float16(di).tobytes() + np.float16(si).tobytes() + qi.tobytes()
+            for di, qi, si in zip(d, q, s, strict=True)
+        )
     d, q, bs = quantize_q8_k(x)
-    return b"".join(np.float32(di).tobytes() + qi.tobytes() + bi.tobytes() for di, qi, bi in zip(d, q, bs))
+    return b"".join(np.float32(di).tobytes() + qi.tobytes() + bi.tobytes() for di, qi, bi in zip(d, q, bs, strict=True))
 
 
 # -- error bounds of the quantized products -----------------------------------------------

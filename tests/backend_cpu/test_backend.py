@@ -200,5 +200,5 @@ def test_kernels_release_the_gil():
     inside = [t for t in stamps if span["start"] <= t <= span["end"]]
     duration = span["end"] - span["start"]
     points = [span["start"], *inside, span["end"]]
-    largest_pause = max(b - a for a, b in zip(points, points[1:]))
+    largest_pause = max(b - a for a, b in zip(points, points[1:], strict=False))
     assert largest_pause < 0.5 * duration, f"Python stalled {largest_pause:.3f} s of a {duration:.3f} s C call"

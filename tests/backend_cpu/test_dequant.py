@@ -69,8 +69,9 @@ def test_f32_to_f16_rounds_like_numpy():
         [
             (rng.standard_normal(20000) * 10.0 ** rng.uniform(-9, 5.2, 20000)).astype(np.float32),
             np.float16(np.arange(1, 2048, dtype=np.float32) * 2.0**-24).astype(np.float32) * 1.5,  # ties
-            np.array([0.0, -0.0, 65504, 65519.99, 65520, -65520, 1e30, np.inf, -np.inf, 2.0**-25, 3 * 2.0**-26],
-                     np.float32),
+            np.array(
+                [0.0, -0.0, 65504, 65519.99, 65520, -65520, 1e30, np.inf, -np.inf, 2.0**-25, 3 * 2.0**-26], np.float32
+            ),
         ]
     ).astype(np.float32)
     out = np.empty(x.size, np.uint16)
@@ -103,7 +104,9 @@ def _check_file(be, path, rows_per_tensor=6, tensors_per_type=3):
                 rows = raw.reshape(-1, raw.shape[-1])
                 pick = np.unique(np.r_[0 : rows_per_tensor // 2, len(rows) - rows_per_tensor // 2 : len(rows)])
                 sel = rows[pick]
-                ref = dequantize(sel.view(np.uint8) if t in ("F32", "F16") else sel, info.ggml_type).reshape(len(pick), -1)
+                ref = dequantize(sel.view(np.uint8) if t in ("F32", "F16") else sel, info.ggml_type).reshape(
+                    len(pick), -1
+                )
                 got = np.stack([_c_dequantize(t, rows[i], info.shape[0]) for i in pick])
             np.testing.assert_array_equal(_bits(got), _bits(ref), err_msg=f"{path}: {info.name} ({t})")
             checked[t] = checked.get(t, 0) + 1

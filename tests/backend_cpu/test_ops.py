@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cera.backend import AttentionSpec, KVLayerSpec, RopeSpec
-from cpu_reference import U, U16, attention, gelu_erf, gelu_tanh, layer_norm, rms_norm, rope, silu
+from cpu_reference import U16, U, attention, gelu_erf, gelu_tanh, layer_norm, rms_norm, rope, silu
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -180,7 +180,11 @@ def _check_attention(be, seed, n_kv, group, k_dim, v_dim, batches, window, softc
     for n in batches:
         pos = np.arange(next_pos, next_pos + n, dtype=np.int32)
         next_pos += n + gap
-        q, k, v = _rand(rng, (n, n_heads, k_dim), 0.5), _rand(rng, (n, n_kv, k_dim), 0.5), _rand(rng, (n, n_kv, v_dim), 0.5)
+        q, k, v = (
+            _rand(rng, (n, n_heads, k_dim), 0.5),
+            _rand(rng, (n, n_kv, k_dim), 0.5),
+            _rand(rng, (n, n_kv, v_dim), 0.5),
+        )
         state.begin(pos)
         out = be.attention(q, k, v, state, 0, pos, spec)
         state.commit()
@@ -232,7 +236,7 @@ def test_attention_variants_match_scalar(scalar_be, variant_backends):
             state = backend.new_state([KVLayerSpec(2, 64, 64)], 16, kv_type)
             state.begin(pos)
             outs[name] = backend.attention(q, k, v, state, 0, pos, AttentionSpec(scale=0.125, softcap=30.0))
-        for name, out in outs.items():
+        for out in outs.values():
             np.testing.assert_allclose(out, outs["scalar"], rtol=0, atol=1e-5 * np.abs(v).max())
 
 
@@ -312,7 +316,12 @@ def test_add_mul_scale_softcap(be, seed, rows, n):
 
 
 @OPS
-@given(seed=seeds, chunks=st.lists(st.integers(1, 5), min_size=1, max_size=4), channels=st.integers(1, 20), d_conv=st.integers(1, 5))
+@given(
+    seed=seeds,
+    chunks=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    channels=st.integers(1, 20),
+    d_conv=st.integers(1, 5),
+)
 def test_conv1d_causal_carries_state(be, seed, chunks, channels, d_conv):
     # y[t, c] = sum_j w[c, j] x[t - (d_conv - 1) + j, c] over the whole sequence, inputs
     # before the start are zero; computed chunk by chunk with the state carried. float32:
@@ -349,7 +358,7 @@ def _moe_reference(x, router, gate, up, down, k, norm, gating, act):
         wts = probs[t, top[t]]
         if norm:
             wts = wts / wts.sum()
-        for e_idx, wt in zip(top[t], wts):
+        for e_idx, wt in zip(top[t], wts, strict=True):
             g = gate[e_idx] @ x[t]
             a = silu(g) if act == "silu" else gelu_tanh(g)
             h = up[e_idx] @ x[t]

@@ -180,7 +180,9 @@ class CpuBackend(Backend):
             raise UnsupportedTensorType(name, type_name, self.name, reason)
         return CpuWeight(name, type_name, info.shape, gguf.tensor_data(name))
 
-    def weight(self, name: str, data: np.ndarray, ggml_type: str = "F32", shape: tuple[int, ...] | None = None) -> CpuWeight:
+    def weight(
+        self, name: str, data: np.ndarray, ggml_type: str = "F32", shape: tuple[int, ...] | None = None
+    ) -> CpuWeight:
         """A weight from an array instead of a file (tests, tiny models, computed tables).
 
         For F32/F16/BF16 pass the values (BF16 as uint16 bits) in numpy shape; for a
@@ -221,6 +223,10 @@ class CpuBackend(Backend):
         return out
 
     def linear(self, x: np.ndarray, w: CpuWeight, bias: CpuWeight | None = None) -> np.ndarray:
+        if len(w.shape) != 2:
+            raise ShapeError(
+                f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed (experts go to moe)"
+            )
         return self._matmul(x, w, 0, bias)
 
     def _matmul(self, x, w: CpuWeight, expert: int, bias: CpuWeight | None) -> np.ndarray:
@@ -296,9 +302,7 @@ class CpuBackend(Backend):
             cached = self._rope_factors[spec] = (ff, _fptr(ff))
         return cached[1]
 
-    def attention(
-        self, q, k, v, state: CpuState, layer: int, positions: np.ndarray, spec: AttentionSpec
-    ) -> np.ndarray:
+    def attention(self, q, k, v, state: CpuState, layer: int, positions: np.ndarray, spec: AttentionSpec) -> np.ndarray:
         q, k, v = _f32(q), _f32(k), _f32(v)
         if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
             raise ShapeError(f"attention expects 3-D q, k, v, got {q.shape}, {k.shape}, {v.shape}")
@@ -378,9 +382,7 @@ class CpuBackend(Backend):
         state.conv[layer] = xx[n:].copy()
         return y
 
-    def moe(
-        self, x, router: CpuWeight, gate: CpuWeight, up: CpuWeight, down: CpuWeight, k: int, **kw
-    ) -> np.ndarray:
+    def moe(self, x, router: CpuWeight, gate: CpuWeight, up: CpuWeight, down: CpuWeight, k: int, **kw) -> np.ndarray:
         """Top-k mixture of experts, as llama.cpp's build_moe_ffn.
 
         Options: ``gating`` "softmax" (default) or "sigmoid" for the router

@@ -136,9 +136,9 @@ class CpuState(State):
         if self._batch is not None:
             raise SessionError("cannot restore the state while a pass is in progress")
         n = snap.n_filled
-        for dst, src in zip(self.k, snap.k):
+        for dst, src in zip(self.k, snap.k, strict=True):
             dst[:, :n] = src
-        for dst, src in zip(self.v, snap.v):
+        for dst, src in zip(self.v, snap.v, strict=True):
             dst[:, :n] = src
         self.pos[:n] = snap.pos
         self.pos[n:] = -1

@@ -38,7 +38,9 @@ def physical_cores() -> int:
             return len(cores)
     elif sys.platform == "darwin":
         try:
-            out = subprocess.run(["sysctl", "-n", "hw.perflevel0.physicalcpu"], capture_output=True, text=True, timeout=5)
+            out = subprocess.run(
+                ["sysctl", "-n", "hw.perflevel0.physicalcpu"], capture_output=True, text=True, timeout=5
+            )
             if out.returncode != 0 or not out.stdout.strip():
                 out = subprocess.run(["sysctl", "-n", "hw.physicalcpu"], capture_output=True, text=True, timeout=5)
             n = int(out.stdout.strip())
