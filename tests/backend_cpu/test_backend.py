@@ -202,3 +202,35 @@ def test_kernels_release_the_gil():
     points = [span["start"], *inside, span["end"]]
     largest_pause = max(b - a for a, b in zip(points, points[1:], strict=False))
     assert largest_pause < 0.5 * duration, f"Python stalled {largest_pause:.3f} s of a {duration:.3f} s C call"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_runs_without_the_parents_workers():
+    """A fork()ed child inherits the backend but not its pool threads: it must compute
+    alone instead of waiting for workers that do not exist (multiprocessing with fork)."""
+    import warnings
+
+    from cera_backend_cpu.backend import CpuBackend
+
+    be = CpuBackend(threads=2)
+    w = be.weight("w", np.ones((300, 1024), np.float32))  # large enough to use the pool
+    x = np.ones((1, 1024), np.float32)
+    assert be.linear(x, w)[0, 0] == 1024.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "fork() of a multi-threaded process"
+        pid = os.fork()
+    if pid == 0:  # child
+        ok = be.linear(x, w)[0, 0] == 1024.0
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in the thread pool")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert be.linear(x, w)[0, 0] == 1024.0  # the parent's pool still works

@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -44,6 +45,7 @@ struct cera_pool {
     int nth; /* threads taking part in the current job */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pid_t owner; /* a fork()ed child has none of the workers: it runs jobs alone */
 };
 
 typedef struct {
@@ -94,6 +96,7 @@ cera_pool *cera_pool_new(int n_threads) {
     cera_pool *pool = calloc(1, sizeof(cera_pool));
     if (!pool) return NULL;
     pool->n_threads = n_threads;
+    pool->owner = getpid();
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->n_done, 0);
     atomic_init(&pool->n_sleeping, 0);
@@ -125,6 +128,11 @@ cera_pool *cera_pool_new(int n_threads) {
 
 void cera_pool_free(cera_pool *pool) {
     if (!pool) return;
+    if (getpid() != pool->owner) { /* the workers belong to the parent process */
+        free(pool->threads);
+        free(pool);
+        return;
+    }
     pthread_mutex_lock(&pool->mu);
     atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->cv);
@@ -142,7 +150,7 @@ void cera_pool_set_spin_us(cera_pool *pool, int spin_us) { atomic_store(&pool->s
 
 void cera_pool_run(cera_pool *pool, cera_task_fn fn, void *arg, int nth) {
     if (nth > pool->n_threads) nth = pool->n_threads;
-    if (nth <= 1 || pool->n_threads <= 1) {
+    if (nth <= 1 || pool->n_threads <= 1 || getpid() != pool->owner) {
         fn(arg, 0, 1);
         return;
     }
