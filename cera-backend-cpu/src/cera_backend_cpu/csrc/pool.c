@@ -19,7 +19,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "internal.h"
 
@@ -45,8 +44,15 @@ struct cera_pool {
     int nth; /* threads taking part in the current job */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    pid_t owner; /* a fork()ed child has none of the workers: it runs jobs alone */
+    unsigned fork_epoch; /* a fork()ed child has none of the workers: it runs jobs alone */
 };
+
+/* Bumped in every child right after fork() (pthread_atfork), so a pool can tell that it
+ * was created in a parent process, without a system call per job. */
+static atomic_uint fork_epoch;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void in_child(void) { atomic_fetch_add(&fork_epoch, 1); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, in_child); }
 
 typedef struct {
     cera_pool *pool;
@@ -96,7 +102,8 @@ cera_pool *cera_pool_new(int n_threads) {
     cera_pool *pool = calloc(1, sizeof(cera_pool));
     if (!pool) return NULL;
     pool->n_threads = n_threads;
-    pool->owner = getpid();
+    pthread_once(&atfork_once, register_atfork);
+    pool->fork_epoch = atomic_load(&fork_epoch);
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->n_done, 0);
     atomic_init(&pool->n_sleeping, 0);
@@ -128,7 +135,7 @@ cera_pool *cera_pool_new(int n_threads) {
 
 void cera_pool_free(cera_pool *pool) {
     if (!pool) return;
-    if (getpid() != pool->owner) { /* the workers belong to the parent process */
+    if (atomic_load(&fork_epoch) != pool->fork_epoch) { /* the workers belong to the parent process */
         free(pool->threads);
         free(pool);
         return;
@@ -150,7 +157,7 @@ void cera_pool_set_spin_us(cera_pool *pool, int spin_us) { atomic_store(&pool->s
 
 void cera_pool_run(cera_pool *pool, cera_task_fn fn, void *arg, int nth) {
     if (nth > pool->n_threads) nth = pool->n_threads;
-    if (nth <= 1 || pool->n_threads <= 1 || getpid() != pool->owner) {
+    if (nth <= 1 || pool->n_threads <= 1 || atomic_load_explicit(&fork_epoch, memory_order_relaxed) != pool->fork_epoch) {
         fn(arg, 0, 1);
         return;
     }
