@@ -37,6 +37,7 @@ def _build(cc: str, out: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
+@pytest.mark.slow  # compiles every variant (15-20 s); the Python tests cover the gcc build already
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_native_variants_in_c(tmp_path, compiler):
     """Both compilers a wheel may be built with: the target pragmas differ between them."""
