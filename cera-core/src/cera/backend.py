@@ -86,7 +86,8 @@ class AttentionSpec:
 
     ``window``: sliding-window size; a key at position p_k is visible from a query at p_q
     when ``0 <= p_q - p_k < window`` (llama.cpp's standard SWA). None: full causal.
-    ``softcap``: soft-capping of the attention logits (gemma2).
+    ``softcap``: soft-capping of the attention logits (gemma2), applied to the scaled
+    logits: ``softcap * tanh(scale * q.k / softcap)``, as llama.cpp's flash attention does.
     """
 
     scale: float

@@ -74,6 +74,10 @@ class UnsupportedTensorType(CeraError):
         )
 
 
+class ShapeError(CeraError, ValueError):
+    """An op got tensors whose shapes do not fit together (a bug in the calling model)."""
+
+
 class UnsupportedOperation(CeraError):
     """A backend lacks an op that a model needs."""
 
