@@ -116,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print a cProfile of one cera decode run, top N functions (default off)",
     )
     ap.add_argument(
+        "--omp-wait-policy",
+        choices=("default", "passive", "active"),
+        default="default",
+        help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads; 'default' leaves the environment as it is "
+        "(llama.cpp's default: spin). 'passive' keeps llama.cpp usable on a machine busy with other work "
+        "(see benchmarks/README.md), but is not its default: say so when quoting figures",
+    )
+    ap.add_argument(
         "--json", dest="json_out", metavar="OUT", help="write every figure, sample and setting to this file"
     )
     return ap
@@ -434,11 +442,42 @@ def bench_model(source: str, index: int, args, read_bw: dict | None, log) -> dic
             e.close()
 
 
+def model_details(m: dict) -> list[str]:
+    """The lines of a model's report below the tables: checks, overhead, profile."""
+    lines = [f"{m['model']}: same work check: {m['logits_check']['summary']}"]
+    ov = m.get("overhead")
+    if ov and not ov.get("available"):
+        lines.append(f"{m['model']}: Python overhead n/a: {ov['reason']}")
+    elif ov:
+        cal = ov["calibration"]
+        lines.append(
+            f"{m['model']}: {ov['test']} token {ov['token_ms']:.2f} ms = C kernels {ov['kernel_ms']:.2f} ms "
+            f"+ outside them {ov['overhead_ms']:.2f} ms ({ov['overhead_fraction'] * 100:.1f}%; runs: "
+            + ", ".join(f"{x:.2f}" for x in ov["overhead_ms_samples"])
+            + f" ms); {ov['kernel_calls_per_token']:.0f} kernel calls/token; proxy cost "
+            f"{cal['proxy_cost_per_call_s'] * 1e9:.0f} ns/call, floor {cal['inside_floor_per_call_s'] * 1e9:.0f} ns/call; "
+            f"check: plain runs {ov['plain_token_ms']:.2f} ms/token"
+        )
+        lines.append(
+            "  kernels per token: "
+            + ", ".join(
+                f"{f['function']} {f['ms_per_token']:.2f} ms ({f['calls_per_token']:.0f} calls)"
+                for f in ov["functions"][:6]
+            )
+        )
+    if m.get("profile"):
+        lines.append(f"{m['model']}: cProfile of one decode run (cProfile inflates Python time):\n{m['profile']}")
+    return lines
+
+
 def print_report(facts: dict, read_bw: dict | None, models: list[dict], args, out=sys.stdout) -> None:
     p = lambda *a: print(*a, file=out)  # noqa: E731
     p()
     p(f"cera vs llama.cpp, {args.threads} thread(s), {args.reps} reps (after {args.warmup} warm-up), "
       f"commit {facts['commit']}" + (" + uncommitted engine changes" if facts["engine_files_changed_since_commit"] else ""))  # fmt: skip
+    p(
+        f"llama.cpp OMP_WAIT_POLICY: {os.environ.get('OMP_WAIT_POLICY', 'unset (libgomp default, spinning: llama.cpp as shipped)')}"
+    )
     p(f"machine: {facts['cpu']}, {facts['cores']} cores ({facts['logical_cpus']} logical), "
       f"load average {facts['loadavg_start'][0]:.2f} at start, {facts['loadavg_end'][0]:.2f} at end")  # fmt: skip
     if read_bw:
@@ -455,29 +494,9 @@ def print_report(facts: dict, read_bw: dict | None, models: list[dict], args, ou
     p()
     p(markdown_table(EXTRA_HEADER, [extra_row(m["model"], m) for m in models]))
     for m in models:
-        p(f"\n{m['model']}: same work check: {m['logits_check']['summary']}")
-        ov = m.get("overhead")
-        if ov and not ov.get("available"):
-            p(f"{m['model']}: Python overhead n/a: {ov['reason']}")
-        elif ov:
-            cal = ov["calibration"]
-            p(
-                f"{m['model']}: {ov['test']} token {ov['token_ms']:.2f} ms = C kernels {ov['kernel_ms']:.2f} ms "
-                f"+ outside them {ov['overhead_ms']:.2f} ms ({ov['overhead_fraction'] * 100:.1f}%; runs: "
-                + ", ".join(f"{x:.2f}" for x in ov["overhead_ms_samples"])
-                + f" ms); {ov['kernel_calls_per_token']:.0f} kernel calls/token; proxy cost "
-                f"{cal['proxy_cost_per_call_s'] * 1e9:.0f} ns/call, floor {cal['inside_floor_per_call_s'] * 1e9:.0f} ns/call; "
-                f"check: plain runs {ov['plain_token_ms']:.2f} ms/token"
-            )
-            p(
-                "  kernels per token: "
-                + ", ".join(
-                    f"{f['function']} {f['ms_per_token']:.2f} ms ({f['calls_per_token']:.0f} calls)"
-                    for f in ov["functions"][:6]
-                )
-            )
-        if m.get("profile"):
-            p(f"\n{m['model']}: cProfile of one decode run (cProfile inflates Python time):\n{m['profile']}")
+        p()
+        for line in model_details(m):
+            p(line)
     p()
     first = models[0]["settings"] if models else {}
     for name, settings in first.items():
@@ -492,6 +511,10 @@ def print_report(facts: dict, read_bw: dict | None, models: list[dict], args, ou
 def main(argv=None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if args.omp_wait_policy != "default":
+        if "llama_cpp" in sys.modules:
+            print("warning: llama_cpp is already imported; --omp-wait-policy may not take effect", file=sys.stderr)
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()  # read by libgomp when llama.cpp loads it
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     facts = machine_facts()
     log(f"machine: {facts['cpu']}, load average {facts['loadavg_start']}, commit {facts['commit']}")
@@ -503,24 +526,45 @@ def main(argv=None) -> int:
         read_bw = measure_read_bandwidth(args.threads, args.bandwidth_mib)
         log(f"  {read_bw['figures_gb_s']}")
     models, failures = [], []
+    facts["command"] = "python benchmarks/bench_models.py " + " ".join(sys.argv[1:] if argv is None else argv)
     t0 = time.perf_counter()
     for index, source in enumerate(args.models):
         try:
-            models.append(bench_model(source, index, args, read_bw, log))
+            m = bench_model(source, index, args, read_bw, log)
         except Exception as e:
             failures.append({"model": source, "error": f"{type(e).__name__}: {e}"})
             log(f"  {source} FAILED: {type(e).__name__}: {e}")
-    facts["loadavg_end"] = os.getloadavg()
-    facts["wall_seconds"] = time.perf_counter() - t0
-    facts["command"] = "python benchmarks/bench_models.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        else:
+            models.append(m)
+            log(markdown_table(EXTRA_HEADER, [extra_row(source, m)]))
+            for line in model_details(m):
+                log(line)
+        facts["loadavg_end"] = os.getloadavg()
+        facts["wall_seconds"] = time.perf_counter() - t0
+        if args.json_out:  # after every model, so that a long run cut short keeps what it measured
+            write_json(args, facts, read_bw, models, failures)
     print_report(facts, read_bw, models, args)
     for f in failures:
         print(f"\n{f['model']}: FAILED: {f['error']}")
-    if args.json_out:
-        record = {"facts": facts, "read_bandwidth": read_bw, "tests": [t.name for t in args.tests], "threads": args.threads,
-                  "reps": args.reps, "warmup": args.warmup, "seed": args.seed, "models": models, "failures": failures}  # fmt: skip
-        Path(args.json_out).write_text(json.dumps(record, indent=2, default=str))
     return 1 if failures else 0
+
+
+def write_json(args, facts: dict, read_bw: dict | None, models: list[dict], failures: list[dict]) -> None:
+    record = {
+        "facts": facts,
+        "read_bandwidth": read_bw,
+        "tests": [t.name for t in args.tests],
+        "threads": args.threads,
+        "reps": args.reps,
+        "warmup": args.warmup,
+        "seed": args.seed,
+        "complete": len(models) + len(failures) == len(args.models),
+        "models": models,
+        "failures": failures,
+    }
+    tmp = Path(args.json_out + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=str))
+    tmp.replace(args.json_out)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ def test_parse_args_defaults(bm):
     assert args.threads == 2 and args.reps == 5 and args.warmup == 1
     assert [t.name for t in args.tests] == ["pp128", "pp512", "tg128", "tg128@d512"]
     assert args.json_out is None
+    assert args.omp_wait_policy == "default"  # llama.cpp's own default unless asked
 
 
 def test_parse_args_values(bm):
@@ -73,7 +74,9 @@ def test_parse_args_values(bm):
     assert [t.name for t in args.tests] == ["tg16"]
 
 
-@pytest.mark.parametrize("argv", [["--reps", "0"], ["--threads", "0"], ["--tests", "tg"], ["--warmup", "-1"]])
+@pytest.mark.parametrize(
+    "argv", [["--reps", "0"], ["--threads", "0"], ["--tests", "tg"], ["--warmup", "-1"], ["--omp-wait-policy", "spin"]]
+)
 def test_parse_args_errors(bm, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         bm.parse_args(argv)
