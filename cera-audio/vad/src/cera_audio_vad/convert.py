@@ -22,7 +22,6 @@ Command line: ``python -m cera_audio_vad.convert silero_vad.onnx silero-vad.gguf
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tempfile
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import cera
+from cera.bundles import sha256_file
 from cera.errors import CeraError
 
 ARCHITECTURE = "silero-vad"
@@ -161,13 +161,6 @@ def _check_conv_attrs(path, names: dict[str, str], convs: dict[str, dict], filte
                 raise ConversionError(f"{path}: the Conv using {names[key]} has {attr}={got}, expected {value}")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def write_gguf(networks: dict[int, dict[str, np.ndarray]], out_path: str | os.PathLike, description: str = "") -> Path:
     """Write the networks to a GGUF file, atomically (a temporary name renamed when complete)."""
@@ -222,7 +215,7 @@ def convert(onnx_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
     rates = ", ".join(f"{r} Hz" for r in sorted(networks, reverse=True))
     description = (
         f"Silero VAD converted by cera-audio-vad {cera.__version__} (converter v{CONVERTER_VERSION}) "
-        f"from {onnx_path.name} (sha256 {_sha256(onnx_path)}); networks: {rates}"
+        f"from {onnx_path.name} (sha256 {sha256_file(onnx_path)}); networks: {rates}"
     )
     return write_gguf(networks, out_path, description)
 

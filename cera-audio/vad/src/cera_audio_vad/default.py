@@ -9,7 +9,6 @@ damaged or half-copied file is never used).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -17,17 +16,11 @@ import tempfile
 from pathlib import Path
 
 from cera import bundles
+from cera.bundles import sha256_file
 
 BUNDLE = "silero-vad"
 FILE_NAME = "silero-vad-6.2.3.gguf"
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def default_model_path(quiet: bool = False) -> Path:
@@ -40,7 +33,7 @@ def default_model_path(quiet: bool = False) -> Path:
     if path.exists() and record.exists():
         try:
             info = json.loads(record.read_text())
-            if info.get("converter") == CONVERTER_VERSION and info.get("sha256") == _sha256(path):
+            if info.get("converter") == CONVERTER_VERSION and info.get("sha256") == sha256_file(path):
                 return path
         except (OSError, ValueError):
             pass
@@ -50,6 +43,6 @@ def default_model_path(quiet: bool = False) -> Path:
     convert(onnx_path, path)
     fd, tmp = tempfile.mkstemp(prefix=record.name + ".", suffix=".tmp", dir=folder)
     with os.fdopen(fd, "w") as f:
-        json.dump({"sha256": _sha256(path), "converter": CONVERTER_VERSION, "source": onnx_path.name}, f)
+        json.dump({"sha256": sha256_file(path), "converter": CONVERTER_VERSION, "source": onnx_path.name}, f)
     os.replace(tmp, record)
     return path
