@@ -231,8 +231,17 @@ def run_model(name: str, path: Path, tiny: bool, settings: ContextSettings,
                   f"flips {consistency[-1]['batch_vs_sequential']['argmax_flips']}; "
                   f"FA off/auto {consistency[-1]['flash_attn_disabled_vs_auto']['max_abs_diff']}", flush=True)
 
+    record = assemble(name, path, tiny, settings, model, cases, consistency, repeat_identical, t0)
+    no_fa.close()
+    model.close()
+    return record
+
+
+def assemble(name: str, path: Path, tiny: bool, settings: ContextSettings, model: LlamaCppModel,
+             cases: list[dict], consistency: list[dict], repeat_identical: bool | None, t0: float) -> dict:
+    """The data file's record (README.md describes every field)."""
     ids = model.special_ids()
-    record = {
+    return {
         "format": FORMAT,
         "model": {
             "name": name,
@@ -281,9 +290,21 @@ def run_model(name: str, path: Path, tiny: bool, settings: ContextSettings,
             "seconds": round(time.time() - t0, 1),
         },
     }
-    no_fa.close()
+
+
+def complete_partial(name: str, path: Path, tiny: bool, settings: ContextSettings, out: Path) -> Path:
+    """Turn `<name>.partial.json` (a run cut short) into a full record of the cases done:
+    model facts, settings and summary added, no self_consistency, `partial` kept."""
+    part = json.loads((out / f"{name}.partial.json").read_text())
+    model = LlamaCppModel(path, settings)
+    record = assemble(name, path, tiny, settings, model, part["cases"], [], None, time.time())
     model.close()
-    return record
+    record["partial"] = part["partial"] + "; completed with --complete-partial (repeat_identical not checked)"
+    record["summary"]["seconds"] = None
+    target = out / f"{name}.json"
+    target.write_text(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    (out / f"{name}.partial.json").unlink()
+    return target
 
 
 def main(argv=None) -> int:
@@ -296,10 +317,15 @@ def main(argv=None) -> int:
     ap.add_argument("--first", help="comma-separated case ids to run first")
     ap.add_argument("--self-consistency", help="comma-separated case ids to measure llama.cpp against "
                     "itself on (default: prompts.SELF_CONSISTENCY_CASES); it is the slow part")
+    ap.add_argument("--complete-partial", action="store_true",
+                    help="turn the models' <name>.partial.json into <name>.json without running more cases")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = ContextSettings(n_ctx=args.n_ctx, n_threads=args.threads)
     for name, path, tiny in model_sources(args):
+        if args.complete_partial:
+            print(f"{name}: wrote {complete_partial(name, path, tiny, settings, args.out)}", flush=True)
+            continue
         print(f"{name}: {path}", flush=True)
         cases = args.self_consistency.split(",") if args.self_consistency else None
         partial = args.out / f"{name}.partial.json"
