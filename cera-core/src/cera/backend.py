@@ -274,5 +274,5 @@ class Backend(ABC):
         """The same values viewed with another shape (row-major), e.g. ``[n, H*d] -> [n, H, d]``."""
         return x.reshape(shape)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         """Release device resources."""

@@ -131,7 +131,9 @@ class LoadedModel:
         return f"<LoadedModel {self.name!r} arch={self.architecture} family={self.family} backend={self.backend.name}>"
 
 
-def load(source, device: str = "auto", threads: int | None = None, quiet: bool = False, manager: PluginManager | None = None) -> LoadedModel:
+def load(
+    source, device: str = "auto", threads: int | None = None, quiet: bool = False, manager: PluginManager | None = None
+) -> LoadedModel:
     """Load a model from a path, a bundle name or a Hugging Face repo (see `cera.hub`)."""
     path = hub.resolve(source, quiet=quiet)
     gguf = GGUFFile(path)
@@ -143,7 +145,9 @@ def load(source, device: str = "auto", threads: int | None = None, quiet: bool =
         backend, notes = choose_backend(gguf, device, manager, **options)
         missing = [op for op in getattr(model_cls, "required_ops", ()) if backend.ops and op not in backend.ops]
         if missing:
-            raise UnsupportedOperation(f"backend {backend.name!r} lacks ops {missing} that the {family.name} family needs")
+            raise UnsupportedOperation(
+                f"backend {backend.name!r} lacks ops {missing} that the {family.name} family needs"
+            )
         model = model_cls(gguf, backend)
         return LoadedModel(path, gguf, model, backend, family.name, notes)
     except BaseException:

@@ -84,3 +84,44 @@ class Model(ABC):
         """Upload every tensor now (so errors and costs show at load time, not mid-generation)."""
         for name in self.gguf.tensors:
             self.weights[name]
+
+
+class DecoderModel(Model):
+    """A decoder-only transformer: token embedding, layers, final RMS norm, output head.
+
+    Subclasses set ``self.config`` (with ``n_layer`` and ``attn``, an
+    `cera.layers.AttentionShape`), call `load_head`, and end `forward` with `head`. The
+    output matrix is the token embedding when the file has no ``output.weight`` (tied
+    embeddings).
+    """
+
+    def load_head(self) -> None:
+        w = self.weights
+        self.tok_embd = w["token_embd.weight"]
+        self.output_norm = w["output_norm.weight"]
+        self.output = w.get("output.weight") or self.tok_embd
+        self.output_bias = w.get("output.bias")
+
+    @property
+    def n_vocab(self) -> int:
+        return self.output.shape[1]
+
+    def state_layout(self) -> list[KVLayerSpec]:
+        a = self.config.attn
+        return [KVLayerSpec(a.n_head_kv, a.head_dim_k, a.head_dim_v)] * self.config.n_layer
+
+    def head(self, x, output: str, eps: float, logit_scale: float = 1.0, softcap: float | None = None):
+        """Final norm and output projection of the rows ``output`` asks for, to the host.
+        Logits are divided by ``logit_scale`` and soft-capped when asked."""
+        from .layers import output_rows
+
+        ops = self.backend
+        x = output_rows(ops, x, output)
+        if x is None:
+            return None
+        logits = ops.linear(ops.rms_norm(x, self.output_norm, eps), self.output, self.output_bias)
+        if logit_scale != 1.0:
+            logits = ops.scale(logits, 1.0 / logit_scale)
+        if softcap:
+            logits = ops.softcap(logits, softcap)
+        return ops.to_numpy(logits)

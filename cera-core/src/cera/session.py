@@ -159,7 +159,7 @@ class Session:
         still evaluates only the new part."""
         ids = [int(t) for t in ids]
         common = 0
-        for a, b in zip(self.tokens, ids):
+        for a, b in zip(self.tokens, ids, strict=False):  # lengths differ by design
             if a != b:
                 break
             common += 1
@@ -328,7 +328,12 @@ class Session:
         self.logits = None
 
     def checkpoint(self) -> Checkpoint:
-        return Checkpoint(tuple(self.tokens), tuple(self.pending), self.state.snapshot(), None if self.logits is None else self.logits.copy())
+        return Checkpoint(
+            tuple(self.tokens),
+            tuple(self.pending),
+            self.state.snapshot(),
+            None if self.logits is None else self.logits.copy(),
+        )
 
     def restore(self, cp: Checkpoint) -> None:
         with self._lock:

@@ -17,11 +17,10 @@ import math
 
 import attrs
 import numpy as np
-
-from cera.backend import AttentionSpec, KVLayerSpec, RopeSpec
+from cera.backend import AttentionSpec, RopeSpec
 from cera.hparams import HParams
-from cera.layers import AttentionShape, AttentionWeights, FeedForwardWeights, feed_forward, output_rows, read_rope, self_attention
-from cera.model import Model
+from cera.layers import AttentionShape, AttentionWeights, FeedForwardWeights, feed_forward, read_rope, self_attention
+from cera.model import DecoderModel
 
 
 @attrs.frozen
@@ -40,7 +39,7 @@ class GemmaConfig:
     final_softcap: float | None
 
 
-class Gemma2Model(Model):
+class Gemma2Model(DecoderModel):
     family = "gemma2"
     required_ops = ("embedding", "linear", "rms_norm", "rope", "attention", "geglu", "add", "scale", "softcap")
     default_swa_pattern = 2
@@ -52,13 +51,13 @@ class Gemma2Model(Model):
         hp = HParams(gguf, self.family)
         self.config = c = self.read_config(hp)
         hp.check_all_understood()
+        self.load_head()
         w = self.weights
-        self.tok_embd = w["token_embd.weight"]
-        self.output_norm = w["output_norm.weight"]
-        self.output = w.get("output.weight") or self.tok_embd
         self.layers = []
         for i in range(c.n_layer):
-            norms = {n: w[f"blk.{i}.{n}.weight"] for n in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm")}
+            norms = {
+                n: w[f"blk.{i}.{n}.weight"] for n in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm")
+            }
             self.layers.append((norms, AttentionWeights.load(w, i), FeedForwardWeights.load(w, i)))
         self.attn_specs = [
             AttentionSpec(scale=c.attention_scale, window=c.window if swa else None, softcap=c.attn_softcap)
@@ -111,14 +110,6 @@ class Gemma2Model(Model):
         base = hp.opt("rope.freq_base_swa", rope_global.base, float)
         return attrs.evolve(rope_global, base=base)
 
-    @property
-    def n_vocab(self) -> int:
-        return self.output.shape[1]
-
-    def state_layout(self) -> list[KVLayerSpec]:
-        a = self.config.attn
-        return [KVLayerSpec(a.n_head_kv, a.head_dim_k, a.head_dim_v)] * self.config.n_layer
-
     def forward(self, state, tokens: np.ndarray, positions: np.ndarray, output: str = "last"):
         ops, c = self.backend, self.config
         x = ops.scale(ops.embedding(self.tok_embd, tokens), math.sqrt(c.n_embd))
@@ -129,10 +120,4 @@ class Gemma2Model(Model):
             x = ops.add(x, ops.rms_norm(h, norms["post_attention_norm"], c.eps))
             h = feed_forward(ops, ops.rms_norm(x, norms["ffn_norm"], c.eps), ffn, "geglu")
             x = ops.add(x, ops.rms_norm(h, norms["post_ffw_norm"], c.eps))
-        x = output_rows(ops, x, output)
-        if x is None:
-            return None
-        logits = ops.linear(ops.rms_norm(x, self.output_norm, c.eps), self.output)
-        if c.final_softcap:
-            logits = ops.softcap(logits, c.final_softcap)
-        return ops.to_numpy(logits)
+        return self.head(x, output, c.eps, softcap=c.final_softcap)

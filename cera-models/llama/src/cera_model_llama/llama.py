@@ -10,8 +10,7 @@ import math
 
 import attrs
 import numpy as np
-
-from cera.backend import AttentionSpec, KVLayerSpec, RopeSpec
+from cera.backend import AttentionSpec, RopeSpec
 from cera.errors import ModelConfigError
 from cera.hparams import HParams
 from cera.layers import (
@@ -20,11 +19,10 @@ from cera.layers import (
     FeedForwardWeights,
     feed_forward,
     float_tensor,
-    output_rows,
     read_rope,
     self_attention,
 )
-from cera.model import Model
+from cera.model import DecoderModel
 
 
 @attrs.frozen
@@ -71,20 +69,22 @@ def read_llama_config(gguf, family: str, neox: bool = False, **extra) -> tuple[L
     return config, hp
 
 
-class LlamaModel(Model):
+class LlamaModel(DecoderModel):
     family = "llama"
     neox_rope = False
 
     def __init__(self, gguf, backend):
         super().__init__(gguf, backend)
         self.config = self.read_config(gguf)
+        self.load_head()
         w = self.weights
-        self.tok_embd = w["token_embd.weight"]
-        self.output_norm = w["output_norm.weight"]
-        self.output = w.get("output.weight") or self.tok_embd  # tied embeddings
-        self.output_bias = w.get("output.bias")
         self.layers = [
-            (w[f"blk.{i}.attn_norm.weight"], AttentionWeights.load(w, i), w[f"blk.{i}.ffn_norm.weight"], FeedForwardWeights.load(w, i))
+            (
+                w[f"blk.{i}.attn_norm.weight"],
+                AttentionWeights.load(w, i),
+                w[f"blk.{i}.ffn_norm.weight"],
+                FeedForwardWeights.load(w, i),
+            )
             for i in range(self.config.n_layer)
         ]
         self.attn_spec = AttentionSpec(scale=self.config.attention_scale)
@@ -94,17 +94,9 @@ class LlamaModel(Model):
         hp.check_all_understood()
         return config
 
-    @property
-    def n_vocab(self) -> int:
-        return self.output.shape[1]
-
     def rope_for(self, state) -> RopeSpec:
         """The RoPE of this forward pass (phi3 picks frequency factors by context size)."""
         return self.config.rope
-
-    def state_layout(self) -> list[KVLayerSpec]:
-        a = self.config.attn
-        return [KVLayerSpec(a.n_head_kv, a.head_dim_k, a.head_dim_v)] * self.config.n_layer
 
     def forward(self, state, tokens: np.ndarray, positions: np.ndarray, output: str = "last"):
         ops, c = self.backend, self.config
@@ -122,10 +114,4 @@ class LlamaModel(Model):
             if c.residual_scale != 1.0:
                 h = ops.scale(h, c.residual_scale)
             x = ops.add(x, h)
-        x = output_rows(ops, x, output)
-        if x is None:
-            return None
-        logits = ops.linear(ops.rms_norm(x, self.output_norm, c.eps), self.output, self.output_bias)
-        if c.logit_scale != 1.0:
-            logits = ops.scale(logits, 1.0 / c.logit_scale)
-        return ops.to_numpy(logits)
+        return self.head(x, output, c.eps, logit_scale=c.logit_scale)

@@ -15,14 +15,13 @@ import math
 
 import attrs
 import numpy as np
-
-from cera.backend import AttentionSpec, KVLayerSpec
-from cera.layers import AttentionWeights, FeedForwardWeights, feed_forward, output_rows, self_attention
-from cera.model import Model
+from cera.backend import AttentionSpec
+from cera.layers import AttentionWeights, FeedForwardWeights, feed_forward, self_attention
+from cera.model import DecoderModel
 from cera_model_llama.llama import LlamaConfig, read_llama_config
 
 
-class Olmo2Model(Model):
+class Olmo2Model(DecoderModel):
     family = "olmo2"
 
     def __init__(self, gguf, backend):
@@ -33,37 +32,33 @@ class Olmo2Model(Model):
         local_base = hp.opt("rope.freq_base_swa", config.rope.base, float)
         hp.check_all_understood()
         self.config: LlamaConfig = config
-        self.is_swa = [window is not None and (pattern == 0 or i % pattern < pattern - 1) for i in range(config.n_layer)]
+        self.is_swa = [
+            window is not None and (pattern == 0 or i % pattern < pattern - 1) for i in range(config.n_layer)
+        ]
         self.rope_local = attrs.evolve(config.rope, base=local_base, freq_scale=1.0, ext_factor=0.0, attn_factor=1.0)
         scale = 1.0 / math.sqrt(config.attn.head_dim_k)
         self.attn_specs = [AttentionSpec(scale=scale, window=window if swa else None) for swa in self.is_swa]
+        self.load_head()
         w = self.weights
-        self.tok_embd = w["token_embd.weight"]
-        self.output_norm = w["output_norm.weight"]
-        self.output = w.get("output.weight") or self.tok_embd
         self.layers = [
-            (AttentionWeights.load(w, i), w[f"blk.{i}.post_attention_norm.weight"], FeedForwardWeights.load(w, i), w[f"blk.{i}.post_ffw_norm.weight"])
+            (
+                AttentionWeights.load(w, i),
+                w[f"blk.{i}.post_attention_norm.weight"],
+                FeedForwardWeights.load(w, i),
+                w[f"blk.{i}.post_ffw_norm.weight"],
+            )
             for i in range(config.n_layer)
         ]
-
-    @property
-    def n_vocab(self) -> int:
-        return self.output.shape[1]
-
-    def state_layout(self) -> list[KVLayerSpec]:
-        a = self.config.attn
-        return [KVLayerSpec(a.n_head_kv, a.head_dim_k, a.head_dim_v)] * self.config.n_layer
 
     def forward(self, state, tokens: np.ndarray, positions: np.ndarray, output: str = "last"):
         ops, c = self.backend, self.config
         x = ops.embedding(self.tok_embd, tokens)
         for i, (attn, attn_post_norm, ffn, ffn_post_norm) in enumerate(self.layers):
             rope = self.rope_local if self.is_swa[i] else c.rope
-            h = self_attention(ops, x, attn, state, i, positions, c.attn, rope, self.attn_specs[i], c.eps, qk_norm="full")
+            h = self_attention(
+                ops, x, attn, state, i, positions, c.attn, rope, self.attn_specs[i], c.eps, qk_norm="full"
+            )
             x = ops.add(x, ops.rms_norm(h, attn_post_norm, c.eps))
             h = feed_forward(ops, x, ffn, "swiglu")
             x = ops.add(x, ops.rms_norm(h, ffn_post_norm, c.eps))
-        x = output_rows(ops, x, output)
-        if x is None:
-            return None
-        return ops.to_numpy(ops.linear(ops.rms_norm(x, self.output_norm, c.eps), self.output))
+        return self.head(x, output, c.eps)
