@@ -8,10 +8,9 @@ marked slow. See fidelity.py for the measure.
 from __future__ import annotations
 
 import pytest
+from fidelity import MARGIN, load_reference, model_source, reference_names, teacher_forced
 
 import cera
-
-from fidelity import MARGIN, load_reference, model_source, reference_names, teacher_forced
 
 FAST = {"smollm2-135m-instruct-q4_1"}
 
