@@ -13,6 +13,7 @@ import os
 import sys
 
 import click
+
 from cera import plugins as _plugins
 
 # name -> "module:attr" of a click command; imported only when the command runs or shows help.

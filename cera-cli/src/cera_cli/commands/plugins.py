@@ -49,7 +49,7 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = []
     for r in rows:
-        cells = [c.ljust(w) for c, w in zip(r, widths)] + [r[-1]]
+        cells = [c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)] + [r[-1]]
         lines.append("  ".join(cells).rstrip())
     return lines
 
@@ -64,7 +64,6 @@ def plugins(as_json: bool) -> None:
     registered. For each backend: whether it is usable on this machine, and why not.
     """
     from cera.plugins import PLUGINS_ENV, allowlist_from_env
-
     from cera_cli.main import plugin_manager
 
     manager = plugin_manager()

@@ -17,6 +17,7 @@ import math
 
 import attrs
 import numpy as np
+
 from cera.backend import AttentionSpec, RopeSpec
 from cera.hparams import HParams
 from cera.layers import AttentionShape, AttentionWeights, FeedForwardWeights, feed_forward, read_rope, self_attention

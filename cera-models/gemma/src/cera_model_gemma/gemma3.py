@@ -9,6 +9,7 @@ code here: the shared attention block applies `attn_q_norm`/`attn_k_norm` per he
 from __future__ import annotations
 
 import attrs
+
 from cera.backend import RopeSpec
 from cera.hparams import HParams
 

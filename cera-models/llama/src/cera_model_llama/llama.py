@@ -10,6 +10,7 @@ import math
 
 import attrs
 import numpy as np
+
 from cera.backend import AttentionSpec, RopeSpec
 from cera.errors import ModelConfigError
 from cera.hparams import HParams

@@ -15,6 +15,7 @@ import math
 
 import attrs
 import numpy as np
+
 from cera.backend import AttentionSpec
 from cera.layers import AttentionWeights, FeedForwardWeights, feed_forward, self_attention
 from cera.model import DecoderModel

@@ -10,6 +10,7 @@ and so does cera, to give the same results.
 from __future__ import annotations
 
 import attrs
+
 from cera.backend import RopeSpec
 from cera.layers import float_tensor
 from cera_model_llama.llama import LlamaConfig, LlamaModel, read_llama_config
