@@ -32,6 +32,8 @@ SOURCES = [
     "pool.c",
     "matmul.c",
     "ops.c",
+    "attention.c",
+    "plan.c",
     "bench.c",
 ]
 

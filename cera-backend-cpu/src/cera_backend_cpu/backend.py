@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import threading
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ._native import best_variant, compiled_variants, cpu_features, ffi, lib
 from .capabilities import OPS, TENSOR_TYPES
+from .plan import Input
+from .plan import execute as execute_with_plans
 from .state import CpuState
 from .threads import physical_cores
 
@@ -93,8 +96,8 @@ def _fptr(a: np.ndarray):
     return ffi.from_buffer("float[]", a)
 
 
-def _iptr(a: np.ndarray):
-    return ffi.from_buffer("int32_t[]", a)
+# cffi pointer types of array arguments, by numpy dtype character
+_C_TYPES = {"f": "float[]", "i": "int32_t[]", "e": "uint16_t[]"}
 
 
 def _env_threads() -> int | None:
@@ -108,6 +111,10 @@ def _env_threads() -> int | None:
     if n < 1:
         raise BackendUnavailable(f"CERA_THREADS={raw!r} is not a positive integer; unset it or set a thread count")
     return n
+
+
+class _ThreadState(threading.local):
+    recorder = None  # the plan.Recorder of a pass this thread is recording
 
 
 class CpuBackend(Backend):
@@ -146,6 +153,10 @@ class CpuBackend(Backend):
         # attention on vs off, so matching its greedy tokens means matching this. Set it to
         # False for the more exact f32 accumulator.
         self.attention_f16_accumulator = True
+        # Replay decode steps from recorded plans (plan.py); CERA_CPU_PLANS=0 runs every
+        # step op by op instead (to compare, or to rule plans out when chasing a bug).
+        self.use_plans = os.environ.get("CERA_CPU_PLANS", "1").strip() != "0"
+        self._tls = _ThreadState()
 
     # -- device --------------------------------------------------------------------------
 
@@ -206,6 +217,53 @@ class CpuBackend(Backend):
     def new_state(self, layers: list[KVLayerSpec], n_ctx: int, kv_type: str = "f16") -> CpuState:
         return CpuState(layers, n_ctx, kv_type)
 
+    def execute(self, model, state, tokens: np.ndarray, positions: np.ndarray, output: str):
+        """A forward pass; single-token steps (decoding) replay a recorded plan (plan.py)."""
+        if self.use_plans and len(tokens) == 1 and isinstance(state, CpuState):
+            return execute_with_plans(self, model, state, tokens, positions, output)
+        return model.forward(state, tokens, positions, output)
+
+    # -- running ops: eagerly, and into a recording when one is attached ------------------
+
+    def _call(self, name: str, *args, eager: tuple = ()) -> int:
+        """Run C op ``cera_<name>`` on the arguments (arrays become pointers). While a
+        `plan.Recorder` is attached to this thread, the op is also logged for a plan
+        (``eager`` holds trailing arguments that a plan supplies per run instead)."""
+        rec = self._tls.recorder
+        if rec is not None:
+            rec.record(name, args)
+        c_args = []
+        for a in args:
+            if isinstance(a, np.ndarray):
+                a = ffi.from_buffer(_C_TYPES.get(a.dtype.char, "char[]"), a)
+            elif isinstance(a, Input):
+                a = ffi.from_buffer("int32_t[]", a.array)
+            c_args.append(a)
+        return getattr(lib, "cera_" + name)(self._ctx, *c_args, *eager)
+
+    def _empty(self, shape) -> np.ndarray:
+        """A new float32 tensor for an op's result (from the recording when recording)."""
+        rec = self._tls.recorder
+        return np.empty(shape, np.float32) if rec is None else rec.new(shape)
+
+    def _contig(self, x) -> np.ndarray:
+        """x as a C-contiguous float32 array: itself when it is one, a weight's dense
+        values, else a copy (made by a C op while recording, so the plan makes it too)."""
+        rec = self._tls.recorder
+        if isinstance(x, CpuWeight):
+            d = x.dense()
+            if rec is not None:
+                rec.constant(d)
+            return d
+        if rec is not None and isinstance(x, np.ndarray) and x.dtype == np.float32 and not x.flags.c_contiguous:
+            rows = x.shape[0] if x.ndim > 1 else 1
+            if x.ndim > 1 and x[0].flags.c_contiguous and x.strides[0] % 4 == 0:
+                y = rec.new(x.shape)
+                self._call("copy_rows", x, x.strides[0] // 4, rows, x[0].size, y)
+                return y
+            rec.fail(f"a tensor with strides {x.strides} that no op can copy")
+        return np.ascontiguousarray(x, dtype=np.float32)
+
     # -- ops ------------------------------------------------------------------------------
 
     def embedding(self, table: CpuWeight, ids: np.ndarray) -> np.ndarray:
@@ -218,8 +276,10 @@ class CpuBackend(Backend):
         if ids.size and (ids.min() < 0 or ids.max() >= n_rows):
             bad = int(ids[(ids < 0) | (ids >= n_rows)][0])
             raise ShapeError(f"token id {bad} is outside the embedding table {table.name!r} of {n_rows} rows")
-        out = np.empty((ids.size, dim), np.float32)
-        lib.cera_get_rows(self._ctx, table.type_id, table.ptr, table.row_bytes, dim, _iptr(ids), ids.size, _fptr(out))
+        out = self._empty((ids.size, dim))
+        self._call(
+            "get_rows", table.type_id, table.ptr, table.row_bytes, dim, n_rows, Input("tokens", ids), ids.size, out
+        )
         return out
 
     def linear(self, x: np.ndarray, w: CpuWeight, bias: CpuWeight | None = None) -> np.ndarray:
@@ -230,51 +290,50 @@ class CpuBackend(Backend):
         return self._matmul(x, w, 0, bias)
 
     def _matmul(self, x, w: CpuWeight, expert: int, bias: CpuWeight | None) -> np.ndarray:
-        x = _f32(x)
+        x = self._contig(x)
         K, N = w.shape[0], w.shape[1]
         if x.shape[-1] != K:
             raise ShapeError(f"linear: input has {x.shape[-1]} features but weight {w.name!r} {w.shape} takes {K}")
         M = x.size // K
-        y = np.empty(x.shape[:-1] + (N,), np.float32)
+        y = self._empty(x.shape[:-1] + (N,))
         b = ffi.NULL
         if bias is not None:
-            bd = bias.dense().reshape(-1)
-            if bd.size != N:
-                raise ShapeError(f"linear: bias {bias.name!r} has {bd.size} values for {N} outputs")
-            b = _fptr(bd)
+            b = self._contig(bias).reshape(-1)
+            if b.size != N:
+                raise ShapeError(f"linear: bias {bias.name!r} has {b.size} values for {N} outputs")
         wp = w.ptr + expert * N * w.row_bytes if expert else w.ptr
-        rc = lib.cera_matmul(self._ctx, w.type_id, wp, w.row_bytes, K, N, _fptr(x), K, M, _fptr(y), N, b)
+        rc = self._call("matmul", w.type_id, wp, w.row_bytes, K, N, x, K, M, y, N, b)
         if rc != 0:
             raise UnsupportedTensorType(w.name, w.ggml_type, self.name, f"kernel error {rc}")
         return y
 
     def rms_norm(self, x: np.ndarray, w: CpuWeight | None, eps: float) -> np.ndarray:
-        x = _f32(x)
+        x = self._contig(x)
         n = x.shape[-1]
-        y = np.empty_like(x)
+        y = self._empty(x.shape)
         wp = self._row_param(w, n, "rms_norm weight")
-        lib.cera_rms_norm(self._ctx, _fptr(x), x.size // n, n, wp, float(eps), _fptr(y))
+        self._call("rms_norm", x, x.size // n, n, wp, float(eps), y)
         return y
 
     def layer_norm(self, x: np.ndarray, w: CpuWeight | None, b: CpuWeight | None, eps: float) -> np.ndarray:
-        x = _f32(x)
+        x = self._contig(x)
         n = x.shape[-1]
-        y = np.empty_like(x)
+        y = self._empty(x.shape)
         wp = self._row_param(w, n, "layer_norm weight")
         bp = self._row_param(b, n, "layer_norm bias")
-        lib.cera_layer_norm(self._ctx, _fptr(x), x.size // n, n, wp, bp, float(eps), _fptr(y))
+        self._call("layer_norm", x, x.size // n, n, wp, bp, float(eps), y)
         return y
 
     def _row_param(self, w, n: int, what: str):
         if w is None:
             return ffi.NULL
-        d = _f32(w).reshape(-1)
+        d = self._contig(w).reshape(-1)
         if d.size != n:
             raise ShapeError(f"{what} {getattr(w, 'name', '')!r} has {d.size} values for rows of {n}")
-        return _fptr(d)
+        return d
 
     def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec) -> np.ndarray:
-        x = _f32(x)
+        x = self._contig(x)
         if x.ndim != 3:
             raise ShapeError(f"rope expects [n_tokens, n_heads, head_dim], got shape {x.shape}")
         n, heads, head_dim = x.shape
@@ -283,9 +342,9 @@ class CpuBackend(Backend):
             raise ShapeError(f"rope: {positions.shape} positions for {n} tokens")
         if spec.n_dims % 2 or not 0 < spec.n_dims <= head_dim:
             raise ShapeError(f"rope: n_dims {spec.n_dims} must be even and at most the head dimension {head_dim}")
-        y = np.empty_like(x)
-        lib.cera_rope(
-            self._ctx, _fptr(x), _fptr(y), n, heads, head_dim, _iptr(positions), spec.n_dims, int(spec.neox),
+        y = self._empty(x.shape)
+        self._call(
+            "rope", x, y, n, heads, head_dim, Input("positions", positions), spec.n_dims, int(spec.neox),
             spec.base, spec.freq_scale, self._freq_factors(spec), spec.ext_factor, spec.attn_factor,
             spec.beta_fast, spec.beta_slow, spec.n_ctx_orig,
         )  # fmt: skip
@@ -303,7 +362,7 @@ class CpuBackend(Backend):
         return cached[1]
 
     def attention(self, q, k, v, state: CpuState, layer: int, positions: np.ndarray, spec: AttentionSpec) -> np.ndarray:
-        q, k, v = _f32(q), _f32(k), _f32(v)
+        q, k, v = self._contig(q), self._contig(k), self._contig(v)
         if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
             raise ShapeError(f"attention expects 3-D q, k, v, got {q.shape}, {k.shape}, {v.shape}")
         n, n_heads, k_dim = q.shape
@@ -313,19 +372,15 @@ class CpuBackend(Backend):
         positions = np.ascontiguousarray(positions, dtype=np.int32)
         if positions.shape != (n,):
             raise ShapeError(f"attention: {positions.shape} positions for {n} tokens")
-        start, _ = state.store_kv(layer, k, v)
+        start, _ = state.check_kv(layer, k, v)
         v_dim = v.shape[2]
-        out = np.empty((n, n_heads * v_dim), np.float32)
-        ptrs = state.__dict__.get("_cffi_ptrs")
-        if ptrs is None:  # the cache arrays live as long as the state: make their pointers once
-            ptrs = state._cffi_ptrs = (
-                [ffi.from_buffer(a) for a in state.k], [ffi.from_buffer(a) for a in state.v], _iptr(state.pos),
-            )  # fmt: skip
-        rc = lib.cera_attention(
-            self._ctx, _fptr(q), n, n_heads, k_dim, ptrs[0][layer], ptrs[1][layer],
-            int(state.kv_type == "f16"), n_kv, state.n_ctx, v_dim, ptrs[2], start + n, _iptr(positions),
-            float(spec.scale), int(spec.window or 0), float(spec.softcap or 0.0), self.attention_f16_accumulator,
-            _fptr(out),
+        out = self._empty((n, n_heads * v_dim))
+        k_cache, v_cache, cell_pos = state.cache_pointers(layer)
+        rc = self._call(
+            "attention", q, k, v, n, n_heads, n_kv, k_dim, v_dim, k_cache, v_cache, int(state.kv_type == "f16"),
+            state.n_ctx, cell_pos, Input("positions", positions), float(spec.scale), int(spec.window or 0),
+            float(spec.softcap or 0.0), int(self.attention_f16_accumulator), out,
+            eager=(start,),
         )  # fmt: skip
         if rc != 0:
             raise MemoryError("attention: out of memory")
@@ -335,39 +390,63 @@ class CpuBackend(Backend):
         code = UNARY_OPS.get(op)
         if code is None:
             raise UnsupportedOperation(f"backend 'cpu' has no unary op {op!r} (it has {', '.join(UNARY_OPS)})")
-        x = _f32(x)
-        y = np.empty_like(x)
-        lib.cera_unary(self._ctx, code, _fptr(x), _fptr(y), x.size)
+        x = self._contig(x)
+        y = self._empty(x.shape)
+        self._call("unary", code, x, y, x.size)
         return y
 
     def glu(self, op: str, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         code = GLU_OPS.get(op)
         if code is None:
             raise UnsupportedOperation(f"backend 'cpu' has no glu op {op!r} (it has {', '.join(GLU_OPS)})")
-        gate, up = _f32(gate), _f32(up)
+        gate, up = self._contig(gate), self._contig(up)
         if gate.shape != up.shape:
             raise ShapeError(f"{op}: gate {gate.shape} and up {up.shape} differ")
-        y = np.empty_like(gate)
-        lib.cera_glu(self._ctx, code, _fptr(gate), _fptr(up), _fptr(y), y.size)
+        y = self._empty(gate.shape)
+        self._call("glu", code, gate, up, y, y.size)
         return y
 
     def add(self, a, b) -> np.ndarray:
-        return np.add(_f32(a), _f32(b), dtype=np.float32)
+        return self._binary(0, a, b)
 
     def mul(self, a, b) -> np.ndarray:
-        return np.multiply(_f32(a), _f32(b), dtype=np.float32)
+        return self._binary(1, a, b)
+
+    def _binary(self, code: int, a, b) -> np.ndarray:
+        """a (+ or *) b for tensors of one shape, or one of them a row broadcast over the other."""
+        a, b = self._contig(a), self._contig(b)
+        if a.size < b.size:
+            a, b = b, a  # both ops commute
+        n = a.shape[-1] if a.ndim else 1
+        if a.shape == b.shape:
+            rows, n, b_stride = 1, a.size, 0
+        elif b.size == n and a.size and b.shape == (1,) * (b.ndim - 1) + (n,) and b.ndim <= a.ndim:
+            rows, b_stride = a.size // n, 0
+        else:  # a broadcast the kernel does not do: numpy, and no plan
+            rec = self._tls.recorder
+            if rec is not None:
+                rec.fail(f"elementwise op on shapes {a.shape} and {b.shape}")
+            return (np.add if code == 0 else np.multiply)(a, b, dtype=np.float32)
+        y = self._empty(a.shape)
+        self._call("binary", code, a, b, b_stride, y, rows, n)
+        return y
 
     def scale(self, x, s: float) -> np.ndarray:
-        return np.multiply(_f32(x), np.float32(s))
+        x = self._contig(x)
+        y = self._empty(x.shape)
+        self._call("scale", x, float(s), y, x.size)
+        return y
 
     def softcap(self, x, cap: float) -> np.ndarray:
-        # As llama.cpp builds it: scale by 1/cap, tanh, scale by cap (all float32).
-        x = _f32(x)
-        return np.multiply(np.tanh(np.multiply(x, np.float32(1.0 / cap))), np.float32(cap))
+        x = self._contig(x)
+        y = self._empty(x.shape)
+        self._call("softcap", x, float(cap), y, x.size)
+        return y
 
     def conv1d_causal(self, x, w: CpuWeight, state: CpuState, layer: int) -> np.ndarray:
         """Depthwise causal conv over tokens: ``y[t, c] = sum_j w[c, j] * xx[t + j, c]``
         where xx is the carried last ``d_conv - 1`` inputs followed by x (ggml_ssm_conv)."""
+        self._unrecordable("conv1d_causal (numpy, with state carried in Python)")
         x = _f32(x)
         kernel = w.dense()  # numpy shape [channels, d_conv]
         if x.ndim != 2 or kernel.ndim != 2 or kernel.shape[0] != x.shape[1]:
@@ -391,6 +470,7 @@ class CpuBackend(Backend):
         weights to sum 1); ``weight_scale`` (multiply them); ``activation`` "silu"
         (SwiGLU, default) or "gelu" (GeGLU). gate/up are [n_embd, n_ff, n_expert] and
         down [n_ff, n_embd, n_expert] in GGML order, like ffn_{gate,up,down}_exps."""
+        self._unrecordable("moe (its routing runs in numpy)")
         unknown = set(kw) - {"gating", "selection_bias", "norm_topk", "weight_scale", "activation"}
         if unknown:
             raise UnsupportedOperation(f"backend 'cpu': moe has no option(s) {sorted(unknown)}")
@@ -434,7 +514,16 @@ class CpuBackend(Backend):
     # -- reading back ----------------------------------------------------------------------
 
     def to_numpy(self, x) -> np.ndarray:
-        return np.array(x, dtype=np.float32, copy=True)
+        copy = np.array(x, dtype=np.float32, copy=True)
+        rec = self._tls.recorder
+        if rec is not None:
+            rec.set_output(x, copy)
+        return copy
+
+    def _unrecordable(self, what: str) -> None:
+        rec = self._tls.recorder
+        if rec is not None:
+            rec.fail(f"{what} has no plan form")
 
     def close(self) -> None:
         ctx, self._ctx = getattr(self, "_ctx", None), None

@@ -19,7 +19,10 @@ import numpy as np
 from cera.backend import KVLayerSpec, State
 from cera.errors import ContextFull, SessionError, UnsupportedOperation
 
+from ._native import ffi
+
 KV_TYPES = {"f16": np.float16, "f32": np.float32}
+INT32_MAX = 2**31 - 1
 
 
 @attrs.frozen
@@ -52,6 +55,10 @@ class CpuState(State):
         self.conv: dict[int, np.ndarray] = {}
         self._batch: tuple[int, int] | None = None
         self._conv_saved: dict[int, np.ndarray] | None = None
+        self._pointers: tuple | None = None
+        # Execution plans of the backend (plan.py), by (model, n_tokens, output, options):
+        # they point into this state's cache arrays, which live as long as the state.
+        self.plans: dict = {}
 
     # -- the forward-pass protocol --------------------------------------------------------
 
@@ -67,7 +74,7 @@ class CpuState(State):
                 f"{n} tokens do not fit in the KV cache: {self.n_filled} of its {self.n_ctx} cells are used; "
                 f"truncate the session or create it with a larger context"
             )
-        if n and (positions.min() < 0 or positions.max() > np.iinfo(np.int32).max):
+        if n and (positions.min() < 0 or positions.max() > INT32_MAX):
             raise SessionError("positions must be non-negative int32 values")
         start = self.n_filled
         self.pos[start : start + n] = positions
@@ -147,8 +154,10 @@ class CpuState(State):
 
     # -- used by the ops -----------------------------------------------------------------------
 
-    def store_kv(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[int, int]:
-        """Write this pass's keys ``[n, n_kv_heads, k_dim]`` and values into its cells."""
+    def check_kv(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[int, int]:
+        """Check this pass's keys ``[n, n_kv_heads, k_dim]`` and values against the layer's
+        cache and return its cells (start, n); the attention kernel writes them (rounding
+        to f16 to nearest even, like ggml's conversion)."""
         if not 0 <= layer < len(self.layers):
             raise SessionError(f"attention layer {layer} does not exist: the state has {len(self.layers)}")
         spec = self.layers[layer]
@@ -159,10 +168,19 @@ class CpuState(State):
                 f"layer {layer} caches K {(spec.n_kv_heads, spec.k_dim)} and V {(spec.n_kv_heads, spec.v_dim)} "
                 f"per token, got K {k.shape[1:]} and V {v.shape[1:]}"
             )
-        # numpy's float32 -> float16 cast rounds to nearest even, like ggml's.
-        self.k[layer][:, start : start + n, :] = k.transpose(1, 0, 2)
-        self.v[layer][:, start : start + n, :] = v.transpose(1, 0, 2)
         return start, n
+
+    def cache_pointers(self, layer: int) -> tuple:
+        """cffi pointers to layer's K and V cache and to the cell positions; made once,
+        since the arrays live as long as the state (restore copies into them)."""
+        if self._pointers is None:
+            self._pointers = (
+                [ffi.from_buffer(a) for a in self.k],
+                [ffi.from_buffer(a) for a in self.v],
+                ffi.from_buffer("int32_t[]", self.pos),
+            )
+        ks, vs, pos = self._pointers
+        return ks[layer], vs[layer], pos
 
     def conv_state(self, layer: int, shape: tuple[int, int]) -> np.ndarray:
         """The carried inputs of conv layer ``layer`` (zeros at the start of a sequence)."""

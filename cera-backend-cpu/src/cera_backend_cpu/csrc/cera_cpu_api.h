@@ -47,8 +47,9 @@ int64_t cera_act_row_bytes(int ggml_type, int64_t n);
 /* -- dequantization (bit-exact with gguf.quants.dequantize) ---------------------------- */
 
 int cera_dequantize(int ggml_type, const void *src, float *dst, int64_t n);
-/* out[i, :] = dequantize(table row ids[i]); rows of n_cols elements, row_bytes apart. */
-int cera_get_rows(cera_ctx *ctx, int ggml_type, const void *table, int64_t row_bytes, int64_t n_cols,
+/* out[i, :] = dequantize(table row ids[i]); rows of n_cols elements, row_bytes apart.
+ * Returns CERA_EINVAL (-1) if an id is outside [0, n_rows). */
+int cera_get_rows(cera_ctx *ctx, int ggml_type, const void *table, int64_t row_bytes, int64_t n_cols, int64_t n_rows,
                   const int32_t *ids, int64_t n_ids, float *out);
 
 /* -- quantized matrix products ---------------------------------------------------------- */
@@ -67,10 +68,10 @@ int cera_vec_dot(cera_ctx *ctx, int wtype, int64_t K, const void *w_row, const v
 /* -- other ops ---------------------------------------------------------------------------- */
 
 /* y = x / sqrt(mean(x^2) + eps) (* w): rows of n elements; w may be NULL. */
-void cera_rms_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y);
+int cera_rms_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y);
 /* y = (x - mean) / sqrt(var + eps) (* w) (+ b); w, b may be NULL. */
-void cera_layer_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
-                     float eps, float *y);
+int cera_layer_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
+                    float eps, float *y);
 
 /* Rotary embedding of x [n_tok, n_heads, head_dim] into y (may equal x), as ggml's rope
  * with llama.cpp's rope_yarn frequencies. freq_factors: NULL or n_dims/2 floats. */
@@ -79,27 +80,89 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
               const float *freq_factors, float ext_factor, float attn_factor, float beta_fast,
               float beta_slow, int n_ctx_orig);
 
-/* Attention of q [n_tok, n_heads, k_dim] over the cache cells [0, n_cells) of one layer.
- * k_cache: [n_kv_heads][kv_stride cells][k_dim], v_cache: [n_kv_heads][kv_stride][v_dim],
- * both f16 (kv_f16 = 1) or f32. cell_pos[c] is the position of cell c (< 0: empty).
- * A cell is visible from a query at position p when cell_pos[c] <= p and, with
- * window > 0, p - cell_pos[c] < window. Logits are scale * q.k, soft-capped to
- * softcap * tanh(logit / softcap) when softcap > 0. out: [n_tok, n_heads * v_dim].
- * acc_f16 (f16 cache only): keep the weighted sum of values in f16, rounding after every
- * update, as llama.cpp's CPU flash attention does; 0 keeps it in f32. */
-int cera_attention(cera_ctx *ctx, const float *q, int64_t n_tok, int64_t n_heads, int64_t k_dim,
-                   const void *k_cache, const void *v_cache, int kv_f16, int64_t n_kv_heads, int64_t kv_stride,
-                   int64_t v_dim, const int32_t *cell_pos, int64_t n_cells, const int32_t *q_pos,
-                   float scale, int32_t window, float softcap, int acc_f16, float *out);
+/* Store this pass's keys k [n_tok, n_kv_heads, k_dim] and values v [n_tok, n_kv_heads, v_dim]
+ * into cells [kv_start, kv_start + n_tok) of one layer's cache (converted to f16 with
+ * round-to-nearest-even when kv_f16), then attend q [n_tok, n_heads, k_dim] over the cells
+ * [0, kv_start + n_tok). k_cache: [n_kv_heads][kv_stride cells][k_dim], v_cache:
+ * [n_kv_heads][kv_stride][v_dim], f16 (kv_f16 = 1) or f32. cell_pos[c] is the position of
+ * cell c (< 0: empty); q_pos[t] the position of query t. A cell is visible from a query at
+ * position p when cell_pos[c] <= p and, with window > 0, p - cell_pos[c] < window. Logits
+ * are scale * q.k, soft-capped to softcap * tanh(logit / softcap) when softcap > 0.
+ * out: [n_tok, n_heads * v_dim]. acc_f16 (f16 cache only): keep the weighted sum of values
+ * in f16, rounding after every update, as llama.cpp's CPU flash attention does; 0 keeps
+ * it in f32. kv_start comes last because an execution plan supplies it per run. */
+int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
+                   int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_f16,
+                   int64_t kv_stride, const int32_t *cell_pos, const int32_t *q_pos, float scale, int32_t window,
+                   float softcap, int acc_f16, float *out, int64_t kv_start);
 
 /* Elementwise ops. op: 0 silu, 1 gelu (tanh approximation, as ggml: through an f16
  * table), 2 gelu_erf, 3 relu. glu: y = act(g) * u with act 0 silu, 1 gelu. */
 int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n);
 int cera_glu(cera_ctx *ctx, int op, const float *g, const float *u, float *y, int64_t n);
+/* y[r, i] = a[r, i] (op) b[r * b_stride + i] for rows r < rows, i < n; op 0 add, 1 mul.
+ * b_stride = n for two tensors of one shape, 0 to broadcast one row of b over a. */
+int cera_binary(cera_ctx *ctx, int op, const float *a, const float *b, int64_t b_stride, float *y, int64_t rows,
+                int64_t n);
+/* y = x * s */
+int cera_scale(cera_ctx *ctx, const float *x, float s, float *y, int64_t n);
+/* y = tanh(x * (1 / cap)) * cap, in float32 steps as llama.cpp builds it */
+int cera_softcap(cera_ctx *ctx, const float *x, float cap, float *y, int64_t n);
+/* y[r, :n] = x[r * x_stride, :n]: gathers a strided view into a contiguous tensor */
+int cera_copy_rows(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y);
 
 /* Conversions (round to nearest even, as ggml and F16C). */
 void cera_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 void cera_f16_to_f32(const uint16_t *x, float *y, int64_t n);
+
+/* -- execution plans ------------------------------------------------------------------------ */
+
+/* A plan is a recorded sequence of the ops above, with their pointers, sizes and scalar
+ * parameters, that one call replays with the GIL released: a decode step of a small model
+ * is a few hundred ops, and calling each from Python costs more than some of them take.
+ * Each cera_plan_<op> appends one op with the arguments of cera_<op> (for attention all
+ * but kv_start), checked the same way; it returns 0 or a negative CERA_E* code.
+ *
+ * The plan owns no tensor memory: the caller keeps every buffer, weight and cache that
+ * the ops point to alive as long as the plan. The token ids and positions buffers given
+ * at creation (n_tok each) are what the recorded ops read as ids and positions; every run
+ * copies its own ids and positions into them, and kv_start tells the attention ops which
+ * cache cells this run writes (they attend over cells [0, kv_start + n_tok)). */
+typedef struct cera_plan cera_plan;
+cera_plan *cera_plan_new(cera_ctx *ctx, int32_t *tokens, int32_t *positions, int64_t n_tok);
+void cera_plan_free(cera_plan *plan);
+/* Number of ops recorded (after fusion). */
+int cera_plan_size(const cera_plan *plan);
+/* Returns 0, CERA_EINVAL if a token id is outside its embedding table, or CERA_ENOMEM. */
+int cera_plan_run(cera_plan *plan, const int32_t *tokens, const int32_t *positions, int64_t kv_start);
+
+int cera_plan_get_rows(cera_plan *plan, int ggml_type, const void *table, int64_t row_bytes, int64_t n_cols,
+                       int64_t n_rows, const int32_t *ids, int64_t n_ids, float *out);
+int cera_plan_matmul(cera_plan *plan, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
+                     const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias);
+int cera_plan_rms_norm(cera_plan *plan, const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y);
+int cera_plan_layer_norm(cera_plan *plan, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
+                         float eps, float *y);
+int cera_plan_rope(cera_plan *plan, const float *x, float *y, int64_t n_tok, int64_t n_heads, int64_t head_dim,
+                   const int32_t *pos, int n_dims, int neox, float freq_base, float freq_scale,
+                   const float *freq_factors, float ext_factor, float attn_factor, float beta_fast,
+                   float beta_slow, int n_ctx_orig);
+int cera_plan_attention(cera_plan *plan, const float *q, const float *k, const float *v, int64_t n_tok,
+                        int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
+                        void *v_cache, int kv_f16, int64_t kv_stride, const int32_t *cell_pos, const int32_t *q_pos,
+                        float scale, int32_t window, float softcap, int acc_f16, float *out);
+int cera_plan_unary(cera_plan *plan, int op, const float *x, float *y, int64_t n);
+int cera_plan_glu(cera_plan *plan, int op, const float *g, const float *u, float *y, int64_t n);
+int cera_plan_binary(cera_plan *plan, int op, const float *a, const float *b, int64_t b_stride, float *y,
+                     int64_t rows, int64_t n);
+int cera_plan_scale(cera_plan *plan, const float *x, float s, float *y, int64_t n);
+int cera_plan_softcap(cera_plan *plan, const float *x, float cap, float *y, int64_t n);
+int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y);
+
+/* Profiling: with profiling on, every run adds each op's wall time (ns) to a counter;
+ * cera_plan_profile copies the counters and the op names out (n = cera_plan_size). */
+void cera_plan_set_profiling(cera_plan *plan, int on);
+void cera_plan_profile(const cera_plan *plan, int64_t *ns, const char **names);
 
 /* -- benchmarks ----------------------------------------------------------------------------- */
 

@@ -260,6 +260,16 @@ struct cera_ctx {
 };
 
 void *cera_scratch(cera_ctx *ctx, size_t bytes);
+
+/* The ops that use the pool or the scratch buffer, for callers that hold the context
+ * lock already (cera_plan_run); cera_matmul and cera_attention lock and call these. */
+int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
+                         const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias);
+int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok,
+                            int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
+                            void *v_cache, int kv_f16, int64_t kv_stride, const int32_t *cell_pos,
+                            const int32_t *q_pos, float scale, int32_t window, float softcap, int acc_f16, float *out,
+                            int64_t kv_start);
 void cera_ctx_lock(cera_ctx *ctx);
 void cera_ctx_unlock(cera_ctx *ctx);
 

@@ -73,20 +73,16 @@ static void quant_task(void *varg, int ith, int nth) {
     for (int64_t m = ith; m < job->M; m += nth) job->quant(job->x + m * job->x_stride, job->act + m * job->act_row_bytes, job->K);
 }
 
-int cera_matmul(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N, const float *x,
-                int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
+int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
+                         const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
     if (!cera_type_supported(wtype) || K % cera_types[wtype].block) return CERA_ETYPE;
     if (K <= 0 || N <= 0 || M <= 0) return M == 0 || N == 0 ? CERA_OK : CERA_EINVAL;
     const int act = cera_types[wtype].act;
     if (K % cera_act_block[act]) return CERA_ETYPE;
     const int64_t act_row_bytes = cera_act_bytes(act, K);
 
-    cera_ctx_lock(ctx);
     char *buf = cera_scratch(ctx, (size_t)(act_row_bytes * M));
-    if (!buf) {
-        cera_ctx_unlock(ctx);
-        return CERA_ENOMEM;
-    }
+    if (!buf) return CERA_ENOMEM;
     const int small = N * K < SMALL_PRODUCT && M == 1;
     int nth = small ? 1 : ctx->n_threads;
 
@@ -118,8 +114,15 @@ int cera_matmul(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, in
     if (job.n_chunks < nth) nth = (int)job.n_chunks;
     atomic_init(&job.next, 0);
     cera_pool_run(ctx->pool, mm_task, &job, nth);
-    cera_ctx_unlock(ctx);
     return CERA_OK;
+}
+
+int cera_matmul(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N, const float *x,
+                int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
+    cera_ctx_lock(ctx);
+    const int rc = cera_matmul_unlocked(ctx, wtype, w, w_row_bytes, K, N, x, x_stride, M, y, y_stride, bias);
+    cera_ctx_unlock(ctx);
+    return rc;
 }
 
 int cera_quantize_act(cera_ctx *ctx, int wtype, const float *x, void *dst, int64_t K) {
@@ -136,10 +139,12 @@ int cera_vec_dot(cera_ctx *ctx, int wtype, int64_t K, const void *w_row, const v
     return CERA_OK;
 }
 
-int cera_get_rows(cera_ctx *ctx, int t, const void *table, int64_t row_bytes, int64_t n_cols, const int32_t *ids,
-                  int64_t n_ids, float *out) {
+int cera_get_rows(cera_ctx *ctx, int t, const void *table, int64_t row_bytes, int64_t n_cols, int64_t n_rows,
+                  const int32_t *ids, int64_t n_ids, float *out) {
     (void)ctx;
     if (!cera_type_supported(t) || n_cols % cera_types[t].block) return CERA_ETYPE;
+    for (int64_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= n_rows) return CERA_EINVAL;
     for (int64_t i = 0; i < n_ids; i++)
         cera_types[t].dequant((const char *)table + (int64_t)ids[i] * row_bytes, out + i * n_cols, n_cols);
     return CERA_OK;

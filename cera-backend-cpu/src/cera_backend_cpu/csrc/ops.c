@@ -1,4 +1,5 @@
-/* The non-matmul ops whose loops are hot: norms, RoPE, attention, activations.
+/* The non-matmul ops: norms, RoPE, activations, elementwise arithmetic, copies
+ * (attention has its own module, attention.c).
  *
  * Formulas follow ggml's CPU backend (ggml-cpu/ops.cpp, vec.h) so that cera computes
  * what llama.cpp computes: norms sum in double, RoPE builds its sin/cos cache with
@@ -7,7 +8,6 @@
  * vec_dot_type for f16 keys) and runs an online softmax in f32.
  */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -42,7 +42,7 @@ CERA_INLINE float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* -- norms --------------------------------------------------------------------------------- */
 
-void cera_rms_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y) {
+int cera_rms_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y) {
     (void)ctx;
     for (int64_t r = 0; r < rows; r++, x += n, y += n) {
         double sum = 0.0;
@@ -54,10 +54,11 @@ void cera_rms_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const
         else
             for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
     }
+    return CERA_OK;
 }
 
-void cera_layer_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, const float *b, float eps,
-                     float *y) {
+int cera_layer_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const float *w, const float *b, float eps,
+                    float *y) {
     (void)ctx;
     for (int64_t r = 0; r < rows; r++, x += n, y += n) {
         double sum = 0.0;
@@ -76,6 +77,7 @@ void cera_layer_norm(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, con
         if (b)
             for (int64_t i = 0; i < n; i++) y[i] += b[i];
     }
+    return CERA_OK;
 }
 
 /* -- RoPE ---------------------------------------------------------------------------------- */
@@ -148,131 +150,6 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
     return CERA_OK;
 }
 
-/* -- attention ------------------------------------------------------------------------------ */
-
-typedef struct {
-    const cera_kernels *k;
-    const float *q;
-    int64_t n_tok, n_heads, k_dim, v_dim, n_kv_heads, kv_stride, n_cells;
-    const char *k_cache, *v_cache;
-    int kv_f16;
-    const int32_t *cell_pos, *q_pos;
-    float scale, softcap;
-    int32_t window;
-    int acc_f16;
-    float *out;
-    atomic_llong next;
-    int failed;
-} attn_job;
-
-static void attn_task(void *varg, int ith, int nth) {
-    (void)ith;
-    (void)nth;
-    attn_job *job = varg;
-    const cera_kernels *k = job->k;
-    const int64_t group = job->n_heads / job->n_kv_heads;
-    const size_t elt = job->kv_f16 ? 2 : 4;
-    float *acc = malloc(sizeof(float) * (size_t)job->v_dim);
-    uint16_t *q16 = malloc(sizeof(uint16_t) * (size_t)(job->k_dim + job->v_dim));
-    if (!acc || !q16) {
-        job->failed = 1;
-        free(acc);
-        free(q16);
-        return;
-    }
-    const float logit_mul = job->softcap > 0 ? job->scale / job->softcap : job->scale;
-    uint16_t *acc16 = (uint16_t *)q16 + job->k_dim; /* after q16: allocated together below */
-    const int f16acc = job->kv_f16 && job->acc_f16;
-    for (;;) {
-        const int64_t item = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
-        if (item >= job->n_tok * job->n_heads) break;
-        const int64_t t = item / job->n_heads, h = item % job->n_heads, g = h / group;
-        const float *q = job->q + (t * job->n_heads + h) * job->k_dim;
-        if (job->kv_f16)
-            for (int64_t i = 0; i < job->k_dim; i++) q16[i] = f32_to_f16(q[i]);
-        const char *kc = job->k_cache + (size_t)(g * job->kv_stride * job->k_dim) * elt;
-        const char *vc = job->v_cache + (size_t)(g * job->kv_stride * job->v_dim) * elt;
-        const int32_t p = job->q_pos[t];
-        float M = -INFINITY, S = 0.0f;
-        memset(acc, 0, sizeof(float) * (size_t)job->v_dim);
-        memset(acc16, 0, sizeof(uint16_t) * (size_t)job->v_dim);
-        for (int64_t c = 0; c < job->n_cells; c++) {
-            const int32_t pc = job->cell_pos[c];
-            if (pc < 0 || pc > p || (job->window > 0 && p - pc >= job->window)) continue;
-            float s;
-            if (job->kv_f16)
-                s = k->dot_f16(job->k_dim, (const uint16_t *)kc + c * job->k_dim, q16);
-            else
-                s = k->dot_f32(job->k_dim, (const float *)kc + c * job->k_dim, q);
-            s *= logit_mul;
-            if (job->softcap > 0) s = job->softcap * tanhf(s);
-            float vs = 1.0f, ms = 1.0f;
-            if (s > M) {
-                ms = expf(M - s); /* 0 on the first visible cell */
-                M = s;
-            } else {
-                vs = expf(s - M);
-            }
-            if (f16acc) {
-                /* ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 arithmetic, f16 after each step */
-                if (ms != 1.0f) k->scale_f16(job->v_dim, acc16, ms);
-                k->mad_f16(job->v_dim, acc16, (const uint16_t *)vc + c * job->v_dim, vs);
-            } else {
-                if (ms != 1.0f) k->scale_f32(job->v_dim, acc, ms);
-                if (job->kv_f16)
-                    k->axpy_f16(job->v_dim, acc, (const uint16_t *)vc + c * job->v_dim, vs);
-                else
-                    k->axpy_f32(job->v_dim, acc, (const float *)vc + c * job->v_dim, vs);
-            }
-            S = S * ms + vs;
-        }
-        float *o = job->out + (t * job->n_heads + h) * job->v_dim;
-        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-        if (f16acc)
-            for (int64_t i = 0; i < job->v_dim; i++) o[i] = f16_to_f32(acc16[i]) * inv;
-        else
-            for (int64_t i = 0; i < job->v_dim; i++) o[i] = acc[i] * inv;
-    }
-    free(acc);
-    free(q16);
-}
-
-int cera_attention(cera_ctx *ctx, const float *q, int64_t n_tok, int64_t n_heads, int64_t k_dim, const void *k_cache,
-                   const void *v_cache, int kv_f16, int64_t n_kv_heads, int64_t kv_stride, int64_t v_dim,
-                   const int32_t *cell_pos, int64_t n_cells, const int32_t *q_pos, float scale, int32_t window,
-                   float softcap, int acc_f16, float *out) {
-    if (n_kv_heads <= 0 || n_heads % n_kv_heads || n_cells > kv_stride) return CERA_EINVAL;
-    attn_job job;
-    job.k = &ctx->k;
-    job.q = q;
-    job.n_tok = n_tok;
-    job.n_heads = n_heads;
-    job.k_dim = k_dim;
-    job.v_dim = v_dim;
-    job.n_kv_heads = n_kv_heads;
-    job.kv_stride = kv_stride;
-    job.n_cells = n_cells;
-    job.k_cache = k_cache;
-    job.v_cache = v_cache;
-    job.kv_f16 = kv_f16;
-    job.cell_pos = cell_pos;
-    job.q_pos = q_pos;
-    job.scale = scale;
-    job.softcap = softcap;
-    job.window = window;
-    job.acc_f16 = acc_f16;
-    job.out = out;
-    job.failed = 0;
-    atomic_init(&job.next, 0);
-    const int64_t work = n_tok * n_heads * n_cells * (k_dim + v_dim);
-    int nth = work < 32768 ? 1 : ctx->n_threads;
-    if (n_tok * n_heads < nth) nth = (int)(n_tok * n_heads);
-    cera_ctx_lock(ctx);
-    cera_pool_run(ctx->pool, attn_task, &job, nth);
-    cera_ctx_unlock(ctx);
-    return job.failed ? CERA_ENOMEM : CERA_OK;
-}
-
 /* -- activations ---------------------------------------------------------------------------- */
 
 int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n) {
@@ -307,4 +184,43 @@ int cera_glu(cera_ctx *ctx, int op, const float *g, const float *u, float *y, in
     default:
         return CERA_EINVAL;
     }
+}
+
+/* -- elementwise arithmetic and copies ------------------------------------------------------- */
+
+/* Plain float32 operations, one rounding each, so that the results equal numpy's (and
+ * ggml's) bit for bit; -ffp-contract=off keeps the compiler from fusing them. */
+
+int cera_binary(cera_ctx *ctx, int op, const float *a, const float *b, int64_t b_stride, float *y, int64_t rows,
+                int64_t n) {
+    (void)ctx;
+    if (op != 0 && op != 1) return CERA_EINVAL;
+    for (int64_t r = 0; r < rows; r++, a += n, y += n, b += b_stride) {
+        if (op == 0)
+            for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+    }
+    return CERA_OK;
+}
+
+int cera_scale(cera_ctx *ctx, const float *x, float s, float *y, int64_t n) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * s;
+    return CERA_OK;
+}
+
+/* As llama.cpp builds soft-capping from ggml ops: scale by 1/cap (a float32 division),
+ * tanh, scale by cap. */
+int cera_softcap(cera_ctx *ctx, const float *x, float cap, float *y, int64_t n) {
+    (void)ctx;
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i] * inv) * cap;
+    return CERA_OK;
+}
+
+int cera_copy_rows(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y) {
+    (void)ctx;
+    for (int64_t r = 0; r < rows; r++) memcpy(y + r * n, x + r * x_stride, sizeof(float) * (size_t)n);
+    return CERA_OK;
 }

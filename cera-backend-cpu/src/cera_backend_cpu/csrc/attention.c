@@ -1,0 +1,167 @@
+/* Attention over the KV cache: store this pass's keys and values, then attend.
+ *
+ * As llama.cpp's CPU flash attention (its default): with an f16 cache the query is
+ * rounded to f16 (the vec_dot_type of f16 keys), the logits and the online softmax run
+ * in f32, and the weighted sum of values may be kept in f16, rounded after every update.
+ *
+ * Storing K/V here rather than in the caller keeps a whole attention layer one op, so an
+ * execution plan can replay it: the cells it writes (kv_start) are the only thing that
+ * changes from one decode step to the next.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+typedef struct {
+    const cera_kernels *k;
+    const float *q;
+    int64_t n_tok, n_heads, k_dim, v_dim, n_kv_heads, kv_stride, n_cells;
+    const char *k_cache, *v_cache;
+    int kv_f16;
+    const int32_t *cell_pos, *q_pos;
+    float scale, softcap;
+    int32_t window;
+    int acc_f16;
+    float *out;
+    atomic_llong next;
+    int failed;
+} attn_job;
+
+static void attn_task(void *varg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    attn_job *job = varg;
+    const cera_kernels *k = job->k;
+    const int64_t group = job->n_heads / job->n_kv_heads;
+    const size_t elt = job->kv_f16 ? 2 : 4;
+    float *acc = malloc(sizeof(float) * (size_t)job->v_dim);
+    uint16_t *q16 = malloc(sizeof(uint16_t) * (size_t)(job->k_dim + job->v_dim));
+    if (!acc || !q16) {
+        job->failed = 1;
+        free(acc);
+        free(q16);
+        return;
+    }
+    const float logit_mul = job->softcap > 0 ? job->scale / job->softcap : job->scale;
+    uint16_t *acc16 = (uint16_t *)q16 + job->k_dim; /* after q16: allocated together below */
+    const int f16acc = job->kv_f16 && job->acc_f16;
+    for (;;) {
+        const int64_t item = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (item >= job->n_tok * job->n_heads) break;
+        const int64_t t = item / job->n_heads, h = item % job->n_heads, g = h / group;
+        const float *q = job->q + (t * job->n_heads + h) * job->k_dim;
+        if (job->kv_f16)
+            for (int64_t i = 0; i < job->k_dim; i++) q16[i] = f32_to_f16(q[i]);
+        const char *kc = job->k_cache + (size_t)(g * job->kv_stride * job->k_dim) * elt;
+        const char *vc = job->v_cache + (size_t)(g * job->kv_stride * job->v_dim) * elt;
+        const int32_t p = job->q_pos[t];
+        float M = -INFINITY, S = 0.0f;
+        memset(acc, 0, sizeof(float) * (size_t)job->v_dim);
+        memset(acc16, 0, sizeof(uint16_t) * (size_t)job->v_dim);
+        for (int64_t c = 0; c < job->n_cells; c++) {
+            const int32_t pc = job->cell_pos[c];
+            if (pc < 0 || pc > p || (job->window > 0 && p - pc >= job->window)) continue;
+            float s;
+            if (job->kv_f16)
+                s = k->dot_f16(job->k_dim, (const uint16_t *)kc + c * job->k_dim, q16);
+            else
+                s = k->dot_f32(job->k_dim, (const float *)kc + c * job->k_dim, q);
+            s *= logit_mul;
+            if (job->softcap > 0) s = job->softcap * tanhf(s);
+            float vs = 1.0f, ms = 1.0f;
+            if (s > M) {
+                ms = expf(M - s); /* 0 on the first visible cell */
+                M = s;
+            } else {
+                vs = expf(s - M);
+            }
+            if (f16acc) {
+                /* ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 arithmetic, f16 after each step */
+                if (ms != 1.0f) k->scale_f16(job->v_dim, acc16, ms);
+                k->mad_f16(job->v_dim, acc16, (const uint16_t *)vc + c * job->v_dim, vs);
+            } else {
+                if (ms != 1.0f) k->scale_f32(job->v_dim, acc, ms);
+                if (job->kv_f16)
+                    k->axpy_f16(job->v_dim, acc, (const uint16_t *)vc + c * job->v_dim, vs);
+                else
+                    k->axpy_f32(job->v_dim, acc, (const float *)vc + c * job->v_dim, vs);
+            }
+            S = S * ms + vs;
+        }
+        float *o = job->out + (t * job->n_heads + h) * job->v_dim;
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        if (f16acc)
+            for (int64_t i = 0; i < job->v_dim; i++) o[i] = f16_to_f32(acc16[i]) * inv;
+        else
+            for (int64_t i = 0; i < job->v_dim; i++) o[i] = acc[i] * inv;
+    }
+    free(acc);
+    free(q16);
+}
+
+/* x [n_tok, n_kv_heads, dim] into cells [start, start + n_tok) of cache [n_kv_heads][stride][dim] */
+static void store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int64_t n_kv_heads, int64_t dim,
+                        char *cache, int kv_f16, int64_t stride, int64_t start) {
+    const size_t elt = kv_f16 ? 2 : 4;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t h = 0; h < n_kv_heads; h++) {
+            const float *src = x + (t * n_kv_heads + h) * dim;
+            char *dst = cache + (size_t)((h * stride + start + t) * dim) * elt;
+            if (kv_f16)
+                k->quant[ACT_F16](src, dst, dim); /* f32 -> f16, round to nearest even */
+            else
+                memcpy(dst, src, sizeof(float) * (size_t)dim);
+        }
+}
+
+int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok,
+                            int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
+                            void *v_cache, int kv_f16, int64_t kv_stride, const int32_t *cell_pos,
+                            const int32_t *q_pos, float scale, int32_t window, float softcap, int acc_f16, float *out,
+                            int64_t kv_start) {
+    const int64_t n_cells = kv_start + n_tok;
+    if (n_kv_heads <= 0 || n_heads % n_kv_heads || kv_start < 0 || n_cells > kv_stride) return CERA_EINVAL;
+    store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_f16, kv_stride, kv_start);
+    store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_f16, kv_stride, kv_start);
+    attn_job job;
+    job.k = &ctx->k;
+    job.q = q;
+    job.n_tok = n_tok;
+    job.n_heads = n_heads;
+    job.k_dim = k_dim;
+    job.v_dim = v_dim;
+    job.n_kv_heads = n_kv_heads;
+    job.kv_stride = kv_stride;
+    job.n_cells = n_cells;
+    job.k_cache = k_cache;
+    job.v_cache = v_cache;
+    job.kv_f16 = kv_f16;
+    job.cell_pos = cell_pos;
+    job.q_pos = q_pos;
+    job.scale = scale;
+    job.softcap = softcap;
+    job.window = window;
+    job.acc_f16 = acc_f16;
+    job.out = out;
+    job.failed = 0;
+    atomic_init(&job.next, 0);
+    const int64_t work = n_tok * n_heads * n_cells * (k_dim + v_dim);
+    int nth = work < 32768 ? 1 : ctx->n_threads;
+    if (n_tok * n_heads < nth) nth = (int)(n_tok * n_heads);
+    cera_pool_run(ctx->pool, attn_task, &job, nth);
+    return job.failed ? CERA_ENOMEM : CERA_OK;
+}
+
+int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
+                   int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_f16,
+                   int64_t kv_stride, const int32_t *cell_pos, const int32_t *q_pos, float scale, int32_t window,
+                   float softcap, int acc_f16, float *out, int64_t kv_start) {
+    cera_ctx_lock(ctx);
+    const int rc = cera_attention_unlocked(ctx, q, k, v, n_tok, n_heads, n_kv_heads, k_dim, v_dim, k_cache, v_cache,
+                                           kv_f16, kv_stride, cell_pos, q_pos, scale, window, softcap, acc_f16, out,
+                                           kv_start);
+    cera_ctx_unlock(ctx);
+    return rc;
+}

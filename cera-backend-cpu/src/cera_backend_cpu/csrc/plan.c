@@ -1,0 +1,432 @@
+/* Execution plans: a recorded list of ops replayed by one call.
+ *
+ * The Python side records a decode step once (cera_backend_cpu/plan.py), with every
+ * intermediate tensor at a fixed place in a buffer it owns, and appends each op here
+ * with the same arguments the eager call took. A run then only copies the step's token
+ * ids and positions into the plan's input buffers, holds the context lock once, and
+ * walks the list: no Python between ops, no GIL held.
+ *
+ * Each op keeps its arguments in a tagged union and runs the very function its eager
+ * call runs, so a replayed step computes what the eager step computed, bit for bit.
+ */
+#include <stdlib.h>
+#include <time.h>
+
+#include "internal.h"
+
+enum {
+    OP_GET_ROWS,
+    OP_MATMUL,
+    OP_RMS_NORM,
+    OP_LAYER_NORM,
+    OP_ROPE,
+    OP_ATTENTION,
+    OP_UNARY,
+    OP_GLU,
+    OP_BINARY,
+    OP_SCALE,
+    OP_SOFTCAP,
+    OP_COPY_ROWS,
+    OP_COUNT
+};
+
+static const char *const OP_NAMES[OP_COUNT] = {
+    "get_rows", "matmul", "rms_norm", "layer_norm", "rope", "attention",
+    "unary", "glu", "binary", "scale", "softcap", "copy_rows",
+};
+
+typedef struct {
+    int t;
+    const void *table;
+    int64_t row_bytes, n_cols, n_rows;
+    const int32_t *ids;
+    int64_t n_ids;
+    float *out;
+} get_rows_args;
+
+typedef struct {
+    int wtype;
+    const void *w;
+    int64_t w_row_bytes, K, N;
+    const float *x;
+    int64_t x_stride, M;
+    float *y;
+    int64_t y_stride;
+    const float *bias;
+} matmul_args;
+
+typedef struct {
+    const float *x, *w, *b;
+    int64_t rows, n;
+    float eps;
+    float *y;
+} norm_args;
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t n_tok, n_heads, head_dim;
+    const int32_t *pos;
+    int n_dims, neox, n_ctx_orig;
+    float freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
+    const float *freq_factors;
+} rope_args;
+
+typedef struct {
+    const float *q, *k, *v;
+    int64_t n_tok, n_heads, n_kv_heads, k_dim, v_dim, kv_stride;
+    void *k_cache, *v_cache;
+    int kv_f16, acc_f16;
+    const int32_t *cell_pos, *q_pos;
+    float scale, softcap;
+    int32_t window;
+    float *out;
+} attention_args;
+
+typedef struct { /* unary (b unused), glu, binary */
+    int code;
+    const float *a, *b;
+    int64_t b_stride, rows, n;
+    float *y;
+} ew_args;
+
+typedef struct { /* scale, softcap */
+    const float *x;
+    float s;
+    float *y;
+    int64_t n;
+} scale_args;
+
+typedef struct {
+    const float *x;
+    int64_t x_stride, rows, n;
+    float *y;
+} copy_args;
+
+typedef struct {
+    int op;
+    union {
+        get_rows_args get_rows;
+        matmul_args matmul;
+        norm_args norm;
+        rope_args rope;
+        attention_args attention;
+        ew_args ew;
+        scale_args scale;
+        copy_args copy;
+    } u;
+} plan_node;
+
+struct cera_plan {
+    cera_ctx *ctx;
+    int32_t *tokens, *positions; /* the input buffers the recorded ops read */
+    int64_t n_tok;
+    int64_t kv_start; /* of the run in progress */
+    plan_node *nodes;
+    int n_nodes, cap;
+    int profiling;
+    int64_t *ns; /* per node, when profiling */
+};
+
+cera_plan *cera_plan_new(cera_ctx *ctx, int32_t *tokens, int32_t *positions, int64_t n_tok) {
+    if (!ctx || !tokens || !positions || n_tok <= 0) return NULL;
+    cera_plan *plan = calloc(1, sizeof(cera_plan));
+    if (!plan) return NULL;
+    plan->ctx = ctx;
+    plan->tokens = tokens;
+    plan->positions = positions;
+    plan->n_tok = n_tok;
+    return plan;
+}
+
+void cera_plan_free(cera_plan *plan) {
+    if (!plan) return;
+    free(plan->nodes);
+    free(plan->ns);
+    free(plan);
+}
+
+int cera_plan_size(const cera_plan *plan) { return plan->n_nodes; }
+
+static plan_node *append(cera_plan *plan, int op) {
+    if (plan->n_nodes == plan->cap) {
+        const int cap = plan->cap ? plan->cap * 2 : 256;
+        plan_node *nodes = realloc(plan->nodes, sizeof(plan_node) * (size_t)cap);
+        int64_t *ns = realloc(plan->ns, sizeof(int64_t) * (size_t)cap);
+        if (nodes) plan->nodes = nodes;
+        if (ns) plan->ns = ns;
+        if (!nodes || !ns) return NULL;
+        plan->cap = cap;
+    }
+    plan->ns[plan->n_nodes] = 0;
+    plan_node *node = &plan->nodes[plan->n_nodes++];
+    memset(node, 0, sizeof *node);
+    node->op = op;
+    return node;
+}
+
+/* -- appending ops (arguments as the eager cera_<op>) ------------------------------------------ */
+
+int cera_plan_get_rows(cera_plan *plan, int t, const void *table, int64_t row_bytes, int64_t n_cols, int64_t n_rows,
+                       const int32_t *ids, int64_t n_ids, float *out) {
+    if (!cera_type_supported(t) || n_cols % cera_types[t].block) return CERA_ETYPE;
+    plan_node *node = append(plan, OP_GET_ROWS);
+    if (!node) return CERA_ENOMEM;
+    node->u.get_rows.t = t;
+    node->u.get_rows.table = table;
+    node->u.get_rows.row_bytes = row_bytes;
+    node->u.get_rows.n_cols = n_cols;
+    node->u.get_rows.n_rows = n_rows;
+    node->u.get_rows.ids = ids;
+    node->u.get_rows.n_ids = n_ids;
+    node->u.get_rows.out = out;
+    return CERA_OK;
+}
+
+int cera_plan_matmul(cera_plan *plan, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
+                     const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
+    if (!cera_type_supported(wtype) || K % cera_types[wtype].block) return CERA_ETYPE;
+    plan_node *node = append(plan, OP_MATMUL);
+    if (!node) return CERA_ENOMEM;
+    node->u.matmul.wtype = wtype;
+    node->u.matmul.w = w;
+    node->u.matmul.w_row_bytes = w_row_bytes;
+    node->u.matmul.K = K;
+    node->u.matmul.N = N;
+    node->u.matmul.x = x;
+    node->u.matmul.x_stride = x_stride;
+    node->u.matmul.M = M;
+    node->u.matmul.y = y;
+    node->u.matmul.y_stride = y_stride;
+    node->u.matmul.bias = bias;
+    return CERA_OK;
+}
+
+static int add_norm(cera_plan *plan, int op, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
+                    float eps, float *y) {
+    plan_node *node = append(plan, op);
+    if (!node) return CERA_ENOMEM;
+    node->u.norm.x = x;
+    node->u.norm.rows = rows;
+    node->u.norm.n = n;
+    node->u.norm.w = w;
+    node->u.norm.b = b;
+    node->u.norm.eps = eps;
+    node->u.norm.y = y;
+    return CERA_OK;
+}
+
+int cera_plan_rms_norm(cera_plan *plan, const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y) {
+    return add_norm(plan, OP_RMS_NORM, x, rows, n, w, NULL, eps, y);
+}
+
+int cera_plan_layer_norm(cera_plan *plan, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
+                         float eps, float *y) {
+    return add_norm(plan, OP_LAYER_NORM, x, rows, n, w, b, eps, y);
+}
+
+int cera_plan_rope(cera_plan *plan, const float *x, float *y, int64_t n_tok, int64_t n_heads, int64_t head_dim,
+                   const int32_t *pos, int n_dims, int neox, float freq_base, float freq_scale,
+                   const float *freq_factors, float ext_factor, float attn_factor, float beta_fast, float beta_slow,
+                   int n_ctx_orig) {
+    if (n_dims <= 0 || n_dims % 2 || n_dims > head_dim) return CERA_EINVAL;
+    plan_node *node = append(plan, OP_ROPE);
+    if (!node) return CERA_ENOMEM;
+    node->u.rope.x = x;
+    node->u.rope.y = y;
+    node->u.rope.n_tok = n_tok;
+    node->u.rope.n_heads = n_heads;
+    node->u.rope.head_dim = head_dim;
+    node->u.rope.pos = pos;
+    node->u.rope.n_dims = n_dims;
+    node->u.rope.neox = neox;
+    node->u.rope.freq_base = freq_base;
+    node->u.rope.freq_scale = freq_scale;
+    node->u.rope.freq_factors = freq_factors;
+    node->u.rope.ext_factor = ext_factor;
+    node->u.rope.attn_factor = attn_factor;
+    node->u.rope.beta_fast = beta_fast;
+    node->u.rope.beta_slow = beta_slow;
+    node->u.rope.n_ctx_orig = n_ctx_orig;
+    return CERA_OK;
+}
+
+int cera_plan_attention(cera_plan *plan, const float *q, const float *k, const float *v, int64_t n_tok,
+                        int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
+                        void *v_cache, int kv_f16, int64_t kv_stride, const int32_t *cell_pos, const int32_t *q_pos,
+                        float scale, int32_t window, float softcap, int acc_f16, float *out) {
+    if (n_kv_heads <= 0 || n_heads % n_kv_heads || n_tok > kv_stride) return CERA_EINVAL;
+    plan_node *node = append(plan, OP_ATTENTION);
+    if (!node) return CERA_ENOMEM;
+    node->u.attention.q = q;
+    node->u.attention.k = k;
+    node->u.attention.v = v;
+    node->u.attention.n_tok = n_tok;
+    node->u.attention.n_heads = n_heads;
+    node->u.attention.n_kv_heads = n_kv_heads;
+    node->u.attention.k_dim = k_dim;
+    node->u.attention.v_dim = v_dim;
+    node->u.attention.k_cache = k_cache;
+    node->u.attention.v_cache = v_cache;
+    node->u.attention.kv_f16 = kv_f16;
+    node->u.attention.kv_stride = kv_stride;
+    node->u.attention.cell_pos = cell_pos;
+    node->u.attention.q_pos = q_pos;
+    node->u.attention.scale = scale;
+    node->u.attention.window = window;
+    node->u.attention.softcap = softcap;
+    node->u.attention.acc_f16 = acc_f16;
+    node->u.attention.out = out;
+    return CERA_OK;
+}
+
+static int add_ew(cera_plan *plan, int op, int code, const float *a, const float *b, int64_t b_stride, float *y,
+                  int64_t rows, int64_t n) {
+    plan_node *node = append(plan, op);
+    if (!node) return CERA_ENOMEM;
+    node->u.ew.code = code;
+    node->u.ew.a = a;
+    node->u.ew.b = b;
+    node->u.ew.b_stride = b_stride;
+    node->u.ew.y = y;
+    node->u.ew.rows = rows;
+    node->u.ew.n = n;
+    return CERA_OK;
+}
+
+int cera_plan_unary(cera_plan *plan, int op, const float *x, float *y, int64_t n) {
+    if (op < 0 || op > 3) return CERA_EINVAL;
+    return add_ew(plan, OP_UNARY, op, x, NULL, 0, y, 1, n);
+}
+
+int cera_plan_glu(cera_plan *plan, int op, const float *g, const float *u, float *y, int64_t n) {
+    if (op < 0 || op > 1) return CERA_EINVAL;
+    return add_ew(plan, OP_GLU, op, g, u, 0, y, 1, n);
+}
+
+int cera_plan_binary(cera_plan *plan, int op, const float *a, const float *b, int64_t b_stride, float *y, int64_t rows,
+                     int64_t n) {
+    if (op < 0 || op > 1) return CERA_EINVAL;
+    return add_ew(plan, OP_BINARY, op, a, b, b_stride, y, rows, n);
+}
+
+static int add_scale(cera_plan *plan, int op, const float *x, float s, float *y, int64_t n) {
+    plan_node *node = append(plan, op);
+    if (!node) return CERA_ENOMEM;
+    node->u.scale.x = x;
+    node->u.scale.s = s;
+    node->u.scale.y = y;
+    node->u.scale.n = n;
+    return CERA_OK;
+}
+
+int cera_plan_scale(cera_plan *plan, const float *x, float s, float *y, int64_t n) {
+    return add_scale(plan, OP_SCALE, x, s, y, n);
+}
+
+int cera_plan_softcap(cera_plan *plan, const float *x, float cap, float *y, int64_t n) {
+    return add_scale(plan, OP_SOFTCAP, x, cap, y, n);
+}
+
+int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y) {
+    plan_node *node = append(plan, OP_COPY_ROWS);
+    if (!node) return CERA_ENOMEM;
+    node->u.copy.x = x;
+    node->u.copy.x_stride = x_stride;
+    node->u.copy.rows = rows;
+    node->u.copy.n = n;
+    node->u.copy.y = y;
+    return CERA_OK;
+}
+
+/* -- running ---------------------------------------------------------------------------------- */
+
+static int run_node(cera_plan *plan, const plan_node *node) {
+    cera_ctx *ctx = plan->ctx;
+    switch (node->op) {
+    case OP_GET_ROWS: {
+        const get_rows_args *a = &node->u.get_rows;
+        return cera_get_rows(ctx, a->t, a->table, a->row_bytes, a->n_cols, a->n_rows, a->ids, a->n_ids, a->out);
+    }
+    case OP_MATMUL: {
+        const matmul_args *a = &node->u.matmul;
+        return cera_matmul_unlocked(ctx, a->wtype, a->w, a->w_row_bytes, a->K, a->N, a->x, a->x_stride, a->M, a->y,
+                                    a->y_stride, a->bias);
+    }
+    case OP_RMS_NORM: {
+        const norm_args *a = &node->u.norm;
+        return cera_rms_norm(ctx, a->x, a->rows, a->n, a->w, a->eps, a->y);
+    }
+    case OP_LAYER_NORM: {
+        const norm_args *a = &node->u.norm;
+        return cera_layer_norm(ctx, a->x, a->rows, a->n, a->w, a->b, a->eps, a->y);
+    }
+    case OP_ROPE: {
+        const rope_args *a = &node->u.rope;
+        return cera_rope(ctx, a->x, a->y, a->n_tok, a->n_heads, a->head_dim, a->pos, a->n_dims, a->neox, a->freq_base,
+                         a->freq_scale, a->freq_factors, a->ext_factor, a->attn_factor, a->beta_fast, a->beta_slow,
+                         a->n_ctx_orig);
+    }
+    case OP_ATTENTION: {
+        const attention_args *a = &node->u.attention;
+        return cera_attention_unlocked(ctx, a->q, a->k, a->v, a->n_tok, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim,
+                                       a->k_cache, a->v_cache, a->kv_f16, a->kv_stride, a->cell_pos, a->q_pos,
+                                       a->scale, a->window, a->softcap, a->acc_f16, a->out, plan->kv_start);
+    }
+    case OP_UNARY:
+        return cera_unary(ctx, node->u.ew.code, node->u.ew.a, node->u.ew.y, node->u.ew.n);
+    case OP_GLU:
+        return cera_glu(ctx, node->u.ew.code, node->u.ew.a, node->u.ew.b, node->u.ew.y, node->u.ew.n);
+    case OP_BINARY: {
+        const ew_args *a = &node->u.ew;
+        return cera_binary(ctx, a->code, a->a, a->b, a->b_stride, a->y, a->rows, a->n);
+    }
+    case OP_SCALE:
+        return cera_scale(ctx, node->u.scale.x, node->u.scale.s, node->u.scale.y, node->u.scale.n);
+    case OP_SOFTCAP:
+        return cera_softcap(ctx, node->u.scale.x, node->u.scale.s, node->u.scale.y, node->u.scale.n);
+    case OP_COPY_ROWS: {
+        const copy_args *a = &node->u.copy;
+        return cera_copy_rows(ctx, a->x, a->x_stride, a->rows, a->n, a->y);
+    }
+    default:
+        return CERA_EINVAL;
+    }
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int cera_plan_run(cera_plan *plan, const int32_t *tokens, const int32_t *positions, int64_t kv_start) {
+    memcpy(plan->tokens, tokens, sizeof(int32_t) * (size_t)plan->n_tok);
+    memcpy(plan->positions, positions, sizeof(int32_t) * (size_t)plan->n_tok);
+    plan->kv_start = kv_start;
+    int rc = CERA_OK;
+    cera_ctx_lock(plan->ctx);
+    for (int i = 0; i < plan->n_nodes && rc == CERA_OK; i++) {
+        if (plan->profiling) {
+            const int64_t t0 = now_ns();
+            rc = run_node(plan, &plan->nodes[i]);
+            plan->ns[i] += now_ns() - t0;
+        } else {
+            rc = run_node(plan, &plan->nodes[i]);
+        }
+    }
+    cera_ctx_unlock(plan->ctx);
+    return rc;
+}
+
+void cera_plan_set_profiling(cera_plan *plan, int on) {
+    plan->profiling = on;
+    for (int i = 0; i < plan->n_nodes; i++) plan->ns[i] = 0;
+}
+
+void cera_plan_profile(const cera_plan *plan, int64_t *ns, const char **names) {
+    for (int i = 0; i < plan->n_nodes; i++) {
+        if (ns) ns[i] = plan->ns[i];
+        if (names) names[i] = OP_NAMES[plan->nodes[i].op];
+    }
+}
