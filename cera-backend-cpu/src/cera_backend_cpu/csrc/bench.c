@@ -2,14 +2,19 @@
  * through its share of a buffer and sums it, which is what a memory-bound matrix-vector
  * product does with its weights. The sum is returned so the reads cannot be optimised
  * away. */
+#include <stdatomic.h>
+
 #include "internal.h"
 
 typedef struct {
     const cera_kernels *k;
     const uint64_t *p;
     int64_t n_words;
-    uint64_t sums[256];
+    atomic_llong next; /* next chunk */
+    _Atomic uint64_t sum;
 } bw_job;
+
+#define BW_CHUNK_WORDS (1 << 17) /* 1 MiB per chunk taken from the counter */
 
 /* The portable probe; SIMD variants read with their widest loads (kernel table). */
 uint64_t cera_read_sum_scalar(const void *vp, int64_t bytes) {
@@ -28,22 +33,28 @@ uint64_t cera_read_sum_scalar(const void *vp, int64_t bytes) {
 }
 
 static void bw_task(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
     bw_job *job = arg;
-    const int64_t per = (job->n_words / nth) & ~(int64_t)7;
-    const int64_t a = per * ith, b = ith == nth - 1 ? job->n_words : a + per;
-    job->sums[ith & 255] = job->k->read_sum(job->p + a, (b - a) * 8);
+    uint64_t sum = 0;
+    for (;;) {
+        const int64_t a = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed) * BW_CHUNK_WORDS;
+        if (a >= job->n_words) break;
+        const int64_t b = a + BW_CHUNK_WORDS < job->n_words ? a + BW_CHUNK_WORDS : job->n_words;
+        sum += job->k->read_sum(job->p + a, (b - a) * 8);
+    }
+    atomic_fetch_add(&job->sum, sum);
 }
 
 uint64_t cera_read_probe(cera_ctx *ctx, const void *p, int64_t bytes) {
     bw_job job;
-    memset(&job, 0, sizeof job);
     job.k = &ctx->k;
     job.p = p;
     job.n_words = bytes / 8;
+    atomic_init(&job.next, 0);
+    atomic_init(&job.sum, 0);
     cera_ctx_lock(ctx);
     cera_pool_run(ctx->pool, bw_task, &job, ctx->n_threads);
     cera_ctx_unlock(ctx);
-    uint64_t s = 0;
-    for (int i = 0; i < 256; i++) s += job.sums[i];
-    return s;
+    return atomic_load(&job.sum);
 }

@@ -245,7 +245,10 @@ cera_pool *cera_pool_new(int n_threads);
 void cera_pool_free(cera_pool *pool);
 int cera_pool_threads(const cera_pool *pool);
 void cera_pool_set_spin_us(cera_pool *pool, int spin_us);
-/* Run fn(arg, ith, nth) on nth threads (the caller is ith 0) and wait for all. */
+/* Run fn(arg, ith, nth) on up to nth threads (the caller is ith 0) and wait for those
+ * that took part. Workers that do not arrive before the caller has finished its own call
+ * are left out, so a task must take its work from a shared counter (an atomic in arg),
+ * never split it by ith; ith only names a thread (scratch space, say). */
 void cera_pool_run(cera_pool *pool, cera_task_fn fn, void *arg, int nth);
 
 /* -- context -------------------------------------------------------------------------------- */

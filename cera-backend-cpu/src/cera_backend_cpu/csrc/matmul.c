@@ -66,11 +66,18 @@ typedef struct {
     int64_t x_stride, K, M;
     char *act;
     int64_t act_row_bytes;
+    atomic_llong next; /* next activation row */
 } quant_job;
 
 static void quant_task(void *varg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
     quant_job *job = varg;
-    for (int64_t m = ith; m < job->M; m += nth) job->quant(job->x + m * job->x_stride, job->act + m * job->act_row_bytes, job->K);
+    for (;;) {
+        const int64_t m = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (m >= job->M) break;
+        job->quant(job->x + m * job->x_stride, job->act + m * job->act_row_bytes, job->K);
+    }
 }
 
 int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
@@ -86,7 +93,8 @@ int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_
     const int small = N * K < SMALL_PRODUCT && M == 1;
     int nth = small ? 1 : ctx->n_threads;
 
-    quant_job qj = {ctx->k.quant[act], x, x_stride, K, M, buf, act_row_bytes};
+    quant_job qj = {ctx->k.quant[act], x, x_stride, K, M, buf, act_row_bytes, 0};
+    atomic_init(&qj.next, 0);
     cera_pool_run(ctx->pool, quant_task, &qj, M >= 4 ? nth : 1);
 
     mm_job job;

@@ -1,13 +1,19 @@
 /* A persistent thread pool: n-1 worker threads plus the calling thread.
  *
- * Decoding one token of a small model issues a few hundred small matrix products, so
- * the cost that matters is waking the workers, not running them. A job is published by
- * bumping a generation counter; workers that finished their last job recently are still
- * spinning on that counter and start within a fraction of a microsecond. A worker that
- * has seen no job for spin_us microseconds goes to sleep on a condition variable, so an
- * idle pool costs nothing (the machine is shared); the next job then pays one futex
- * wake-up. The caller runs share 0 of every job itself and spins (yielding the CPU if
- * it has to wait long) until the workers report done.
+ * Decoding one token of a small model issues a few hundred small jobs, so the cost that
+ * matters is handing a job to the workers, not running it. A job is published by bumping
+ * a generation counter; workers that finished their last job recently are still spinning
+ * on that counter and start within a fraction of a microsecond. A worker that has seen no
+ * job for spin_us microseconds goes to sleep on a condition variable, so an idle pool
+ * costs nothing (the machine is shared); the next job then pays one futex wake-up.
+ *
+ * Every task takes its work from a shared counter, so a job is done when its work is,
+ * whoever did it. That lets the caller stop waiting for workers that did not turn up:
+ * a job offers nth-1 seats (a counter tagged with the job's generation); a worker takes
+ * one before it starts, and the caller, once it has run out of work itself, closes the
+ * remaining seats and waits only for the workers that sat down. On a machine whose cores
+ * are busy with other processes, a worker that the OS has not scheduled (or that sleeps)
+ * then costs nothing, instead of stalling every op until it gets a time slice.
  *
  * Sleeping is race-free by the usual handshake: a worker increments n_sleeping under
  * the mutex and re-checks the generation before waiting; the runner bumps the
@@ -35,7 +41,8 @@ struct cera_pool {
     int n_threads;
     pthread_t *threads;
     atomic_uint generation;
-    atomic_int n_done;
+    _Atomic uint64_t seats; /* (generation << 32) | seats still free in that job */
+    atomic_int n_done;      /* workers of the current job that finished it */
     atomic_int n_sleeping;
     atomic_int stop;
     atomic_int spin_us;
@@ -54,10 +61,6 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void in_child(void) { atomic_fetch_add(&fork_epoch, 1); }
 static void register_atfork(void) { pthread_atfork(NULL, NULL, in_child); }
 
-typedef struct {
-    cera_pool *pool;
-    int ith;
-} worker_arg;
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -66,10 +69,7 @@ static int64_t now_ns(void) {
 }
 
 static void *worker_main(void *varg) {
-    worker_arg *wa = varg;
-    cera_pool *pool = wa->pool;
-    const int ith = wa->ith;
-    free(wa);
+    cera_pool *pool = varg; /* a worker's index in a job is the seat it takes */
     /* Not a load of the counter: a job may already have been published before this
      * thread got to run, and it must not be skipped. No job exists before the pool. */
     unsigned seen = 0;
@@ -91,8 +91,17 @@ static void *worker_main(void *varg) {
         }
         if (atomic_load(&pool->stop)) break;
         seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
-        if (ith < pool->nth) pool->fn(pool->arg, ith, pool->nth);
-        atomic_fetch_add_explicit(&pool->n_done, 1, memory_order_release);
+        /* take a seat in job `seen`, if it is still open; fn, arg and nth were written
+         * before the seats were offered and stay until every seated worker is done */
+        uint64_t t = atomic_load_explicit(&pool->seats, memory_order_acquire);
+        while ((unsigned)(t >> 32) == seen && (uint32_t)t > 0) {
+            if (atomic_compare_exchange_weak_explicit(&pool->seats, &t, t - 1, memory_order_acq_rel,
+                                                      memory_order_acquire)) {
+                pool->fn(pool->arg, pool->nth - (int)(uint32_t)t, pool->nth);
+                atomic_fetch_add_explicit(&pool->n_done, 1, memory_order_release);
+                break;
+            }
+        }
     }
     return NULL;
 }
@@ -105,6 +114,7 @@ cera_pool *cera_pool_new(int n_threads) {
     pthread_once(&atfork_once, register_atfork);
     pool->fork_epoch = atomic_load(&fork_epoch);
     atomic_init(&pool->generation, 0);
+    atomic_init(&pool->seats, 0);
     atomic_init(&pool->n_done, 0);
     atomic_init(&pool->n_sleeping, 0);
     atomic_init(&pool->stop, 0);
@@ -118,13 +128,7 @@ cera_pool *cera_pool_new(int n_threads) {
             return NULL;
         }
         for (int i = 1; i < n_threads; i++) {
-            worker_arg *wa = malloc(sizeof(worker_arg));
-            if (wa) {
-                wa->pool = pool;
-                wa->ith = i;
-            }
-            if (!wa || pthread_create(&pool->threads[i - 1], NULL, worker_main, wa) != 0) {
-                free(wa);
+            if (pthread_create(&pool->threads[i - 1], NULL, worker_main, pool) != 0) {
                 pool->n_threads = i; /* run with the threads we got */
                 break;
             }
@@ -165,18 +169,21 @@ void cera_pool_run(cera_pool *pool, cera_task_fn fn, void *arg, int nth) {
     pool->arg = arg;
     pool->nth = nth;
     atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
-    atomic_fetch_add(&pool->generation, 1); /* seq_cst: publishes fn/arg/nth */
+    const unsigned gen = atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&pool->seats, ((uint64_t)gen << 32) | (uint32_t)(nth - 1), memory_order_release);
+    atomic_store(&pool->generation, gen); /* seq_cst: publishes the job */
     if (atomic_load(&pool->n_sleeping) > 0) {
         pthread_mutex_lock(&pool->mu);
         pthread_cond_broadcast(&pool->cv);
         pthread_mutex_unlock(&pool->mu);
     }
     fn(arg, 0, nth);
-    /* every worker reports, including those with no share in this job */
-    const int others = pool->n_threads - 1;
+    /* the work is done or taken: close the seats, wait for the workers who sat down */
+    const uint64_t left = atomic_exchange_explicit(&pool->seats, (uint64_t)gen << 32, memory_order_acq_rel);
+    const int seated = nth - 1 - (int)(uint32_t)left;
     int spins = 0;
-    while (atomic_load_explicit(&pool->n_done, memory_order_acquire) < others) {
+    while (atomic_load_explicit(&pool->n_done, memory_order_acquire) < seated) {
         cpu_relax();
-        if (++spins > 4096) sched_yield(); /* a worker was preempted: give it the CPU */
+        if (++spins > 4096) sched_yield(); /* a seated worker was preempted: give it the CPU */
     }
 }
