@@ -290,9 +290,11 @@ def test_cancel_still_stops_generation_between_tokens(smollm2_path):
 # -- the arena ------------------------------------------------------------------------------------
 
 
-def test_arena_never_overlaps_tensors_that_one_op_uses(smollm2_path):
-    """Buffers share arena memory only when their lives do not overlap: check every op's
-    tensors against each other, from a real recording."""
+def test_arena_never_overlaps_tensors_that_one_step_uses(smollm2_path):
+    """Buffers share arena memory only when their lives do not overlap: check every
+    step's tensors (all the ops of a fused step) against each other, from a real
+    recording."""
+    from cera_backend_cpu.fusion import plan_steps
     from cera_backend_cpu.plan import Recorder, arena_layout
 
     loaded = _load(smollm2_path)
@@ -308,15 +310,23 @@ def test_arena_never_overlaps_tensors_that_one_op_uses(smollm2_path):
         be._tls.recorder = None
     state.commit()
     recording = rec.finish(result)
-    offsets, size = arena_layout(recording)
+    steps = plan_steps(recording.ops)
+    assert len(steps) < len(recording.ops)  # some ops were fused
+    offsets, size = arena_layout(recording, steps)
     assert size < sum(recording.sizes) / 4  # the sharing is real: most tensors are short-lived
+
+    def step_ops(step):
+        extra = ((step.glu,) if step.glu is not None else ()) + ((step.residual[0],) if step.residual else ())
+        return step.ops + extra
+
     live_ranges = {}
-    for i, (_, args) in enumerate(recording.ops):
-        for a in args:
-            if a[0] == "buf":
-                live_ranges.setdefault(a[1], [i, i])[1] = i
-    for i, (name, _) in enumerate(recording.ops):
-        live = [b for b, (s0, s1) in live_ranges.items() if s0 <= i <= s1]
+    for s, step in enumerate(steps):
+        for i in step_ops(step):
+            for a in recording.ops[i][1]:
+                if a[0] == "buf":
+                    live_ranges.setdefault(a[1], [s, s])[1] = s
+    for s in range(len(steps)):
+        live = [b for b, (s0, s1) in live_ranges.items() if s0 <= s <= s1]
         spans = sorted((offsets[b], offsets[b] + recording.sizes[b]) for b in live)
         for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
-            assert end <= start, f"op {i} ({name}): live tensors overlap in the arena"
+            assert end <= start, f"step {s}: live tensors overlap in the arena"

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._native import ffi, lib
+from .fusion import Step, plan_steps
 
 ALIGN = 64  # arena offsets: cache-line aligned, as the kernels' loads prefer
 
@@ -171,24 +172,27 @@ class Recording:
         return self.ops == other.ops and self.sizes == other.sizes and self.output == other.output
 
 
-def arena_layout(recording: Recording) -> tuple[list[int | None], int]:
+def arena_layout(recording: Recording, steps: list[Step]) -> tuple[list[int | None], int]:
     """Byte offsets of the buffers in one arena, and its size.
 
-    A buffer lives from the first op that names it to the last (the output to the end);
-    buffers whose lives do not overlap share memory, which keeps a step's working set
-    small enough to stay in the caches. Within one op all named buffers are live at once,
-    so an op never writes over its own inputs."""
+    A buffer lives from the first step (C op) that names it to the last (the output to
+    the end); buffers whose lives do not overlap share memory, which keeps a step's
+    working set small enough to stay in the caches. Within one step all named buffers
+    are live at once, so a step (fused or not) never writes over its own inputs."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    for i, (_, args) in enumerate(recording.ops):
-        for a in args:
-            if a[0] == "buf":
-                first.setdefault(a[1], i)
-                last[a[1]] = i
+    for s, step in enumerate(steps):
+        for i in (
+            step.ops + ((step.glu,) if step.glu is not None else ()) + ((step.residual[0],) if step.residual else ())
+        ):
+            for a in recording.ops[i][1]:
+                if a[0] == "buf":
+                    first.setdefault(a[1], s)
+                    last[a[1]] = s
     if recording.output is not None:
         out = recording.output[0][1]
-        first.setdefault(out, len(recording.ops))
-        last[out] = len(recording.ops)
+        first.setdefault(out, len(steps))
+        last[out] = len(steps)
     starting: dict[int, list[int]] = {}
     ending: dict[int, list[int]] = {}
     for b, i in first.items():
@@ -198,7 +202,7 @@ def arena_layout(recording: Recording) -> tuple[list[int | None], int]:
     offsets: list[int | None] = [None] * len(recording.sizes)
     free: list[tuple[int, int]] = []  # (offset, size) holes, sorted by offset
     top = 0
-    for i in range(len(recording.ops) + 1):
+    for i in range(len(steps) + 1):
         for b in sorted(starting.get(i, ())):
             size = -(-recording.sizes[b] // ALIGN) * ALIGN
             for j, (off, hole) in enumerate(free):  # first fit
@@ -228,7 +232,8 @@ class Plan:
 
     def __init__(self, backend, recording: Recording, n_tokens: int):
         self.backend = backend  # the C plan points at the backend's context
-        offsets, size = arena_layout(recording)
+        steps = plan_steps(recording.ops)
+        offsets, size = arena_layout(recording, steps)
         self._arena_raw = np.zeros(size + ALIGN, np.uint8)
         skip = -address(self._arena_raw) % ALIGN
         self.arena = self._arena_raw[skip : skip + size]
@@ -255,8 +260,12 @@ class Plan:
                 return inputs[a[1]]
             return a[1]
 
-        for name, args in recording.ops:
-            rc = getattr(lib, "cera_plan_" + name)(self._c, *[resolve(a) for a in args])
+        for step in steps:
+            if step.is_products:
+                name, rc = "products", self._add_products(recording.ops, step, resolve)
+            else:
+                name, args = recording.ops[step.ops[0]]
+                rc = getattr(lib, "cera_plan_" + name)(self._c, *[resolve(a) for a in args])
             if rc != 0:
                 raise Unrecordable(f"{name}: the C plan refused the op (error {rc})")
         self.n_ops = lib.cera_plan_size(self._c)
@@ -266,6 +275,26 @@ class Plan:
             start = offsets[index] + offset
             count = int(np.prod(shape))
             self.output = self.arena[start : start + 4 * count].view(np.float32).reshape(shape)
+
+    def _add_products(self, ops: tuple, step: Step, resolve) -> int:
+        """A fused group of products (fusion.py) as one C op."""
+        members = ffi.new("cera_product[]", len(step.ops))
+        for m, i in zip(members, step.ops, strict=True):
+            wtype, w, w_row_bytes, _, N, _, _, _, y, y_stride, bias = ops[i][1]
+            m.wtype, m.w, m.w_row_bytes, m.N = wtype[1], resolve(w), w_row_bytes[1], N[1]
+            m.y, m.y_stride, m.bias = resolve(y), y_stride[1], resolve(bias)
+        if step.residual is not None:
+            add, k, other = step.residual
+            members[k].residual = resolve(other)
+            members[k].out = resolve(ops[add][1][4])
+        glu_op, glu_out, glu_stride = -1, ffi.NULL, 0
+        if step.glu is not None:
+            code, _, _, y, _ = ops[step.glu][1]
+            glu_op, glu_out, glu_stride = code[1], resolve(y), members[0].N
+        _, _, _, K, _, x, x_stride, M, _, _, _ = ops[step.ops[0]][1]
+        return lib.cera_plan_products(
+            self._c, resolve(x), x_stride[1], K[1], M[1], members, len(step.ops), glu_op, glu_out, glu_stride
+        )
 
     def run(self, tokens: np.ndarray, positions: np.ndarray, kv_start: int) -> np.ndarray | None:
         tokens = np.ascontiguousarray(tokens, dtype=np.int32)

@@ -159,6 +159,26 @@ int cera_plan_scale(cera_plan *plan, const float *x, float s, float *y, int64_t 
 int cera_plan_softcap(cera_plan *plan, const float *x, float cap, float *y, int64_t n);
 int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y);
 
+/* Several products of one input as one pool job: the input is quantized once per
+ * activation format, and the members' rows are handed out together. Member i computes
+ * y[m, :N] = x[m] @ W.T (+ bias) and, with a residual, also out[m, r] = residual[m, r] +
+ * y[m, r] (same strides as y) as its rows are done. glu_op >= 0 (0 silu, 1 gelu) needs
+ * exactly two members of one size, a gate and an up: their rows are done together and
+ * glu_out[m, r] = act(gate[m, r]) * up[m, r] (rows glu_stride apart). Every element is
+ * computed as cera_matmul, cera_binary and cera_glu compute it. At most 8 members. */
+typedef struct {
+    int wtype;
+    const void *w;
+    int64_t w_row_bytes, N;
+    float *y;
+    int64_t y_stride;
+    const float *bias;
+    const float *residual;
+    float *out;
+} cera_product;
+int cera_plan_products(cera_plan *plan, const float *x, int64_t x_stride, int64_t K, int64_t M,
+                       const cera_product *members, int n_members, int glu_op, float *glu_out, int64_t glu_stride);
+
 /* Profiling: with profiling on, every run adds each op's wall time (ns) to a counter;
  * cera_plan_profile copies the counters and the op names out (n = cera_plan_size). */
 void cera_plan_set_profiling(cera_plan *plan, int on);

@@ -264,6 +264,18 @@ struct cera_ctx {
 
 void *cera_scratch(cera_ctx *ctx, size_t bytes);
 
+#define CERA_MAX_PRODUCTS 8 /* members of one product job (cera_product in cera_cpu_api.h) */
+
+/* 0 if the members can run as one job (glu_op >= 0: exactly a gate and an up member of
+ * one size), else a CERA_E* code. */
+int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int glu_op);
+/* The members as one pool job; glu_op >= 0 also writes glu_out[m, r] = act(gate) * up
+ * (rows glu_stride apart). Needs the context lock. */
+int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t K, int64_t M,
+                           const cera_product *mem, int n_mem, int glu_op, float *glu_out, int64_t glu_stride);
+/* y = act(g) * u over n elements (ops.c; the glu op and the epilogue above share it). */
+void cera_glu_rows(int op, const float *g, const float *u, float *y, int64_t n);
+
 /* The ops that use the pool or the scratch buffer, for callers that hold the context
  * lock already (cera_plan_run); cera_matmul and cera_attention lock and call these. */
 int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,

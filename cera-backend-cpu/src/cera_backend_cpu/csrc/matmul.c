@@ -9,6 +9,11 @@
  * counter (so a thread that the OS preempts does not hold everyone back). For several
  * activation rows (prefill) a chunk is a tile of weight rows that stays in L1 while the
  * thread walks all activation rows over it, in groups that stay in L2.
+ *
+ * One job may hold several products of the same input (an execution plan groups the
+ * Q/K/V or gate/up projections: one quantization of the input, one hand-over to the
+ * pool), finish rows with a residual add, or run the glu of a gate/up pair on rows as
+ * they are done. Every output element is computed exactly as by a lone product.
  */
 #include <stdatomic.h>
 
@@ -19,43 +24,73 @@
 #define SMALL_PRODUCT 32768
 
 #define TILE_COLS 16 /* activation rows per group in the prefill walk */
+#define MAX_ACTS 4   /* distinct activation formats in one group */
 
+/* The work of one pool job: the members' weight rows in chunks, numbered member after
+ * member (with a glu epilogue, chunks cover the rows of the gate and up members at once). */
 typedef struct {
-    cera_dot_fn dot;
-    cera_dot4_fn dot4;
-    const char *w;
-    int64_t w_row_bytes, K, N, M;
-    const char *act;
-    int64_t act_row_bytes;
-    float *y;
-    int64_t y_stride;
-    const float *bias;
-    int64_t chunk; /* weight rows per chunk */
-    int64_t n_chunks;
+    const cera_kernels *k;
+    const cera_product *mem;
+    int n_mem;
+    int64_t K, M;
+    const char *act[MAX_ACTS]; /* quantized activation rows, per format */
+    int64_t act_row_bytes[MAX_ACTS];
+    int act_of[CERA_MAX_PRODUCTS]; /* member -> index into act[] */
+    int64_t chunk[CERA_MAX_PRODUCTS];
+    int64_t first_chunk[CERA_MAX_PRODUCTS + 1]; /* member i's chunks: [first_chunk[i], first_chunk[i + 1]) */
+    int glu_op;
+    float *glu_out;
+    int64_t glu_stride;
     atomic_llong next;
 } mm_job;
+
+/* Rows [r0, r1) of member i for every activation row, then its epilogue. */
+static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1) {
+    const cera_product *p = &job->mem[i];
+    cera_dot_fn dot = job->k->dot[p->wtype];
+    cera_dot4_fn dot4 = job->k->dot4[p->wtype];
+    const char *w = p->w;
+    const char *act = job->act[job->act_of[i]];
+    const int64_t arb = job->act_row_bytes[job->act_of[i]];
+    for (int64_t m0 = 0; m0 < job->M; m0 += TILE_COLS) {
+        const int64_t m1 = m0 + TILE_COLS < job->M ? m0 + TILE_COLS : job->M;
+        for (int64_t m = m0; m < m1; m++) {
+            const char *a = act + m * arb;
+            float *y = p->y + m * p->y_stride;
+            int64_t r = r0;
+            if (dot4)
+                for (; r + 4 <= r1; r += 4) dot4(job->K, w + r * p->w_row_bytes, p->w_row_bytes, a, &y[r]);
+            for (; r < r1; r++) dot(job->K, w + r * p->w_row_bytes, a, &y[r]);
+            if (p->bias)
+                for (r = r0; r < r1; r++) y[r] += p->bias[r];
+            if (p->residual) {
+                const float *res = p->residual + m * p->y_stride;
+                float *out = p->out + m * p->y_stride;
+                for (r = r0; r < r1; r++) out[r] = res[r] + y[r];
+            }
+        }
+    }
+}
 
 static void mm_task(void *varg, int ith, int nth) {
     (void)ith;
     (void)nth;
     mm_job *job = varg;
+    const int64_t n_chunks = job->first_chunk[job->n_mem];
     for (;;) {
         const int64_t c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
-        if (c >= job->n_chunks) break;
-        const int64_t r0 = c * job->chunk;
-        const int64_t r1 = r0 + job->chunk < job->N ? r0 + job->chunk : job->N;
-        for (int64_t m0 = 0; m0 < job->M; m0 += TILE_COLS) {
-            const int64_t m1 = m0 + TILE_COLS < job->M ? m0 + TILE_COLS : job->M;
-            for (int64_t m = m0; m < m1; m++) {
-                const char *a = job->act + m * job->act_row_bytes;
-                float *y = job->y + m * job->y_stride;
-                int64_t r = r0;
-                if (job->dot4)
-                    for (; r + 4 <= r1; r += 4) job->dot4(job->K, job->w + r * job->w_row_bytes, job->w_row_bytes, a, &y[r]);
-                for (; r < r1; r++) job->dot(job->K, job->w + r * job->w_row_bytes, a, &y[r]);
-                if (job->bias)
-                    for (int64_t r = r0; r < r1; r++) y[r] += job->bias[r];
-            }
+        if (c >= n_chunks) break;
+        int i = 0;
+        while (c >= job->first_chunk[i + 1]) i++;
+        const int64_t r0 = (c - job->first_chunk[i]) * job->chunk[i];
+        const int64_t r1 = r0 + job->chunk[i] < job->mem[i].N ? r0 + job->chunk[i] : job->mem[i].N;
+        product_rows(job, i, r0, r1);
+        if (job->glu_op >= 0) { /* the up rows that go with these gate rows, then the glu */
+            product_rows(job, 1, r0, r1);
+            for (int64_t m = 0; m < job->M; m++)
+                cera_glu_rows(job->glu_op, job->mem[0].y + m * job->mem[0].y_stride + r0,
+                              job->mem[1].y + m * job->mem[1].y_stride + r0,
+                              job->glu_out + m * job->glu_stride + r0, r1 - r0);
         }
     }
 }
@@ -80,49 +115,95 @@ static void quant_task(void *varg, int ith, int nth) {
     }
 }
 
-int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
-                         const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
-    if (!cera_type_supported(wtype) || K % cera_types[wtype].block) return CERA_ETYPE;
-    if (K <= 0 || N <= 0 || M <= 0) return M == 0 || N == 0 ? CERA_OK : CERA_EINVAL;
-    const int act = cera_types[wtype].act;
-    if (K % cera_act_block[act]) return CERA_ETYPE;
-    const int64_t act_row_bytes = cera_act_bytes(act, K);
+int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int glu_op) {
+    if (n_mem < 1 || n_mem > CERA_MAX_PRODUCTS || K <= 0) return CERA_EINVAL;
+    int acts[MAX_ACTS], n_acts = 0;
+    for (int i = 0; i < n_mem; i++) {
+        const int t = mem[i].wtype;
+        if (!cera_type_supported(t) || K % cera_types[t].block || K % cera_act_block[cera_types[t].act])
+            return CERA_ETYPE;
+        if (mem[i].N <= 0) return CERA_EINVAL;
+        int j = 0;
+        while (j < n_acts && acts[j] != cera_types[t].act) j++;
+        if (j == n_acts) {
+            if (n_acts == MAX_ACTS) return CERA_EINVAL;
+            acts[n_acts++] = cera_types[t].act;
+        }
+    }
+    if (glu_op >= 0 && (n_mem != 2 || mem[0].N != mem[1].N)) return CERA_EINVAL;
+    return CERA_OK;
+}
 
-    char *buf = cera_scratch(ctx, (size_t)(act_row_bytes * M));
-    if (!buf) return CERA_ENOMEM;
-    const int small = N * K < SMALL_PRODUCT && M == 1;
-    int nth = small ? 1 : ctx->n_threads;
-
-    quant_job qj = {ctx->k.quant[act], x, x_stride, K, M, buf, act_row_bytes, 0};
-    atomic_init(&qj.next, 0);
-    cera_pool_run(ctx->pool, quant_task, &qj, M >= 4 ? nth : 1);
+int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t K, int64_t M,
+                           const cera_product *mem, int n_mem, int glu_op, float *glu_out, int64_t glu_stride) {
+    const int rc = cera_products_check(mem, n_mem, K, glu_op);
+    if (rc != CERA_OK) return rc;
+    if (M <= 0) return M == 0 ? CERA_OK : CERA_EINVAL;
 
     mm_job job;
-    job.dot = ctx->k.dot[wtype];
-    job.dot4 = ctx->k.dot4[wtype];
-    job.w = w;
-    job.w_row_bytes = w_row_bytes;
+    job.k = &ctx->k;
+    job.mem = mem;
+    job.n_mem = n_mem;
     job.K = K;
-    job.N = N;
     job.M = M;
-    job.act = buf;
-    job.act_row_bytes = act_row_bytes;
-    job.y = y;
-    job.y_stride = y_stride;
-    job.bias = bias;
-    if (M == 1) {
-        /* decode: about 4 chunks per thread, at least 16 rows each */
-        int64_t chunk = N / ((int64_t)nth * 4);
-        chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
-        job.chunk = chunk;
-    } else {
-        job.chunk = 16; /* rows of a tile: 16 weight rows stay in L1 */
+    job.glu_op = glu_op;
+    job.glu_out = glu_out;
+    job.glu_stride = glu_stride;
+    int act_fmt[MAX_ACTS], n_acts = 0;
+    int64_t act_bytes = 0, weights = 0;
+    for (int i = 0; i < n_mem; i++) {
+        const int act = cera_types[mem[i].wtype].act;
+        int j = 0;
+        while (j < n_acts && act_fmt[j] != act) j++;
+        if (j == n_acts) {
+            act_fmt[n_acts] = act;
+            job.act_row_bytes[n_acts] = cera_act_bytes(act, K);
+            act_bytes += job.act_row_bytes[n_acts] * M;
+            n_acts++;
+        }
+        job.act_of[i] = j;
+        weights += mem[i].N * K;
     }
-    job.n_chunks = (N + job.chunk - 1) / job.chunk;
-    if (job.n_chunks < nth) nth = (int)job.n_chunks;
+    char *buf = cera_scratch(ctx, (size_t)act_bytes);
+    if (!buf) return CERA_ENOMEM;
+    const int small = weights < SMALL_PRODUCT && M == 1;
+    int nth = small ? 1 : ctx->n_threads;
+
+    for (int j = 0; j < n_acts; j++) {
+        job.act[j] = buf;
+        quant_job qj = {ctx->k.quant[act_fmt[j]], x, x_stride, K, M, buf, job.act_row_bytes[j], 0};
+        atomic_init(&qj.next, 0);
+        cera_pool_run(ctx->pool, quant_task, &qj, M >= 4 ? nth : 1);
+        buf += job.act_row_bytes[j] * M;
+    }
+
+    /* a glu pair is walked as one member whose chunks also do the up rows */
+    const int n_walk = glu_op >= 0 ? 1 : n_mem;
+    job.first_chunk[0] = 0;
+    for (int i = 0; i < n_walk; i++) {
+        int64_t chunk;
+        if (M == 1) {
+            /* decode: about 4 chunks per thread, at least 16 rows each */
+            chunk = mem[i].N / ((int64_t)nth * 4);
+            chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
+        } else {
+            chunk = 16; /* rows of a tile: 16 weight rows stay in L1 */
+        }
+        job.chunk[i] = chunk;
+        job.first_chunk[i + 1] = job.first_chunk[i] + (mem[i].N + chunk - 1) / chunk;
+    }
+    job.n_mem = n_walk;
+    if (job.first_chunk[n_walk] < nth) nth = (int)job.first_chunk[n_walk];
     atomic_init(&job.next, 0);
     cera_pool_run(ctx->pool, mm_task, &job, nth);
     return CERA_OK;
+}
+
+int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
+                         const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
+    if (N == 0) return CERA_OK;
+    const cera_product p = {wtype, w, w_row_bytes, N, y, y_stride, bias, NULL, NULL};
+    return cera_products_unlocked(ctx, x, x_stride, K, M, &p, 1, -1, NULL, 0);
 }
 
 int cera_matmul(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N, const float *x,

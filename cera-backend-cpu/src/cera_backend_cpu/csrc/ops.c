@@ -172,18 +172,18 @@ int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n) {
     }
 }
 
+void cera_glu_rows(int op, const float *g, const float *u, float *y, int64_t n) {
+    if (op == 0)
+        for (int64_t i = 0; i < n; i++) y[i] = silu(g[i]) * u[i];
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = gelu_lookup(g[i]) * u[i];
+}
+
 int cera_glu(cera_ctx *ctx, int op, const float *g, const float *u, float *y, int64_t n) {
     (void)ctx;
-    switch (op) {
-    case 0:
-        for (int64_t i = 0; i < n; i++) y[i] = silu(g[i]) * u[i];
-        return CERA_OK;
-    case 1:
-        for (int64_t i = 0; i < n; i++) y[i] = gelu_lookup(g[i]) * u[i];
-        return CERA_OK;
-    default:
-        return CERA_EINVAL;
-    }
+    if (op != 0 && op != 1) return CERA_EINVAL;
+    cera_glu_rows(op, g, u, y, n);
+    return CERA_OK;
 }
 
 /* -- elementwise arithmetic and copies ------------------------------------------------------- */

@@ -16,7 +16,7 @@
 
 enum {
     OP_GET_ROWS,
-    OP_MATMUL,
+    OP_PRODUCTS,
     OP_RMS_NORM,
     OP_LAYER_NORM,
     OP_ROPE,
@@ -31,7 +31,7 @@ enum {
 };
 
 static const char *const OP_NAMES[OP_COUNT] = {
-    "get_rows", "matmul", "rms_norm", "layer_norm", "rope", "attention",
+    "get_rows", "products", "rms_norm", "layer_norm", "rope", "attention",
     "unary", "glu", "binary", "scale", "softcap", "copy_rows",
 };
 
@@ -45,15 +45,13 @@ typedef struct {
 } get_rows_args;
 
 typedef struct {
-    int wtype;
-    const void *w;
-    int64_t w_row_bytes, K, N;
     const float *x;
-    int64_t x_stride, M;
-    float *y;
-    int64_t y_stride;
-    const float *bias;
-} matmul_args;
+    int64_t x_stride, K, M;
+    cera_product mem[CERA_MAX_PRODUCTS];
+    int n_mem, glu_op;
+    float *glu_out;
+    int64_t glu_stride;
+} products_args;
 
 typedef struct {
     const float *x, *w, *b;
@@ -107,7 +105,7 @@ typedef struct {
     int op;
     union {
         get_rows_args get_rows;
-        matmul_args matmul;
+        products_args products;
         norm_args norm;
         rope_args rope;
         attention_args attention;
@@ -183,23 +181,29 @@ int cera_plan_get_rows(cera_plan *plan, int t, const void *table, int64_t row_by
     return CERA_OK;
 }
 
+int cera_plan_products(cera_plan *plan, const float *x, int64_t x_stride, int64_t K, int64_t M,
+                       const cera_product *members, int n_members, int glu_op, float *glu_out, int64_t glu_stride) {
+    const int rc = cera_products_check(members, n_members, K, glu_op);
+    if (rc != CERA_OK) return rc;
+    plan_node *node = append(plan, OP_PRODUCTS);
+    if (!node) return CERA_ENOMEM;
+    products_args *a = &node->u.products;
+    a->x = x;
+    a->x_stride = x_stride;
+    a->K = K;
+    a->M = M;
+    memcpy(a->mem, members, sizeof(cera_product) * (size_t)n_members);
+    a->n_mem = n_members;
+    a->glu_op = glu_op;
+    a->glu_out = glu_out;
+    a->glu_stride = glu_stride;
+    return CERA_OK;
+}
+
 int cera_plan_matmul(cera_plan *plan, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
                      const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
-    if (!cera_type_supported(wtype) || K % cera_types[wtype].block) return CERA_ETYPE;
-    plan_node *node = append(plan, OP_MATMUL);
-    if (!node) return CERA_ENOMEM;
-    node->u.matmul.wtype = wtype;
-    node->u.matmul.w = w;
-    node->u.matmul.w_row_bytes = w_row_bytes;
-    node->u.matmul.K = K;
-    node->u.matmul.N = N;
-    node->u.matmul.x = x;
-    node->u.matmul.x_stride = x_stride;
-    node->u.matmul.M = M;
-    node->u.matmul.y = y;
-    node->u.matmul.y_stride = y_stride;
-    node->u.matmul.bias = bias;
-    return CERA_OK;
+    const cera_product p = {wtype, w, w_row_bytes, N, y, y_stride, bias, NULL, NULL};
+    return cera_plan_products(plan, x, x_stride, K, M, &p, 1, -1, NULL, 0);
 }
 
 static int add_norm(cera_plan *plan, int op, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
@@ -348,10 +352,10 @@ static int run_node(cera_plan *plan, const plan_node *node) {
         const get_rows_args *a = &node->u.get_rows;
         return cera_get_rows(ctx, a->t, a->table, a->row_bytes, a->n_cols, a->n_rows, a->ids, a->n_ids, a->out);
     }
-    case OP_MATMUL: {
-        const matmul_args *a = &node->u.matmul;
-        return cera_matmul_unlocked(ctx, a->wtype, a->w, a->w_row_bytes, a->K, a->N, a->x, a->x_stride, a->M, a->y,
-                                    a->y_stride, a->bias);
+    case OP_PRODUCTS: {
+        const products_args *a = &node->u.products;
+        return cera_products_unlocked(ctx, a->x, a->x_stride, a->K, a->M, a->mem, a->n_mem, a->glu_op, a->glu_out,
+                                      a->glu_stride);
     }
     case OP_RMS_NORM: {
         const norm_args *a = &node->u.norm;
