@@ -66,6 +66,7 @@ def cera_probe_read_bandwidth(buf, threads: int, repeat: int = 5) -> float:
     """GB/s of the CPU backend's read probe (bench_kernels.read_bandwidth): streams the
     buffer through cera's own thread pool. Raises when it is not available."""
     import bench_kernels
+
     from cera_backend_cpu.backend import CpuBackend
 
     backend = CpuBackend(threads=threads)

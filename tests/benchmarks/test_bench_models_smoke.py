@@ -172,6 +172,7 @@ def test_extra_row_with_and_without_overhead(bm):
     extra = {
         "bandwidth": {
             "weight_bytes": 96_576_768,
+            "read_bw_gb_s": 5.0,
             "cera": {"gb_s": 3.5, "fraction": 0.7},
             "llama.cpp": {"gb_s": 4.0, "fraction": 0.8},
         },
@@ -182,10 +183,10 @@ def test_extra_row_with_and_without_overhead(bm):
             "kernel_calls_per_token": 393.0,
         },
     }
-    assert bm.extra_row("m", extra) == ["m", "96.6", "3.50", "70", "4.00", "80", "2.35", "9.4", "393"]
+    assert bm.extra_row("m", extra) == ["m", "96.6", "5.00", "3.50", "70", "4.00", "80", "2.35", "9.4", "393"]
     extra["overhead"] = {"available": False, "reason": "x"}
     del extra["bandwidth"]
-    assert bm.extra_row("m", extra) == ["m", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"]
+    assert bm.extra_row("m", extra) == ["m"] + ["n/a"] * 9
 
 
 def test_test_ids_shared_and_sized(bm):
