@@ -199,3 +199,48 @@ def test_linear_takes_leading_dimensions(be):
     y = be.linear(x, weight)
     assert y.shape == (2, 3, 6)
     np.testing.assert_array_equal(y.reshape(6, 6), be.linear(x.reshape(6, 64), weight))
+
+
+# -- many activation rows: the tiled microkernel (csrc/gemm.c) ------------------------------------
+
+GEMM_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K"]
+
+
+@pytest.mark.parametrize("t", GEMM_TYPES)
+def test_many_row_products_exact_given_quantized_activations(be, scalar_be, t):
+    """From 16 activation rows on, products go through tiles of 8 unpacked weight rows
+    (n = 21 also leaves rows for the row kernels): each row within E_fp of W @ x~."""
+    rng = np.random.default_rng(29)
+    for k_blocks, n, m in [(2, 16, 16), (5, 21, 23), (1, 8, 37)]:
+        k = _k_unit(t) * k_blocks
+        data, w = random_weight(t, n, k, rng)
+        x = _rand_x(rng, m, k)
+        for backend in (be, scalar_be):
+            y = backend.linear(x, backend.weight("w", data, t, shape=(k, n)))
+            for r in range(m):
+                x_used = quantized_activation(ACT_FORMAT[t], x[r])
+                tol = exact_activation_error_bound(t, data, w, x_used, x[r])
+                err = np.abs(y[r] - w @ x_used)
+                assert np.all(err <= tol), (
+                    f"{t} ({backend.variant}): row {r}: error {err.max():.3g} > {tol[err.argmax()]:.3g}"
+                )
+
+
+@pytest.mark.parametrize("t", GEMM_TYPES)
+def test_many_row_microkernels_equal_scalar_bit_for_bit(scalar_be, variant_backends, t):
+    """The SIMD microkernels perform the scalar one's float steps in its order: same bits."""
+    from cera_backend_cpu._native import lib
+
+    if not variant_backends:
+        pytest.skip("no SIMD variant runs here (or CERA_CPU_VARIANT forces scalar)")
+    rng = np.random.default_rng(31)
+    k = _k_unit(t) * 3
+    data, _ = random_weight(t, 24, k, rng)
+    x = _rand_x(rng, 18, k)
+    ys = scalar_be.linear(x, scalar_be.weight("w", data, t, shape=(k, 24)))
+    for name, backend in variant_backends.items():
+        if t in ("Q8_0", "IQ4_NL") and "vnni" not in name:
+            continue  # bytes above 127 would saturate vpmaddubsw: these run the row kernels there
+        yv = backend.linear(x, backend.weight("w", data, t, shape=(k, 24)))
+        np.testing.assert_array_equal(yv, ys, err_msg=f"{t} on {name}")
+    assert lib is not None

@@ -203,6 +203,78 @@ def _check_attention(be, seed, n_kv, group, k_dim, v_dim, batches, window, softc
         assert err.max() <= tol, f"attention error {err.max():.3g} > {tol:.3g}"
 
 
+@st.composite
+def tiled_attention_cases(draw):
+    n_kv = draw(st.integers(1, 2))
+    group = draw(st.integers(1, 3))
+    k_dim = draw(st.sampled_from([16, 64, 72]))
+    v_dim = draw(st.sampled_from([k_dim, 32]))
+    batches = draw(st.lists(st.integers(64, 150), min_size=1, max_size=2))
+    window = draw(st.sampled_from([None, 20, 90]))
+    softcap = draw(st.sampled_from([None, 50.0]))
+    kv_type = draw(st.sampled_from(["f16", "f32"]))
+    gap = draw(st.sampled_from([0, 7]))
+    return n_kv, group, k_dim, v_dim, batches, window, softcap, kv_type, gap
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=seeds, case=tiled_attention_cases())
+def test_attention_of_many_query_rows(be, seed, case):
+    """From 64 query rows on, attention runs in tiles of 64 rows x 64 cells in float32, as
+    llama.cpp's does for prompts: the query is not rounded to f16 and the value sum is f32.
+    Errors: a logit is one float32 chain of k_dim fused multiply-adds and a scaling, so it
+    errs by <= (k_dim + 4) u scale sum|q k| (+ tanh's); the softmax weights and sums, rescaled
+    once per tile, carry (n + 8) 2u relatively, as in test_attention."""
+    n_kv, group, k_dim, v_dim, batches, window, softcap, kv_type, gap = case
+    rng = np.random.default_rng(seed)
+    n_heads = n_kv * group
+    scale = 1 / np.sqrt(k_dim)
+    state = be.new_state([KVLayerSpec(n_kv, k_dim, v_dim)], sum(batches) + 3, kv_type)
+    spec = AttentionSpec(scale=scale, window=window, softcap=softcap)
+    store = np.float16 if kv_type == "f16" else np.float32
+    ks, vs, ps = [], [], []
+    next_pos = 0
+    for n in batches:
+        pos = np.arange(next_pos, next_pos + n, dtype=np.int32)
+        next_pos += n + gap
+        q, k, v = (
+            _rand(rng, (n, n_heads, k_dim), 0.5),
+            _rand(rng, (n, n_kv, k_dim), 0.5),
+            _rand(rng, (n, n_kv, v_dim), 0.5),
+        )
+        state.begin(pos)
+        out = be.attention(q, k, v, state, 0, pos, spec)
+        state.commit()
+        ks.append(k.astype(store).astype(np.float64))
+        vs.append(v.astype(store).astype(np.float64))
+        ps.append(pos)
+        kc, vc, cp = np.concatenate(ks), np.concatenate(vs), np.concatenate(ps)
+        q64 = q.astype(np.float64)
+        ref = attention(q64, kc, vc, cp, pos, scale, window, softcap, group)
+        ds = (k_dim + 4) * U * scale * np.einsum("thd,cgd->thc", np.abs(q64), np.abs(kc)).max() + 2 * U * 50
+        tol = np.abs(vc).max() * (2 * ds + (len(cp) + 8) * 2 * U) + 1e-30
+        err = np.abs(out.reshape(n, n_heads, v_dim) - ref)
+        assert err.max() <= tol, f"attention error {err.max():.3g} > {tol:.3g}"
+
+
+def test_attention_of_many_query_rows_variants_match_scalar_exactly(scalar_be, variant_backends):
+    """The tiles' float steps (fused multiply-add chains, expf, double sums) are the same on
+    every variant: identical bits."""
+    rng = np.random.default_rng(4)
+    if not variant_backends:
+        pytest.skip("no SIMD variant runs here (or CERA_CPU_VARIANT forces scalar)")
+    for kv_type in ("f16", "f32"):
+        q, k, v = _rand(rng, (70, 4, 40), 0.5), _rand(rng, (70, 2, 40), 0.5), _rand(rng, (70, 2, 40), 0.5)
+        pos = np.arange(70, dtype=np.int32)
+        outs = {}
+        for name, backend in {"scalar": scalar_be, **variant_backends}.items():
+            state = backend.new_state([KVLayerSpec(2, 40, 40)], 80, kv_type)
+            state.begin(pos)
+            outs[name] = backend.attention(q, k, v, state, 0, pos, AttentionSpec(scale=0.15, softcap=30.0, window=50))
+        for name, out in outs.items():
+            np.testing.assert_array_equal(out, outs["scalar"], err_msg=name)
+
+
 def test_attention_mask_by_hand(be):
     # Two cells with keys that pick out one of two values each; a query at position 5
     # with window 2 sees only the cell at position 4 (5 - 4 < 2), not the one at 3.

@@ -31,6 +31,7 @@ SOURCES = [
     "dispatch.c",
     "pool.c",
     "matmul.c",
+    "gemm.c",
     "ops.c",
     "attention.c",
     "plan.c",

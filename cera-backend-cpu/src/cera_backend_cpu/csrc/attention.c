@@ -1,8 +1,16 @@
 /* Attention over the KV cache: store this pass's keys and values, then attend.
  *
- * As llama.cpp's CPU flash attention (its default): with an f16 cache the query is
- * rounded to f16 (the vec_dot_type of f16 keys), the logits and the online softmax run
- * in f32, and the weighted sum of values may be kept in f16, rounded after every update.
+ * As llama.cpp's CPU flash attention (its default), which has two paths:
+ *
+ * - fewer than 64 query rows (decoding): per query row and head, with an f16 cache the
+ *   query is rounded to f16 (the vec_dot_type of f16 keys), the logits and the online
+ *   softmax run in f32, and the weighted sum of values may be kept in f16, rounded after
+ *   every update;
+ * - 64 query rows or more (prompts): tiles of 64 query rows x 64 cells in float32: the
+ *   query stays f32, keys and values are widened to f32, the logits of a tile are one
+ *   matrix product, the softmax runs tile by tile (running maximum and sum per row, the
+ *   tile's sum in double), and the values are summed by a second product into an f32
+ *   accumulator. Tiles that no query row of the tile can see are skipped.
  *
  * Storing K/V here rather than in the caller keeps a whole attention layer one op, so an
  * execution plan can replay it: the cells it writes (kv_start) are the only thing that
@@ -101,6 +109,117 @@ static void attn_task(void *varg, int ith, int nth) {
     free(q16);
 }
 
+/* -- many query rows: tiles ----------------------------------------------------------------- */
+
+#define TQ 64  /* query rows per tile (llama.cpp's GGML_FA_TILE_Q) */
+#define TKV 64 /* cells per tile (GGML_FA_TILE_KV) */
+
+typedef struct {
+    const attn_job *job;
+    int64_t n_qtiles;
+    atomic_llong next; /* next (head, query tile) */
+    int failed;
+} tiled_job;
+
+CERA_INLINE int visible(const attn_job *job, int32_t pc, int32_t p) {
+    return pc >= 0 && pc <= p && !(job->window > 0 && p - pc >= job->window);
+}
+
+static void tiled_task(void *varg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    tiled_job *tj = varg;
+    const attn_job *job = tj->job;
+    const cera_kernels *k = job->k;
+    const int64_t DK = job->k_dim, DV = job->v_dim, group = job->n_heads / job->n_kv_heads;
+    float *buf = malloc(sizeof(float) * (size_t)(TQ * DK + DK * TKV + TKV * DV + TQ * TKV + TQ * DV + DK));
+    if (!buf) {
+        tj->failed = 1;
+        return;
+    }
+    float *Q = buf, *Kt = Q + TQ * DK, *V = Kt + DK * TKV, *KQ = V + TKV * DV, *O = KQ + TQ * TKV, *row = O + TQ * DV;
+    const float logit_mul = job->softcap > 0 ? job->scale / job->softcap : job->scale;
+    for (;;) {
+        const int64_t item = atomic_fetch_add_explicit(&tj->next, 1, memory_order_relaxed);
+        if (item >= job->n_heads * tj->n_qtiles) break;
+        const int64_t h = item / tj->n_qtiles, t0 = (item % tj->n_qtiles) * TQ, g = h / group;
+        const int64_t rows = job->n_tok - t0 < TQ ? job->n_tok - t0 : TQ;
+        for (int64_t r = 0; r < rows; r++) memcpy(Q + r * DK, job->q + ((t0 + r) * job->n_heads + h) * DK, sizeof(float) * (size_t)DK);
+        memset(O, 0, sizeof(float) * (size_t)(TQ * DV));
+        float M[TQ], S[TQ];
+        int32_t pmin = INT32_MAX, pmax = INT32_MIN;
+        for (int64_t r = 0; r < rows; r++) {
+            M[r] = -INFINITY;
+            S[r] = 0.0f;
+            const int32_t p = job->q_pos[t0 + r];
+            pmin = p < pmin ? p : pmin;
+            pmax = p > pmax ? p : pmax;
+        }
+        const size_t elt = job->kv_f16 ? 2 : 4;
+        const char *kc = job->k_cache + (size_t)(g * job->kv_stride * DK) * elt;
+        const char *vc = job->v_cache + (size_t)(g * job->kv_stride * DV) * elt;
+        for (int64_t c0 = 0; c0 < job->n_cells; c0 += TKV) {
+            const int64_t cells = job->n_cells - c0 < TKV ? job->n_cells - c0 : TKV;
+            /* skip a tile that no query row of this tile sees */
+            int any = 0;
+            for (int64_t c = 0; c < cells && !any; c++) {
+                const int32_t pc = job->cell_pos[c0 + c];
+                any = pc >= 0 && pc <= pmax && !(job->window > 0 && pmin - pc >= job->window);
+            }
+            if (!any) continue;
+            /* keys transposed (a cell per column), values as rows, widened to f32 */
+            for (int64_t c = 0; c < cells; c++) {
+                if (job->kv_f16) {
+                    k->f16_to_f32((const uint16_t *)kc + (c0 + c) * DK, row, DK);
+                    k->f16_to_f32((const uint16_t *)vc + (c0 + c) * DV, V + c * DV, DV);
+                } else {
+                    memcpy(row, (const float *)kc + (c0 + c) * DK, sizeof(float) * (size_t)DK);
+                    memcpy(V + c * DV, (const float *)vc + (c0 + c) * DV, sizeof(float) * (size_t)DV);
+                }
+                for (int64_t d = 0; d < DK; d++) Kt[d * TKV + c] = row[d];
+            }
+            memset(KQ, 0, sizeof(float) * (size_t)(TQ * TKV));
+            k->gemm_f32(rows, cells, DK, Q, DK, Kt, TKV, KQ, TKV);
+            for (int64_t r = 0; r < rows; r++) {
+                float *s = KQ + r * TKV;
+                const int32_t p = job->q_pos[t0 + r];
+                float tile_max = -INFINITY;
+                for (int64_t c = 0; c < cells; c++) {
+                    float v = s[c] * logit_mul;
+                    if (job->softcap > 0) v = job->softcap * tanhf(v);
+                    if (!visible(job, job->cell_pos[c0 + c], p)) v = -INFINITY;
+                    s[c] = v;
+                    tile_max = v > tile_max ? v : tile_max;
+                }
+                if (tile_max == -INFINITY) { /* nothing visible in this tile: adds nothing */
+                    memset(s, 0, sizeof(float) * (size_t)cells);
+                    continue;
+                }
+                const float m_new = fmaxf(M[r], tile_max);
+                if (m_new > M[r]) {
+                    const float ms = expf(M[r] - m_new);
+                    k->scale_f32(DV, O + r * DV, ms);
+                    S[r] *= ms;
+                }
+                M[r] = m_new;
+                double sum = 0.0;
+                for (int64_t c = 0; c < cells; c++) {
+                    s[c] = expf(s[c] - m_new);
+                    sum += (double)s[c];
+                }
+                S[r] = (float)((double)S[r] + sum);
+            }
+            k->gemm_f32(rows, DV, cells, KQ, TKV, V, DV, O, DV);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            float *o = job->out + ((t0 + r) * job->n_heads + h) * DV;
+            const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
+            for (int64_t d = 0; d < DV; d++) o[d] = O[r * DV + d] * inv;
+        }
+    }
+    free(buf);
+}
+
 /* x [n_tok, n_kv_heads, dim] into cells [start, start + n_tok) of cache [n_kv_heads][stride][dim] */
 static void store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int64_t n_kv_heads, int64_t dim,
                         char *cache, int kv_f16, int64_t stride, int64_t start) {
@@ -149,6 +268,15 @@ int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const
     atomic_init(&job.next, 0);
     const int64_t work = n_tok * n_heads * n_cells * (k_dim + v_dim);
     int nth = work < 32768 ? 1 : ctx->n_threads;
+    if (n_tok >= TQ) {
+        tiled_job tj;
+        tj.job = &job;
+        tj.n_qtiles = (n_tok + TQ - 1) / TQ;
+        tj.failed = 0;
+        atomic_init(&tj.next, 0);
+        cera_pool_run(ctx->pool, tiled_task, &tj, nth);
+        return tj.failed ? CERA_ENOMEM : CERA_OK;
+    }
     if (n_tok * n_heads < nth) nth = (int)(n_tok * n_heads);
     cera_pool_run(ctx->pool, attn_task, &job, nth);
     return job.failed ? CERA_ENOMEM : CERA_OK;

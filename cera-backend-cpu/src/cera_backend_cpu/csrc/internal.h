@@ -201,7 +201,58 @@ typedef void (*cera_quant_fn)(const float *x, void *y, int64_t n);
 /* the same for 4 weight rows, row_stride bytes apart: s[0..3] */
 typedef void (*cera_dot4_fn)(int64_t n, const void *w, int64_t row_stride, const void *a, float *s);
 
+/* -- many-row products (gemm.c) ---------------------------------------------------------- */
+
+/* How a weight format maps onto the gemm microkernel: the integer arithmetic of its
+ * llama.cpp dot product, per super-block of sbk values made of sub-blocks of sb. */
+enum {
+    GEMM_OFFSET,   /* legacy, signed: d_w d_a (sum u q - (sum q << shift)) */
+    GEMM_MIN,      /* legacy with a min (Q4_1, Q5_1): d_w d_a sum u q + m s */
+    GEMM_K_MIN,    /* Q4_K, Q5_K: d d_a sum_j sc_j sum u q - dmin d_a sum_j mins_j sum_j q */
+    GEMM_K_OFFSET, /* Q6_K: d d_a sum_j sc_j (sum u q - (sum_j q << shift)) */
+};
 typedef struct {
+    int kind, sbk, sb;
+    int shift; /* log2 of the offset stored into signed values */
+    int max_u; /* largest unsigned value (the microkernel must not saturate on it) */
+} cera_gemm_format;
+
+/* One prepared activation row: int8 values (contiguous), scale per super-block, integer
+ * sum per sub-block, the stored block sum s per 32 values (Q8_1 only). */
+typedef struct {
+    const int8_t *q;
+    const float *d;
+    const int32_t *sum;
+    const float *s;
+} cera_gemm_act;
+
+/* 8 tiled weight rows times 4 activation rows: y[a][r] for r < 8 (a tile, see gemm.c). */
+typedef void (*cera_gemm_fn)(const cera_gemm_format *f, int64_t n_super, const uint8_t *tile,
+                             const cera_gemm_act *const a[4], float *const y[4]);
+
+/* Per-thread space of the packing: the tile and each row unpacked. */
+typedef struct {
+    uint8_t *tile;
+    uint8_t *u[8];
+    float *d[8], *m[8];
+    int32_t *sc[8], *mn[8];
+} cera_gemm_scratch;
+
+typedef struct cera_kernels cera_kernels;
+/* The format of weight type t if the context's microkernel can take it, else NULL. */
+const cera_gemm_format *cera_gemm_format_of(int t, const cera_kernels *k);
+int64_t cera_gemm_tile_bytes(const cera_gemm_format *f, int64_t K);
+int64_t cera_gemm_act_bytes(const cera_gemm_format *f, int64_t K);
+/* Tile rows [0, rows) of W (rows <= 8; the rest zero). */
+void cera_gemm_pack(int t, const cera_gemm_format *f, const void *w, int64_t row_bytes, int64_t K, int rows,
+                    uint8_t *tile, cera_gemm_scratch *s);
+/* Prepare a quantized activation row (format act) into dst (cera_gemm_act_bytes). */
+void cera_gemm_prep_act(const cera_gemm_format *f, int act, const void *row, int64_t K, void *dst, cera_gemm_act *a);
+cera_gemm_scratch *cera_gemm_scratch_new(int64_t K); /* any format, rows of K; free() it */
+void cera_gemm_8x4_scalar(const cera_gemm_format *f, int64_t n_super, const uint8_t *tile,
+                          const cera_gemm_act *const a[4], float *const y[4]);
+
+struct cera_kernels {
     const char *name;
     cera_dot_fn dot[T_COUNT];
     cera_dot4_fn dot4[T_COUNT]; /* optional */
@@ -218,7 +269,15 @@ typedef struct {
     void (*scale_f16)(int64_t n, uint16_t *y, float a);
     /* sum of the 64-bit words of a buffer: the read-bandwidth probe of the benchmarks */
     uint64_t (*read_sum)(const void *p, int64_t bytes);
-} cera_kernels;
+    /* the many-row microkernel (gemm.c) and the largest unsigned weight value it takes */
+    cera_gemm_fn gemm;
+    int gemm_max_u;
+    /* C[M x N] += A[M x K] B[K x N] in float32, one fused multiply-add chain over k per
+     * element (the tiled attention of many query rows), and an exact f16 -> f32 row */
+    void (*gemm_f32)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                     float *C, int64_t ldc);
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+};
 
 /* Fill a table with the portable scalar kernels. */
 void cera_kernels_init_scalar(cera_kernels *k);

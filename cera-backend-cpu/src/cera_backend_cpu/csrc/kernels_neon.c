@@ -449,6 +449,8 @@ int cera_kernels_init_neon(cera_kernels *k) {
     k->axpy_f32 = axpy_f32_neon;
     k->mad_f16 = mad_f16_neon;
     k->scale_f16 = scale_f16_neon;
+    /* no NEON many-row microkernel yet: the dotprod row kernels beat the scalar one */
+    k->gemm = NULL;
     return 1;
 }
 

@@ -114,8 +114,18 @@
         k->mad_f16 = mad_f16_##V;                              \
         k->scale_f16 = scale_f16_##V;                          \
         k->read_sum = read_sum_##V;                            \
+        k->gemm = gemm_8x4_##V;                                \
+        k->gemm_f32 = gemm_f32_##V;                            \
+        k->f16_to_f32 = f16_to_f32_row_##V;                    \
+        k->gemm_max_u = X86_GEMM_MAX_U_##V;                    \
         return 1;                                              \
     }
+
+/* vpmaddubsw saturates pair sums at 32767: unsigned values up to 127 are safe against
+ * |a| <= 127; vpdpbusd sums in 32 bits and takes any byte. */
+#define X86_GEMM_MAX_U_avx2 127
+#define X86_GEMM_MAX_U_avx512 127
+#define X86_GEMM_MAX_U_avx512vnni 255
 
 X86_INIT(avx2)
 X86_INIT(avx512)

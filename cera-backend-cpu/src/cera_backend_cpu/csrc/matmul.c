@@ -16,6 +16,7 @@
  * they are done. Every output element is computed exactly as by a lone product.
  */
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
@@ -25,6 +26,9 @@
 
 #define TILE_COLS 16 /* activation rows per group in the prefill walk */
 #define MAX_ACTS 4   /* distinct activation formats in one group */
+/* From this many activation rows on, formats with a many-row microkernel (gemm.c) use it:
+ * unpacking a tile of 8 weight rows once pays off over a few groups of 4 rows. */
+#define GEMM_MIN_ROWS 16
 
 /* The work of one pool job: the members' weight rows in chunks, numbered member after
  * member (with a glu epilogue, chunks cover the rows of the gate and up members at once). */
@@ -41,33 +45,63 @@ typedef struct {
     int glu_op;
     float *glu_out;
     int64_t glu_stride;
+    const cera_gemm_format *gemm[CERA_MAX_PRODUCTS]; /* member's many-row format, or NULL */
+    const cera_gemm_act *gact[CERA_MAX_PRODUCTS];    /* its prepared activation rows */
     atomic_llong next;
 } mm_job;
 
+/* Rows [t0, t0 + 8) of member i for every activation row, through the many-row
+ * microkernel (gemm.c). */
+static void gemm_tile(const mm_job *job, int i, int64_t t0, cera_gemm_scratch *gs) {
+    const cera_product *p = &job->mem[i];
+    const cera_gemm_format *f = job->gemm[i];
+    cera_gemm_pack(p->wtype, f, (const char *)p->w + t0 * p->w_row_bytes, p->w_row_bytes, job->K, 8, gs->tile, gs);
+    const cera_gemm_act *acts = job->gact[i];
+    for (int64_t m = 0; m < job->M; m += 4) {
+        const cera_gemm_act *a[4];
+        float *y[4];
+        for (int k = 0; k < 4; k++) {
+            const int64_t mm = m + k < job->M ? m + k : job->M - 1;
+            a[k] = &acts[mm];
+            y[k] = m + k < job->M ? p->y + (m + k) * p->y_stride + t0 : NULL;
+        }
+        job->k->gemm(f, job->K / f->sbk, gs->tile, a, y);
+    }
+}
+
 /* Rows [r0, r1) of member i for every activation row, then its epilogue. */
-static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1) {
+static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_gemm_scratch **gs) {
     const cera_product *p = &job->mem[i];
     cera_dot_fn dot = job->k->dot[p->wtype];
     cera_dot4_fn dot4 = job->k->dot4[p->wtype];
     const char *w = p->w;
     const char *act = job->act[job->act_of[i]];
     const int64_t arb = job->act_row_bytes[job->act_of[i]];
-    for (int64_t m0 = 0; m0 < job->M; m0 += TILE_COLS) {
+    int64_t rg = r0; /* rows [r0, rg) go through the microkernel */
+    if (job->gemm[i]) {
+        if (!*gs) *gs = cera_gemm_scratch_new(job->K);
+        if (*gs)
+            for (; rg + 8 <= r1; rg += 8) gemm_tile(job, i, rg, *gs);
+    }
+    for (int64_t m0 = 0; m0 < job->M && rg < r1; m0 += TILE_COLS) {
         const int64_t m1 = m0 + TILE_COLS < job->M ? m0 + TILE_COLS : job->M;
         for (int64_t m = m0; m < m1; m++) {
             const char *a = act + m * arb;
             float *y = p->y + m * p->y_stride;
-            int64_t r = r0;
+            int64_t r = rg;
             if (dot4)
                 for (; r + 4 <= r1; r += 4) dot4(job->K, w + r * p->w_row_bytes, p->w_row_bytes, a, &y[r]);
             for (; r < r1; r++) dot(job->K, w + r * p->w_row_bytes, a, &y[r]);
-            if (p->bias)
-                for (r = r0; r < r1; r++) y[r] += p->bias[r];
-            if (p->residual) {
-                const float *res = p->residual + m * p->y_stride;
-                float *out = p->out + m * p->y_stride;
-                for (r = r0; r < r1; r++) out[r] = res[r] + y[r];
-            }
+        }
+    }
+    for (int64_t m = 0; m < job->M; m++) {
+        float *y = p->y + m * p->y_stride;
+        if (p->bias)
+            for (int64_t r = r0; r < r1; r++) y[r] += p->bias[r];
+        if (p->residual) {
+            const float *res = p->residual + m * p->y_stride;
+            float *out = p->out + m * p->y_stride;
+            for (int64_t r = r0; r < r1; r++) out[r] = res[r] + y[r];
         }
     }
 }
@@ -76,6 +110,7 @@ static void mm_task(void *varg, int ith, int nth) {
     (void)ith;
     (void)nth;
     mm_job *job = varg;
+    cera_gemm_scratch *gs = NULL; /* this thread's tile space, made on first use */
     const int64_t n_chunks = job->first_chunk[job->n_mem];
     for (;;) {
         const int64_t c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
@@ -84,16 +119,19 @@ static void mm_task(void *varg, int ith, int nth) {
         while (c >= job->first_chunk[i + 1]) i++;
         const int64_t r0 = (c - job->first_chunk[i]) * job->chunk[i];
         const int64_t r1 = r0 + job->chunk[i] < job->mem[i].N ? r0 + job->chunk[i] : job->mem[i].N;
-        product_rows(job, i, r0, r1);
+        product_rows(job, i, r0, r1, &gs);
         if (job->glu_op >= 0) { /* the up rows that go with these gate rows, then the glu */
-            product_rows(job, 1, r0, r1);
+            product_rows(job, 1, r0, r1, &gs);
             for (int64_t m = 0; m < job->M; m++)
                 cera_glu_rows(job->glu_op, job->mem[0].y + m * job->mem[0].y_stride + r0,
                               job->mem[1].y + m * job->mem[1].y_stride + r0,
                               job->glu_out + m * job->glu_stride + r0, r1 - r0);
         }
     }
+    free(gs);
 }
+
+#define MAX_PREPS 2 /* prepared layouts of one activation format (Q8_K: sub-blocks of 32 and 16) */
 
 typedef struct {
     cera_quant_fn quant;
@@ -101,6 +139,13 @@ typedef struct {
     int64_t x_stride, K, M;
     char *act;
     int64_t act_row_bytes;
+    int act_format;
+    /* the quantized rows prepared for the many-row microkernel, per format that needs it */
+    int n_preps;
+    const cera_gemm_format *prep_format[MAX_PREPS];
+    char *prep_space[MAX_PREPS];
+    int64_t prep_bytes[MAX_PREPS];
+    cera_gemm_act *prep_rows[MAX_PREPS];
     atomic_llong next; /* next activation row */
 } quant_job;
 
@@ -111,7 +156,11 @@ static void quant_task(void *varg, int ith, int nth) {
     for (;;) {
         const int64_t m = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (m >= job->M) break;
-        job->quant(job->x + m * job->x_stride, job->act + m * job->act_row_bytes, job->K);
+        char *row = job->act + m * job->act_row_bytes;
+        job->quant(job->x + m * job->x_stride, row, job->K);
+        for (int p = 0; p < job->n_preps; p++)
+            cera_gemm_prep_act(job->prep_format[p], job->act_format, row, job->K,
+                               job->prep_space[p] + m * job->prep_bytes[p], &job->prep_rows[p][m]);
     }
 }
 
@@ -149,33 +198,75 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
     job.glu_op = glu_op;
     job.glu_out = glu_out;
     job.glu_stride = glu_stride;
-    int act_fmt[MAX_ACTS], n_acts = 0;
-    int64_t act_bytes = 0, weights = 0;
+    /* activation formats, and the microkernel layouts each needs */
+    quant_job qj[MAX_ACTS];
+    int n_acts = 0;
+    int prep_of[CERA_MAX_PRODUCTS];
+    int64_t weights = 0;
     for (int i = 0; i < n_mem; i++) {
         const int act = cera_types[mem[i].wtype].act;
         int j = 0;
-        while (j < n_acts && act_fmt[j] != act) j++;
+        while (j < n_acts && qj[j].act_format != act) j++;
         if (j == n_acts) {
-            act_fmt[n_acts] = act;
-            job.act_row_bytes[n_acts] = cera_act_bytes(act, K);
-            act_bytes += job.act_row_bytes[n_acts] * M;
+            memset(&qj[j], 0, sizeof qj[j]);
+            qj[j].act_format = act;
+            qj[j].act_row_bytes = cera_act_bytes(act, K);
             n_acts++;
         }
         job.act_of[i] = j;
         weights += mem[i].N * K;
+        const cera_gemm_format *f = M >= GEMM_MIN_ROWS ? cera_gemm_format_of(mem[i].wtype, &ctx->k) : NULL;
+        job.gemm[i] = f;
+        prep_of[i] = -1;
+        if (f) {
+            int p = 0;
+            while (p < qj[j].n_preps && (qj[j].prep_format[p]->sbk != f->sbk || qj[j].prep_format[p]->sb != f->sb)) p++;
+            if (p == qj[j].n_preps) {
+                if (p == MAX_PREPS) { /* cannot happen with the formats of gemm.c; stay correct anyway */
+                    job.gemm[i] = NULL;
+                    continue;
+                }
+                qj[j].prep_format[p] = f;
+                qj[j].prep_bytes[p] = cera_gemm_act_bytes(f, K);
+                qj[j].n_preps++;
+            }
+            prep_of[i] = p;
+        }
     }
-    char *buf = cera_scratch(ctx, (size_t)act_bytes);
+    /* one scratch allocation: per format the quantized rows, then each prepared layout */
+    size_t bytes = 0;
+    for (int j = 0; j < n_acts; j++) {
+        bytes += (size_t)(qj[j].act_row_bytes * M);
+        for (int p = 0; p < qj[j].n_preps; p++)
+            bytes += (size_t)(qj[j].prep_bytes[p] * M) + (sizeof(cera_gemm_act) * (size_t)M + 63) / 64 * 64;
+    }
+    char *buf = cera_scratch(ctx, bytes);
     if (!buf) return CERA_ENOMEM;
     const int small = weights < SMALL_PRODUCT && M == 1;
     int nth = small ? 1 : ctx->n_threads;
 
     for (int j = 0; j < n_acts; j++) {
-        job.act[j] = buf;
-        quant_job qj = {ctx->k.quant[act_fmt[j]], x, x_stride, K, M, buf, job.act_row_bytes[j], 0};
-        atomic_init(&qj.next, 0);
-        cera_pool_run(ctx->pool, quant_task, &qj, M >= 4 ? nth : 1);
-        buf += job.act_row_bytes[j] * M;
+        quant_job *q = &qj[j];
+        q->quant = ctx->k.quant[q->act_format];
+        q->x = x;
+        q->x_stride = x_stride;
+        q->K = K;
+        q->M = M;
+        q->act = buf;
+        buf += q->act_row_bytes * M;
+        for (int p = 0; p < q->n_preps; p++) {
+            q->prep_space[p] = buf;
+            buf += q->prep_bytes[p] * M;
+            q->prep_rows[p] = (cera_gemm_act *)buf;
+            buf += (sizeof(cera_gemm_act) * (size_t)M + 63) / 64 * 64;
+        }
+        atomic_init(&q->next, 0);
+        cera_pool_run(ctx->pool, quant_task, q, M >= 4 ? nth : 1);
+        job.act[j] = q->act;
+        job.act_row_bytes[j] = q->act_row_bytes;
     }
+    for (int i = 0; i < n_mem; i++)
+        job.gact[i] = prep_of[i] >= 0 ? qj[job.act_of[i]].prep_rows[prep_of[i]] : NULL;
 
     /* a glu pair is walked as one member whose chunks also do the up rows */
     const int n_walk = glu_op >= 0 ? 1 : n_mem;
