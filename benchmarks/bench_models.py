@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -317,11 +318,12 @@ def machine_facts() -> dict:
 # -- running ----------------------------------------------------------------------------------
 
 
-def test_ids(seed: int, model_index: int, test: TestSpec, n_vocab: int) -> tuple[list[int], list[int]]:
+def test_ids(seed: int, model_key: str, test: TestSpec, n_vocab: int) -> tuple[list[int], list[int]]:
     """(context ids, timed ids) of a test: random, the same for both engines."""
     import numpy as np
 
-    rng = np.random.default_rng([seed, model_index, ["pp", "tg"].index(test.kind), test.n, test.depth])
+    key = zlib.crc32(model_key.encode())  # the model's own ids, whatever its place in the list
+    rng = np.random.default_rng([seed, key, ["pp", "tg"].index(test.kind), test.n, test.depth])
     ids = rng.integers(0, n_vocab, size=test.depth + test.n).tolist()
     return ids[: test.depth], ids[test.depth :]
 
@@ -378,7 +380,7 @@ def _decode_test(tests: list[TestSpec]) -> TestSpec | None:
     return min(tg, key=lambda t: (t.depth, -t.n)) if tg else None
 
 
-def bench_model(source: str, index: int, args, read_bw: dict | None, log) -> dict:
+def bench_model(source: str, args, read_bw: dict | None, log) -> dict:
     from bench_models_engines import CeraEngine, LlamaCppEngine
     from bench_models_memory import decode_weight_bytes
 
@@ -395,11 +397,11 @@ def bench_model(source: str, index: int, args, read_bw: dict | None, log) -> dic
                 f"  note: vocabulary sizes differ (cera {cera_engine.n_vocab}, llama.cpp {llama_engine.n_vocab}); ids below both"
             )
         n_vocab = min(cera_engine.n_vocab, llama_engine.n_vocab)
-        agreement = logits_agreement(engines, test_ids(args.seed, index, TestSpec("pp", 16), n_vocab)[1])
+        agreement = logits_agreement(engines, test_ids(args.seed, path.name, TestSpec("pp", 16), n_vocab)[1])
         log(f"  same work check: {agreement['summary']}")
         results = []
         for test in args.tests:
-            prefix, ids = test_ids(args.seed, index, test, n_vocab)
+            prefix, ids = test_ids(args.seed, path.name, test, n_vocab)
             results.append(run_test(engines, test, prefix, ids, args.reps, args.warmup, args.threads, log))
             log("  " + " | ".join(speed_row(source, results[-1])[1:]))
         extra: dict = {}
@@ -424,7 +426,7 @@ def bench_model(source: str, index: int, args, read_bw: dict | None, log) -> dic
             from bench_models_overhead import measure_python_overhead
 
             test = TestSpec("tg", args.overhead_tokens, 0)
-            prefix, ids = test_ids(args.seed, index, test, n_vocab)
+            prefix, ids = test_ids(args.seed, path.name, test, n_vocab)
             log(f"  Python overhead: {args.overhead_reps} x (plain, proxied) runs of {test.name}")
             try:
                 extra["overhead"] = measure_python_overhead(cera_engine, test, prefix, ids, args.overhead_reps)
@@ -434,7 +436,7 @@ def bench_model(source: str, index: int, args, read_bw: dict | None, log) -> dic
             from bench_models_overhead import profile_decode
 
             test = TestSpec("tg", max(args.overhead_tokens, 16), 0)
-            prefix, ids = test_ids(args.seed, index, test, n_vocab)
+            prefix, ids = test_ids(args.seed, path.name, test, n_vocab)
             extra["profile"] = profile_decode(cera_engine, test, prefix, ids, args.profile)
         return {
             "model": source,
@@ -537,9 +539,9 @@ def main(argv=None) -> int:
     models, failures = [], []
     facts["command"] = "python benchmarks/bench_models.py " + " ".join(sys.argv[1:] if argv is None else argv)
     t0 = time.perf_counter()
-    for index, source in enumerate(args.models):
+    for source in args.models:
         try:
-            m = bench_model(source, index, args, read_bw, log)
+            m = bench_model(source, args, read_bw, log)
         except Exception as e:
             failures.append({"model": source, "error": f"{type(e).__name__}: {e}"})
             log(f"  {source} FAILED: {type(e).__name__}: {e}")

@@ -191,11 +191,11 @@ def test_extra_row_with_and_without_overhead(bm):
 
 def test_test_ids_shared_and_sized(bm):
     t = bm.parse_tests("tg16@d32")[0]
-    prefix, ids = bm.test_ids(1234, 0, t, 1000)
+    prefix, ids = bm.test_ids(1234, "a.gguf", t, 1000)
     assert len(prefix) == 32 and len(ids) == 16
     assert all(0 <= i < 1000 for i in prefix + ids)
-    assert bm.test_ids(1234, 0, t, 1000) == (prefix, ids)  # same ids every call: both engines get them
-    assert bm.test_ids(1234, 1, t, 1000) != (prefix, ids)
+    assert bm.test_ids(1234, "a.gguf", t, 1000) == (prefix, ids)  # same ids every call: both engines get them
+    assert bm.test_ids(1234, "b.gguf", t, 1000) != (prefix, ids)
 
 
 # -- weight bytes per decoded token ---------------------------------------------------------------
