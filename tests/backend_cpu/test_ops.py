@@ -275,6 +275,53 @@ def test_attention_of_many_query_rows_variants_match_scalar_exactly(scalar_be, v
             np.testing.assert_array_equal(out, outs["scalar"], err_msg=name)
 
 
+@pytest.mark.parametrize("kv_type", ["f16", "f32"])
+@pytest.mark.parametrize("f16_acc", [True, False])
+def test_attention_over_a_long_context(be, kv_type, f16_acc):
+    """Past 256 cells, a few query rows attend chunk by chunk of 256 cells, each chunk with
+    its own maximum, sum and accumulator, combined in f32 in order; errors as in
+    test_attention (the f16 accumulator rounds within each chunk), and the same bits with
+    1 and 2 threads (the chunks are fixed, not per thread)."""
+    from cera_backend_cpu.backend import CpuBackend
+
+    rng = np.random.default_rng(11)
+    n_kv, group, dim = 2, 3, 64
+    n_heads = n_kv * group
+    store = np.float16 if kv_type == "f16" else np.float32
+    outs = []
+    for threads in (1, 2):
+        backend = CpuBackend(threads=threads)
+        backend.attention_f16_accumulator = f16_acc
+        rng = np.random.default_rng(11)
+        state = backend.new_state([KVLayerSpec(n_kv, dim, dim)], 700, kv_type)
+        ctx = 640
+        pos = np.arange(ctx, dtype=np.int32)
+        k, v = _rand(rng, (ctx, n_kv, dim), 0.5), _rand(rng, (ctx, n_kv, dim), 0.5)
+        state.begin(pos)
+        backend.attention(_rand(rng, (ctx, n_heads, dim), 0.5), k, v, state, 0, pos, AttentionSpec(scale=0.125))
+        state.commit()
+        q, k1, v1 = _rand(rng, (2, n_heads, dim), 0.5), _rand(rng, (2, n_kv, dim), 0.5), _rand(rng, (2, n_kv, dim), 0.5)
+        pos1 = np.array([ctx, ctx + 1], np.int32)
+        state.begin(pos1)
+        for window in (None, 300):
+            out = backend.attention(q, k1, v1, state, 0, pos1, AttentionSpec(scale=0.125, window=window))
+            kc = np.concatenate([k, k1]).astype(store).astype(np.float64)
+            vc = np.concatenate([v, v1]).astype(store).astype(np.float64)
+            q64 = q.astype(store).astype(np.float64)
+            ref = attention(q64, kc, vc, np.arange(ctx + 2), pos1, 0.125, window, None, group)
+            ds = (dim + 4) * U * 0.125 * np.einsum("thd,cgd->thc", np.abs(q64), np.abs(kc)).max()
+            tol = np.abs(vc).max() * (2 * ds + (len(kc) + 16) * 2 * U) + 1e-30
+            if f16_acc and kv_type == "f16":
+                tol += 2 * len(kc) * (U16 * np.abs(vc).max() + 2.0**-25)
+            err = np.abs(out.reshape(2, n_heads, dim) - ref)
+            assert err.max() <= tol, f"window {window}: attention error {err.max():.3g} > {tol:.3g}"
+            outs.append(out)
+        state.rollback()
+        backend.close()
+    for a, b in zip(outs[:2], outs[2:], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_attention_mask_by_hand(be):
     # Two cells with keys that pick out one of two values each; a query at position 5
     # with window 2 sees only the cell at position 4 (5 - 4 < 2), not the one at 3.

@@ -22,6 +22,15 @@
 
 #include "internal.h"
 
+/* Long contexts are cut into chunks of cells, so that the (query row, head, chunk) items
+ * spread over the threads even when there are fewer heads than threads can share well;
+ * each chunk keeps its own running maximum, sum and value accumulator, and the chunks are
+ * then combined in f32 in order (as llama.cpp splits decoding over the cells for long
+ * contexts). The chunk size is fixed, so the result does not depend on the thread count;
+ * a context of at most KV_CHUNK cells is one chunk, written out directly. */
+#define KV_CHUNK 256
+#define SMALL_DIM 512 /* head dimensions up to this use stack buffers */
+
 typedef struct {
     const cera_kernels *k;
     const float *q;
@@ -33,6 +42,8 @@ typedef struct {
     int32_t window;
     int acc_f16;
     float *out;
+    int64_t n_chunks;
+    float *partials; /* [n_tok * n_heads][n_chunks][2 + v_dim]: M, S, values (n_chunks > 1) */
     atomic_llong next;
     int failed;
 } attn_job;
@@ -44,38 +55,46 @@ static void attn_task(void *varg, int ith, int nth) {
     const cera_kernels *k = job->k;
     const int64_t group = job->n_heads / job->n_kv_heads;
     const size_t elt = job->kv_f16 ? 2 : 4;
-    float *acc = malloc(sizeof(float) * (size_t)job->v_dim);
-    uint16_t *q16 = malloc(sizeof(uint16_t) * (size_t)(job->k_dim + job->v_dim));
-    if (!acc || !q16) {
-        job->failed = 1;
-        free(acc);
-        free(q16);
-        return;
+    const int64_t DK = job->k_dim, DV = job->v_dim;
+    float acc_stack[SMALL_DIM];
+    uint16_t q16_stack[SMALL_DIM], acc16_stack[SMALL_DIM];
+    float *acc = acc_stack;
+    uint16_t *q16 = q16_stack, *acc16 = acc16_stack;
+    void *heap = NULL;
+    if (DK > SMALL_DIM || DV > SMALL_DIM) {
+        heap = malloc(sizeof(float) * (size_t)DV + sizeof(uint16_t) * (size_t)(DK + DV));
+        if (!heap) {
+            job->failed = 1;
+            return;
+        }
+        acc = heap;
+        q16 = (uint16_t *)(acc + DV);
+        acc16 = q16 + DK;
     }
     const float logit_mul = job->softcap > 0 ? job->scale / job->softcap : job->scale;
-    uint16_t *acc16 = (uint16_t *)q16 + job->k_dim; /* after q16: allocated together below */
     const int f16acc = job->kv_f16 && job->acc_f16;
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
-        if (item >= job->n_tok * job->n_heads) break;
-        const int64_t t = item / job->n_heads, h = item % job->n_heads, g = h / group;
-        const float *q = job->q + (t * job->n_heads + h) * job->k_dim;
-        if (job->kv_f16)
-            for (int64_t i = 0; i < job->k_dim; i++) q16[i] = f32_to_f16(q[i]);
-        const char *kc = job->k_cache + (size_t)(g * job->kv_stride * job->k_dim) * elt;
-        const char *vc = job->v_cache + (size_t)(g * job->kv_stride * job->v_dim) * elt;
+        if (item >= job->n_tok * job->n_heads * job->n_chunks) break;
+        const int64_t th = item / job->n_chunks, chunk = item % job->n_chunks;
+        const int64_t t = th / job->n_heads, h = th % job->n_heads, g = h / group;
+        const float *q = job->q + (t * job->n_heads + h) * DK;
+        if (job->kv_f16) k->quant[ACT_F16](q, q16, DK); /* round to nearest even, as f32_to_f16 */
+        const char *kc = job->k_cache + (size_t)(g * job->kv_stride * DK) * elt;
+        const char *vc = job->v_cache + (size_t)(g * job->kv_stride * DV) * elt;
         const int32_t p = job->q_pos[t];
         float M = -INFINITY, S = 0.0f;
-        memset(acc, 0, sizeof(float) * (size_t)job->v_dim);
-        memset(acc16, 0, sizeof(uint16_t) * (size_t)job->v_dim);
-        for (int64_t c = 0; c < job->n_cells; c++) {
+        memset(acc, 0, sizeof(float) * (size_t)DV);
+        memset(acc16, 0, sizeof(uint16_t) * (size_t)DV);
+        const int64_t c1 = (chunk + 1) * KV_CHUNK < job->n_cells ? (chunk + 1) * KV_CHUNK : job->n_cells;
+        for (int64_t c = chunk * KV_CHUNK; c < c1; c++) {
             const int32_t pc = job->cell_pos[c];
             if (pc < 0 || pc > p || (job->window > 0 && p - pc >= job->window)) continue;
             float s;
             if (job->kv_f16)
-                s = k->dot_f16(job->k_dim, (const uint16_t *)kc + c * job->k_dim, q16);
+                s = k->dot_f16(DK, (const uint16_t *)kc + c * DK, q16);
             else
-                s = k->dot_f32(job->k_dim, (const float *)kc + c * job->k_dim, q);
+                s = k->dot_f32(DK, (const float *)kc + c * DK, q);
             s *= logit_mul;
             if (job->softcap > 0) s = job->softcap * tanhf(s);
             float vs = 1.0f, ms = 1.0f;
@@ -87,26 +106,52 @@ static void attn_task(void *varg, int ith, int nth) {
             }
             if (f16acc) {
                 /* ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 arithmetic, f16 after each step */
-                if (ms != 1.0f) k->scale_f16(job->v_dim, acc16, ms);
-                k->mad_f16(job->v_dim, acc16, (const uint16_t *)vc + c * job->v_dim, vs);
+                if (ms != 1.0f) k->scale_f16(DV, acc16, ms);
+                k->mad_f16(DV, acc16, (const uint16_t *)vc + c * DV, vs);
             } else {
-                if (ms != 1.0f) k->scale_f32(job->v_dim, acc, ms);
+                if (ms != 1.0f) k->scale_f32(DV, acc, ms);
                 if (job->kv_f16)
-                    k->axpy_f16(job->v_dim, acc, (const uint16_t *)vc + c * job->v_dim, vs);
+                    k->axpy_f16(DV, acc, (const uint16_t *)vc + c * DV, vs);
                 else
-                    k->axpy_f32(job->v_dim, acc, (const float *)vc + c * job->v_dim, vs);
+                    k->axpy_f32(DV, acc, (const float *)vc + c * DV, vs);
             }
             S = S * ms + vs;
         }
-        float *o = job->out + (t * job->n_heads + h) * job->v_dim;
-        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
         if (f16acc)
-            for (int64_t i = 0; i < job->v_dim; i++) o[i] = f16_to_f32(acc16[i]) * inv;
-        else
-            for (int64_t i = 0; i < job->v_dim; i++) o[i] = acc[i] * inv;
+            for (int64_t i = 0; i < DV; i++) acc[i] = f16_to_f32(acc16[i]);
+        if (job->n_chunks > 1) {
+            float *part = job->partials + (th * job->n_chunks + chunk) * (2 + DV);
+            part[0] = M;
+            part[1] = S;
+            memcpy(part + 2, acc, sizeof(float) * (size_t)DV);
+        } else {
+            float *o = job->out + th * DV;
+            const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+            for (int64_t i = 0; i < DV; i++) o[i] = acc[i] * inv;
+        }
     }
-    free(acc);
-    free(q16);
+    free(heap);
+}
+
+/* The chunks of each (query row, head) combined in order, in f32. */
+static void reduce_chunks(const attn_job *job) {
+    const int64_t DV = job->v_dim;
+    for (int64_t th = 0; th < job->n_tok * job->n_heads; th++) {
+        float M = -INFINITY, S = 0.0f;
+        float *o = job->out + th * DV;
+        memset(o, 0, sizeof(float) * (size_t)DV);
+        for (int64_t c = 0; c < job->n_chunks; c++) {
+            const float *part = job->partials + (th * job->n_chunks + c) * (2 + DV);
+            if (part[1] == 0.0f) continue; /* no visible cell in this chunk */
+            const float m_new = fmaxf(M, part[0]);
+            const float s_old = expf(M - m_new), s_new = expf(part[0] - m_new);
+            for (int64_t i = 0; i < DV; i++) o[i] = o[i] * s_old + part[2 + i] * s_new;
+            S = S * s_old + part[1] * s_new;
+            M = m_new;
+        }
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (int64_t i = 0; i < DV; i++) o[i] *= inv;
+    }
 }
 
 /* -- many query rows: tiles ----------------------------------------------------------------- */
@@ -277,8 +322,15 @@ int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const
         cera_pool_run(ctx->pool, tiled_task, &tj, nth);
         return tj.failed ? CERA_ENOMEM : CERA_OK;
     }
-    if (n_tok * n_heads < nth) nth = (int)(n_tok * n_heads);
+    job.n_chunks = (n_cells + KV_CHUNK - 1) / KV_CHUNK;
+    job.partials = NULL;
+    if (job.n_chunks > 1) {
+        job.partials = cera_scratch(ctx, sizeof(float) * (size_t)(n_tok * n_heads * job.n_chunks * (2 + v_dim)));
+        if (!job.partials) return CERA_ENOMEM;
+    }
+    if (n_tok * n_heads * job.n_chunks < nth) nth = (int)(n_tok * n_heads * job.n_chunks);
     cera_pool_run(ctx->pool, attn_task, &job, nth);
+    if (!job.failed && job.n_chunks > 1) reduce_chunks(&job);
     return job.failed ? CERA_ENOMEM : CERA_OK;
 }
 
