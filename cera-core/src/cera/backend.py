@@ -176,7 +176,14 @@ class Backend(ABC):
     def execute(self, model, state: State, tokens: np.ndarray, positions: np.ndarray, output: str) -> Any:
         """Run one forward pass of ``model``. The default calls ``model.forward`` directly;
         a backend that can record a pass once and replay it (a GPU command buffer, a
-        C-side execution plan) overrides this, so a family's forward stays plain code."""
+        C-side execution plan) overrides this, so a family's forward stays plain code.
+
+        What such a backend relies on: the ops a forward issues, and their non-tensor
+        arguments, depend only on the model, the state's configuration (not its contents),
+        the number of tokens and ``output``; per-token values reach the ops only through
+        ``tokens`` and ``positions``; tensors go from op to op (numpy math on an op's
+        result, or reading one back before the end, makes the pass unrecordable, and a
+        backend then runs it op by op)."""
         return model.forward(state, tokens, positions, output)
 
     def cannot_serve(self, tensor_type: str) -> str | None:
