@@ -59,6 +59,33 @@ def test_replay_is_bit_identical_on_every_family(path):
         assert np.array_equal(a, b), f"{path.stem}: step {step} differs by {np.abs(a - b).max()}"
 
 
+def test_replay_is_bit_identical_with_an_f32_cache_and_all_logits():
+    """Other pass kinds get their own plans: an f32 KV cache, output "all", the f32 value
+    accumulator."""
+    loaded = _load(next(p for p in TINY if "qwen3" in p.stem))
+    be, m = loaded.backend, loaded.model
+    ids = _ids(12, m.n_vocab, seed=12)
+    results = {}
+    for use_plans in (False, True):
+        be.use_plans = use_plans
+        be.attention_f16_accumulator = False
+        try:
+            state = be.new_state(m.state_layout(), 32, "f32")
+            out = []
+            for i, t in enumerate(ids):
+                pos = np.array([i], np.int32)
+                state.begin(pos)
+                out.append(be.execute(m, state, np.array([t], np.int32), pos, "all"))
+                state.commit()
+        finally:
+            be.attention_f16_accumulator = True
+            be.use_plans = True
+        results[use_plans] = (out, state)
+    assert _plan_kinds(results[True][1]) == {"plan"}
+    for a, b in zip(results[False][0], results[True][0], strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_replay_is_bit_identical_over_many_smollm2_steps(smollm2_path):
     loaded = _load(smollm2_path)
     ids = _ids(48, loaded.model.n_vocab, seed=1)

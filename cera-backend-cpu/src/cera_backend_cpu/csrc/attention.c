@@ -205,11 +205,12 @@ static void tiled_task(void *varg, int ith, int nth) {
         const char *vc = job->v_cache + (size_t)(g * job->kv_stride * DV) * elt;
         for (int64_t c0 = 0; c0 < job->n_cells; c0 += TKV) {
             const int64_t cells = job->n_cells - c0 < TKV ? job->n_cells - c0 : TKV;
-            /* skip a tile that no query row of this tile sees */
-            int any = 0;
-            for (int64_t c = 0; c < cells && !any; c++) {
+            /* skip a tile that no query row of this tile sees; note one that every row sees whole */
+            int any = 0, all = 1;
+            for (int64_t c = 0; c < cells; c++) {
                 const int32_t pc = job->cell_pos[c0 + c];
-                any = pc >= 0 && pc <= pmax && !(job->window > 0 && pmin - pc >= job->window);
+                any |= pc >= 0 && pc <= pmax && !(job->window > 0 && pmin - pc >= job->window);
+                all &= pc >= 0 && pc <= pmin && !(job->window > 0 && pmax - pc >= job->window);
             }
             if (!any) continue;
             /* keys transposed (a cell per column), values as rows, widened to f32 */
@@ -229,13 +230,14 @@ static void tiled_task(void *varg, int ith, int nth) {
                 float *s = KQ + r * TKV;
                 const int32_t p = job->q_pos[t0 + r];
                 float tile_max = -INFINITY;
-                for (int64_t c = 0; c < cells; c++) {
-                    float v = s[c] * logit_mul;
-                    if (job->softcap > 0) v = job->softcap * tanhf(v);
-                    if (!visible(job, job->cell_pos[c0 + c], p)) v = -INFINITY;
-                    s[c] = v;
-                    tile_max = v > tile_max ? v : tile_max;
-                }
+                if (job->softcap > 0)
+                    for (int64_t c = 0; c < cells; c++) s[c] = job->softcap * tanhf(s[c] * logit_mul);
+                else
+                    for (int64_t c = 0; c < cells; c++) s[c] = s[c] * logit_mul;
+                if (!all)
+                    for (int64_t c = 0; c < cells; c++)
+                        if (!visible(job, job->cell_pos[c0 + c], p)) s[c] = -INFINITY;
+                for (int64_t c = 0; c < cells; c++) tile_max = s[c] > tile_max ? s[c] : tile_max;
                 if (tile_max == -INFINITY) { /* nothing visible in this tile: adds nothing */
                     memset(s, 0, sizeof(float) * (size_t)cells);
                     continue;
