@@ -209,7 +209,7 @@ GEMM_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q5_K", 
 @pytest.mark.parametrize("t", GEMM_TYPES)
 def test_many_row_products_exact_given_quantized_activations(be, scalar_be, t):
     """From 16 activation rows on, products go through tiles of 8 unpacked weight rows
-    (n = 21 also leaves rows for the row kernels): each row within E_fp of W @ x~."""
+    (n = 21 ends on a short tile): each row within E_fp of W @ x~."""
     rng = np.random.default_rng(29)
     for k_blocks, n, m in [(2, 16, 16), (5, 21, 23), (1, 8, 37)]:
         k = _k_unit(t) * k_blocks

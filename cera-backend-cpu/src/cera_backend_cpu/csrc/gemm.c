@@ -2,11 +2,12 @@
  *
  * The row-by-row kernels (dot4) unpack a weight block (nibbles, high bits, scales) for
  * every activation row that meets it; over a prompt of hundreds of rows that unpacking
- * is most of the work. Here a thread unpacks 8 weight rows at a time into a tile of
- * unsigned bytes plus integer scales, interleaved so that one 32-byte vector holds four
- * consecutive values of each of the 8 rows, and a microkernel (cera_kernels.gemm, one per
- * SIMD variant) multiplies the tile with 4 activation rows at once: one vpdpbusd (or
- * vpmaddubsw + vpmaddwd) per 4 values of 8 rows, the activation bytes broadcast.
+ * is most of the work. Here a thread unpacks R weight rows at a time (R = 16 with 512-bit
+ * vectors, else 8: cera_kernels.gemm_rows) into a tile of unsigned bytes plus integer
+ * scales, interleaved so that one vector holds four consecutive values of each of the R
+ * rows, and a microkernel (cera_kernels.gemm, one per SIMD variant) multiplies the tile
+ * with 4 activation rows at once: one vpdpbusd (or vpmaddubsw + vpmaddwd) per 4 values of
+ * R rows, the activation bytes broadcast.
  *
  * The arithmetic is llama.cpp's, per format (ggml's vec_dot_*): integer sums within a
  * block (legacy formats, 32 values) or a super-block (K-quants, 256 values, integer
@@ -15,9 +16,10 @@
  * integers, so the sums are exact. Scalar and SIMD microkernels perform the same float
  * operations in the same order, so every variant gives the same bits.
  *
- * Tile layout, per super-block s (stride f->tile_bytes): values [sub-block][group of
- * 4][row 0..7][4 bytes]; float d[8]; float m[8] (the block's min, or K-quants' dmin);
- * then for K-quants int32 sc[n_sub][8] and (Q4_K, Q5_K) int32 mins[n_sub][8].
+ * Tile layout, per super-block (cera_gemm_tile_bytes / super-blocks apart): values
+ * [sub-block][group of 4][row 0..R-1][4 bytes]; float d[R]; float m[R] (the block's min, or
+ * K-quants' dmin); then for K-quants int32 sc[n_sub][R] and (Q4_K, Q5_K) int32
+ * mins[n_sub][R].
  * Activation rows (cera_gemm_act) are prepared once per product: the int8 values
  * contiguous, the scale per super-block, the integer sum per sub-block, and for Q8_1 the
  * stored f16 block sum s (which llama.cpp's Q4_1 / Q5_1 dot uses for the min term).
@@ -45,11 +47,11 @@ const cera_gemm_format *cera_gemm_format_of(int wtype, const cera_kernels *k) {
     return f;
 }
 
-int64_t cera_gemm_tile_bytes(const cera_gemm_format *f, int64_t K) {
+int64_t cera_gemm_tile_bytes(const cera_gemm_format *f, int64_t K, int R) {
     const int n_sub = f->sbk / f->sb;
-    int64_t per = (int64_t)f->sbk * 8 + 64;
-    if (f->kind == GEMM_K_MIN) per += (int64_t)n_sub * 64;
-    if (f->kind == GEMM_K_OFFSET) per += (int64_t)n_sub * 32;
+    int64_t per = (int64_t)f->sbk * R + 8 * R;
+    if (f->kind == GEMM_K_MIN) per += (int64_t)n_sub * 8 * R;
+    if (f->kind == GEMM_K_OFFSET) per += (int64_t)n_sub * 4 * R;
     return K / f->sbk * per;
 }
 
@@ -177,11 +179,11 @@ static void unpack_row(int t, const void *row, int64_t K, uint8_t *u, float *d, 
     }
 }
 
-void cera_gemm_pack(int t, const cera_gemm_format *f, const void *w, int64_t row_bytes, int64_t K, int rows,
+void cera_gemm_pack(int t, const cera_gemm_format *f, const void *w, int64_t row_bytes, int64_t K, int R, int rows,
                     uint8_t *tile, cera_gemm_scratch *s) {
     const int64_t n_super = K / f->sbk;
     const int n_sub = f->sbk / f->sb;
-    for (int r = 0; r < 8; r++) {
+    for (int r = 0; r < R; r++) {
         if (r < rows) {
             unpack_row(t, (const char *)w + r * row_bytes, K, s->u[r], s->d[r], s->m[r], s->sc[r], s->mn[r]);
         } else { /* a short tile: zero rows whose results nobody stores */
@@ -192,23 +194,23 @@ void cera_gemm_pack(int t, const cera_gemm_format *f, const void *w, int64_t row
             memset(s->mn[r], 0, sizeof(int32_t) * (size_t)(n_super * n_sub));
         }
     }
-    const int64_t stride = cera_gemm_tile_bytes(f, K) / n_super;
+    const int64_t stride = cera_gemm_tile_bytes(f, K, R) / n_super;
     for (int64_t i = 0; i < n_super; i++) {
         uint8_t *p = tile + i * stride;
-        for (int64_t g = 0; g < f->sbk / 4; g++, p += 32)
-            for (int r = 0; r < 8; r++) memcpy(p + 4 * r, s->u[r] + i * f->sbk + 4 * g, 4);
+        for (int64_t g = 0; g < f->sbk / 4; g++, p += 4 * R)
+            for (int r = 0; r < R; r++) memcpy(p + 4 * r, s->u[r] + i * f->sbk + 4 * g, 4);
         float *dm = (float *)p;
-        for (int r = 0; r < 8; r++) {
+        for (int r = 0; r < R; r++) {
             dm[r] = s->d[r][i];
-            dm[8 + r] = s->m[r][i];
+            dm[R + r] = s->m[r][i];
         }
-        int32_t *iv = (int32_t *)(dm + 16);
+        int32_t *iv = (int32_t *)(dm + 2 * R);
         if (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET)
             for (int j = 0; j < n_sub; j++)
-                for (int r = 0; r < 8; r++) iv[8 * j + r] = s->sc[r][i * n_sub + j];
+                for (int r = 0; r < R; r++) iv[R * j + r] = s->sc[r][i * n_sub + j];
         if (f->kind == GEMM_K_MIN)
             for (int j = 0; j < n_sub; j++)
-                for (int r = 0; r < 8; r++) iv[8 * (n_sub + j) + r] = s->mn[r][i * n_sub + j];
+                for (int r = 0; r < R; r++) iv[R * (n_sub + j) + r] = s->mn[r][i * n_sub + j];
     }
 }
 
@@ -267,18 +269,20 @@ void cera_gemm_prep_act(const cera_gemm_format *f, int act, const void *row, int
 /* -- scratch ------------------------------------------------------------------------------- */
 
 cera_gemm_scratch *cera_gemm_scratch_new(int64_t K) {
-    /* sized for every format: a tile is at most 11 bytes per value (Q4_K, Q6_K: 2624 per
-     * 256), at most K/32 super-blocks and K/16 sub-blocks */
+    /* sized for every format and up to CERA_GEMM_MAX_ROWS rows: a tile holds under 1.3
+     * bytes per value and row (cera_gemm_tile_bytes: Q4_K 328 per 256), a row at most
+     * K/32 super-blocks and K/16 sub-blocks */
+    const int R = CERA_GEMM_MAX_ROWS;
     const int64_t n_super = K / 32 + 1, n_sub = K / 16 + 1;
     const size_t per_row = (size_t)(K + n_super * 8 + n_sub * 8 + 64 * 5);
-    const size_t tile = (size_t)(K * 11 + 64);
-    cera_gemm_scratch *s = malloc(sizeof(cera_gemm_scratch) + 8 * per_row + tile + 128);
+    const size_t tile = (size_t)(K * 12 * R / 8 + 64);
+    cera_gemm_scratch *s = malloc(sizeof(cera_gemm_scratch) + R * per_row + tile + 128);
     if (!s) return NULL;
     char *p = (char *)(s + 1);
     p += -(uintptr_t)p & 63;
     s->tile = (uint8_t *)p;
     p += tile;
-    for (int r = 0; r < 8; r++) {
+    for (int r = 0; r < R; r++) {
         s->u[r] = (uint8_t *)p;
         p += K + 64 - K % 64;
         s->d[r] = (float *)p;

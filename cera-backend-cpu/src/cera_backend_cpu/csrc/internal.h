@@ -226,25 +226,27 @@ typedef struct {
     const float *s;
 } cera_gemm_act;
 
-/* 8 tiled weight rows times 4 activation rows: y[a][r] for r < 8 (a tile, see gemm.c). */
+/* R tiled weight rows (cera_kernels.gemm_rows) times 4 activation rows: y[a][r] for r < R
+ * (a tile, see gemm.c); y[a] NULL: not stored. */
 typedef void (*cera_gemm_fn)(const cera_gemm_format *f, int64_t n_super, const uint8_t *tile,
                              const cera_gemm_act *const a[4], float *const y[4]);
 
+#define CERA_GEMM_MAX_ROWS 16
 /* Per-thread space of the packing: the tile and each row unpacked. */
 typedef struct {
     uint8_t *tile;
-    uint8_t *u[8];
-    float *d[8], *m[8];
-    int32_t *sc[8], *mn[8];
+    uint8_t *u[CERA_GEMM_MAX_ROWS];
+    float *d[CERA_GEMM_MAX_ROWS], *m[CERA_GEMM_MAX_ROWS];
+    int32_t *sc[CERA_GEMM_MAX_ROWS], *mn[CERA_GEMM_MAX_ROWS];
 } cera_gemm_scratch;
 
 typedef struct cera_kernels cera_kernels;
 /* The format of weight type t if the context's microkernel can take it, else NULL. */
 const cera_gemm_format *cera_gemm_format_of(int t, const cera_kernels *k);
-int64_t cera_gemm_tile_bytes(const cera_gemm_format *f, int64_t K);
+int64_t cera_gemm_tile_bytes(const cera_gemm_format *f, int64_t K, int R);
 int64_t cera_gemm_act_bytes(const cera_gemm_format *f, int64_t K);
-/* Tile rows [0, rows) of W (rows <= 8; the rest zero). */
-void cera_gemm_pack(int t, const cera_gemm_format *f, const void *w, int64_t row_bytes, int64_t K, int rows,
+/* Tile rows [0, rows) of W into R rows (rows <= R; the rest zero). */
+void cera_gemm_pack(int t, const cera_gemm_format *f, const void *w, int64_t row_bytes, int64_t K, int R, int rows,
                     uint8_t *tile, cera_gemm_scratch *s);
 /* Prepare a quantized activation row (format act) into dst (cera_gemm_act_bytes). */
 void cera_gemm_prep_act(const cera_gemm_format *f, int act, const void *row, int64_t K, void *dst, cera_gemm_act *a);
@@ -271,6 +273,7 @@ struct cera_kernels {
     uint64_t (*read_sum)(const void *p, int64_t bytes);
     /* the many-row microkernel (gemm.c) and the largest unsigned weight value it takes */
     cera_gemm_fn gemm;
+    int gemm_rows; /* R of its tiles: 8, or 16 with 512-bit vectors */
     int gemm_max_u;
     /* C[M x N] += A[M x K] B[K x N] in float32, one fused multiply-add chain over k per
      * element (the tiled attention of many query rows), and an exact f16 -> f32 row */

@@ -313,29 +313,30 @@ static void scale_f32(int64_t n, float *y, float a) {
  * bit, so the float steps are spelled out: the scale product, then fused multiply-adds. */
 void cera_gemm_8x4_scalar(const cera_gemm_format *f, int64_t n_super, const uint8_t *tile,
                           const cera_gemm_act *const a[4], float *const y[4]) {
+    enum { R = 8 };
     const int n_sub = f->sbk / f->sb;
-    const int64_t stride = cera_gemm_tile_bytes(f, n_super * f->sbk) / n_super;
-    float acc[4][8];
+    const int64_t stride = cera_gemm_tile_bytes(f, n_super * f->sbk, R) / n_super;
+    float acc[4][R];
     memset(acc, 0, sizeof acc);
     for (int64_t i = 0; i < n_super; i++) {
         const uint8_t *vals = tile + i * stride;
-        const float *dw = (const float *)(vals + f->sbk * 8), *mw = dw + 8;
-        const int32_t *sc = (const int32_t *)(mw + 8), *mins = sc + 8 * n_sub;
+        const float *dw = (const float *)(vals + f->sbk * R), *mw = dw + R;
+        const int32_t *sc = (const int32_t *)(mw + R), *mins = sc + R * n_sub;
         for (int m = 0; m < 4; m++) {
             const int8_t *q = a[m]->q + i * f->sbk;
             const int32_t *asum = a[m]->sum + i * n_sub;
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < R; r++) {
                 int32_t total = 0, msum = 0;
                 for (int j = 0; j < n_sub; j++) {
                     int32_t isum = 0;
                     for (int g = 0; g < f->sb / 4; g++)
                         for (int t = 0; t < 4; t++) {
                             const int e = j * f->sb + 4 * g + t;
-                            isum += (int32_t)vals[(e / 4) * 32 + 4 * r + t] * q[e];
+                            isum += (int32_t)vals[(e / 4) * 4 * R + 4 * r + t] * q[e];
                         }
                     if (f->shift >= 0) isum -= asum[j] * (1 << f->shift);
-                    if (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET) isum *= sc[8 * j + r];
-                    if (f->kind == GEMM_K_MIN) msum += mins[8 * j + r] * asum[j];
+                    if (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET) isum *= sc[R * j + r];
+                    if (f->kind == GEMM_K_MIN) msum += mins[R * j + r] * asum[j];
                     total += isum;
                 }
                 const float da = a[m]->d[i];
@@ -397,6 +398,7 @@ void cera_kernels_init_scalar(cera_kernels *k) {
     k->scale_f16 = scale_f16;
     k->read_sum = cera_read_sum_scalar;
     k->gemm = cera_gemm_8x4_scalar;
+    k->gemm_rows = 8;
     k->gemm_f32 = gemm_f32;
     k->f16_to_f32 = f16_to_f32_row;
     k->gemm_max_u = 255;

@@ -114,7 +114,8 @@
         k->mad_f16 = mad_f16_##V;                              \
         k->scale_f16 = scale_f16_##V;                          \
         k->read_sum = read_sum_##V;                            \
-        k->gemm = gemm_8x4_##V;                                \
+        k->gemm = gemm_tile4_##V;                              \
+        k->gemm_rows = gemm_rows_##V;                          \
         k->gemm_f32 = gemm_f32_##V;                            \
         k->f16_to_f32 = f16_to_f32_row_##V;                    \
         k->gemm_max_u = X86_GEMM_MAX_U_##V;                    \

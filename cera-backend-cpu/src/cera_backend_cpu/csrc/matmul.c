@@ -50,22 +50,28 @@ typedef struct {
     atomic_llong next;
 } mm_job;
 
-/* Rows [t0, t0 + 8) of member i for every activation row, through the many-row
- * microkernel (gemm.c). */
-static void gemm_tile(const mm_job *job, int i, int64_t t0, cera_gemm_scratch *gs) {
+/* Rows [t0, t0 + rows) of member i (rows <= R) for every activation row, through the
+ * many-row microkernel (gemm.c); a short tile goes through a buffer, so that every row of
+ * the product is computed the same way whatever R the variant's tiles have. */
+static void gemm_tile(const mm_job *job, int i, int64_t t0, int rows, cera_gemm_scratch *gs) {
     const cera_product *p = &job->mem[i];
     const cera_gemm_format *f = job->gemm[i];
-    cera_gemm_pack(p->wtype, f, (const char *)p->w + t0 * p->w_row_bytes, p->w_row_bytes, job->K, 8, gs->tile, gs);
+    const int R = job->k->gemm_rows;
+    cera_gemm_pack(p->wtype, f, (const char *)p->w + t0 * p->w_row_bytes, p->w_row_bytes, job->K, R, rows, gs->tile, gs);
     const cera_gemm_act *acts = job->gact[i];
+    float tail[4][CERA_GEMM_MAX_ROWS];
     for (int64_t m = 0; m < job->M; m += 4) {
         const cera_gemm_act *a[4];
         float *y[4];
         for (int k = 0; k < 4; k++) {
             const int64_t mm = m + k < job->M ? m + k : job->M - 1;
             a[k] = &acts[mm];
-            y[k] = m + k < job->M ? p->y + (m + k) * p->y_stride + t0 : NULL;
+            y[k] = m + k >= job->M ? NULL : rows == R ? p->y + (m + k) * p->y_stride + t0 : tail[k];
         }
         job->k->gemm(f, job->K / f->sbk, gs->tile, a, y);
+        if (rows < R)
+            for (int k = 0; k < 4 && m + k < job->M; k++)
+                memcpy(p->y + (m + k) * p->y_stride + t0, tail[k], sizeof(float) * (size_t)rows);
     }
 }
 
@@ -80,8 +86,9 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
     int64_t rg = r0; /* rows [r0, rg) go through the microkernel */
     if (job->gemm[i]) {
         if (!*gs) *gs = cera_gemm_scratch_new(job->K);
+        const int R = job->k->gemm_rows;
         if (*gs)
-            for (; rg + 8 <= r1; rg += 8) gemm_tile(job, i, rg, *gs);
+            for (; rg < r1; rg += R) gemm_tile(job, i, rg, r1 - rg < R ? (int)(r1 - rg) : R, *gs);
     }
     for (int64_t m0 = 0; m0 < job->M && rg < r1; m0 += TILE_COLS) {
         const int64_t m1 = m0 + TILE_COLS < job->M ? m0 + TILE_COLS : job->M;
