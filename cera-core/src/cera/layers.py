@@ -104,11 +104,15 @@ def self_attention(
     spec: AttentionSpec,
     eps: float = 1e-6,
     qk_norm: str = "head",
+    q_scale: float | None = None,
 ):
     """Project to Q/K/V, optionally normalize Q and K, rotate, attend, project out.
 
     ``qk_norm``: "head" normalizes each head over its own dimension (qwen3, gemma3),
     "full" normalizes the concatenated heads before splitting (olmo2).
+    ``q_scale``: multiply the rotated queries by it before attention (gemma's graph in
+    llama.cpp does this instead of scaling the attention logits; the difference shows
+    where the query is rounded to f16 for an f16 cache). ``spec.scale`` then should be 1.
     """
     n = x.shape[0]
     H, Hkv, dk, dv = shape.n_head, shape.n_head_kv, shape.head_dim_k, shape.head_dim_v
@@ -135,6 +139,8 @@ def self_attention(
     if rope is not None:
         q = ops.rope(q, positions, rope)
         k = ops.rope(k, positions, rope)
+    if q_scale is not None:
+        q = ops.scale(q, q_scale)
     out = ops.attention(q, k, v, state, layer, positions, spec)
     return ops.linear(out, w.o, w.o_bias)
 

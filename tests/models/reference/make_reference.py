@@ -218,7 +218,7 @@ def run_model(name: str, path: Path, tiny: bool, settings: ContextSettings,
 
     # Repeatability: the first case again must give bit-identical logits.
     _, rows_again, _ = greedy(model, cases[0]["prompt_tokens"])
-    repeat_identical = all(np.array_equal(a, b) for a, b in zip(gen_rows[cases[0]["id"]], rows_again))
+    repeat_identical = all(np.array_equal(a, b) for a, b in zip(gen_rows[cases[0]["id"]], rows_again, strict=False))
 
     no_fa = LlamaCppModel(path, ContextSettings(settings.n_ctx, settings.n_threads, "disabled", settings.use_extra_bufts))
     wanted = consistency_cases or (P.TINY_SELF_CONSISTENCY_CASES if tiny else P.SELF_CONSISTENCY_CASES)

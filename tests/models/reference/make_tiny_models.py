@@ -342,7 +342,7 @@ def check_against_hf(gguf_path: Path, model) -> dict:
         lc = lm.eval(seq, all_logits=True).astype(np.float64)
         diff = np.abs(hf - lc).max(axis=1)
         hf_cont, hf_margins = hf_greedy(model, ids, len(cont))
-        agree = next((i for i, (a, b) in enumerate(zip(hf_cont, cont)) if a != b), len(cont))
+        agree = next((i for i, (a, b) in enumerate(zip(hf_cont, cont, strict=False)) if a != b), len(cont))
         cases.append({
             "id": pid,
             "prompt_tokens": ids,

@@ -115,7 +115,7 @@ static void attn_task(void *varg, int ith, int nth) {
                 else
                     k->axpy_f32(DV, acc, (const float *)vc + c * DV, vs);
             }
-            S = S * ms + vs;
+            S = fmaf(S, ms, vs); /* as GCC contracts ggml's S = S*ms + vs */
         }
         if (f16acc)
             for (int64_t i = 0; i < DV; i++) acc[i] = f16_to_f32(acc16[i]);
@@ -145,8 +145,9 @@ static void reduce_chunks(const attn_job *job) {
             if (part[1] == 0.0f) continue; /* no visible cell in this chunk */
             const float m_new = fmaxf(M, part[0]);
             const float s_old = expf(M - m_new), s_new = expf(part[0] - m_new);
-            for (int64_t i = 0; i < DV; i++) o[i] = o[i] * s_old + part[2 + i] * s_new;
-            S = S * s_old + part[1] * s_new;
+            /* ggml's a*x + b*y as GCC contracts it: fma(a, x, b*y) */
+            for (int64_t i = 0; i < DV; i++) o[i] = fmaf(o[i], s_old, part[2 + i] * s_new);
+            S = fmaf(S, s_old, part[1] * s_new);
             M = m_new;
         }
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;

@@ -28,7 +28,9 @@
 #define MAX_ACTS 4   /* distinct activation formats in one group */
 /* From this many activation rows on, formats with a many-row microkernel (gemm.c) use it:
  * unpacking a tile of 8 weight rows once pays off over a few groups of 4 rows. */
+#ifndef GEMM_MIN_ROWS
 #define GEMM_MIN_ROWS 16
+#endif
 
 /* The work of one pool job: the members' weight rows in chunks, numbered member after
  * member (with a glu epilogue, chunks cover the rows of the gate and up members at once). */

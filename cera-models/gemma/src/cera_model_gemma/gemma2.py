@@ -60,9 +60,9 @@ class Gemma2Model(DecoderModel):
                 n: w[f"blk.{i}.{n}.weight"] for n in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm")
             }
             self.layers.append((norms, AttentionWeights.load(w, i), FeedForwardWeights.load(w, i)))
+        # The query is scaled before attention, not the logits, as in llama.cpp's graph.
         self.attn_specs = [
-            AttentionSpec(scale=c.attention_scale, window=c.window if swa else None, softcap=c.attn_softcap)
-            for swa in c.is_swa
+            AttentionSpec(scale=1.0, window=c.window if swa else None, softcap=c.attn_softcap) for swa in c.is_swa
         ]
 
     def read_config(self, hp: HParams) -> GemmaConfig:
@@ -117,7 +117,9 @@ class Gemma2Model(DecoderModel):
         for i, (norms, attn, ffn) in enumerate(self.layers):
             rope = c.rope_local if c.is_swa[i] else c.rope_global
             h = ops.rms_norm(x, norms["attn_norm"], c.eps)
-            h = self_attention(ops, h, attn, state, i, positions, c.attn, rope, self.attn_specs[i], c.eps)
+            h = self_attention(
+                ops, h, attn, state, i, positions, c.attn, rope, self.attn_specs[i], c.eps, q_scale=c.attention_scale
+            )
             x = ops.add(x, ops.rms_norm(h, norms["post_attention_norm"], c.eps))
             h = feed_forward(ops, ops.rms_norm(x, norms["ffn_norm"], c.eps), ffn, "geglu")
             x = ops.add(x, ops.rms_norm(h, norms["post_ffw_norm"], c.eps))
