@@ -94,6 +94,18 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def read_bandwidth(backend, buf: np.ndarray, repeat: int = 5) -> float:
+    """GB/s of streaming ``buf`` through the backend's thread pool with the widest loads
+    the CPU has (cera_read_probe), best of ``repeat`` runs after one warm-up."""
+    from cera_backend_cpu._native import ffi, lib
+
+    ptr = ffi.from_buffer(buf)
+    lib.cera_read_probe(backend._ctx, ptr, buf.nbytes)
+    return (
+        buf.nbytes / min(timed(lambda: lib.cera_read_probe(backend._ctx, ptr, buf.nbytes)) for _ in range(repeat)) / 1e9
+    )
+
+
 def matvec_vs_read(backend, probe: np.ndarray, weight, x, repeat: int) -> tuple[float, float, float]:
     """(matvec GB/s, read GB/s, median ratio) from alternating runs of the two."""
     from cera_backend_cpu._native import ffi, lib
