@@ -339,10 +339,15 @@ def logits_agreement(engines: dict, ids: list[int]) -> dict:
     top_a, top_b = int(a.argmax()), int(b.argmax())
     diff = float(np.abs(a - b).max())
     corr = float(np.corrcoef(a, b)[0, 1])
-    ok = top_a == top_b and corr > 0.99
+    # llama.cpp's own logits move by up to ~0.5 with its batch split and weight repacking
+    # (tests/models/reference/README.md), so a top-1 that differs where llama.cpp's top two
+    # are closer than that is not a sign of different work.
+    gap = float(b[top_b] - b[top_a])
+    ok = (top_a == top_b or gap < 0.5) and corr > 0.99
+    close = "" if top_a == top_b else f" (llama.cpp's logits for the two: {gap:.3f} apart)"
     summary = (
-        f"{'ok' if ok else 'MISMATCH'}: top-1 {top_a} / {top_b}, max |diff| {diff:.3f}, correlation {corr:.5f}"
-        f" (last logits after {len(ids)} ids)"
+        f"{'ok' if ok else 'MISMATCH'}: top-1 {top_a} / {top_b}{close}, max |diff| {diff:.3f}, "
+        f"correlation {corr:.5f} (last logits after {len(ids)} ids)"
     )
     return {"ok": ok, "top1": [top_a, top_b], "max_abs_diff": diff, "correlation": corr, "summary": summary}
 
