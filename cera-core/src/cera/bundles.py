@@ -200,7 +200,15 @@ def _pip_download(requirement: str, dest: Path, no_binary: bool, quiet: bool) ->
         cmd.append("-q")
     cmd.append(requirement)
     before = set(dest.iterdir())
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else None, stderr=subprocess.PIPE, text=True)
+    # pip's progress goes to our stderr, never to stdout: `cera run` prints only the
+    # generated text there (a pipe or a file must not receive pip's lines).
+    progress = subprocess.PIPE
+    if not quiet:
+        try:
+            progress = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):  # a stderr without a descriptor
+            progress = subprocess.PIPE
+    proc = subprocess.run(cmd, stdout=progress, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise DownloadError(
             f"`pip download {requirement}` failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}; "
@@ -208,7 +216,9 @@ def _pip_download(requirement: str, dest: Path, no_binary: bool, quiet: bool) ->
         )
     new = sorted(set(dest.iterdir()) - before)
     if not new:  # pip found it already in dest
-        new = sorted(p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(name.lower().replace("-", "_")))
+        new = sorted(
+            p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(name.lower().replace("-", "_"))
+        )
     if not new:
         raise DownloadError(f"`pip download {requirement}` produced no archive")
     return new[0]
