@@ -257,9 +257,10 @@ def test_attention_of_many_query_rows(be, seed, case):
         assert err.max() <= tol, f"attention error {err.max():.3g} > {tol:.3g}"
 
 
-def test_attention_of_many_query_rows_variants_match_scalar_exactly(scalar_be, variant_backends):
-    """The tiles' float steps (fused multiply-add chains, expf, double sums) are the same on
-    every variant: identical bits."""
+def test_attention_of_many_query_rows_variants_match_scalar(scalar_be, variant_backends):
+    """The tiles' float steps are the same on every variant except the softmax's expf and
+    its group sums, which follow llama.cpp's build for that CPU (its vector expf, within
+    2 ulp of libm's): the outputs agree to a few float ulps."""
     rng = np.random.default_rng(4)
     if not variant_backends:
         pytest.skip("no SIMD variant runs here (or CERA_CPU_VARIANT forces scalar)")
@@ -272,16 +273,15 @@ def test_attention_of_many_query_rows_variants_match_scalar_exactly(scalar_be, v
             state.begin(pos)
             outs[name] = backend.attention(q, k, v, state, 0, pos, AttentionSpec(scale=0.15, softcap=30.0, window=50))
         for name, out in outs.items():
-            np.testing.assert_array_equal(out, outs["scalar"], err_msg=name)
+            np.testing.assert_allclose(out, outs["scalar"], rtol=0, atol=1e-5 * np.abs(v).max(), err_msg=name)
 
 
 @pytest.mark.parametrize("kv_type", ["f16", "f32"])
 @pytest.mark.parametrize("f16_acc", [True, False])
 def test_attention_over_a_long_context(be, kv_type, f16_acc):
-    """Past 256 cells, a few query rows attend chunk by chunk of 256 cells, each chunk with
-    its own maximum, sum and accumulator, combined in f32 in order; errors as in
-    test_attention (the f16 accumulator rounds within each chunk), and the same bits with
-    1 and 2 threads (the chunks are fixed, not per thread)."""
+    """A few query rows over a long context: errors as in test_attention, and the same bits
+    with 1 and 2 threads (only a single decoded row is cut into per-thread chunks, as
+    llama.cpp does; checked at the end against the same bound)."""
     from cera_backend_cpu.backend import CpuBackend
 
     rng = np.random.default_rng(11)
@@ -316,6 +316,18 @@ def test_attention_over_a_long_context(be, kv_type, f16_acc):
             err = np.abs(out.reshape(2, n_heads, dim) - ref)
             assert err.max() <= tol, f"window {window}: attention error {err.max():.3g} > {tol:.3g}"
             outs.append(out)
+        state.rollback()
+        # one decoded row: 642 cells in a 700-cell cache view llama.cpp pads to 700 (>= 512),
+        # cut into one chunk per thread and merged; the same error bound holds
+        state.begin(pos1[:1])
+        out = backend.attention(q[:1], k1[:1], v1[:1], state, 0, pos1[:1], AttentionSpec(scale=0.125))
+        kc = np.concatenate([k, k1[:1]]).astype(store).astype(np.float64)
+        vc = np.concatenate([v, v1[:1]]).astype(store).astype(np.float64)
+        ref = attention(
+            q[:1].astype(store).astype(np.float64), kc, vc, np.arange(ctx + 1), pos1[:1], 0.125, None, None, group
+        )
+        err = np.abs(out.reshape(1, n_heads, dim) - ref)
+        assert err.max() <= tol, f"decoded row ({threads} threads): error {err.max():.3g} > {tol:.3g}"
         state.rollback()
         backend.close()
     for a, b in zip(outs[:2], outs[2:], strict=True):
@@ -355,8 +367,11 @@ def test_attention_variants_match_scalar(scalar_be, variant_backends):
             state = backend.new_state([KVLayerSpec(2, 64, 64)], 16, kv_type)
             state.begin(pos)
             outs[name] = backend.attention(q, k, v, state, 0, pos, AttentionSpec(scale=0.125, softcap=30.0))
+        # K.Q sums in the lane order of llama.cpp's build for each CPU; with an f16 cache the
+        # f16 value accumulator can turn that last-bit difference into one f16 step
+        atol = (2.0**-10 if kv_type == "f16" else 1e-5) * np.abs(v).max()
         for out in outs.values():
-            np.testing.assert_allclose(out, outs["scalar"], rtol=0, atol=1e-5 * np.abs(v).max())
+            np.testing.assert_allclose(out, outs["scalar"], rtol=0, atol=atol)
 
 
 # -- elementwise ------------------------------------------------------------------------------------

@@ -65,12 +65,14 @@ class CaseResult:
         return [s for s in self.steps if s.margin > MARGIN and not s.agrees]
 
 
-def teacher_forced(loaded, case: dict) -> CaseResult:
+def teacher_forced(loaded, case: dict, n_ctx: int = 0) -> CaseResult:
     """Feed the prompt as one batch, then llama.cpp's continuation token by token, as its
-    generation loop did, comparing cera's logits at every step."""
+    generation loop did, comparing cera's logits at every step. ``n_ctx``: the reference's
+    context size (its cache size decides how llama.cpp splits long-context attention)."""
     prompt = case["prompt_tokens"]
     steps = case["steps"]
-    session = loaded.new_session(n_ctx=len(prompt) + len(steps) + 8, n_batch=max(len(prompt), 1))
+    n_ctx = max(n_ctx, len(prompt) + len(steps) + 8)
+    session = loaded.new_session(n_ctx=n_ctx, n_batch=max(len(prompt), 1))
     session.append_tokens(prompt)
     logits = session.evaluate()
     results = []
@@ -92,11 +94,11 @@ def teacher_forced(loaded, case: dict) -> CaseResult:
     return CaseResult(case["id"], results, case.get("first_step_margin_below_0_5"))
 
 
-def free_running_greedy(loaded, case: dict) -> list[int]:
+def free_running_greedy(loaded, case: dict, n_ctx: int = 0) -> list[int]:
     """cera's own greedy continuation (the prompt as one batch, then one token at a time)."""
     prompt = case["prompt_tokens"]
     n = len(case["steps"])
-    session = loaded.new_session(n_ctx=len(prompt) + n + 8, n_batch=max(len(prompt), 1))
+    session = loaded.new_session(n_ctx=max(n_ctx, len(prompt) + n + 8), n_batch=max(len(prompt), 1))
     session.append_tokens(prompt)
     logits = session.evaluate()
     eog = loaded.tokenizer.eog_ids

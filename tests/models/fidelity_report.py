@@ -22,12 +22,12 @@ def report(name: str) -> dict:
     record = load_reference(name)
     t0 = time.time()
     with cera.load(model_source(record), device="cpu", quiet=True) as loaded:
-        forced = [teacher_forced(loaded, c) for c in record["cases"]]
+        forced = [teacher_forced(loaded, c, record["settings"]["n_ctx"]) for c in record["cases"]]
         out = summarize(forced)
         same, total, prefix, confident_ok = 0, 0, [], 0
         for case, result in zip(record["cases"], forced, strict=True):
             ref = case["generated_tokens"]
-            ours = free_running_greedy(loaded, case)
+            ours = free_running_greedy(loaded, case, record["settings"]["n_ctx"])
             n = min(len(ref), len(ours))
             same += sum(a == b for a, b in zip(ours[:n], ref[:n], strict=True))
             total += len(ref)

@@ -41,7 +41,9 @@ def test_prompt_tokens_match_llama_cpp(name):
     for case in record["cases"]:
         if "text" not in case:
             continue
-        ids = loaded.tokenizer.encode(case["text"], add_special=case["add_special"], parse_special=case["parse_special"])
+        ids = loaded.tokenizer.encode(
+            case["text"], add_special=case["add_special"], parse_special=case["parse_special"]
+        )
         assert ids == case["prompt_tokens"], case["id"]
 
 
@@ -50,7 +52,7 @@ def test_greedy_and_teacher_forced_tokens_match_llama_cpp(name):
     record, loaded = _load(name)
     failures = []
     for case in record["cases"]:
-        result = teacher_forced(loaded, case)
+        result = teacher_forced(loaded, case, record["settings"]["n_ctx"])
         early = result.mismatches_before_first_low_margin()
         confident = result.mismatches_above_margin()
         if early or confident:
@@ -62,7 +64,9 @@ def test_greedy_and_teacher_forced_tokens_match_llama_cpp(name):
                     for s in (early + confident)[:4]
                 )
             )
-    assert not failures, f"{len(failures)} cases disagree with llama.cpp where its margin > {MARGIN}:\n" + "\n".join(failures)
+    assert not failures, f"{len(failures)} cases disagree with llama.cpp where its margin > {MARGIN}:\n" + "\n".join(
+        failures
+    )
 
 
 @pytest.mark.parametrize("name", _params())

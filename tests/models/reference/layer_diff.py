@@ -136,7 +136,8 @@ class CeraTaps:
 
 # cera ops of one decoder layer, in order, and the llama.cpp tensor each matches.
 # (op, index of that op within the layer) -> llama.cpp name (+ occurrence of that name).
-LAYER_MAP = {
+# Gemma's layer (sandwich norms, QK-norm, GeGLU):
+GEMMA_LAYER_MAP = {
     ("rms_norm", 0): ("attn_norm", 0),
     ("linear", 0): ("Qcur", 0),
     ("linear", 1): ("Kcur", 0),
@@ -156,6 +157,28 @@ LAYER_MAP = {
     ("rms_norm", 5): ("ffn_post_norm", 0),
     ("add", 1): ("l_out", 0),
 }
+# llama / qwen2 (pre-norms only, SwiGLU):
+LLAMA_LAYER_MAP = {
+    ("rms_norm", 0): ("attn_norm", 0),
+    ("linear", 0): ("Qcur", 0),
+    ("linear", 1): ("Kcur", 0),
+    ("linear", 2): ("Vcur", 0),
+    ("rope", 0): ("Qcur", 2),
+    ("rope", 1): ("Kcur", 2),
+    ("attention", 0): ("kqv_out", 0),
+    ("add", 0): ("ffn_inp", 0),
+    ("rms_norm", 1): ("ffn_norm", 0),
+    ("linear", 4): ("ffn_gate", 0),
+    ("linear", 5): ("ffn_up", 0),
+    ("glu", 0): ("ffn_swiglu", 0),
+    ("linear", 6): ("ffn_out", 0),
+    ("add", 1): ("l_out", 0),
+}
+
+
+def layer_map(layer_calls) -> dict:
+    norms = sum(1 for name, _ in layer_calls if name == "rms_norm")
+    return GEMMA_LAYER_MAP if norms >= 6 else LLAMA_LAYER_MAP
 
 
 def split_layers(calls):
@@ -192,12 +215,13 @@ def report(tensors, calls, names_of_interest):
     for li, layer in enumerate(layers):
         counters: dict[str, int] = defaultdict(int)
         lines = []
+        mapping = layer_map(layer)
         for name, out in layer:
             key = (name, counters[name])
             counters[name] += 1
-            if key not in LAYER_MAP:
+            if key not in mapping:
                 continue
-            ref_name, occurrence = LAYER_MAP[key]
+            ref_name, occurrence = mapping[key]
             if names_of_interest and ref_name not in names_of_interest:
                 continue
             found = tensors.get(f"{ref_name}-{li}", [])
@@ -235,7 +259,7 @@ def main(argv=None):
 
     prompt = case["prompt_tokens"]
     cont = [s["token"] for s in case["steps"]][: args.steps]
-    session = loaded.new_session(n_ctx=len(prompt) + len(cont) + 8, n_batch=max(len(prompt), 1))
+    session = loaded.new_session(n_ctx=max(1024, len(prompt) + len(cont) + 8), n_batch=max(len(prompt), 1))
     only = {s for s in args.only.split(",") if s}
 
     evals = [prompt] + [[t] for t in cont]

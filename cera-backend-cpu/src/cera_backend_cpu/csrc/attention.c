@@ -22,13 +22,13 @@
 
 #include "internal.h"
 
-/* Long contexts are cut into chunks of cells, so that the (query row, head, chunk) items
- * spread over the threads even when there are fewer heads than threads can share well;
- * each chunk keeps its own running maximum, sum and value accumulator, and the chunks are
- * then combined in f32 in order (as llama.cpp splits decoding over the cells for long
- * contexts). The chunk size is fixed, so the result does not depend on the thread count;
- * a context of at most KV_CHUNK cells is one chunk, written out directly. */
-#define KV_CHUNK 256
+/* Decoding one token over a long context is cut into chunks of cells as llama.cpp's CPU
+ * flash attention does (its split-KV path): when the cache view it attends over (the used
+ * cells rounded up to 256, at least 256, at most the cache size) reaches 512 cells, that
+ * view is cut into one chunk per thread. Each chunk keeps its own running maximum, sum and
+ * value accumulator, and the chunks are combined in f32 in order. The chunking, and so the
+ * last bits, depend on the thread count and the cache size, as llama.cpp's do; a query of
+ * several rows attends over all cells in one pass per (row, head). */
 #define SMALL_DIM 512 /* head dimensions up to this use stack buffers */
 
 typedef struct {
@@ -42,7 +42,7 @@ typedef struct {
     int32_t window;
     int acc_f16;
     float *out;
-    int64_t n_chunks;
+    int64_t n_chunks, chunk; /* cells per chunk */
     float *partials; /* [n_tok * n_heads][n_chunks][2 + v_dim]: M, S, values (n_chunks > 1) */
     atomic_llong next;
     int failed;
@@ -86,8 +86,8 @@ static void attn_task(void *varg, int ith, int nth) {
         float M = -INFINITY, S = 0.0f;
         memset(acc, 0, sizeof(float) * (size_t)DV);
         memset(acc16, 0, sizeof(uint16_t) * (size_t)DV);
-        const int64_t c1 = (chunk + 1) * KV_CHUNK < job->n_cells ? (chunk + 1) * KV_CHUNK : job->n_cells;
-        for (int64_t c = chunk * KV_CHUNK; c < c1; c++) {
+        const int64_t c1 = (chunk + 1) * job->chunk < job->n_cells ? (chunk + 1) * job->chunk : job->n_cells;
+        for (int64_t c = chunk * job->chunk; c < c1; c++) {
             const int32_t pc = job->cell_pos[c];
             if (pc < 0 || pc > p || (job->window > 0 && p - pc >= job->window)) continue;
             float s;
@@ -250,12 +250,7 @@ static void tiled_task(void *varg, int ith, int nth) {
                     S[r] *= ms;
                 }
                 M[r] = m_new;
-                double sum = 0.0;
-                for (int64_t c = 0; c < cells; c++) {
-                    s[c] = expf(s[c] - m_new);
-                    sum += (double)s[c];
-                }
-                S[r] = (float)((double)S[r] + sum);
+                S[r] = (float)((double)S[r] + k->softmax_row(cells, s, m_new));
             }
             k->gemm_f32(rows, DV, cells, KQ, TKV, V, DV, O, DV);
         }
@@ -325,7 +320,13 @@ int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const
         cera_pool_run(ctx->pool, tiled_task, &tj, nth);
         return tj.failed ? CERA_ENOMEM : CERA_OK;
     }
-    job.n_chunks = (n_cells + KV_CHUNK - 1) / KV_CHUNK;
+    job.chunk = n_cells;
+    if (n_tok == 1) {
+        int64_t n_kv = (n_cells + 255) / 256 * 256;
+        n_kv = n_kv < 256 ? 256 : n_kv > kv_stride ? kv_stride : n_kv;
+        if (n_kv >= 512) job.chunk = (n_kv + ctx->n_threads - 1) / ctx->n_threads;
+    }
+    job.n_chunks = (n_cells + job.chunk - 1) / job.chunk;
     job.partials = NULL;
     if (job.n_chunks > 1) {
         job.partials = cera_scratch(ctx, sizeof(float) * (size_t)(n_tok * n_heads * job.n_chunks * (2 + v_dim)));

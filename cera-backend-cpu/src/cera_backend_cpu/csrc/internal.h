@@ -256,6 +256,14 @@ void cera_gemm_8x4_scalar(const cera_gemm_format *f, int64_t n_super, const uint
 
 struct cera_kernels {
     const char *name;
+    /* which SiLU llama.cpp's ggml-cpu computes on this kind of CPU: 0 = x / (1 + expf(-x))
+     * (its scalar code), CERA_SILU_AVX2 / CERA_SILU_AVX512 = its vectorized ggml_v_expf of
+     * that width (ops.c), whose bits differ from libm's and from each other's */
+    int silu_kind;
+    /* y = silu(g) (* u if given), values from n_vec on by the scalar formula; and
+     * ggml_vec_soft_max_f32 (s = exp(s - max), returns the sum): ops.c, attention.c */
+    void (*silu_rows)(int64_t n, int64_t n_vec, const float *g, const float *u, float *y);
+    double (*softmax_row)(int64_t n, float *s, float max);
     cera_dot_fn dot[T_COUNT];
     cera_dot4_fn dot4[T_COUNT]; /* optional */
     cera_quant_fn quant[ACT_COUNT];
@@ -336,7 +344,15 @@ int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int glu_o
 int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t K, int64_t M,
                            const cera_product *mem, int n_mem, int glu_op, float *glu_out, int64_t glu_stride);
 /* y = act(g) * u over n elements (ops.c; the glu op and the epilogue above share it). */
-void cera_glu_rows(int op, const float *g, const float *u, float *y, int64_t n);
+enum { CERA_SILU_LIBM = 0, CERA_SILU_AVX2 = 1, CERA_SILU_AVX512 = 2 };
+/* y = act(g) * u over n values; with op 0 (SiLU), values from n_vec on take the scalar
+ * formula, as llama.cpp's leftovers after its vector loop do */
+void cera_glu_rows(const cera_kernels *k, int op, const float *g, const float *u, float *y, int64_t n, int64_t n_vec);
+int cera_silu_width(int silu_kind);
+/* expf as llama.cpp's vector code computes it for that kind (libm's expf for 0) */
+float cera_ggml_expf(int kind, float x);
+void cera_silu_rows_libm(int64_t n, int64_t n_vec, const float *g, const float *u, float *y);
+double cera_softmax_row_libm(int64_t n, float *s, float max);
 
 /* The ops that use the pool or the scratch buffer, for callers that hold the context
  * lock already (cera_plan_run); cera_matmul and cera_attention lock and call these. */

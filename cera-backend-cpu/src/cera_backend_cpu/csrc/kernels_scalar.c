@@ -311,11 +311,48 @@ static void scale_f32(int64_t n, float *y, float a) {
 
 /* The many-row microkernel (gemm.c): the reference every SIMD one must equal bit for
  * bit, so the float steps are spelled out: the scale product, then fused multiply-adds. */
+/* The legacy formats (32-value blocks) as llama.cpp's AVX2 vec_dot and tinyBLAS sum them:
+ * eight float lanes per (row, activation row), lane g taking the integer dot of values
+ * 4g..4g+3 of every block times d_w d_a in a fused multiply-add, the lanes then added as
+ * hsum_float_8 does ((4+0)+(6+2))+((5+1)+(7+3)), plus the running min term for Q4_1/Q5_1. */
+static void gemm_legacy_scalar(const cera_gemm_format *f, int64_t n_blocks, int64_t stride, const uint8_t *tile,
+                               const cera_gemm_act *const a[4], float *const y[4], int R) {
+    for (int m = 0; m < 4; m++) {
+        if (!y[m]) continue;
+        for (int r = 0; r < R; r++) {
+            float lane[8] = {0}, summs = 0.0f;
+            for (int64_t i = 0; i < n_blocks; i++) {
+                const uint8_t *vals = tile + i * stride;
+                const float *dw = (const float *)(vals + 32 * R), *mw = dw + R;
+                const int8_t *q = a[m]->q + i * 32;
+                const float d = dw[r] * a[m]->d[i];
+                for (int g = 0; g < 8; g++) {
+                    int32_t isum = 0, qsum = 0;
+                    for (int t = 0; t < 4; t++) {
+                        isum += (int32_t)vals[g * 4 * R + 4 * r + t] * q[4 * g + t];
+                        qsum += q[4 * g + t];
+                    }
+                    if (f->shift >= 0) isum -= qsum * (1 << f->shift);
+                    lane[g] = fmaf(d, (float)isum, lane[g]);
+                }
+                if (f->kind == GEMM_MIN) summs = fmaf(mw[r], a[m]->s[i], summs);
+            }
+            float out = ((lane[4] + lane[0]) + (lane[6] + lane[2])) + ((lane[5] + lane[1]) + (lane[7] + lane[3]));
+            if (f->kind == GEMM_MIN) out = out + summs;
+            y[m][r] = out;
+        }
+    }
+}
+
 void cera_gemm_8x4_scalar(const cera_gemm_format *f, int64_t n_super, const uint8_t *tile,
                           const cera_gemm_act *const a[4], float *const y[4]) {
     enum { R = 8 };
     const int n_sub = f->sbk / f->sb;
     const int64_t stride = cera_gemm_tile_bytes(f, n_super * f->sbk, R) / n_super;
+    if (f->kind == GEMM_OFFSET || f->kind == GEMM_MIN) {
+        gemm_legacy_scalar(f, n_super, stride, tile, a, y, R);
+        return;
+    }
     float acc[4][R];
     memset(acc, 0, sizeof acc);
     for (int64_t i = 0; i < n_super; i++) {
@@ -340,9 +377,17 @@ void cera_gemm_8x4_scalar(const cera_gemm_format *f, int64_t n_super, const uint
                     total += isum;
                 }
                 const float da = a[m]->d[i];
-                acc[m][r] = fmaf(dw[r] * da, (float)total, acc[m][r]);
-                if (f->kind == GEMM_MIN) acc[m][r] = fmaf(mw[r], a[m]->s[i], acc[m][r]);
-                if (f->kind == GEMM_K_MIN) acc[m][r] = fmaf(-(mw[r] * da), (float)msum, acc[m][r]);
+                if (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET) {
+                    /* as llama.cpp's tiled K-quant matmul finishes a super-block: s1 d, minus
+                     * dmin s2 in one rounding, then t da + acc fused (GCC contracts its
+                     * add(acc, mul(t, da)) of the AVX-512 build; the AVX2 build writes the fma) */
+                    float t = (float)total * dw[r];
+                    if (f->kind == GEMM_K_MIN) t = fmaf(-mw[r], (float)msum, t);
+                    acc[m][r] = fmaf(t, da, acc[m][r]);
+                } else {
+                    acc[m][r] = fmaf(dw[r] * da, (float)total, acc[m][r]);
+                    if (f->kind == GEMM_MIN) acc[m][r] = fmaf(mw[r], a[m]->s[i], acc[m][r]);
+                }
             }
         }
     }
@@ -398,6 +443,9 @@ void cera_kernels_init_scalar(cera_kernels *k) {
     k->scale_f16 = scale_f16;
     k->read_sum = cera_read_sum_scalar;
     k->gemm = cera_gemm_8x4_scalar;
+    k->silu_kind = CERA_SILU_LIBM;
+    k->silu_rows = cera_silu_rows_libm;
+    k->softmax_row = cera_softmax_row_libm;
     k->gemm_rows = 8;
     k->gemm_f32 = gemm_f32;
     k->f16_to_f32 = f16_to_f32_row;

@@ -76,6 +76,11 @@
 #undef X86_VNNI
 #undef X86_512
 
+/* llama.cpp built for the same CPU: AVX-512 F+DQ builds use the 512-bit ggml_v_expf */
+#define X86_SILU_avx2 CERA_SILU_AVX2
+#define X86_SILU_avx512 CERA_SILU_AVX512
+#define X86_SILU_avx512vnni CERA_SILU_AVX512
+
 /* The table fillers run before any CPU check, so they live outside the target regions. */
 #define X86_INIT(V)                                            \
     int cera_kernels_init_##V(cera_kernels *k) {               \
@@ -119,6 +124,9 @@
         k->gemm_f32 = gemm_f32_##V;                            \
         k->f16_to_f32 = f16_to_f32_row_##V;                    \
         k->gemm_max_u = X86_GEMM_MAX_U_##V;                    \
+        k->silu_kind = X86_SILU_##V;                           \
+        k->silu_rows = silu_rows_##V;                          \
+        k->softmax_row = softmax_row_##V;                      \
         return 1;                                              \
     }
 

@@ -31,6 +31,9 @@
 #ifndef GEMM_MIN_ROWS
 #define GEMM_MIN_ROWS 16
 #endif
+#ifndef GEMM_MIN_ROWS_KQUANT
+#define GEMM_MIN_ROWS_KQUANT 8
+#endif
 
 /* The work of one pool job: the members' weight rows in chunks, numbered member after
  * member (with a glu epilogue, chunks cover the rows of the gate and up members at once). */
@@ -131,10 +134,13 @@ static void mm_task(void *varg, int ith, int nth) {
         product_rows(job, i, r0, r1, &gs);
         if (job->glu_op >= 0) { /* the up rows that go with these gate rows, then the glu */
             product_rows(job, 1, r0, r1, &gs);
+            /* llama.cpp's vector loop covers each row up to a multiple of its width */
+            const int64_t w = cera_silu_width(job->k->silu_kind), vec_end = job->mem[0].N / w * w;
+            const int64_t n_vec = vec_end <= r0 ? 0 : vec_end - r0;
             for (int64_t m = 0; m < job->M; m++)
-                cera_glu_rows(job->glu_op, job->mem[0].y + m * job->mem[0].y_stride + r0,
+                cera_glu_rows(job->k, job->glu_op, job->mem[0].y + m * job->mem[0].y_stride + r0,
                               job->mem[1].y + m * job->mem[1].y_stride + r0,
-                              job->glu_out + m * job->glu_stride + r0, r1 - r0);
+                              job->glu_out + m * job->glu_stride + r0, r1 - r0, n_vec);
         }
     }
     free(gs);
@@ -224,7 +230,10 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
         }
         job.act_of[i] = j;
         weights += mem[i].N * K;
-        const cera_gemm_format *f = M >= GEMM_MIN_ROWS ? cera_gemm_format_of(mem[i].wtype, &ctx->k) : NULL;
+        const cera_gemm_format *f = cera_gemm_format_of(mem[i].wtype, &ctx->k);
+        /* K-quants from 8 rows, where llama.cpp's tiled K-quant path starts (same float steps) */
+        const int kquant = f && (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET);
+        if (f && M < (kquant ? GEMM_MIN_ROWS_KQUANT : GEMM_MIN_ROWS)) f = NULL;
         job.gemm[i] = f;
         prep_of[i] = -1;
         if (f) {

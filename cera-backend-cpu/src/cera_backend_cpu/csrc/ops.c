@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -44,6 +45,66 @@ CERA_INLINE float gelu_lookup(float x) {
 }
 
 CERA_INLINE float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ggml's vectorized expf (ggml-cpu/vec.h, "adapted from arm limited optimized routine"),
+ * one lane at a time: the same fused multiply-adds in the same order give the same bits.
+ * Its AVX-512 and AVX2 versions differ in the last steps (scalef vs exponent bits). */
+static float ggml_expf_avx512(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    return ldexpf(j, (int)n); /* vscalefps: j * 2^n, n integral here */
+}
+
+static float ggml_expf_avx2(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    uint32_t zb, one = 0x3f800000u;
+    memcpy(&zb, &z, 4);
+    const uint32_t e = zb << 23, kb = e + one;
+    float k;
+    memcpy(&k, &kb, 4);
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         0x1.ffffecp-1f * b);
+    if (!(fabsf(n) > 126.0f)) return fmaf(k, j, k);
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u, s1b = g + 0x7f000000u, s2b = e - g;
+    float s1, s2;
+    memcpy(&s1, &s1b, 4);
+    memcpy(&s2, &s2b, 4);
+    if (fabsf(n) > 192.0f) return s1 * s1;
+    return fmaf(s2, j, s2) * s1;
+}
+
+float cera_ggml_expf(int kind, float x) {
+    if (kind == CERA_SILU_AVX512) return ggml_expf_avx512(x);
+    if (kind == CERA_SILU_AVX2) return ggml_expf_avx2(x);
+    return expf(x);
+}
+
+int cera_silu_width(int silu_kind) { return silu_kind == CERA_SILU_AVX512 ? 16 : silu_kind == CERA_SILU_AVX2 ? 8 : 1; }
+
+/* llama.cpp's scalar code (the scalar and NEON variants): libm's expf */
+void cera_silu_rows_libm(int64_t n, int64_t n_vec, const float *g, const float *u, float *y) {
+    (void)n_vec;
+    for (int64_t i = 0; i < n; i++) y[i] = u ? silu(g[i]) * u[i] : silu(g[i]);
+}
+
+double cera_softmax_row_libm(int64_t n, float *s, float max) {
+    double sum = 0.0;
+    for (int64_t c = 0; c < n; c++) {
+        s[c] = expf(s[c] - max);
+        sum += (double)s[c];
+    }
+    return sum;
+}
 
 /* -- norms --------------------------------------------------------------------------------- */
 
@@ -160,10 +221,9 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
 /* -- activations ---------------------------------------------------------------------------- */
 
 int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n) {
-    (void)ctx;
     switch (op) {
-    case 0:
-        for (int64_t i = 0; i < n; i++) y[i] = silu(x[i]);
+    case 0: /* the row length is not known here: every value takes the vector formula */
+        ctx->k.silu_rows(n, n, x, NULL, y);
         return CERA_OK;
     case 1:
         for (int64_t i = 0; i < n; i++) y[i] = gelu_lookup(x[i]);
@@ -179,17 +239,19 @@ int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n) {
     }
 }
 
-void cera_glu_rows(int op, const float *g, const float *u, float *y, int64_t n) {
-    if (op == 0)
-        for (int64_t i = 0; i < n; i++) y[i] = silu(g[i]) * u[i];
-    else
+void cera_glu_rows(const cera_kernels *k, int op, const float *g, const float *u, float *y, int64_t n, int64_t n_vec) {
+    if (op == 0) {
+        k->silu_rows(n, n_vec, g, u, y);
+    } else {
         for (int64_t i = 0; i < n; i++) y[i] = gelu_lookup(g[i]) * u[i];
+    }
 }
 
+/* The row length is not known here: every value takes the vector formula (llama.cpp's
+ * scalar leftovers only differ for rows whose length is not a multiple of 8 or 16). */
 int cera_glu(cera_ctx *ctx, int op, const float *g, const float *u, float *y, int64_t n) {
-    (void)ctx;
     if (op != 0 && op != 1) return CERA_EINVAL;
-    cera_glu_rows(op, g, u, y, n);
+    cera_glu_rows(&ctx->k, op, g, u, y, n, n);
     return CERA_OK;
 }
 
