@@ -110,6 +110,18 @@ class DecoderModel(Model):
         a = self.config.attn
         return [KVLayerSpec(a.n_head_kv, a.head_dim_k, a.head_dim_v)] * self.config.n_layer
 
+    def last_layer_rows(self, i: int, output: str, x, h):
+        """In the last layer, once its attention has written the cache, keep only the rows
+        whose logits are wanted: (x, h) trimmed, or (None, None) when none are. llama.cpp
+        does the same (its last feed-forward runs on the output rows only, which also
+        decides which of its kernels runs), and the rest of a prompt's last layer is work
+        no logit needs."""
+        if i != len(self.layers) - 1 or output == "all":
+            return x, h
+        from .layers import output_rows
+
+        return output_rows(self.backend, x, output), output_rows(self.backend, h, output)
+
     def head(self, x, output: str, eps: float, logit_scale: float = 1.0, softcap: float | None = None):
         """Final norm and output projection of the rows ``output`` asks for, to the host.
         Logits are divided by ``logit_scale`` and soft-capped when asked."""

@@ -120,6 +120,9 @@ class Gemma2Model(DecoderModel):
             h = self_attention(
                 ops, h, attn, state, i, positions, c.attn, rope, self.attn_specs[i], c.eps, q_scale=c.attention_scale
             )
+            x, h = self.last_layer_rows(i, output, x, h)
+            if x is None:
+                return None
             x = ops.add(x, ops.rms_norm(h, norms["post_attention_norm"], c.eps))
             h = feed_forward(ops, ops.rms_norm(x, norms["ffn_norm"], c.eps), ffn, "geglu")
             x = ops.add(x, ops.rms_norm(h, norms["post_ffw_norm"], c.eps))

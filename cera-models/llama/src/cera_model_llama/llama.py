@@ -110,6 +110,9 @@ class LlamaModel(DecoderModel):
             h = self_attention(ops, h, attn, state, i, positions, c.attn, rope, self.attn_spec, c.eps)
             if c.residual_scale != 1.0:
                 h = ops.scale(h, c.residual_scale)
+            x, h = self.last_layer_rows(i, output, x, h)
+            if x is None:
+                return None
             x = ops.add(x, h)
             h = feed_forward(ops, ops.rms_norm(x, ffn_norm, c.eps), ffn, "swiglu")
             if c.residual_scale != 1.0:

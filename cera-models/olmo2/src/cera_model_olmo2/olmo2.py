@@ -59,6 +59,9 @@ class Olmo2Model(DecoderModel):
             h = self_attention(
                 ops, x, attn, state, i, positions, c.attn, rope, self.attn_specs[i], c.eps, qk_norm="full"
             )
+            x, h = self.last_layer_rows(i, output, x, h)
+            if x is None:
+                return None
             x = ops.add(x, ops.rms_norm(h, attn_post_norm, c.eps))
             h = feed_forward(ops, x, ffn, "swiglu")
             x = ops.add(x, ops.rms_norm(h, ffn_post_norm, c.eps))
