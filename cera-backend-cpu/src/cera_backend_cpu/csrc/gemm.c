@@ -9,12 +9,14 @@
  * with 4 activation rows at once: one vpdpbusd (or vpmaddubsw + vpmaddwd) per 4 values of
  * R rows, the activation bytes broadcast.
  *
- * The arithmetic is llama.cpp's, per format (ggml's vec_dot_*): integer sums within a
- * block (legacy formats, 32 values) or a super-block (K-quants, 256 values, integer
- * sub-block scales and mins), one float term per block. Signed weights are stored with
- * an offset (q + c, c a power of two) and c times the activation sum is subtracted in
- * integers, so the sums are exact. Scalar and SIMD microkernels perform the same float
- * operations in the same order, so every variant gives the same bits.
+ * The arithmetic is llama.cpp's, bit for bit: legacy formats (32-value blocks) keep
+ * ggml's eight float lanes per (weight row, activation row), lane g taking the integer dot
+ * of values 4g..4g+3 of each block (as its vec_dot and tinyBLAS); K-quants sum a whole
+ * super-block in integers (sub-block scales and mins) and finish it with one float term
+ * (as its tiled K-quant kernel). Signed weights are stored with an offset (q + c, c a
+ * power of two) and c times the matching activation sum is subtracted in integers, so the
+ * sums are exact. Scalar and SIMD microkernels perform the same float operations in the
+ * same order, so every variant gives the same bits.
  *
  * Tile layout, per super-block (cera_gemm_tile_bytes / super-blocks apart): values
  * [sub-block][group of 4][row 0..R-1][4 bytes]; float d[R]; float m[R] (the block's min, or

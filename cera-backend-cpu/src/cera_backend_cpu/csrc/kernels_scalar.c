@@ -310,8 +310,9 @@ static void scale_f32(int64_t n, float *y, float a) {
 }
 
 /* The many-row microkernel (gemm.c): the reference every SIMD one must equal bit for
- * bit, so the float steps are spelled out: the scale product, then fused multiply-adds. */
-/* The legacy formats (32-value blocks) as llama.cpp's AVX2 vec_dot and tinyBLAS sum them:
+ * bit, so the float steps are spelled out.
+ *
+ * The legacy formats (32-value blocks) as llama.cpp's AVX2 vec_dot and tinyBLAS sum them:
  * eight float lanes per (row, activation row), lane g taking the integer dot of values
  * 4g..4g+3 of every block times d_w d_a in a fused multiply-add, the lanes then added as
  * hsum_float_8 does ((4+0)+(6+2))+((5+1)+(7+3)), plus the running min term for Q4_1/Q5_1. */
@@ -372,22 +373,17 @@ void cera_gemm_8x4_scalar(const cera_gemm_format *f, int64_t n_super, const uint
                             isum += (int32_t)vals[(e / 4) * 4 * R + 4 * r + t] * q[e];
                         }
                     if (f->shift >= 0) isum -= asum[j] * (1 << f->shift);
-                    if (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET) isum *= sc[R * j + r];
+                    isum *= sc[R * j + r];
                     if (f->kind == GEMM_K_MIN) msum += mins[R * j + r] * asum[j];
                     total += isum;
                 }
+                /* as llama.cpp's tiled K-quant matmul finishes a super-block: s1 d, minus
+                 * dmin s2 in one rounding, then t da + acc fused (GCC contracts its
+                 * add(acc, mul(t, da)) of the AVX-512 build; the AVX2 build writes the fma) */
                 const float da = a[m]->d[i];
-                if (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET) {
-                    /* as llama.cpp's tiled K-quant matmul finishes a super-block: s1 d, minus
-                     * dmin s2 in one rounding, then t da + acc fused (GCC contracts its
-                     * add(acc, mul(t, da)) of the AVX-512 build; the AVX2 build writes the fma) */
-                    float t = (float)total * dw[r];
-                    if (f->kind == GEMM_K_MIN) t = fmaf(-mw[r], (float)msum, t);
-                    acc[m][r] = fmaf(t, da, acc[m][r]);
-                } else {
-                    acc[m][r] = fmaf(dw[r] * da, (float)total, acc[m][r]);
-                    if (f->kind == GEMM_MIN) acc[m][r] = fmaf(mw[r], a[m]->s[i], acc[m][r]);
-                }
+                float t = (float)total * dw[r];
+                if (f->kind == GEMM_K_MIN) t = fmaf(-mw[r], (float)msum, t);
+                acc[m][r] = fmaf(t, da, acc[m][r]);
             }
         }
     }
