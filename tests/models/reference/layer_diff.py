@@ -222,6 +222,11 @@ def report(tensors, calls, names_of_interest):
             if key not in mapping:
                 continue
             ref_name, occurrence = mapping[key]
+            # with q/k/v biases (qwen2) llama.cpp names the biased projection once more
+            if ref_name in ("Qcur", "Kcur", "Vcur") and len(tensors.get(f"{ref_name}-{li}", [])) > 3 - (
+                ref_name == "Vcur"
+            ):
+                occurrence += 1
             if names_of_interest and ref_name not in names_of_interest:
                 continue
             found = tensors.get(f"{ref_name}-{li}", [])
