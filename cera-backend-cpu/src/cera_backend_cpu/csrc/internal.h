@@ -349,8 +349,6 @@ enum { CERA_SILU_LIBM = 0, CERA_SILU_AVX2 = 1, CERA_SILU_AVX512 = 2 };
  * formula, as llama.cpp's leftovers after its vector loop do */
 void cera_glu_rows(const cera_kernels *k, int op, const float *g, const float *u, float *y, int64_t n, int64_t n_vec);
 int cera_silu_width(int silu_kind);
-/* expf as llama.cpp's vector code computes it for that kind (libm's expf for 0) */
-float cera_ggml_expf(int kind, float x);
 void cera_silu_rows_libm(int64_t n, int64_t n_vec, const float *g, const float *u, float *y);
 double cera_softmax_row_libm(int64_t n, float *s, float max);
 

@@ -46,49 +46,6 @@ CERA_INLINE float gelu_lookup(float x) {
 
 CERA_INLINE float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* ggml's vectorized expf (ggml-cpu/vec.h, "adapted from arm limited optimized routine"),
- * one lane at a time: the same fused multiply-adds in the same order give the same bits.
- * Its AVX-512 and AVX2 versions differ in the last steps (scalef vs exponent bits). */
-static float ggml_expf_avx512(float x) {
-    const float r = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
-                         fmaf(0x1.ffffecp-1f, b, 1.0f));
-    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
-    return ldexpf(j, (int)n); /* vscalefps: j * 2^n, n integral here */
-}
-
-static float ggml_expf_avx2(float x) {
-    const float r = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    uint32_t zb, one = 0x3f800000u;
-    memcpy(&zb, &z, 4);
-    const uint32_t e = zb << 23, kb = e + one;
-    float k;
-    memcpy(&k, &kb, 4);
-    const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
-                         0x1.ffffecp-1f * b);
-    if (!(fabsf(n) > 126.0f)) return fmaf(k, j, k);
-    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u, s1b = g + 0x7f000000u, s2b = e - g;
-    float s1, s2;
-    memcpy(&s1, &s1b, 4);
-    memcpy(&s2, &s2b, 4);
-    if (fabsf(n) > 192.0f) return s1 * s1;
-    return fmaf(s2, j, s2) * s1;
-}
-
-float cera_ggml_expf(int kind, float x) {
-    if (kind == CERA_SILU_AVX512) return ggml_expf_avx512(x);
-    if (kind == CERA_SILU_AVX2) return ggml_expf_avx2(x);
-    return expf(x);
-}
-
 int cera_silu_width(int silu_kind) { return silu_kind == CERA_SILU_AVX512 ? 16 : silu_kind == CERA_SILU_AVX2 ? 8 : 1; }
 
 /* llama.cpp's scalar code (the scalar and NEON variants): libm's expf */
