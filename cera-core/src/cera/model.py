@@ -116,7 +116,7 @@ class DecoderModel(Model):
         does the same (its last feed-forward runs on the output rows only, which also
         decides which of its kernels runs), and the rest of a prompt's last layer is work
         no logit needs."""
-        if i != len(self.layers) - 1 or output == "all":
+        if i != self.config.n_layer - 1 or output == "all":
             return x, h
         from .layers import output_rows
 
