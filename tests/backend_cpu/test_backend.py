@@ -12,14 +12,16 @@ import time
 
 import numpy as np
 import pytest
+
 from cera.errors import BackendUnavailable, CeraError, ModelConfigError, UnsupportedTensorType
 
 
 def test_plugin_registers_the_backend():
+    from packaging.specifiers import SpecifierSet
+
     import cera
     import cera_backend_cpu.plugin as plugin
     from cera.backend import OPS
-    from packaging.specifiers import SpecifierSet
 
     assert str(cera.PLUGIN_API_VERSION) in SpecifierSet(plugin.CERA_PLUGIN_API)
     got = []
@@ -121,8 +123,9 @@ def _gguf_with(tmp_path, tensors):
 
 
 def test_unsupported_type_names_tensor_type_and_backend(be, tmp_path):
-    from cera.gguf import GGUFFile
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from cera.gguf import GGUFFile
 
     bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType.IQ2_XXS]
     raw = np.zeros((4, 2 * ts), np.uint8)  # 4 rows of 2 blocks: ne = (512, 4)

@@ -175,8 +175,9 @@ def test_thread_count_does_not_change_results(t):
 
 def test_real_weight_product(be, gemma3_path):
     """A real Q4_K matrix of gemma-3, within its derived bound."""
-    from cera.gguf import GGUFFile
     from gguf.quants import dequantize
+
+    from cera.gguf import GGUFFile
 
     f = GGUFFile(gemma3_path)
     name = "blk.0.attn_output.weight"

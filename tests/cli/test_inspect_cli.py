@@ -25,7 +25,7 @@ from cera import plugins
 from cera.plugins import PluginManager
 from cera_cli.main import cli
 
-HEADER = "import cera\nCERA_PLUGIN_API = '>=1,<2'\n"
+HEADER = "import cera\nCERA_PLUGIN_API = '>=2,<3'\n"
 
 FAMILY = HEADER + """
 @cera.hookimpl

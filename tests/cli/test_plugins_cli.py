@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-HEADER = "import cera\nCERA_PLUGIN_API = '>=1,<2'\n"
+HEADER = "import cera\nCERA_PLUGIN_API = '>=2,<3'\n"
 
 GOOD = HEADER + """
 def _offline():
@@ -47,7 +47,7 @@ def cera_register_commands(register):
 
 BROKEN = {
     "tp-broken-import": ("tp_broken_import", "raise RuntimeError('this plugin is broken on purpose')\n"),
-    "tp-old-api": ("tp_old_api", "import cera\nCERA_PLUGIN_API = '>=2,<3'\n"),
+    "tp-old-api": ("tp_old_api", "import cera\nCERA_PLUGIN_API = '>=3,<4'\n"),
     "tp-no-api": ("tp_no_api", "import cera\n"),
     "tp-cmd-clash": (
         "tp_cmd_clash",
@@ -138,8 +138,8 @@ def test_json_reports_good_and_broken_plugins(sites):
 
     expected_errors = {
         "tp-broken-import": "import of 'tp_broken_import' failed: RuntimeError: this plugin is broken on purpose",
-        "tp-old-api": "targets plugin API '>=2,<3' but this cera-core provides API 1; upgrade the plugin or cera-core",
-        "tp-no-api": "does not declare CERA_PLUGIN_API (the plugin-API versions it supports, e.g. '>=1,<2')",
+        "tp-old-api": "targets plugin API '>=3,<4' but this cera-core provides API 2; upgrade the plugin or cera-core",
+        "tp-no-api": "does not declare CERA_PLUGIN_API (the plugin-API versions it supports, e.g. '>=2,<3')",
         "tp-cmd-clash": "registers command 'inspect', which is reserved by cera-cli (a built-in command)",
         "tp-dup": "registers architecture 'tp-arch', which plugin 'tp-good' already registered",
     }

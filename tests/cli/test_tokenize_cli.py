@@ -12,7 +12,6 @@ from click.testing import CliRunner
 from cera.errors import CeraError, ModelNotFound, TemplateError
 from cera_cli.main import cli
 
-
 DATA = Path(__file__).parents[1] / "core" / "data" / "tokenizer"
 TOK_REF = json.loads((DATA / "llama_cpp_reference.json").read_text())
 TMPL_REF = json.loads((DATA / "chat_template_reference.json").read_text())

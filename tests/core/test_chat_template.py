@@ -18,7 +18,6 @@ from cera.chat_template import CHATML_FALLBACK, ChatTemplate
 from cera.errors import CeraError, TemplateError
 from cera.gguf import GGUFFile
 
-
 DATA = Path(__file__).parent / "data" / "tokenizer"
 REF = json.loads((DATA / "chat_template_reference.json").read_text())
 CONVERSATIONS = REF["conversations"]

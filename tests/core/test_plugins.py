@@ -23,7 +23,7 @@ from cera.errors import BackendUnavailable, PluginError, UnsupportedArchitecture
 from cera.plugins import PluginManager, PluginRecord
 from cera.registry import AudioComponent, BackendSpec, ModelFamily, load_factory
 
-HEADER = "import cera\nCERA_PLUGIN_API = '>=1,<2'\n"
+HEADER = "import cera\nCERA_PLUGIN_API = '>=2,<3'\n"
 
 
 def write_dist(site: Path, dist: str, version: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
@@ -180,8 +180,8 @@ def test_missing_dependency_and_system_exit_at_import_are_contained(site):
     "declaration, reason",
     [
         ("", "does not declare CERA_PLUGIN_API"),
-        ("CERA_PLUGIN_API = '>=2'", "targets plugin API '>=2' but this cera-core provides API 1"),
-        ("CERA_PLUGIN_API = '<1'", "targets plugin API '<1' but this cera-core provides API 1"),
+        ("CERA_PLUGIN_API = '>=3'", "targets plugin API '>=3' but this cera-core provides API 2"),
+        ("CERA_PLUGIN_API = '<1'", "targets plugin API '<1' but this cera-core provides API 2"),
         ("CERA_PLUGIN_API = 'version one'", "is not a version specifier"),
         ("CERA_PLUGIN_API = 1", "is not a version specifier"),
     ],
@@ -207,7 +207,7 @@ def cera_register_models(register):
 
 def test_api_range_including_the_current_version_is_accepted():
     m = PluginManager(allow=set())
-    src = "import cera\nCERA_PLUGIN_API = '>={v},<{w}'\n".format(v=cera.PLUGIN_API_VERSION, w=cera.PLUGIN_API_VERSION + 1)
+    src = f"import cera\nCERA_PLUGIN_API = '>={cera.PLUGIN_API_VERSION},<{cera.PLUGIN_API_VERSION + 1}'\n"
     assert m.register_plugin(module("tp_range", src), "tp-range").status == "ok"
 
 

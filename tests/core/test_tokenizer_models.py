@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from cera.gguf import GGUFFile
 from cera.tokenizer import Tokenizer
 
-
 DATA = Path(__file__).parent / "data" / "tokenizer"
 REFERENCE = json.loads((DATA / "llama_cpp_reference.json").read_text())
 sys.path.insert(0, str(DATA))

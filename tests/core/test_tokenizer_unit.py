@@ -23,7 +23,6 @@ from cera.gguf import GGUFFile
 from cera.tokenizer import Tokenizer, hashorder
 from cera.tokenizer import unicode as uc
 
-
 MAJOR = {"N": uc.NUMBER, "L": uc.LETTER, "Z": uc.SEPARATOR, "M": uc.MARK, "P": uc.PUNCTUATION, "S": uc.SYMBOL,
          "C": uc.CONTROL}
 

@@ -43,7 +43,7 @@ BROKEN = {
         textwrap.dedent(
             """
             import cera
-            CERA_PLUGIN_API = ">=1,<2"
+            CERA_PLUGIN_API = ">=2,<3"
 
             @cera.hookimpl
             def cera_register_models(register):
@@ -124,7 +124,7 @@ def test_plugins_lists_the_example_and_reports_the_broken_ones(paths):
     example = report["example"]
     assert (example["distribution"], example["version"], example["status"], example["error"]) == (
         "cera-model-example",
-        "0.1.0",
+        "0.2.0",
         "ok",
         None,
     )
@@ -133,7 +133,7 @@ def test_plugins_lists_the_example_and_reports_the_broken_ones(paths):
     assert report["tp-raises"]["error"] == (
         "import of 'tp_raises' failed: ImportError: tp-raises needs a library that is not installed"
     )
-    assert report["tp-future-api"]["error"].startswith("targets plugin API '>=7' but this cera-core provides API 1")
+    assert report["tp-future-api"]["error"].startswith("targets plugin API '>=7' but this cera-core provides API 2")
     assert report["tp-squatter"]["error"] == "registers architecture 'cera-example', which plugin 'example' already registered"
     for name in BROKEN:
         assert report[name]["status"] == "error" and report[name]["registered"]["architectures"] == []
@@ -144,14 +144,14 @@ def test_plugins_lists_the_example_and_reports_the_broken_ones(paths):
         assert report[name]["status"] == "ok", report[name]
 
     text = cera(["plugins"], paths).stdout
-    assert any(line.split()[:4] == ["example", "cera-model-example", "0.1.0", "ok"] for line in text.splitlines())
+    assert any(line.split()[:4] == ["example", "cera-model-example", "0.2.0", "ok"] for line in text.splitlines())
     assert "  tp-squatter (tp-squatter 0.0.1): registers architecture 'cera-example'" in text
 
 
 def test_inspect_names_the_example_family(paths, tiny_model):
     r = json.loads(cera(["inspect", "-m", str(tiny_model), "--json"], paths).stdout)
     assert r["architecture"] == "cera-example"
-    assert r["family"] == {"name": "example", "plugin": "example", "distribution": "cera-model-example", "version": "0.1.0"}
+    assert r["family"] == {"name": "example", "plugin": "example", "distribution": "cera-model-example", "version": "0.2.0"}
     reader = GGUFReader(tiny_model)
     assert r["tensor_count"] == len(reader.tensors) == 24
     counts = {}
@@ -272,6 +272,10 @@ def cpu_backend():
 
 def test_example_model_matches_a_direct_numpy_computation(example_modules, cpu_backend, tmp_path):
     from cera.gguf import GGUFFile
+    from cera.graph import ALL_LOGITS
+    from cera.model import Weights
+    from cera.runtime import Runner, SeqStep
+    from cera.testing.reference import ReferenceBackend
 
     path = example_modules.tiny.write_tiny_gguf(tmp_path / "tiny.gguf", seed=3)
     # Load it the way cera does: the family registered by the plugin module, by architecture.
@@ -279,28 +283,26 @@ def test_example_model_matches_a_direct_numpy_computation(example_modules, cpu_b
     assert pm.register_plugin(example_modules.plugin, "example").status == "ok"
     with GGUFFile(path) as g:
         Model = load_factory(pm.family_for(g.architecture).factory)
-        model = Model(g, cpu_backend)
+        weights = Weights.from_gguf(g)
+        model = Model(Model.read_config(g), weights)
+        weights.check_all_used("example")  # every tensor of the file is understood
         tokens = [3, 17, 42, 5, 60, 9, 1]
         expected = reference_logits(path, tokens)
         assert model.n_vocab == expected.shape[1] == 64
-
-        state = cpu_backend.new_state(model.state_layout(), 32, kv_type="f32")
-        positions = np.arange(len(tokens), dtype=np.int32)
-        state.begin(positions)
-        logits = model.forward(state, np.array(tokens, dtype=np.int32), positions, output="all")
-        state.commit()
-        # The CPU backend multiplies Q8_0 weights by activations quantized to Q8_0 (as llama.cpp
-        # does), so agreement is close but not exact.
         scale = np.abs(expected).max()
-        assert np.abs(logits - expected).max() <= 0.02 * scale
-        assert (logits.argmax(-1) == expected.argmax(-1)).all()
 
-        # Prefill then decode one token at a time gives the same last-position logits.
-        state = cpu_backend.new_state(model.state_layout(), 32, kv_type="f32")
-        for i, t in enumerate(tokens):
-            pos = np.array([i], dtype=np.int32)
-            state.begin(pos)
-            last = model.forward(state, np.array([t], dtype=np.int32), pos, output="last")
-            state.commit()
-            assert last.shape == (1, 64)
-            assert np.abs(last[0] - expected[i]).max() <= 0.02 * scale, i
+        for backend, tol in ((cpu_backend, 0.02), (ReferenceBackend(), 1e-4)):
+            runner = Runner(model, backend, {n: backend.upload(g, n) for n in weights.used})
+            state = runner.new_state(32, kv_type="f32")
+            logits = runner.forward(state, [SeqStep(0, tokens, range(len(tokens)))], ALL_LOGITS)["logits"]
+            # The CPU backend multiplies Q8_0 weights by activations quantized to Q8_0 (as
+            # llama.cpp does), so agreement is close but not exact; the reference is exact.
+            assert np.abs(logits - expected).max() <= tol * scale, backend.name
+            assert (logits.argmax(-1) == expected.argmax(-1)).all()
+
+            # Prefill then decode one token at a time gives the same last-position logits.
+            state = runner.new_state(32, kv_type="f32")
+            for i, t in enumerate(tokens):
+                last = runner.forward(state, [SeqStep(0, [t], [i])], ALL_LOGITS)["logits"]
+                assert last.shape == (1, 64)
+                assert np.abs(last[0] - expected[i]).max() <= tol * scale, (backend.name, i)

@@ -81,7 +81,7 @@ def test_llama3_rope_freqs_become_frequency_factors(tmp_path):
     factors = [1.0, 1.0, 2.0, 8.0]  # head_dim 8 -> 4 rotated pairs
     path = write_llama(tmp_path / "m.gguf", rope_freqs=factors)
     with load(path) as m:
-        assert m.model.config.rope.freq_factors == tuple(factors)
+        assert m.model.rope.freq_factors == tuple(factors)
 
 
 def test_an_architecture_no_family_serves_lists_the_installed_ones(tmp_path):

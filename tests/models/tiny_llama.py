@@ -12,7 +12,8 @@ import numpy as np
 from gguf import GGUFWriter
 
 
-def write_llama(path: Path, extra: dict | None = None, drop: tuple[str, ...] = (), rope_freqs=None, arch: str = "llama") -> Path:
+def write_llama(path: Path, extra: dict | None = None, drop: tuple[str, ...] = (), rope_freqs=None, arch: str = "llama",
+                extra_tensors: dict | None = None) -> Path:
     rng = np.random.default_rng(0)
     n_vocab, n_embd, n_ff, n_head, n_kv, n_layer = 16, 32, 64, 4, 2, 1
     hd = n_embd // n_head
@@ -63,6 +64,8 @@ def write_llama(path: Path, extra: dict | None = None, drop: tuple[str, ...] = (
         t(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
     if rope_freqs is not None:
         w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, np.float32))
+    for name, value in (extra_tensors or {}).items():
+        w.add_tensor(name, np.asarray(value, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

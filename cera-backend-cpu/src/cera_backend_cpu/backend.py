@@ -1,17 +1,18 @@
-"""The CPU backend: `cera.backend.Backend` on numpy arrays and the C kernels.
+"""The CPU backend: `cera.backend.Backend` on numpy memory and the C kernels.
 
-Tensors are C-contiguous float32 numpy arrays. Weights stay in the memory-mapped GGUF
-bytes, quantized; `linear` quantizes the activations to the 8-bit format llama.cpp
-pairs with each weight type and runs the C dot products on a thread pool inside C,
-with the GIL released (cffi releases it around every call in API mode).
+Weights stay in the memory-mapped GGUF bytes, quantized; products quantize the
+activations to the 8-bit format llama.cpp pairs with each weight type and run the C dot
+products on a thread pool inside C, with the GIL released. State lives in numpy arrays
+(`cera.state.HostState`) that the kernels read through pointers.
 
-Each op does a little numpy bookkeeping (shape checks, an output allocation) and one
-C call; the C functions take raw pointers and sizes only, so a later execution plan
-can chain them in C without coming back to Python.
+`compile` turns a graph into a C execution plan (compile.py): a decode step is one C
+call. The op methods below are the same kernels one call at a time, on numpy arrays:
+the backend's eager form, for tests of single ops and for debugging.
 
-Choosing things: ``CpuBackend(threads=None, variant=None)``; ``threads`` defaults to
-$CERA_THREADS, else the physical cores; ``variant`` defaults to $CERA_CPU_VARIANT, else
-the best kernel variant this CPU supports (scalar, avx2, avx512, avx512vnni, neon).
+Choosing things: ``CpuBackend(threads=None, variant=None)`` or ``CpuOptions``;
+``threads`` defaults to $CERA_THREADS, else the physical cores; ``variant`` defaults to
+$CERA_CPU_VARIANT, else the best kernel variant this CPU supports (scalar, avx2, avx512,
+avx512vnni, neon).
 """
 
 from __future__ import annotations
@@ -19,28 +20,40 @@ from __future__ import annotations
 import math
 import os
 import platform
-import threading
 from typing import Any
 
+import attrs
 import numpy as np
-from cera.backend import OPS as CORE_OPS
-from cera.backend import AttentionSpec, Backend, DeviceInfo, KVLayerSpec, RopeSpec, Weight
-from cera.errors import BackendUnavailable, CeraError, ModelConfigError, UnsupportedOperation, UnsupportedTensorType
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from cera.backend import AttentionSpec, Backend, BackendOptions, DeviceInfo, RopeSpec, Weight
+from cera.errors import (
+    BackendUnavailable,
+    ModelConfigError,
+    ResourceExhausted,
+    ShapeError,
+    UnsupportedOperation,
+    UnsupportedTensorType,
+)
+from cera.ops import names as op_names
+from cera.state import HostState
 
 from ._native import best_variant, compiled_variants, cpu_features, ffi, lib
 from .capabilities import OPS, TENSOR_TYPES
-from .plan import Input
-from .plan import execute as execute_with_plans
-from .state import CpuState
+from .compile import CpuExecutable
 from .threads import physical_cores
 
 UNARY_OPS = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_OPS = {"swiglu": 0, "geglu": 1}
 
 
-class ShapeError(CeraError, ValueError):
-    """An op got tensors whose shapes do not fit together (a bug in the calling model)."""
+@attrs.frozen
+class CpuOptions(BackendOptions):
+    """``threads``: worker threads (default $CERA_THREADS, else the physical cores);
+    ``variant``: the SIMD kernel variant (default $CERA_CPU_VARIANT, else the best here)."""
+
+    threads: int | None = None
+    variant: str | None = None
 
 
 class CpuWeight(Weight):
@@ -113,18 +126,19 @@ def _env_threads() -> int | None:
     return n
 
 
-class _ThreadState(threading.local):
-    recorder = None  # the plan.Recorder of a pass this thread is recording
-
-
 class CpuBackend(Backend):
     """The CPU backend. See the module docstring."""
 
     name = "cpu"
     tensor_types = frozenset(TENSOR_TYPES)
     ops = frozenset(OPS)
+    options_type = CpuOptions
 
-    def __init__(self, threads: int | None = None, variant: str | None = None):
+    def __init__(self, threads: int | None = None, variant: str | None = None, device_index: int = 0,
+                 memory_limit: int | None = None):  # fmt: skip
+        if device_index not in (0, None):
+            raise BackendUnavailable(f"backend 'cpu' has one device (index 0), not {device_index!r}")
+        self.memory_limit = memory_limit
         if threads is None:
             threads = _env_threads() or physical_cores()
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
@@ -153,10 +167,9 @@ class CpuBackend(Backend):
         # attention on vs off, so matching its greedy tokens means matching this. Set it to
         # False for the more exact f32 accumulator.
         self.attention_f16_accumulator = True
-        # Replay decode steps from recorded plans (plan.py); CERA_CPU_PLANS=0 runs every
-        # step op by op instead (to compare, or to rule plans out when chasing a bug).
+        # Compiled graphs run fused, as one C plan; CERA_CPU_PLANS=0 runs them step by step,
+        # unfused (the same kernels op by op: to compare, or to rule fusion out in a bug hunt).
         self.use_plans = os.environ.get("CERA_CPU_PLANS", "1").strip() != "0"
-        self._tls = _ThreadState()
 
     # -- device --------------------------------------------------------------------------
 
@@ -166,6 +179,8 @@ class CpuBackend(Backend):
         except (ValueError, OSError, AttributeError):
             memory = None
         cpu = platform.processor() or platform.machine()
+        if self.memory_limit is not None:
+            memory = min(memory or self.memory_limit, self.memory_limit)
         return DeviceInfo(
             usable=True,
             device=f"CPU {cpu}, {self.threads} threads, {self.variant} kernels (best here: {best_variant()}; {cpu_features()})",
@@ -214,55 +229,38 @@ class CpuBackend(Backend):
             raise ShapeError(f"weight {name!r}: {data.nbytes} bytes do not hold a {ggml_type} tensor of shape {shape}")
         return CpuWeight(name, ggml_type, tuple(shape), data)
 
-    def new_state(self, layers: list[KVLayerSpec], n_ctx: int, kv_type: str = "f16") -> CpuState:
-        return CpuState(layers, n_ctx, kv_type)
+    def compile_key(self) -> tuple:
+        return (self.use_plans, bool(self.attention_f16_accumulator))
 
-    def execute(self, model, state, tokens: np.ndarray, positions: np.ndarray, output: str):
-        """A forward pass; single-token steps (decoding) replay a recorded plan (plan.py)."""
-        if self.use_plans and len(tokens) == 1 and isinstance(state, CpuState):
-            return execute_with_plans(self, model, state, tokens, positions, output)
-        return model.forward(state, tokens, positions, output)
+    def compile(self, graph, weights, state) -> CpuExecutable:
+        """A graph as a C execution plan (compile.py); ops the C kernels lack run on the host."""
+        self.check_ops(graph)
+        bound = {}
+        for name in graph.weights_used():
+            w = weights.get(name)
+            if w is None:
+                raise ShapeError(f"the graph uses weight {name!r}, which was not uploaded")
+            bound[name] = w
+        return CpuExecutable(self, graph, bound, state, eager=not self.use_plans)
 
-    # -- running ops: eagerly, and into a recording when one is attached ------------------
+    # -- the eager kernels: one C call per op on numpy arrays --------------------------------
 
-    def _call(self, name: str, *args, eager: tuple = ()) -> int:
-        """Run C op ``cera_<name>`` on the arguments (arrays become pointers). While a
-        `plan.Recorder` is attached to this thread, the op is also logged for a plan
-        (``eager`` holds trailing arguments that a plan supplies per run instead)."""
-        rec = self._tls.recorder
-        if rec is not None:
-            rec.record(name, args)
+    def _call(self, name: str, *args) -> int:
+        """Run C function ``cera_<name>`` (numpy arrays become pointers)."""
         c_args = []
         for a in args:
             if isinstance(a, np.ndarray):
                 a = ffi.from_buffer(_C_TYPES.get(a.dtype.char, "char[]"), a)
-            elif isinstance(a, Input):
-                a = ffi.from_buffer("int32_t[]", a.array)
             c_args.append(a)
-        return getattr(lib, "cera_" + name)(self._ctx, *c_args, *eager)
+        return getattr(lib, "cera_" + name)(self._ctx, *c_args)
 
-    def _empty(self, shape) -> np.ndarray:
-        """A new float32 tensor for an op's result (from the recording when recording)."""
-        rec = self._tls.recorder
-        return np.empty(shape, np.float32) if rec is None else rec.new(shape)
+    @staticmethod
+    def _empty(shape) -> np.ndarray:
+        return np.empty(shape, np.float32)
 
-    def _contig(self, x) -> np.ndarray:
-        """x as a C-contiguous float32 array: itself when it is one, a weight's dense
-        values, else a copy (made by a C op while recording, so the plan makes it too)."""
-        rec = self._tls.recorder
-        if isinstance(x, CpuWeight):
-            d = x.dense()
-            if rec is not None:
-                rec.constant(d)
-            return d
-        if rec is not None and isinstance(x, np.ndarray) and x.dtype == np.float32 and not x.flags.c_contiguous:
-            rows = x.shape[0] if x.ndim > 1 else 1
-            if x.ndim > 1 and x[0].flags.c_contiguous and x.strides[0] % 4 == 0:
-                y = rec.new(x.shape)
-                self._call("copy_rows", x, x.strides[0] // 4, rows, x[0].size, y)
-                return y
-            rec.fail(f"a tensor with strides {x.strides} that no op can copy")
-        return np.ascontiguousarray(x, dtype=np.float32)
+    @staticmethod
+    def _contig(x) -> np.ndarray:
+        return _f32(x)
 
     # -- ops ------------------------------------------------------------------------------
 
@@ -277,9 +275,7 @@ class CpuBackend(Backend):
             bad = int(ids[(ids < 0) | (ids >= n_rows)][0])
             raise ShapeError(f"token id {bad} is outside the embedding table {table.name!r} of {n_rows} rows")
         out = self._empty((ids.size, dim))
-        self._call(
-            "get_rows", table.type_id, table.ptr, table.row_bytes, dim, n_rows, Input("tokens", ids), ids.size, out
-        )
+        self._call("get_rows", table.type_id, table.ptr, table.row_bytes, dim, n_rows, ids, ids.size, out)
         return out
 
     def linear(self, x: np.ndarray, w: CpuWeight, bias: CpuWeight | None = None) -> np.ndarray:
@@ -344,7 +340,7 @@ class CpuBackend(Backend):
             raise ShapeError(f"rope: n_dims {spec.n_dims} must be even and at most the head dimension {head_dim}")
         y = self._empty(x.shape)
         self._call(
-            "rope", x, y, n, heads, head_dim, Input("positions", positions), spec.n_dims, int(spec.neox),
+            "rope", x, y, n, heads, head_dim, positions, spec.n_dims, int(spec.neox),
             spec.base, spec.freq_scale, self._freq_factors(spec), spec.ext_factor, spec.attn_factor,
             spec.beta_fast, spec.beta_slow, spec.n_ctx_orig,
         )  # fmt: skip
@@ -361,7 +357,10 @@ class CpuBackend(Backend):
             cached = self._rope_factors[spec] = (ff, _fptr(ff))
         return cached[1]
 
-    def attention(self, q, k, v, state: CpuState, layer: int, positions: np.ndarray, spec: AttentionSpec) -> np.ndarray:
+    def attention(self, q, k, v, state: HostState, ref, slot: int, start: int, positions, spec: AttentionSpec) -> np.ndarray:
+        """One sequence's attention: store k/v ``[n, kv_heads, dim]`` at cells [start,
+        start + n) of ``slot`` of declared state ``ref`` (after ``state.begin``), attend
+        q ``[n, heads, dk]`` over what it holds. Returns ``[n, heads * dv]``."""
         q, k, v = self._contig(q), self._contig(k), self._contig(v)
         if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
             raise ShapeError(f"attention expects 3-D q, k, v, got {q.shape}, {k.shape}, {v.shape}")
@@ -372,18 +371,27 @@ class CpuBackend(Backend):
         positions = np.ascontiguousarray(positions, dtype=np.int32)
         if positions.shape != (n,):
             raise ShapeError(f"attention: {positions.shape} positions for {n} tokens")
-        start, _ = state.check_kv(layer, k, v)
+        index = getattr(ref, "index", ref)
+        kc, vc = state.k[index][slot], state.v[index][slot]
+        if kc.shape[0] != n_kv or kc.shape[2] != k_dim or vc.shape[2] != v.shape[2]:
+            raise ShapeError(f"attention: state {index} caches {kc.shape[0]} x {kc.shape[2]} / {vc.shape[2]}, got k {k.shape}, v {v.shape}")
         v_dim = v.shape[2]
         out = self._empty((n, n_heads * v_dim))
-        k_cache, v_cache, cell_pos = state.cache_pointers(layer)
         rc = self._call(
-            "attention", q, k, v, n, n_heads, n_kv, k_dim, v_dim, k_cache, v_cache, int(state.kv_type == "f16"),
-            state.n_ctx, cell_pos, Input("positions", positions), float(spec.scale), int(spec.window or 0),
-            float(spec.softcap or 0.0), int(self.attention_f16_accumulator), out,
-            eager=(start,),
+            "attention", q, k, v, n, n_heads, n_kv, k_dim, v_dim, ffi.from_buffer(kc), ffi.from_buffer(vc),
+            int(state.kv_type == "f16"), kc.shape[1], state.n_ctx, state.pos[slot], positions, float(spec.scale),
+            int(spec.window or 0), float(spec.softcap or 0.0), int(self.attention_f16_accumulator), out, int(start),
         )  # fmt: skip
+        if rc == -2:
+            raise ResourceExhausted("attention: out of memory")
         if rc != 0:
-            raise MemoryError("attention: out of memory")
+            raise ShapeError(f"attention: the kernel refused its arguments (error {rc})")
+        return out
+
+    def argmax(self, x) -> np.ndarray:
+        x = self._contig(x)
+        out = np.empty(x.shape[:-1], np.int32)
+        self._call("argmax", x, x.size // x.shape[-1], x.shape[-1], out)
         return out
 
     def unary(self, op: str, x: np.ndarray) -> np.ndarray:
@@ -422,10 +430,7 @@ class CpuBackend(Backend):
             rows, n, b_stride = 1, a.size, 0
         elif b.size == n and a.size and b.shape == (1,) * (b.ndim - 1) + (n,) and b.ndim <= a.ndim:
             rows, b_stride = a.size // n, 0
-        else:  # a broadcast the kernel does not do: numpy, and no plan
-            rec = self._tls.recorder
-            if rec is not None:
-                rec.fail(f"elementwise op on shapes {a.shape} and {b.shape}")
+        else:  # a broadcast the kernel does not do: numpy
             return (np.add if code == 0 else np.multiply)(a, b, dtype=np.float32)
         y = self._empty(a.shape)
         self._call("binary", code, a, b, b_stride, y, rows, n)
@@ -443,24 +448,6 @@ class CpuBackend(Backend):
         self._call("softcap", x, float(cap), y, x.size)
         return y
 
-    def conv1d_causal(self, x, w: CpuWeight, state: CpuState, layer: int) -> np.ndarray:
-        """Depthwise causal conv over tokens: ``y[t, c] = sum_j w[c, j] * xx[t + j, c]``
-        where xx is the carried last ``d_conv - 1`` inputs followed by x (ggml_ssm_conv)."""
-        self._unrecordable("conv1d_causal (numpy, with state carried in Python)")
-        x = _f32(x)
-        kernel = w.dense()  # numpy shape [channels, d_conv]
-        if x.ndim != 2 or kernel.ndim != 2 or kernel.shape[0] != x.shape[1]:
-            raise ShapeError(f"conv1d_causal: input {x.shape} and weight {w.name!r} {w.shape} do not fit")
-        channels, d_conv = kernel.shape
-        carried = state.conv_state(layer, (d_conv - 1, channels))
-        xx = np.concatenate([carried, x], axis=0)
-        n = x.shape[0]
-        y = np.zeros((n, channels), np.float32)
-        for j in range(d_conv):
-            y += xx[j : j + n] * kernel[:, j]
-        state.conv[layer] = xx[n:].copy()
-        return y
-
     def moe(self, x, router: CpuWeight, gate: CpuWeight, up: CpuWeight, down: CpuWeight, k: int, **kw) -> np.ndarray:
         """Top-k mixture of experts, as llama.cpp's build_moe_ffn.
 
@@ -470,7 +457,6 @@ class CpuBackend(Backend):
         weights to sum 1); ``weight_scale`` (multiply them); ``activation`` "silu"
         (SwiGLU, default) or "gelu" (GeGLU). gate/up are [n_embd, n_ff, n_expert] and
         down [n_ff, n_embd, n_expert] in GGML order, like ffn_{gate,up,down}_exps."""
-        self._unrecordable("moe (its routing runs in numpy)")
         unknown = set(kw) - {"gating", "selection_bias", "norm_topk", "weight_scale", "activation"}
         if unknown:
             raise UnsupportedOperation(f"backend 'cpu': moe has no option(s) {sorted(unknown)}")
@@ -511,19 +497,8 @@ class CpuBackend(Backend):
             out[tokens] += ye * weights[tokens, slot][:, None]
         return out
 
-    # -- reading back ----------------------------------------------------------------------
-
     def to_numpy(self, x) -> np.ndarray:
-        copy = np.array(x, dtype=np.float32, copy=True)
-        rec = self._tls.recorder
-        if rec is not None:
-            rec.set_output(x, copy)
-        return copy
-
-    def _unrecordable(self, what: str) -> None:
-        rec = self._tls.recorder
-        if rec is not None:
-            rec.fail(f"{what} has no plan form")
+        return np.array(x, dtype=np.float32, copy=True)
 
     def close(self) -> None:
         ctx, self._ctx = getattr(self, "_ctx", None), None
@@ -531,4 +506,4 @@ class CpuBackend(Backend):
             ffi.release(ctx)
 
 
-assert set(CORE_OPS) == set(OPS), "capabilities.OPS must list cera.backend.OPS"
+assert set(OPS) <= set(op_names()), "capabilities.OPS names ops that cera.ops does not have"

@@ -22,7 +22,8 @@ TENSOR_TYPES = (
     "IQ4_NL",
 )
 
-# The whole op vocabulary of cera.backend.OPS (a test checks the two stay equal).
+# The ops of cera.ops this backend implements: in C, or on the host between C segments
+# (compile.py says which). A test checks this list against the op table.
 OPS = (
     "embedding",
     "linear",
@@ -30,17 +31,28 @@ OPS = (
     "layer_norm",
     "rope",
     "attention",
-    "silu",
-    "gelu",
-    "gelu_erf",
-    "relu",
-    "swiglu",
-    "geglu",
+    "attention_full",
+    "cross_attention",
+    "store_cross",
+    "unary",
+    "glu",
     "add",
     "mul",
     "scale",
     "softcap",
+    "softmax",
+    "argmax",
+    "top_k",
+    "take",
+    "concat",
+    "rows",
+    "seq_mean",
+    "reshape",
+    "slice",
+    "copy",
     "conv1d_causal",
+    "conv1d",
+    "ssm_scan",
     "moe",
 )
 

@@ -13,7 +13,7 @@ import cera
 
 from .capabilities import OPS, TENSOR_TYPES
 
-CERA_PLUGIN_API = ">=1,<2"
+CERA_PLUGIN_API = ">=2,<3"
 
 
 def _available() -> str | None:

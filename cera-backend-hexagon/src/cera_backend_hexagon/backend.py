@@ -1,19 +1,8 @@
-"""The factory named by the `hexagon` BackendSpec: it refuses, naming the reason.
+"""The factory named by the `hexagon` BackendSpec: it refuses, naming the reason (`cera.placeholder`)."""
 
-There is no hexagon implementation in this version. Constructing the backend raises
-`cera.BackendUnavailable`, so an explicit `--device hexagon` fails clearly instead of
-falling back to another device or pretending to compute.
-"""
-
-from __future__ import annotations
-
-from cera.errors import BackendUnavailable
-
-from .plugin import NOT_IMPLEMENTED
+from cera.placeholder import PlaceholderBackend
 
 
-class HexagonBackend:
+class HexagonBackend(PlaceholderBackend):
     name = "hexagon"
-
-    def __init__(self, *args, **kwargs):
-        raise BackendUnavailable(f"backend {self.name!r} is unavailable: {NOT_IMPLEMENTED}")
+    distribution = "cera-backend-hexagon"

@@ -1,37 +1,18 @@
-"""The cera plugin module of cera-backend-vulkan.
-
-It registers the backend name `vulkan` so that users see it in `cera plugins` and
-`cera inspect`, together with the honest reason it cannot run: it is not implemented yet.
-It declares no tensor types and no ops, so no file is ever admitted to it.
-"""
+"""The cera plugin module of cera-backend-vulkan: registers the backend name `vulkan`, with
+the honest reason it cannot run (it is not implemented yet). See `cera.placeholder`."""
 
 from __future__ import annotations
 
 import cera
+from cera.placeholder import placeholder_spec
 
-CERA_PLUGIN_API = ">=1,<2"
-
-NOT_IMPLEMENTED = (
-    "not implemented in this version of cera-backend-vulkan; "
-    "choose another backend (`cera plugins` lists the usable ones)"
-)
-
-
-def available() -> str | None:
-    """Why the backend cannot run here (None would mean it can)."""
-    return NOT_IMPLEMENTED
+CERA_PLUGIN_API = ">=2,<3"
 
 
 @cera.hookimpl
 def cera_register_backends(register):
     register(
-        cera.BackendSpec(
-            name="vulkan",
-            factory="cera_backend_vulkan.backend:VulkanBackend",
-            tensor_types=(),
-            ops=(),
-            priority=10,  # above the CPU: a usable accelerator wins under --device auto
-            description="GPUs through wgpu (Vulkan, Metal, DX12) (not implemented yet)",
-            available=available,
+        placeholder_spec(
+            "vulkan", "cera-backend-vulkan", "cera_backend_vulkan.backend:VulkanBackend", 10, "GPUs through wgpu (Vulkan, Metal, DX12)"
         )
     )

@@ -29,40 +29,53 @@ def model_options(func):
     return wrapper
 
 
-def sampling_options(func):
-    @click.option("-n", "--max-tokens", type=int, default=256, show_default=True, help="Tokens to generate (-1: until the context is full).")
-    @click.option("--temp", "temperature", type=float, default=0.8, show_default=True, help="Temperature; 0 for greedy decoding.")
-    @click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True, help="Top-k (0: off).")
-    @click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.95, show_default=True, help="Top-p (1: off).")
-    @click.option("--min-p", type=click.FloatRange(0.0, 1.0), default=0.05, show_default=True, help="Min-p (0: off).")
-    @click.option("--repeat-penalty", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True, help="Repetition penalty (1: off).")
-    @click.option("--repeat-last-n", type=int, default=64, show_default=True, help="Tokens of history the repetition penalty considers.")
-    @click.option("--seed", type=int, default=None, help="Random seed; the same seed gives the same output.")
-    @click.option("--stop", multiple=True, help="Stop string (repeatable).")
-    @click.option("--ignore-eos", is_flag=True, help="Never stop on an end-of-generation token.")
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        return func(*args, **kwargs)
+# Click types of the generation options whose values have a range; flags, defaults and
+# help come from `cera.options.GenerateOptions` itself (one definition for API and CLI).
+_CLICK_TYPES = {
+    "max_tokens": int,
+    "temperature": float,
+    "top_k": click.IntRange(min=0),
+    "top_p": click.FloatRange(0.0, 1.0, min_open=True),
+    "min_p": click.FloatRange(0.0, 1.0),
+    "repeat_penalty": click.FloatRange(min=0.0, min_open=True),
+    "repeat_last_n": click.IntRange(min=-1),
+    "presence_penalty": float,
+    "frequency_penalty": float,
+    "seed": int,
+}
 
-    return wrapper
+
+def _generate_fields():
+    # cera.options imports only attrs and the sampling module: cheap enough for --help
+    import attrs
+
+    from cera.options import GenerateOptions
+
+    return [f for f in attrs.fields(GenerateOptions) if f.metadata.get("flag")]
+
+
+def sampling_options(func):
+    """The generation options, built from `cera.options.GenerateOptions`'s fields."""
+    for field in reversed(_generate_fields()):
+        flags = field.metadata["flag"].split("/")
+        help_text = field.metadata["help"]
+        if field.type in (bool, "bool") or isinstance(field.default, bool):
+            func = click.option(*flags, field.name, is_flag=True, help=help_text)(func)
+        elif isinstance(field.default, tuple):
+            func = click.option(*flags, field.name, multiple=True, help=help_text)(func)
+        else:
+            func = click.option(
+                *flags, field.name, type=_CLICK_TYPES.get(field.name, str), default=field.default,
+                show_default=field.default is not None, help=help_text,
+            )(func)  # fmt: skip
+    return func
 
 
 def generate_options(kw: dict):
-    from cera.session import GenerateOptions
+    """Pop the generation options out of a command's keyword arguments."""
+    from cera.options import GenerateOptions
 
-    n = kw.pop("max_tokens")
-    return GenerateOptions(
-        max_tokens=None if n < 0 else n,
-        temperature=kw.pop("temperature"),
-        top_k=kw.pop("top_k"),
-        top_p=kw.pop("top_p"),
-        min_p=kw.pop("min_p"),
-        repeat_penalty=kw.pop("repeat_penalty"),
-        repeat_last_n=kw.pop("repeat_last_n"),
-        seed=kw.pop("seed"),
-        stop=kw.pop("stop"),
-        ignore_eos=kw.pop("ignore_eos"),
-    )
+    return GenerateOptions(**{f.name: kw.pop(f.name) for f in _generate_fields()})
 
 
 def load_model(model: str | None, device: str, threads: int | None):

@@ -1,29 +1,59 @@
-"""Loading a model: source -> GGUF file -> family plugin -> backend -> a loaded model.
+"""Loading a model: source -> GGUF file -> family -> config -> admission -> bind.
 
-`load` resolves the source (`cera.hub`), parses the GGUF file, finds the family plugin
-registered for its `general.architecture`, and picks a backend. ``device="auto"`` takes
-the highest-priority installed backend that is usable here and has a kernel for every
-tensor type in the file, and records why it passed over the others
-(`LoadedModel.backend_notes`); a backend asked for by name that cannot serve the file is
-an error, never a silent fallback.
+1. **Config** (pure): the family registered for the file's `general.architecture` reads
+   its metadata; every `{arch}.*` key is understood or refused.
+2. **References**: the family binds the file's tensors by name as graph references and
+   declares its state; a tensor it never asks for is refused, naming it.
+3. **Admission** (`admission`, the one check `load` and `cera inspect` share): is the
+   backend usable here, does it have a kernel for every tensor type, does it implement
+   every op of the model's graphs, does the model fit its memory. ``device="auto"``
+   takes the highest-priority backend that passes and records why it passed over the
+   others (`LoadedModel.backend_notes`); a backend asked for by name that fails is an
+   error, never a silent fallback.
+4. **Bind**: the weights are uploaded to the chosen backend.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
+
 from . import hub
-from .backend import Backend
-from .errors import BackendUnavailable, PluginError, UnsupportedOperation, UnsupportedTensorType
+from .backend import Backend, BackendOptions
+from .errors import (
+    BackendUnavailable,
+    CeraError,
+    InvalidOptions,
+    PluginError,
+    UnsupportedOperation,
+    UnsupportedTensorType,
+)
 from .gguf import GGUFFile
+from .graph import LAST_LOGITS, Layout, Outputs
+from .model import Weights
 from .plugins import PluginManager, get_manager
 from .registry import BackendSpec, load_factory
+from .state import estimate_bytes
 
 DEFAULT_N_CTX = 4096
 
 
-def admission(spec: BackendSpec, gguf: GGUFFile) -> str | None:
-    """None if the backend declares it can serve every tensor of the file, else why not."""
+def model_ops(model, n_ctx: int = DEFAULT_N_CTX) -> set[str]:
+    """The ops a model's graphs use: a prompt pass and a decode pass, built symbolically."""
+    ops: set[str] = set()
+    for layout, outputs in ((Layout((2,)), LAST_LOGITS), (Layout((1,)), Outputs(("argmax",)))):
+        try:
+            graph = model.build(layout, outputs, n_ctx=n_ctx)
+        except UnsupportedOperation:  # a model without a head (an encoder): its hidden states
+            graph = model.build(layout, Outputs(("hidden",)), n_ctx=n_ctx)
+        ops |= graph.ops_used()
+    return ops
+
+
+def admission(spec: BackendSpec, gguf: GGUFFile, ops: set[str] | None = None) -> str | None:
+    """None if the backend declares it can run the file (every tensor type and, when
+    ``ops`` is given, every op of the model's graphs), else why not."""
     reason = spec.unavailable_reason()
     if reason:
         return reason
@@ -31,10 +61,46 @@ def admission(spec: BackendSpec, gguf: GGUFFile) -> str | None:
     for info in gguf.tensors.values():
         if info.type_name not in served:
             return f"no kernel for tensor {info.name!r} of type {info.type_name}"
+    if ops is not None:
+        missing = sorted(set(ops) - set(spec.ops))
+        if missing:
+            return f"lacks op{'s' if len(missing) > 1 else ''} {', '.join(missing)} that this model uses"
     return None
 
 
-def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, **options) -> tuple[Backend, list[str]]:
+def memory_check(backend: Backend, gguf: GGUFFile, model, n_ctx: int) -> str | None:
+    """None if the weights and a default session's state fit the backend's memory."""
+    try:
+        info = backend.probe()
+    except CeraError as e:
+        return str(e)
+    if not info.usable:
+        return info.reason or "probe reports it unusable"
+    if info.memory_bytes is None:
+        return None
+    need = sum(t.nbytes for t in gguf.tensors.values()) + estimate_bytes(model.state, n_ctx)
+    if need > info.memory_bytes:
+        return f"needs about {need / 2**30:.1f} GiB for the weights and a {n_ctx}-token context, it has {info.memory_bytes / 2**30:.1f} GiB"
+    return None
+
+
+def backend_options(spec: BackendSpec, options_type: type, given: dict) -> dict:
+    """The options a backend's options type accepts, checked: an unknown one is an error."""
+    fields = {f.name for f in attrs.fields(options_type)} if attrs.has(options_type) else set()
+    unknown = sorted(k for k, v in given.items() if v is not None and k not in fields)
+    if unknown:
+        raise InvalidOptions(
+            f"backend {spec.name!r} has no option(s) {unknown}; it takes {', '.join(sorted(fields)) or 'none'}"
+        )
+    try:
+        options_type(**{k: v for k, v in given.items() if v is not None})
+    except (TypeError, ValueError) as e:
+        raise InvalidOptions(f"backend {spec.name!r}: {e}") from None
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=None, n_ctx: int = DEFAULT_N_CTX,
+                   **options) -> tuple[Backend, list[str]]:  # fmt: skip
     explicit = device != "auto"
     if explicit:
         candidates = [manager.backend_spec(device)]
@@ -44,19 +110,34 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, **option
             raise BackendUnavailable(
                 "no backend is installed; install one, e.g. `pip install cera-backend-cpu` (see `cera plugins`)"
             )
+    ops = model_ops(model, n_ctx) if model is not None else None
     notes = []
     for spec in candidates:
-        reason = admission(spec, gguf)
+        reason = admission(spec, gguf, ops)
+        backend = None
         if reason is None:
             try:
-                backend = load_factory(spec.factory)(**options)
-                info = backend.probe()
-                if not info.usable:
-                    reason = info.reason or "probe reports it unusable"
+                factory = load_factory(spec.factory)
+                opts = backend_options(spec, getattr(factory, "options_type", BackendOptions), options)
+                backend = factory(**opts)
+                if ops is not None:
+                    missing = backend.missing_ops(ops)
+                    if missing:
+                        reason = f"lacks ops {', '.join(missing)} that this model uses"
+                if reason is None and model is not None:
+                    reason = memory_check(backend, gguf, model, n_ctx)
+                elif reason is None:
+                    info = backend.probe()
+                    if not info.usable:
+                        reason = info.reason or "probe reports it unusable"
+            except InvalidOptions:
+                raise
             except (BackendUnavailable, PluginError) as e:
                 reason = str(e)
         if reason is None:
             return backend, notes
+        if backend is not None:
+            backend.close()
         if explicit:
             raise BackendUnavailable(f"backend {spec.name!r} cannot run {gguf.path.name}: {reason}")
         notes.append(f"{spec.name}: {reason}")
@@ -64,10 +145,12 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, **option
 
 
 class LoadedModel:
-    """A model ready to run: family model on a backend, tokenizer, chat template."""
+    """A model ready to run: family model bound to a backend, tokenizer, chat template."""
 
-    def __init__(self, path: Path, gguf: GGUFFile, model, backend: Backend, family: str, backend_notes: list[str]):
+    def __init__(self, path: Path, gguf: GGUFFile, model, backend: Backend, family: str, backend_notes: list[str],
+                 weights: dict):  # fmt: skip
         from .chat_template import ChatTemplate
+        from .runtime import Runner
         from .tokenizer import Tokenizer
 
         self.path = path
@@ -76,6 +159,7 @@ class LoadedModel:
         self.backend = backend
         self.family = family
         self.backend_notes = backend_notes
+        self.runner = Runner(model, backend, weights)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -91,13 +175,20 @@ class LoadedModel:
     def n_ctx_train(self) -> int:
         return self.model.n_ctx_train
 
+    def default_n_ctx(self) -> int:
+        return min(DEFAULT_N_CTX, self.n_ctx_train) if self.n_ctx_train > 0 else DEFAULT_N_CTX
+
     def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
         """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096."""
         from .session import Session
 
-        if n_ctx is None:
-            n_ctx = min(DEFAULT_N_CTX, self.n_ctx_train) if self.n_ctx_train > 0 else DEFAULT_N_CTX
-        return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch)
+        return Session(self, n_ctx=n_ctx or self.default_n_ctx(), kv_type=kv_type, n_batch=n_batch)
+
+    def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
+        """A batching scheduler: sessions made by it decode together (`cera.scheduler`)."""
+        from .scheduler import Scheduler
+
+        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx or self.default_n_ctx(), kv_type=kv_type, n_batch=n_batch)
 
     def chat(self, system: str | None = None, **session_options):
         """A chat on a fresh session, using the model's chat template."""
@@ -131,28 +222,48 @@ class LoadedModel:
         return f"<LoadedModel {self.name!r} arch={self.architecture} family={self.family} backend={self.backend.name}>"
 
 
+def read_model(gguf: GGUFFile, manager: PluginManager):
+    """Steps 1 and 2: the family, its config, and the model bound to tensor references."""
+    family = manager.family_for(gguf.architecture)
+    model_cls = load_factory(family.factory)
+    read_config = getattr(model_cls, "read_config", None)
+    if read_config is None:
+        raise PluginError(
+            f"family {family.name!r} ({family.factory}) has no read_config: it was written for an older "
+            f"plugin API (see examples/cera-model-example for the current Model interface)"
+        )
+    config = read_config(gguf)
+    weights = Weights.from_gguf(gguf)
+    model = model_cls(config, weights)
+    weights.check_all_used(family.name)
+    return family, model, weights
+
+
 def load(
-    source, device: str = "auto", threads: int | None = None, quiet: bool = False, manager: PluginManager | None = None
+    source,
+    device: str = "auto",
+    threads: int | None = None,
+    quiet: bool = False,
+    manager: PluginManager | None = None,
+    **backend_options,
 ) -> LoadedModel:
-    """Load a model from a path, a bundle name or a Hugging Face repo (see `cera.hub`)."""
+    """Load a model from a path, a bundle name or a Hugging Face repo (see `cera.hub`).
+    ``threads`` and other keywords are backend options (`Backend.options_type`)."""
     path = hub.resolve(source, quiet=quiet)
     gguf = GGUFFile(path)
     try:
         manager = manager or get_manager()
-        family = manager.family_for(gguf.architecture)
-        model_cls = load_factory(family.factory)
-        options = {} if threads is None else {"threads": threads}
-        backend, notes = choose_backend(gguf, device, manager, **options)
-        missing = [op for op in getattr(model_cls, "required_ops", ()) if backend.ops and op not in backend.ops]
-        if missing:
-            raise UnsupportedOperation(
-                f"backend {backend.name!r} lacks ops {missing} that the {family.name} family needs"
-            )
-        model = model_cls(gguf, backend)
-        return LoadedModel(path, gguf, model, backend, family.name, notes)
+        family, model, weights = read_model(gguf, manager)
+        backend, notes = choose_backend(gguf, device, manager, model=model, threads=threads, **backend_options)
+        try:
+            uploaded = {name: backend.upload(gguf, name) for name in sorted(weights.used)}
+        except BaseException:
+            backend.close()
+            raise
+        return LoadedModel(path, gguf, model, backend, family.name, notes, uploaded)
     except BaseException:
         gguf.close()
         raise
 
 
-__all__ = ["LoadedModel", "admission", "choose_backend", "load", "UnsupportedTensorType"]
+__all__ = ["LoadedModel", "admission", "choose_backend", "load", "model_ops", "UnsupportedTensorType"]

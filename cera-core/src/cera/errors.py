@@ -74,6 +74,15 @@ class UnsupportedTensorType(CeraError):
         )
 
 
+class InvalidOptions(CeraError, ValueError):
+    """An option (sampling, generation, backend, session) has a value outside its range."""
+
+
+class ResourceExhausted(CeraError):
+    """Memory (or another resource) ran out: a context too large for the machine, a model
+    bigger than the device, a state that does not fit its memory limit."""
+
+
 class ShapeError(CeraError, ValueError):
     """An op got tensors whose shapes do not fit together (a bug in the calling model)."""
 
@@ -96,6 +105,10 @@ class GrammarError(CeraError):
 
 class SessionError(CeraError):
     """A session was used wrongly (context full, bad token id, ...)."""
+
+
+class GenerationError(CeraError):
+    """Generation failed for a reason that is not bad input (the cause is attached)."""
 
 
 class ContextFull(SessionError):

@@ -15,7 +15,7 @@ Example (a complete plugin module)::
 
     import cera
 
-    CERA_PLUGIN_API = ">=1,<2"
+    CERA_PLUGIN_API = ">=2,<3"
 
     @cera.hookimpl
     def cera_register_models(register):

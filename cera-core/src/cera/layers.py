@@ -1,8 +1,8 @@
-"""Blocks that transformer families share, written with the backend op vocabulary.
+"""Blocks that transformer families share, written with the op vocabulary on a graph.
 
-A family module reads its config, loads its per-layer weights with `AttentionWeights` and
-`FeedForwardWeights`, and chains these blocks in its own `forward`, so the family file
-shows its architecture (norm placement, residuals, scalings) and nothing else.
+A family loads its per-layer weights with `AttentionWeights` and `FeedForwardWeights`
+(GGUF tensor names from the `gguf` package's table), and chains these blocks, so a family
+file shows its architecture (norm placement, residuals, scalings) and nothing else.
 """
 
 from __future__ import annotations
@@ -11,56 +11,66 @@ import math
 
 import attrs
 import numpy as np
+from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 
-from .backend import AttentionSpec, Backend, RopeSpec, Weight
 from .errors import ModelConfigError
+from .graph import GraphBuilder, Tensor, WeightRef
 from .hparams import HParams
+from .ops import AttentionSpec, RopeSpec
+from .state import StateRef
 
 
-def tensor_name(layer: int, name: str, kind: str = "weight") -> str:
-    return f"blk.{layer}.{name}.{kind}"
+def tensor_name(tensor: MODEL_TENSOR, layer: int | None = None, kind: str = "weight") -> str:
+    """The GGUF name of a tensor, from gguf's table: ``blk.3.attn_q.weight``."""
+    base = TENSOR_NAMES[tensor]
+    if layer is not None:
+        base = base.format(bid=layer)
+    return f"{base}.{kind}" if kind else base
+
+
+T = MODEL_TENSOR
 
 
 @attrs.define
 class AttentionWeights:
-    """One attention layer's tensors (GGUF names `blk.N.attn_*`); absent ones are None."""
+    """One attention layer's tensors (`blk.N.attn_*`); absent ones are None."""
 
-    q: Weight | None
-    k: Weight | None
-    v: Weight | None
-    o: Weight
-    qkv: Weight | None = None  # fused projection (phi3)
-    q_bias: Weight | None = None
-    k_bias: Weight | None = None
-    v_bias: Weight | None = None
-    o_bias: Weight | None = None
-    qkv_bias: Weight | None = None
-    q_norm: Weight | None = None
-    k_norm: Weight | None = None
+    q: WeightRef | None
+    k: WeightRef | None
+    v: WeightRef | None
+    o: WeightRef
+    qkv: WeightRef | None = None  # fused projection (phi3)
+    q_bias: WeightRef | None = None
+    k_bias: WeightRef | None = None
+    v_bias: WeightRef | None = None
+    o_bias: WeightRef | None = None
+    qkv_bias: WeightRef | None = None
+    q_norm: WeightRef | None = None
+    k_norm: WeightRef | None = None
 
     @classmethod
     def load(cls, weights, layer: int) -> AttentionWeights:
-        def opt(name, kind="weight"):
-            return weights.get(tensor_name(layer, name, kind))
+        def opt(t, kind="weight"):
+            return weights.get(tensor_name(t, layer, kind))
 
-        fused = opt("attn_qkv")
+        fused = opt(T.ATTN_QKV)
         if fused is None:
-            q, k, v = (weights[tensor_name(layer, n)] for n in ("attn_q", "attn_k", "attn_v"))
+            q, k, v = (weights[tensor_name(t, layer)] for t in (T.ATTN_Q, T.ATTN_K, T.ATTN_V))
         else:
             q = k = v = None
         return cls(
             q=q,
             k=k,
             v=v,
-            o=weights[tensor_name(layer, "attn_output")],
+            o=weights[tensor_name(T.ATTN_OUT, layer)],
             qkv=fused,
-            q_bias=opt("attn_q", "bias"),
-            k_bias=opt("attn_k", "bias"),
-            v_bias=opt("attn_v", "bias"),
-            o_bias=opt("attn_output", "bias"),
-            qkv_bias=opt("attn_qkv", "bias"),
-            q_norm=opt("attn_q_norm"),
-            k_norm=opt("attn_k_norm"),
+            q_bias=opt(T.ATTN_Q, "bias"),
+            k_bias=opt(T.ATTN_K, "bias"),
+            v_bias=opt(T.ATTN_V, "bias"),
+            o_bias=opt(T.ATTN_OUT, "bias"),
+            qkv_bias=opt(T.ATTN_QKV, "bias"),
+            q_norm=opt(T.ATTN_Q_NORM),
+            k_norm=opt(T.ATTN_K_NORM),
         )
 
 
@@ -68,18 +78,18 @@ class AttentionWeights:
 class FeedForwardWeights:
     """A gated feed-forward layer: down(act(gate(x)) * up(x)); `gate_up` when fused (phi3)."""
 
-    gate: Weight | None
-    up: Weight
-    down: Weight
+    gate: WeightRef | None
+    up: WeightRef
+    down: WeightRef
     gate_up: bool = False  # `up` holds [gate; up] stacked
 
     @classmethod
     def load(cls, weights, layer: int) -> FeedForwardWeights:
-        gate = weights.get(tensor_name(layer, "ffn_gate"))
+        gate = weights.get(tensor_name(T.FFN_GATE, layer))
         return cls(
             gate=gate,
-            up=weights[tensor_name(layer, "ffn_up")],
-            down=weights[tensor_name(layer, "ffn_down")],
+            up=weights[tensor_name(T.FFN_UP, layer)],
+            down=weights[tensor_name(T.FFN_DOWN, layer)],
             gate_up=gate is None,
         )
 
@@ -93,20 +103,19 @@ class AttentionShape:
 
 
 def self_attention(
-    ops: Backend,
-    x,
+    g: GraphBuilder,
+    x: Tensor,
     w: AttentionWeights,
-    state,
-    layer: int,
-    positions: np.ndarray,
+    kv: StateRef,
     shape: AttentionShape,
     rope: RopeSpec | None,
     spec: AttentionSpec,
     eps: float = 1e-6,
     qk_norm: str = "head",
     q_scale: float | None = None,
-):
-    """Project to Q/K/V, optionally normalize Q and K, rotate, attend, project out.
+) -> Tensor:
+    """Project to Q/K/V, optionally normalize Q and K, rotate, attend (storing K/V in the
+    layer's cache ``kv``), project out.
 
     ``qk_norm``: "head" normalizes each head over its own dimension (qwen3, gemma3),
     "full" normalizes the concatenated heads before splitting (olmo2).
@@ -117,58 +126,88 @@ def self_attention(
     n = x.shape[0]
     H, Hkv, dk, dv = shape.n_head, shape.n_head_kv, shape.head_dim_k, shape.head_dim_v
     if w.qkv is not None:
-        qkv = ops.linear(x, w.qkv, w.qkv_bias)
-        q, k, v = ops.split(qkv, (H * dk, Hkv * dk, Hkv * dv))
+        qkv = g.linear(x, w.qkv, w.qkv_bias)
+        q, k, v = g.split(qkv, (H * dk, Hkv * dk, Hkv * dv))
     else:
-        q = ops.linear(x, w.q, w.q_bias)
-        k = ops.linear(x, w.k, w.k_bias)
-        v = ops.linear(x, w.v, w.v_bias)
+        q = g.linear(x, w.q, w.q_bias)
+        k = g.linear(x, w.k, w.k_bias)
+        v = g.linear(x, w.v, w.v_bias)
     if qk_norm == "full":
         if w.q_norm is not None:
-            q = ops.rms_norm(q, w.q_norm, eps)
+            q = g.rms_norm(q, w.q_norm, eps)
         if w.k_norm is not None:
-            k = ops.rms_norm(k, w.k_norm, eps)
-    q = ops.reshape(q, (n, H, dk))
-    k = ops.reshape(k, (n, Hkv, dk))
-    v = ops.reshape(v, (n, Hkv, dv))
+            k = g.rms_norm(k, w.k_norm, eps)
+    q = g.reshape(q, (n, H, dk))
+    k = g.reshape(k, (n, Hkv, dk))
+    v = g.reshape(v, (n, Hkv, dv))
     if qk_norm == "head":
         if w.q_norm is not None:
-            q = ops.rms_norm(q, w.q_norm, eps)
+            q = g.rms_norm(q, w.q_norm, eps)
         if w.k_norm is not None:
-            k = ops.rms_norm(k, w.k_norm, eps)
+            k = g.rms_norm(k, w.k_norm, eps)
     if rope is not None:
-        q = ops.rope(q, positions, rope)
-        k = ops.rope(k, positions, rope)
+        q = g.rope(q, g.positions, rope)
+        k = g.rope(k, g.positions, rope)
     if q_scale is not None:
-        q = ops.scale(q, q_scale)
-    out = ops.attention(q, k, v, state, layer, positions, spec)
-    return ops.linear(out, w.o, w.o_bias)
+        q = g.scale(q, q_scale)
+    out = g.attention(q, k, v, kv, spec)
+    return g.linear(out, w.o, w.o_bias)
 
 
-def feed_forward(ops: Backend, x, w: FeedForwardWeights, act: str = "swiglu"):
+@attrs.define
+class ShortConvWeights:
+    """A short-convolution mixer (LFM2): `blk.N.shortconv.{in_proj,conv,out_proj}`."""
+
+    in_proj: WeightRef
+    conv: WeightRef
+    out_proj: WeightRef
+
+    @classmethod
+    def load(cls, weights, layer: int) -> ShortConvWeights:
+        return cls(
+            in_proj=weights[tensor_name(T.SHORTCONV_INPROJ, layer)],
+            conv=weights[tensor_name(T.SHORTCONV_CONV, layer)],
+            out_proj=weights[tensor_name(T.SHORTCONV_OUTPROJ, layer)],
+        )
+
+    @property
+    def channels(self) -> int:
+        return self.conv.shape[1]  # GGML [kernel, channels]
+
+    @property
+    def kernel(self) -> int:
+        return self.conv.shape[0]
+
+
+def short_conv(g: GraphBuilder, x: Tensor, w: ShortConvWeights, conv: StateRef) -> Tensor:
+    """LFM2's gated short convolution: B, C, h = split(in_proj x); y = C * conv(B * h),
+    the convolution causal over each sequence's tokens with its last inputs carried in
+    state ``conv``; then out_proj."""
+    d = w.channels
+    b, c, h = g.split(g.linear(x, w.in_proj), (d, d, d))
+    y = g.conv1d_causal(g.mul(b, h), w.conv, conv)
+    return g.linear(g.mul(c, y), w.out_proj)
+
+
+def feed_forward(g: GraphBuilder, x: Tensor, w: FeedForwardWeights, act: str = "swiglu") -> Tensor:
     """``down(act(gate x) * (up x))``; act is "swiglu" or "geglu"."""
     if w.gate_up:
-        both = ops.linear(x, w.up)
+        both = g.linear(x, w.up)
         half = both.shape[-1] // 2
-        gate, up = ops.split(both, (half, half))
+        gate, up = g.split(both, (half, half))
     else:
-        gate = ops.linear(x, w.gate)
-        up = ops.linear(x, w.up)
-    return ops.linear(ops.glu(act, gate, up), w.down)
+        gate = g.linear(x, w.gate)
+        up = g.linear(x, w.up)
+    return g.linear(g.glu(act, gate, up), w.down)
 
 
-def output_rows(ops: Backend, x, output: str):
-    """Keep the rows whose logits are wanted: all, the last, or none."""
-    if output == "all":
-        return x
-    if output == "last":
-        return ops.rows(x, slice(-1, None))
-    if output == "none":
-        return None
-    raise ValueError(f"output must be 'all', 'last' or 'none', not {output!r}")
+def sliding_window_layers(n_layer: int, pattern: int) -> tuple[bool, ...]:
+    """llama.cpp's set_swa_pattern: in each group of ``pattern`` layers all but the last
+    slide (pattern 0: all slide)."""
+    return tuple(pattern == 0 or (i % pattern) < pattern - 1 for i in range(n_layer))
 
 
-# -- RoPE from metadata --------------------------------------------------------------
+# -- RoPE from metadata --------------------------------------------------------------------
 
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 
@@ -226,13 +265,3 @@ def read_rope(
         beta_slow=hp.opt("rope.scaling.yarn_beta_slow", 1.0, float),
         n_ctx_orig=n_ctx_orig,
     )
-
-
-def float_tensor(gguf, name: str) -> np.ndarray | None:
-    """A small float tensor (e.g. rope_freqs) read to the host, or None if absent."""
-    if name not in gguf.tensors:
-        return None
-    data = gguf.tensor_data(name)
-    if data.dtype not in (np.float32, np.float16):
-        raise ModelConfigError(f"{gguf.path}: tensor {name!r} should be F32 or F16, is {gguf.tensors[name].type_name}")
-    return np.asarray(data, dtype=np.float32)

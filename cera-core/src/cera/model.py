@@ -1,139 +1,128 @@
 """The Model interface that family plugins implement.
 
-A family maps a GGUF file's `{arch}.*` metadata to a config (`config_from_gguf`), names
-the tensors it needs, and writes `forward` with the backend's op vocabulary. It never
-imports a backend: the backend it runs on is handed to it.
+A family is three things, each a step of loading (`cera.engine`):
+
+1. `read_config` (a classmethod, pure): the file's `{arch}.*` metadata to a config; every
+   key is understood or refused (`cera.hparams.HParams`).
+2. `__init__(config, weights)`: bind the tensors by name (`Weights` hands out graph
+   references and records what was asked for; a tensor of the file that the family never
+   asks for is refused, naming it) and declare per-layer state (`self.state`, a
+   `cera.state.StateSpec`).
+3. `forward(g)`: the forward pass, written with the op vocabulary on a
+   `cera.graph.GraphBuilder`, ending in the head (`emit_logits` / `emit_hidden`).
+
+A family never imports a backend and never touches weight bytes (except small host
+tables such as RoPE frequency factors, read with `Weights.host`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from .backend import Backend, KVLayerSpec, State, Weight
-from .errors import InvalidModelFile
+from .errors import InvalidModelFile, ModelConfigError
+from .graph import Graph, GraphBuilder, Layout, Outputs, WeightRef
+from .state import StateSpec
 
 
 class Weights:
-    """Uploads a file's tensors to a backend on first use, by name."""
+    """The tensors of a model file as graph references, by name.
 
-    def __init__(self, gguf, backend: Backend):
-        self.gguf = gguf
-        self.backend = backend
-        self._cache: dict[str, Weight] = {}
+    ``weights[name]`` is a `WeightRef` (name, type, GGML shape); `get` returns None for an
+    absent optional tensor; `host` reads a small float tensor's values. Every name asked
+    for is recorded, so `check_all_used` can refuse a tensor nobody understood."""
+
+    def __init__(self, tensors: Mapping[str, tuple[str, tuple[int, ...]]], reader=None, source: str = "the model"):
+        self.tensors = dict(tensors)
+        self.reader = reader  # name -> numpy array of stored values (for host())
+        self.source = source
+        self.used: set[str] = set()
+
+    @classmethod
+    def from_gguf(cls, gguf) -> Weights:
+        tensors = {name: (info.type_name, tuple(info.shape)) for name, info in gguf.tensors.items()}
+        return cls(tensors, gguf.tensor_data, str(gguf.path))
 
     def __contains__(self, name: str) -> bool:
-        return name in self.gguf.tensors
+        return name in self.tensors
 
-    def __getitem__(self, name: str) -> Weight:
-        w = self._cache.get(name)
-        if w is None:
-            if name not in self.gguf.tensors:
-                raise InvalidModelFile(self.gguf.path, None, f"required tensor {name!r} is missing")
-            w = self.backend.upload(self.gguf, name)
-            self._cache[name] = w
-        return w
+    def __getitem__(self, name: str) -> WeightRef:
+        if name not in self.tensors:
+            raise InvalidModelFile(self.source, None, f"required tensor {name!r} is missing")
+        self.used.add(name)
+        ggml_type, shape = self.tensors[name]
+        return WeightRef(name, ggml_type, shape)
 
-    def get(self, name: str) -> Weight | None:
-        return self[name] if name in self.gguf.tensors else None
+    def get(self, name: str) -> WeightRef | None:
+        return self[name] if name in self.tensors else None
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self.gguf.tensors[name].shape
+        return self.tensors[name][1]
+
+    def host(self, name: str) -> np.ndarray | None:
+        """A small F32/F16 tensor's values on the host (e.g. rope_freqs), or None if absent."""
+        if name not in self.tensors:
+            return None
+        self.used.add(name)
+        ggml_type, _ = self.tensors[name]
+        if ggml_type not in ("F32", "F16") or self.reader is None:
+            raise ModelConfigError(f"{self.source}: tensor {name!r} should be F32 or F16, is {ggml_type}")
+        return np.asarray(self.reader(name), dtype=np.float32)
+
+    def unused(self) -> list[str]:
+        return sorted(set(self.tensors) - self.used)
+
+    def check_all_used(self, family: str) -> None:
+        """Refuse tensors the family did not ask for: a tensor we do not understand may
+        change the maths, and computing without it would give wrong tokens that look right."""
+        extra = self.unused()
+        if extra:
+            more = f" (and {len(extra) - 3} more)" if len(extra) > 3 else ""
+            raise ModelConfigError(
+                f"{self.source}: the {family} family does not understand tensor "
+                f"{', '.join(repr(n) for n in extra[:3])}{more}; it may change how the model computes, "
+                f"so cera refuses to guess. The file may be of a newer variant: update the family plugin, or report it"
+            )
 
 
 class Model(ABC):
-    """A model of one family, loaded on one backend.
+    """A model of one family, bound to a file's tensors. See the module docstring."""
 
-    Subclasses set `config` in `__init__` (usually from `config_from_gguf`) and implement
-    `state_layout` and `forward`.
-    """
+    family: str = "?"
 
-    #: ops of `cera.backend.OPS` this family uses; loading checks the backend has them.
-    required_ops: tuple[str, ...] = ("embedding", "linear", "rms_norm", "rope", "attention", "swiglu", "add")
+    def __init__(self, config: Any, weights: Weights):
+        self.config = config
+        self.weights = weights
+        self.state = StateSpec()
 
-    def __init__(self, gguf, backend: Backend):
-        self.gguf = gguf
-        self.backend = backend
-        self.weights = Weights(gguf, backend)
-        self.config: Any = None
+    @classmethod
+    @abstractmethod
+    def read_config(cls, gguf) -> Any:
+        """The config from the file's metadata (pure: reads nothing but metadata)."""
+
+    @abstractmethod
+    def forward(self, g: GraphBuilder) -> None:
+        """Build the forward pass of ``g.tokens`` at ``g.positions`` into ``g``."""
+
+    @property
+    @abstractmethod
+    def n_vocab(self) -> int:
+        """Rows of the output head (0 for a model without one)."""
 
     @property
     def n_ctx_train(self) -> int:
-        return int(self.gguf.arch_get("context_length", 2048))
+        return int(getattr(self.config, "n_ctx_train", 0) or 0)
 
-    @property
-    def n_vocab(self) -> int:
-        raise NotImplementedError
-
-    @abstractmethod
-    def state_layout(self) -> list[KVLayerSpec]:
-        """One KV cache entry per attention layer."""
-
-    @abstractmethod
-    def forward(self, state: State, tokens: np.ndarray, positions: np.ndarray, output: str = "last") -> np.ndarray:
-        """Evaluate ``tokens`` at ``positions`` into ``state``.
-
-        ``output``: "last" returns logits ``[1, n_vocab]`` for the last token, "all"
-        returns ``[n, n_vocab]``, "none" returns None (prompt chunks whose logits nobody
-        reads).
-        """
-
-    def preload(self) -> None:
-        """Upload every tensor now (so errors and costs show at load time, not mid-generation)."""
-        for name in self.gguf.tensors:
-            self.weights[name]
+    def build(self, layout: Layout, outputs: Outputs, n_ctx: int = 0) -> Graph:
+        """The graph of one pass of this shape: ``layout`` sequences, ``outputs`` wanted,
+        for a state of ``n_ctx`` cells per sequence (a few families depend on it)."""
+        g = GraphBuilder(layout, outputs)
+        g.n_ctx = n_ctx
+        self.forward(g)
+        return g.finish()
 
 
-class DecoderModel(Model):
-    """A decoder-only transformer: token embedding, layers, final RMS norm, output head.
-
-    Subclasses set ``self.config`` (with ``n_layer`` and ``attn``, an
-    `cera.layers.AttentionShape`), call `load_head`, and end `forward` with `head`. The
-    output matrix is the token embedding when the file has no ``output.weight`` (tied
-    embeddings).
-    """
-
-    def load_head(self) -> None:
-        w = self.weights
-        self.tok_embd = w["token_embd.weight"]
-        self.output_norm = w["output_norm.weight"]
-        self.output = w.get("output.weight") or self.tok_embd
-        self.output_bias = w.get("output.bias")
-
-    @property
-    def n_vocab(self) -> int:
-        return self.output.shape[1]
-
-    def state_layout(self) -> list[KVLayerSpec]:
-        a = self.config.attn
-        return [KVLayerSpec(a.n_head_kv, a.head_dim_k, a.head_dim_v)] * self.config.n_layer
-
-    def last_layer_rows(self, i: int, output: str, x, h):
-        """In the last layer, once its attention has written the cache, keep only the rows
-        whose logits are wanted: (x, h) trimmed, or (None, None) when none are. llama.cpp
-        does the same (its last feed-forward runs on the output rows only, which also
-        decides which of its kernels runs), and the rest of a prompt's last layer is work
-        no logit needs."""
-        if i != self.config.n_layer - 1 or output == "all":
-            return x, h
-        from .layers import output_rows
-
-        return output_rows(self.backend, x, output), output_rows(self.backend, h, output)
-
-    def head(self, x, output: str, eps: float, logit_scale: float = 1.0, softcap: float | None = None):
-        """Final norm and output projection of the rows ``output`` asks for, to the host.
-        Logits are divided by ``logit_scale`` and soft-capped when asked."""
-        from .layers import output_rows
-
-        ops = self.backend
-        x = output_rows(ops, x, output)
-        if x is None:
-            return None
-        logits = ops.linear(ops.rms_norm(x, self.output_norm, eps), self.output, self.output_bias)
-        if logit_scale != 1.0:
-            logits = ops.scale(logits, 1.0 / logit_scale)
-        if softcap:
-            logits = ops.softcap(logits, softcap)
-        return ops.to_numpy(logits)
+__all__ = ["Model", "Weights"]

@@ -31,7 +31,7 @@ from .errors import PluginError
 from .registry import AudioComponent, BackendSpec, ModelFamily
 
 ENTRY_POINT_GROUP = "cera"
-PLUGIN_API_VERSION = 1
+PLUGIN_API_VERSION = 2
 PLUGINS_ENV = "CERA_PLUGINS"
 
 _HOOKS = ("cera_register_backends", "cera_register_models", "cera_register_audio", "cera_register_commands")
@@ -90,11 +90,11 @@ def _check_api(module: Any) -> str | None:
     """None if the module supports this core's plugin API, else the reason it does not."""
     declared = getattr(module, "CERA_PLUGIN_API", None)
     if declared is None:
-        return "does not declare CERA_PLUGIN_API (the plugin-API versions it supports, e.g. '>=1,<2')"
+        return "does not declare CERA_PLUGIN_API (the plugin-API versions it supports, e.g. '>=2,<3')"
     try:
         spec = SpecifierSet(str(declared))
     except InvalidSpecifier:
-        return f"CERA_PLUGIN_API {declared!r} is not a version specifier such as '>=1,<2'"
+        return f"CERA_PLUGIN_API {declared!r} is not a version specifier such as '>=2,<3'"
     if Version(str(PLUGIN_API_VERSION)) not in spec:
         return (
             f"targets plugin API {declared!r} but this cera-core provides API {PLUGIN_API_VERSION}; "

@@ -1,10 +1,20 @@
-"""Sessions: a KV cache that persists across calls, and the generation loop.
+"""Sessions: one sequence's state that persists across calls, and the generation loop.
 
 A session holds the tokens its state has evaluated. Appending text or tokens queues them;
 the next `generate` (or `evaluate`) runs only what is queued, so a follow-up turn never
 re-evaluates the conversation so far. A long prompt is evaluated in chunks of `n_batch`
 tokens, and `cancel()` (safe from any thread) takes effect between chunks and between
 generated tokens.
+
+The session keeps what the last evaluation returned (the logits of the last position,
+or only its argmax when greedy decoding asked for no more), so generating again from an
+unchanged conversation re-evaluates nothing. A model whose state cannot be rewound
+(recurrent layers) gets a snapshot of its state at the end of each prompt; a rewind
+returns to the latest snapshot before the point and re-evaluates from there.
+
+`events` is the generation loop; `generate` (a sink and a summary) and `stream` (text
+chunks) are adapters over it. A session evaluates alone, or through a `cera.scheduler.
+Scheduler` that batches the decode steps of many sessions into one forward pass.
 """
 
 from __future__ import annotations
@@ -16,59 +26,15 @@ from collections.abc import Iterator
 import attrs
 import numpy as np
 
-from .errors import ContextFull, SessionError
-from .sampling import Sampler, SamplingOptions
+from .errors import CeraError, ContextFull, GenerationError, ResourceExhausted, SessionError
+from .events import EndEvent, GenerationSummary, TokenEvent
+from .graph import LAST_LOGITS, NONE, Outputs
+from .options import GenerateOptions, make_options
+from .runtime import SeqStep
+from .sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K, Candidates, Sampler, log_softmax_at
 from .sink import FinishReason, Sink
 
-
-@attrs.define
-class GenerateOptions:
-    """What to generate and when to stop. Sampling fields are those of `SamplingOptions`."""
-
-    max_tokens: int | None = 256  # None: until the context is full
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    seed: int | None = None
-    stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # stop strings (not included in the text)
-    stop_tokens: tuple[int, ...] = attrs.field(default=(), converter=tuple)  # extra stop token ids
-    ignore_eos: bool = False  # never pick an end-of-generation token
-
-    def sampling(self) -> SamplingOptions:
-        return SamplingOptions(
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            min_p=self.min_p,
-            repeat_penalty=self.repeat_penalty,
-            repeat_last_n=self.repeat_last_n,
-            seed=self.seed,
-        )
-
-
-@attrs.define
-class GenerationSummary:
-    tokens: list[int]
-    text: str
-    finish_reason: FinishReason
-    n_prompt_tokens: int  # tokens evaluated before the first sample
-    prompt_seconds: float
-    generate_seconds: float
-
-    @property
-    def n_generated(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def prompt_tokens_per_second(self) -> float:
-        return self.n_prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else float("nan")
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.n_generated / self.generate_seconds if self.generate_seconds > 0 else float("nan")
+__all__ = ["Checkpoint", "GenerateOptions", "GenerationSummary", "Session"]
 
 
 @attrs.frozen
@@ -76,7 +42,7 @@ class Checkpoint:
     tokens: tuple[int, ...]
     pending: tuple[int, ...]
     state: object
-    logits: np.ndarray | None
+    last: dict | None
 
 
 class _StopStrings:
@@ -111,31 +77,46 @@ class _StopStrings:
         return out
 
 
+_OUTPUTS = {NEEDS_ARGMAX: Outputs(("argmax",)), NEEDS_LOGITS: LAST_LOGITS}
+MAX_SNAPSHOTS = 4
+
+
 class Session:
     """One conversation's state on a loaded model. See the module docstring."""
 
-    def __init__(self, loaded, n_ctx: int, kv_type: str = "f16", n_batch: int = 512):
-        if n_ctx <= 0:
-            raise SessionError(f"n_ctx must be positive, got {n_ctx}")
-        if n_batch <= 0:
-            raise SessionError(f"n_batch must be positive, got {n_batch}")
+    def __init__(self, loaded, n_ctx: int, kv_type: str = "f16", n_batch: int = 512, scheduler=None):
+        for what, v in (("n_ctx", n_ctx), ("n_batch", n_batch)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise SessionError(f"{what} must be a positive integer, got {v!r}")
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
-        self.n_ctx = n_ctx
-        self.n_batch = n_batch
-        self.backend = loaded.backend
-        self.state = self.backend.new_state(self.model.state_layout(), n_ctx, kv_type)
+        self.runner = loaded.runner
+        self.n_batch = min(n_batch, n_ctx)
+        self.scheduler = scheduler
+        if scheduler is not None:
+            self.state = scheduler.state
+            self.slot = scheduler.acquire(self)
+        else:
+            self.state = self.runner.new_state(n_ctx, n_slots=1, kv_type=kv_type, n_batch=self.n_batch)
+            self.slot = self.state.acquire()
+        self.n_ctx = self.state.n_ctx
         self.tokens: list[int] = []  # evaluated, in the state
         self.pending: list[int] = []  # queued for the next evaluation
-        self.logits: np.ndarray | None = None  # logits after the last evaluated token
+        self.last: dict | None = None  # what the last evaluation returned for its last position
+        self.n_evaluated = 0  # tokens run through the model over the session's life
+        self._snapshots: list[tuple[int, object]] = []  # (tokens, state snapshot) for recurrent state
         self._cancel = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self.last_summary: GenerationSummary | None = None
 
-    # -- input ------------------------------------------------------------------
+    # -- input ------------------------------------------------------------------------
 
     def append_tokens(self, ids) -> None:
-        ids = [int(t) for t in ids]
+        try:
+            ids = [int(t) for t in ids]
+        except (TypeError, ValueError):
+            raise SessionError(f"token ids must be integers, got {ids!r:.80}") from None
         n_vocab = self.model.n_vocab
         bad = [t for t in ids if not 0 <= t < n_vocab]
         if bad:
@@ -146,6 +127,8 @@ class Session:
         """Tokenize and queue text. ``add_special`` (default: only at the very start of
         the session) adds BOS/EOS as the vocabulary asks; ``parse_special`` turns
         special-token text such as ``<|im_start|>`` into those tokens (off for raw user text)."""
+        if not isinstance(text, str):
+            raise SessionError(f"text must be a string, got {type(text).__name__}")
         if add_special is None:
             add_special = not self.tokens and not self.pending
         ids = self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
@@ -156,31 +139,51 @@ class Session:
         """Make the session hold exactly ``ids``: keep the longest evaluated prefix they
         share, drop the rest of the state, and queue the remainder. Returns the number of
         tokens reused. This is how a chat re-renders the whole conversation each turn and
-        still evaluates only the new part."""
+        still evaluates only the new part. When ``ids`` is what the session already holds,
+        nothing is re-evaluated: the kept output of the last position serves."""
         ids = [int(t) for t in ids]
-        common = 0
-        for a, b in zip(self.tokens, ids, strict=False):  # lengths differ by design
-            if a != b:
-                break
-            common += 1
-        if common == len(ids) and common > 0:
-            common -= 1  # re-evaluate the last token so there are fresh logits to sample from
-        if common < len(self.tokens):
-            self.truncate(common)
-        self.pending = []
-        self.append_tokens(ids[common:])
-        return common
+        with self._lock:
+            common = 0
+            for a, b in zip(self.tokens, ids, strict=False):  # lengths differ by design
+                if a != b:
+                    break
+                common += 1
+            if common == len(ids) == len(self.tokens) and self.last is not None:
+                self.pending = []
+                return common
+            if common == len(ids) and common > 0:
+                common -= 1  # no output kept for that position: evaluate its token again
+            if common < len(self.tokens):
+                common = self._rewind(common)
+            self.pending = []
+            self.append_tokens(ids[common:])
+            return common
 
-    # -- evaluation -------------------------------------------------------------
+    # -- evaluation -----------------------------------------------------------------------
 
     def evaluate(self) -> np.ndarray | None:
         """Run the queued tokens through the model; returns the last token's logits."""
         with self._lock:
-            return self._evaluate()
+            if self.pending:
+                self._evaluate(LAST_LOGITS)
+            elif self.last is not None and "logits" not in self.last:
+                self._refresh_last(LAST_LOGITS)
+            return None if self.last is None else self.last.get("logits")
 
-    def _evaluate(self) -> np.ndarray | None:
-        if not self.pending:
-            return self.logits
+    @property
+    def logits(self) -> np.ndarray | None:
+        return None if self.last is None else self.last.get("logits")
+
+    def _forward(self, tokens: list[int], outputs: Outputs) -> dict:
+        start = len(self.tokens)
+        step = SeqStep(self.slot, tokens, range(start, start + len(tokens)))
+        if self.scheduler is not None:
+            return self.scheduler.forward(self, step, outputs)
+        return self.runner.forward(self.state, [step], outputs)
+
+    def _evaluate(self, final: Outputs) -> bool:
+        """Evaluate the queue in chunks; the last chunk returns ``final``. False when
+        cancelled between chunks (what was evaluated stays)."""
         if len(self.tokens) + len(self.pending) > self.n_ctx:
             raise ContextFull(
                 f"{len(self.tokens)} tokens in the context plus {len(self.pending)} new ones exceed "
@@ -188,72 +191,112 @@ class Session:
             )
         while self.pending:
             if self._cancel.is_set():
-                return None
+                return False
             chunk = self.pending[: self.n_batch]
             last = len(chunk) == len(self.pending)
-            start = len(self.tokens)
-            positions = np.arange(start, start + len(chunk), dtype=np.int32)
-            self.state.begin(positions)
             try:
-                tokens = np.asarray(chunk, dtype=np.int32)
-                out = self.backend.execute(self.model, self.state, tokens, positions, "last" if last else "none")
-            except BaseException:
-                self.state.rollback()
-                raise
-            self.state.commit()
+                out = self._forward(chunk, final if last else NONE)
+            except MemoryError as e:
+                raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
             self.tokens.extend(chunk)
             del self.pending[: len(chunk)]
-            if last:
-                self.logits = np.asarray(out, dtype=np.float32).reshape(-1)
-        return self.logits
+            self.n_evaluated += len(chunk)
+            self.last = _row0(out) if last else None
+        return True
 
-    # -- generation -------------------------------------------------------------
+    def _refresh_last(self, want: Outputs) -> None:
+        """The kept output of the last position lacks what is wanted now (only an argmax
+        was read back): evaluate that position again."""
+        if not self.tokens:
+            raise SessionError("nothing to generate from: append text or tokens first")
+        last_token, queued = self.tokens[-1], self.pending
+        self.pending = []
+        self._rewind(len(self.tokens) - 1)
+        self.pending += [last_token, *queued]
+        self._evaluate(want)
 
-    def generate(self, options: GenerateOptions | None = None, sink: Sink | None = None, **kw) -> GenerationSummary:
-        """Generate until a stop condition; streams to ``sink`` and returns a summary."""
-        options = _options(options, kw)
-        sink = sink or Sink()
-        summary = None
-        for event in self._run(options):
-            if isinstance(event, GenerationSummary):
-                summary = event
-            elif isinstance(event, int):
-                sink.on_token(event)
-            else:
-                sink.on_text(event)
-        sink.on_finish(summary.finish_reason)
-        return summary
+    def _rewind(self, n: int) -> int:
+        """Cut the state back to its first n tokens; where it cannot be cut (recurrent
+        state), restore the latest snapshot at or before n and queue the tokens from
+        there to n. Returns the number of tokens the state now holds."""
+        if n >= len(self.tokens):
+            return len(self.tokens)
+        why = self.state.can_truncate(self.slot, n)
+        if why is None:
+            self.state.truncate(self.slot, n)
+            del self.tokens[n:]
+            self.last = None
+            self._snapshots = [(k, s) for k, s in self._snapshots if k <= n]
+            return n
+        best = None
+        for k, snap in self._snapshots:
+            if k <= n and (best is None or k > best[0]):
+                best = (k, snap)
+        redo_from = 0 if best is None else best[0]
+        redo = self.tokens[redo_from:n]
+        if best is None:
+            self.state.clear(self.slot)
+        else:
+            self.state.restore(self.slot, best[1])
+        del self.tokens[redo_from:]
+        self.last = None
+        self._snapshots = [(k, s) for k, s in self._snapshots if k <= redo_from]
+        self.pending = redo + self.pending
+        return redo_from
 
-    def stream(self, options: GenerateOptions | None = None, **kw) -> Iterator[str]:
-        """Generate, yielding UTF-8-safe text chunks; `last_summary` holds the summary after."""
-        options = _options(options, kw)
-        for event in self._run(options):
-            if isinstance(event, GenerationSummary):
-                self.last_summary = event
-            elif isinstance(event, str):
-                yield event
+    def _snapshot_here(self) -> None:
+        """Keep a snapshot of non-rewindable state at this point (end of a prompt)."""
+        if self.model.state.rewindable or not self.tokens:
+            return
+        n = len(self.tokens)
+        if self._snapshots and self._snapshots[-1][0] == n:
+            return
+        self._snapshots.append((n, self.state.snapshot(self.slot)))
+        del self._snapshots[:-MAX_SNAPSHOTS]
 
-    def _run(self, options: GenerateOptions):
+    # -- generation -------------------------------------------------------------------------
+
+    def events(self, options: GenerateOptions | None = None, processors=(), **kw) -> Iterator[TokenEvent | EndEvent]:
+        """Generate until a stop condition, yielding a `TokenEvent` per token and an
+        `EndEvent` last. ``processors``: extra sampling processors (a grammar, ...)."""
+        options = make_options(options, kw)
+        if self.scheduler is not None:
+            self.scheduler.generating(self, True)
+        try:
+            yield from self._events(options, processors)
+        finally:
+            if self.scheduler is not None:
+                self.scheduler.generating(self, False)
+
+    def _events(self, options: GenerateOptions, processors):
         with self._lock:
             self._cancel.clear()
             eog = set(self.tokenizer.eog_ids) | set(options.stop_tokens)
-            banned = self.tokenizer.eog_ids if options.ignore_eos else None
             if options.ignore_eos:
                 eog = set(options.stop_tokens)
-            sampler = Sampler(options.sampling())
+            sampler = Sampler(options.sampling(), extra=processors, banned=self.tokenizer.eog_ids if options.ignore_eos else ())
+            needs, k = sampler.needs()
+            if options.wants_logprobs:
+                needs, k = NEEDS_LOGITS, 0
+            want = Outputs(("top_k",), k=k) if needs == NEEDS_TOP_K else _OUTPUTS[needs]
             detok = self.tokenizer.detokenizer()
             stops = _StopStrings(options.stop)
             generated: list[int] = []
+            logprobs: list[float] = []
             text_parts: list[str] = []
             n_prompt = len(self.pending)
             t0 = time.perf_counter()
-            logits = self._evaluate()
-            t1 = time.perf_counter()
             reason = None
-            if logits is None:
-                reason = FinishReason.CANCELLED if self._cancel.is_set() else None
-                if reason is None:
-                    raise SessionError("nothing to generate from: append text or tokens first")
+            if self.pending:
+                # the prompt's last position always returns all logits: any sampler can start
+                if not self._evaluate(LAST_LOGITS):
+                    reason = FinishReason.CANCELLED
+                self._snapshot_here()
+            elif self.last is None:
+                raise SessionError("nothing to generate from: append text or tokens first")
+            elif not _has(self.last, needs):
+                self._refresh_last(LAST_LOGITS)
+            t1 = time.perf_counter()
             limit = options.max_tokens
             while reason is None:
                 if limit is not None and len(generated) >= limit:
@@ -263,16 +306,18 @@ class Session:
                     reason = FinishReason.CANCELLED
                     break
                 history = self.tokens + self.pending
-                token = sampler.sample(logits, history, banned)
+                token = sampler.choose(_candidates(self.last), history)
+                logprob, top = _logprobs(self.last, token, options)
                 if token in eog:
                     reason = FinishReason.STOP_TOKEN
                     break
                 generated.append(token)
-                yield token
+                if logprob is not None:
+                    logprobs.append(logprob)
                 piece, hit = stops.feed(detok.feed(token))
                 if piece:
                     text_parts.append(piece)
-                    yield piece
+                yield TokenEvent(token, piece, logprob, top)
                 if hit:
                     reason = FinishReason.STOP_STRING
                     self.pending.append(token)
@@ -286,26 +331,51 @@ class Session:
                     # The last token is queued, not evaluated: a follow-up call evaluates it.
                     reason = FinishReason.LENGTH
                     break
-                logits = self._evaluate()
-                if logits is None:
+                if not self._evaluate(want):
                     reason = FinishReason.CANCELLED
+            tail = ""
             if reason != FinishReason.STOP_STRING:
                 tail, _ = stops.feed(detok.flush())
                 tail += stops.flush()
                 if tail:
                     text_parts.append(tail)
-                    yield tail
             t2 = time.perf_counter()
-            yield GenerationSummary(
+            summary = GenerationSummary(
                 tokens=generated,
                 text="".join(text_parts),
                 finish_reason=reason,
                 n_prompt_tokens=n_prompt,
                 prompt_seconds=t1 - t0,
                 generate_seconds=t2 - t1,
+                logprobs=logprobs if options.wants_logprobs else None,
             )
+            self.last_summary = summary
+            yield EndEvent(summary, tail)
 
-    # -- control ----------------------------------------------------------------
+    def generate(self, options: GenerateOptions | None = None, sink: Sink | None = None, **kw) -> GenerationSummary:
+        """Generate until a stop condition; streams to ``sink`` and returns a summary. Any
+        failure reaches the sink as FinishReason.ERROR (CANCELLED for Ctrl-C) and raises."""
+        sink = sink or Sink()
+        summary = None
+        for event in guarded(self.events(options, **kw), sink):
+            if isinstance(event, TokenEvent):
+                sink.on_token(event.id)
+                if event.text:
+                    sink.on_text(event.text)
+            else:
+                if event.text:
+                    sink.on_text(event.text)
+                summary = event.summary
+        sink.on_finish(summary.finish_reason)
+        return summary
+
+    def stream(self, options: GenerateOptions | None = None, **kw) -> Iterator[str]:
+        """Generate, yielding UTF-8-safe text chunks; `last_summary` holds the summary after."""
+        for event in guarded(self.events(options, **kw)):
+            if event.text:
+                yield event.text
+
+    # -- control ------------------------------------------------------------------------------
 
     def cancel(self) -> None:
         """Stop the current evaluation or generation at the next chunk or token. Thread-safe."""
@@ -313,43 +383,117 @@ class Session:
 
     def reset(self) -> None:
         with self._lock:
-            self.state.truncate(0)
+            self.state.clear(self.slot)
             self.tokens = []
             self.pending = []
-            self.logits = None
+            self.last = None
+            self._snapshots = []
 
     def truncate(self, n: int) -> None:
         """Keep only the first ``n`` evaluated tokens (e.g. to rewind a turn)."""
-        if not 0 <= n <= len(self.tokens):
-            raise SessionError(f"cannot truncate to {n} tokens: the session holds {len(self.tokens)}")
-        self.state.truncate(n)
-        del self.tokens[n:]
-        self.pending = []
-        self.logits = None
+        with self._lock:
+            if not isinstance(n, int) or not 0 <= n <= len(self.tokens):
+                raise SessionError(f"cannot truncate to {n!r} tokens: the session holds {len(self.tokens)}")
+            if n == len(self.tokens):
+                self.pending = []
+                return
+            held = self._rewind(n)
+            if held < n:  # restored an earlier snapshot: evaluate up to n again
+                self._evaluate(NONE)
+            self.pending = []
+            self.last = None
 
     def checkpoint(self) -> Checkpoint:
-        return Checkpoint(
-            tuple(self.tokens),
-            tuple(self.pending),
-            self.state.snapshot(),
-            None if self.logits is None else self.logits.copy(),
-        )
+        with self._lock:
+            return Checkpoint(tuple(self.tokens), tuple(self.pending), self.state.snapshot(self.slot), _copy(self.last))
 
     def restore(self, cp: Checkpoint) -> None:
+        if not isinstance(cp, Checkpoint):
+            raise SessionError(f"restore takes a Checkpoint from checkpoint(), got {type(cp).__name__}")
         with self._lock:
-            self.state.restore(cp.state)
+            self.state.restore(self.slot, cp.state)
             self.tokens = list(cp.tokens)
             self.pending = list(cp.pending)
-            self.logits = None if cp.logits is None else cp.logits.copy()
+            self.last = _copy(cp.last)
+            self._snapshots = []
+
+    def close(self) -> None:
+        """Give the session's slot back (sessions of a scheduler share one state)."""
+        if self.scheduler is not None:
+            self.scheduler.release(self)
 
     @property
     def n_tokens(self) -> int:
         return len(self.tokens)
 
 
-def _options(options: GenerateOptions | None, kw: dict) -> GenerateOptions:
-    if options is None:
-        return GenerateOptions(**kw)
-    if kw:
-        return attrs.evolve(options, **kw)
-    return options
+def guarded(events, sink: Sink | None = None):
+    """Pass events through; on a failure tell the sink (ERROR, or CANCELLED for Ctrl-C)
+    and raise a CeraError (an unexpected exception becomes a GenerationError)."""
+    try:
+        yield from events
+    except KeyboardInterrupt:
+        if sink is not None:
+            sink.on_finish(FinishReason.CANCELLED)
+        raise
+    except CeraError:
+        if sink is not None:
+            sink.on_finish(FinishReason.ERROR)
+        raise
+    except MemoryError as e:
+        if sink is not None:
+            sink.on_finish(FinishReason.ERROR)
+        raise ResourceExhausted(f"out of memory during generation: {e}") from e
+    except Exception as e:
+        if sink is not None:
+            sink.on_finish(FinishReason.ERROR)
+        raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
+
+
+def _row0(out: dict) -> dict:
+    """The outputs of the (single) output row."""
+    last = {}
+    if "logits" in out:
+        last["logits"] = out["logits"].reshape(-1, out["logits"].shape[-1])[-1].copy()
+    if "argmax" in out:
+        last["argmax"] = int(out["argmax"].reshape(-1)[-1])
+    if "top_k_ids" in out:
+        last["top_k"] = (out["top_k_ids"][-1].astype(np.int64), out["top_k_values"][-1].astype(np.float64))
+    return last
+
+
+def _has(last: dict, needs: int) -> bool:
+    if "logits" in last:
+        return True
+    if needs == NEEDS_ARGMAX:
+        return "argmax" in last
+    return False
+
+
+def _candidates(last: dict) -> Candidates:
+    if "logits" in last:
+        return Candidates(logits=np.array(last["logits"], np.float32, copy=True))
+    if "top_k" in last:
+        ids, vals = last["top_k"]
+        return Candidates(ids=ids.copy(), values=vals.copy())
+    token = last["argmax"]
+    return Candidates(ids=np.array([token], np.int64), values=np.zeros(1))
+
+
+def _logprobs(last: dict, token: int, options: GenerateOptions):
+    if not options.wants_logprobs or "logits" not in last:
+        return None, None
+    logits = last["logits"]
+    lp = float(log_softmax_at(logits, [token])[0])
+    top = None
+    if options.top_logprobs:
+        k = min(options.top_logprobs, logits.shape[0])
+        ids = np.argsort(-logits, kind="stable")[:k]
+        top = tuple(zip((int(i) for i in ids), (float(v) for v in log_softmax_at(logits, ids)), strict=True))
+    return lp, top
+
+
+def _copy(last: dict | None) -> dict | None:
+    if last is None:
+        return None
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in last.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import cera
 
-CERA_PLUGIN_API = ">=1,<2"
+CERA_PLUGIN_API = ">=2,<3"
 
 
 @cera.hookimpl

@@ -34,7 +34,9 @@
 typedef struct {
     const cera_kernels *k;
     const float *q;
-    int64_t n_tok, n_heads, k_dim, v_dim, n_kv_heads, kv_stride, n_cells;
+    int64_t n_tok, n_heads, k_dim, v_dim, n_kv_heads, capacity, n_ctx, n_cells;
+    int64_t first_present; /* cells before it have left a sliding-window ring */
+    int64_t base;          /* physical cell of first_present, minus first_present */
     const char *k_cache, *v_cache;
     int kv_f16;
     const int32_t *cell_pos, *q_pos;
@@ -47,6 +49,19 @@ typedef struct {
     atomic_llong next;
     int failed;
 } attn_job;
+
+/* The physical cell of sequence cell c (>= first_present): a full cache stores cell c at
+ * c; a sliding-window ring of `capacity` cells at c % capacity, which over the cells it
+ * still holds wraps at most once, so a compare replaces the division. */
+CERA_INLINE int64_t physical(const attn_job *job, int64_t c) {
+    int64_t ph = c - job->base;
+    return ph >= job->capacity ? ph - job->capacity : ph;
+}
+
+/* The position of sequence cell c, or -1 when the cell is empty or has left the ring. */
+CERA_INLINE int32_t cell_position(const attn_job *job, int64_t c) {
+    return c < job->first_present ? -1 : job->cell_pos[c];
+}
 
 static void attn_task(void *varg, int ith, int nth) {
     (void)ith;
@@ -80,21 +95,24 @@ static void attn_task(void *varg, int ith, int nth) {
         const int64_t t = th / job->n_heads, h = th % job->n_heads, g = h / group;
         const float *q = job->q + (t * job->n_heads + h) * DK;
         if (job->kv_f16) k->quant[ACT_F16](q, q16, DK); /* round to nearest even, as f32_to_f16 */
-        const char *kc = job->k_cache + (size_t)(g * job->kv_stride * DK) * elt;
-        const char *vc = job->v_cache + (size_t)(g * job->kv_stride * DV) * elt;
+        const char *kc = job->k_cache + (size_t)(g * job->capacity * DK) * elt;
+        const char *vc = job->v_cache + (size_t)(g * job->capacity * DV) * elt;
         const int32_t p = job->q_pos[t];
         float M = -INFINITY, S = 0.0f;
         memset(acc, 0, sizeof(float) * (size_t)DV);
         memset(acc16, 0, sizeof(uint16_t) * (size_t)DV);
         const int64_t c1 = (chunk + 1) * job->chunk < job->n_cells ? (chunk + 1) * job->chunk : job->n_cells;
-        for (int64_t c = chunk * job->chunk; c < c1; c++) {
+        int64_t c = chunk * job->chunk;
+        if (c < job->first_present) c = job->first_present;
+        for (; c < c1; c++) {
             const int32_t pc = job->cell_pos[c];
             if (pc < 0 || pc > p || (job->window > 0 && p - pc >= job->window)) continue;
+            const int64_t ph = physical(job, c);
             float s;
             if (job->kv_f16)
-                s = k->dot_f16(DK, (const uint16_t *)kc + c * DK, q16);
+                s = k->dot_f16(DK, (const uint16_t *)kc + ph * DK, q16);
             else
-                s = k->dot_f32(DK, (const float *)kc + c * DK, q);
+                s = k->dot_f32(DK, (const float *)kc + ph * DK, q);
             s *= logit_mul;
             if (job->softcap > 0) s = job->softcap * tanhf(s);
             float vs = 1.0f, ms = 1.0f;
@@ -107,13 +125,13 @@ static void attn_task(void *varg, int ith, int nth) {
             if (f16acc) {
                 /* ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 arithmetic, f16 after each step */
                 if (ms != 1.0f) k->scale_f16(DV, acc16, ms);
-                k->mad_f16(DV, acc16, (const uint16_t *)vc + c * DV, vs);
+                k->mad_f16(DV, acc16, (const uint16_t *)vc + ph * DV, vs);
             } else {
                 if (ms != 1.0f) k->scale_f32(DV, acc, ms);
                 if (job->kv_f16)
-                    k->axpy_f16(DV, acc, (const uint16_t *)vc + c * DV, vs);
+                    k->axpy_f16(DV, acc, (const uint16_t *)vc + ph * DV, vs);
                 else
-                    k->axpy_f32(DV, acc, (const float *)vc + c * DV, vs);
+                    k->axpy_f32(DV, acc, (const float *)vc + ph * DV, vs);
             }
             S = fmaf(S, ms, vs); /* as GCC contracts ggml's S = S*ms + vs */
         }
@@ -202,26 +220,31 @@ static void tiled_task(void *varg, int ith, int nth) {
             pmax = p > pmax ? p : pmax;
         }
         const size_t elt = job->kv_f16 ? 2 : 4;
-        const char *kc = job->k_cache + (size_t)(g * job->kv_stride * DK) * elt;
-        const char *vc = job->v_cache + (size_t)(g * job->kv_stride * DV) * elt;
+        const char *kc = job->k_cache + (size_t)(g * job->capacity * DK) * elt;
+        const char *vc = job->v_cache + (size_t)(g * job->capacity * DV) * elt;
         for (int64_t c0 = 0; c0 < job->n_cells; c0 += TKV) {
             const int64_t cells = job->n_cells - c0 < TKV ? job->n_cells - c0 : TKV;
             /* skip a tile that no query row of this tile sees; note one that every row sees whole */
             int any = 0, all = 1;
             for (int64_t c = 0; c < cells; c++) {
-                const int32_t pc = job->cell_pos[c0 + c];
+                const int32_t pc = cell_position(job, c0 + c);
                 any |= pc >= 0 && pc <= pmax && !(job->window > 0 && pmin - pc >= job->window);
                 all &= pc >= 0 && pc <= pmin && !(job->window > 0 && pmax - pc >= job->window);
             }
             if (!any) continue;
             /* keys transposed (a cell per column), values as rows, widened to f32 */
             for (int64_t c = 0; c < cells; c++) {
-                if (job->kv_f16) {
-                    k->f16_to_f32((const uint16_t *)kc + (c0 + c) * DK, row, DK);
-                    k->f16_to_f32((const uint16_t *)vc + (c0 + c) * DV, V + c * DV, DV);
+                if (c0 + c < job->first_present) { /* left the ring: invisible, weight 0 */
+                    memset(row, 0, sizeof(float) * (size_t)DK);
+                    memset(V + c * DV, 0, sizeof(float) * (size_t)DV);
+                } else if (job->kv_f16) {
+                    const int64_t ph = physical(job, c0 + c);
+                    k->f16_to_f32((const uint16_t *)kc + ph * DK, row, DK);
+                    k->f16_to_f32((const uint16_t *)vc + ph * DV, V + c * DV, DV);
                 } else {
-                    memcpy(row, (const float *)kc + (c0 + c) * DK, sizeof(float) * (size_t)DK);
-                    memcpy(V + c * DV, (const float *)vc + (c0 + c) * DV, sizeof(float) * (size_t)DV);
+                    const int64_t ph = physical(job, c0 + c);
+                    memcpy(row, (const float *)kc + ph * DK, sizeof(float) * (size_t)DK);
+                    memcpy(V + c * DV, (const float *)vc + ph * DV, sizeof(float) * (size_t)DV);
                 }
                 for (int64_t d = 0; d < DK; d++) Kt[d * TKV + c] = row[d];
             }
@@ -237,7 +260,7 @@ static void tiled_task(void *varg, int ith, int nth) {
                     for (int64_t c = 0; c < cells; c++) s[c] = s[c] * logit_mul;
                 if (!all)
                     for (int64_t c = 0; c < cells; c++)
-                        if (!visible(job, job->cell_pos[c0 + c], p)) s[c] = -INFINITY;
+                        if (!visible(job, cell_position(job, c0 + c), p)) s[c] = -INFINITY;
                 for (int64_t c = 0; c < cells; c++) tile_max = s[c] > tile_max ? s[c] : tile_max;
                 if (tile_max == -INFINITY) { /* nothing visible in this tile: adds nothing */
                     memset(s, 0, sizeof(float) * (size_t)cells);
@@ -263,14 +286,15 @@ static void tiled_task(void *varg, int ith, int nth) {
     free(buf);
 }
 
-/* x [n_tok, n_kv_heads, dim] into cells [start, start + n_tok) of cache [n_kv_heads][stride][dim] */
+/* x [n_tok, n_kv_heads, dim] into sequence cells [start, start + n_tok) of cache
+ * [n_kv_heads][capacity][dim] (cell c at c % capacity) */
 static void store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int64_t n_kv_heads, int64_t dim,
-                        char *cache, int kv_f16, int64_t stride, int64_t start) {
+                        char *cache, int kv_f16, int64_t capacity, int64_t start) {
     const size_t elt = kv_f16 ? 2 : 4;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t h = 0; h < n_kv_heads; h++) {
             const float *src = x + (t * n_kv_heads + h) * dim;
-            char *dst = cache + (size_t)((h * stride + start + t) * dim) * elt;
+            char *dst = cache + (size_t)((h * capacity + (start + t) % capacity) * dim) * elt;
             if (kv_f16)
                 k->quant[ACT_F16](src, dst, dim); /* f32 -> f16, round to nearest even */
             else
@@ -280,13 +304,15 @@ static void store_cells(const cera_kernels *k, const float *x, int64_t n_tok, in
 
 int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok,
                             int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
-                            void *v_cache, int kv_f16, int64_t kv_stride, const int32_t *cell_pos,
+                            void *v_cache, int kv_f16, int64_t capacity, int64_t n_ctx, const int32_t *cell_pos,
                             const int32_t *q_pos, float scale, int32_t window, float softcap, int acc_f16, float *out,
                             int64_t kv_start) {
     const int64_t n_cells = kv_start + n_tok;
-    if (n_kv_heads <= 0 || n_heads % n_kv_heads || kv_start < 0 || n_cells > kv_stride) return CERA_EINVAL;
-    store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_f16, kv_stride, kv_start);
-    store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_f16, kv_stride, kv_start);
+    if (n_kv_heads <= 0 || n_heads % n_kv_heads || kv_start < 0 || n_cells > n_ctx || n_tok > capacity ||
+        capacity > n_ctx || capacity <= 0)
+        return CERA_EINVAL;
+    store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_f16, capacity, kv_start);
+    store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_f16, capacity, kv_start);
     attn_job job;
     job.k = &ctx->k;
     job.q = q;
@@ -295,8 +321,11 @@ int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const
     job.k_dim = k_dim;
     job.v_dim = v_dim;
     job.n_kv_heads = n_kv_heads;
-    job.kv_stride = kv_stride;
+    job.capacity = capacity;
+    job.n_ctx = n_ctx;
     job.n_cells = n_cells;
+    job.first_present = n_cells > capacity ? n_cells - capacity : 0;
+    job.base = job.first_present / capacity * capacity;
     job.k_cache = k_cache;
     job.v_cache = v_cache;
     job.kv_f16 = kv_f16;
@@ -323,7 +352,7 @@ int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const
     job.chunk = n_cells;
     if (n_tok == 1) {
         int64_t n_kv = (n_cells + 255) / 256 * 256;
-        n_kv = n_kv < 256 ? 256 : n_kv > kv_stride ? kv_stride : n_kv;
+        n_kv = n_kv < 256 ? 256 : n_kv > n_ctx ? n_ctx : n_kv; /* llama.cpp's view of a cache of n_ctx cells */
         if (n_kv >= 512) job.chunk = (n_kv + ctx->n_threads - 1) / ctx->n_threads;
     }
     job.n_chunks = (n_cells + job.chunk - 1) / job.chunk;
@@ -340,12 +369,34 @@ int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const
 
 int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
                    int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_f16,
-                   int64_t kv_stride, const int32_t *cell_pos, const int32_t *q_pos, float scale, int32_t window,
-                   float softcap, int acc_f16, float *out, int64_t kv_start) {
+                   int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
+                   int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start) {
     cera_ctx_lock(ctx);
     const int rc = cera_attention_unlocked(ctx, q, k, v, n_tok, n_heads, n_kv_heads, k_dim, v_dim, k_cache, v_cache,
-                                           kv_f16, kv_stride, cell_pos, q_pos, scale, window, softcap, acc_f16, out,
-                                           kv_start);
+                                           kv_f16, capacity, n_ctx, cell_pos, q_pos, scale, window, softcap, acc_f16,
+                                           out, kv_start);
     cera_ctx_unlock(ctx);
     return rc;
+}
+
+int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, void *const *table) {
+    const char *k_base = table[a->k_index], *v_base = table[a->v_index];
+    const int32_t *pos_base = table[a->pos_index];
+    if (!k_base || !v_base || !pos_base) return CERA_EINVAL;
+    const size_t elt = a->kv_f16 ? 2 : 4;
+    const size_t k_slot = (size_t)(a->n_kv_heads * a->capacity * a->k_dim) * elt;
+    const size_t v_slot = (size_t)(a->n_kv_heads * a->capacity * a->v_dim) * elt;
+    for (int s = 0; s < a->n_seq; s++) {
+        const int64_t r0 = a->rows[2 * s], n = a->rows[2 * s + 1];
+        const int32_t slot = a->slots[s];
+        if (slot < 0 || slot >= a->n_slots) return CERA_EINVAL;
+        const int rc = cera_attention_unlocked(
+            ctx, a->q + r0 * a->n_heads * a->k_dim, a->k + r0 * a->n_kv_heads * a->k_dim,
+            a->v + r0 * a->n_kv_heads * a->v_dim, n, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim,
+            (char *)k_base + slot * k_slot, (char *)v_base + slot * v_slot, a->kv_f16, a->capacity, a->n_ctx,
+            pos_base + (int64_t)slot * a->n_ctx, a->q_pos + r0, a->scale, a->window, a->softcap, a->acc_f16,
+            a->out + r0 * a->n_heads * a->v_dim, a->starts[s]);
+        if (rc != CERA_OK) return rc;
+    }
+    return CERA_OK;
 }

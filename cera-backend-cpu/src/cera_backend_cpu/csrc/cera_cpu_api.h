@@ -81,20 +81,25 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
               float beta_slow, int n_ctx_orig);
 
 /* Store this pass's keys k [n_tok, n_kv_heads, k_dim] and values v [n_tok, n_kv_heads, v_dim]
- * into cells [kv_start, kv_start + n_tok) of one layer's cache (converted to f16 with
- * round-to-nearest-even when kv_f16), then attend q [n_tok, n_heads, k_dim] over the cells
- * [0, kv_start + n_tok). k_cache: [n_kv_heads][kv_stride cells][k_dim], v_cache:
- * [n_kv_heads][kv_stride][v_dim], f16 (kv_f16 = 1) or f32. cell_pos[c] is the position of
- * cell c (< 0: empty); q_pos[t] the position of query t. A cell is visible from a query at
- * position p when cell_pos[c] <= p and, with window > 0, p - cell_pos[c] < window. Logits
- * are scale * q.k, soft-capped to softcap * tanh(logit / softcap) when softcap > 0.
- * out: [n_tok, n_heads * v_dim]. acc_f16 (f16 cache only): keep the weighted sum of values
- * in f16, rounding after every update, as llama.cpp's CPU flash attention does; 0 keeps
- * it in f32. kv_start comes last because an execution plan supplies it per run. */
+ * into sequence cells [kv_start, kv_start + n_tok) of one layer's cache (converted to f16
+ * with round-to-nearest-even when kv_f16), then attend q [n_tok, n_heads, k_dim] over the
+ * cells [0, kv_start + n_tok) the cache still holds. k_cache: [n_kv_heads][capacity][k_dim],
+ * v_cache: [n_kv_heads][capacity][v_dim], f16 (kv_f16 = 1) or f32; sequence cell c lives at
+ * c % capacity (capacity < n_ctx: a sliding-window ring that holds the last capacity cells).
+ * cell_pos[c] is the position of sequence cell c (< 0: empty; n_ctx entries); q_pos[t] the
+ * position of query t. A cell is visible from a query at position p when cell_pos[c] <= p
+ * and, with window > 0, p - cell_pos[c] < window. Logits are scale * q.k, soft-capped to
+ * softcap * tanh(logit / softcap) when softcap > 0. out: [n_tok, n_heads * v_dim]. acc_f16
+ * (f16 cache only): keep the weighted sum of values in f16, rounding after every update, as
+ * llama.cpp's CPU flash attention does; 0 keeps it in f32. n_ctx (the context a llama.cpp
+ * cache of the same size would have) decides how a long decode is split over threads. */
 int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
                    int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_f16,
-                   int64_t kv_stride, const int32_t *cell_pos, const int32_t *q_pos, float scale, int32_t window,
-                   float softcap, int acc_f16, float *out, int64_t kv_start);
+                   int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
+                   int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start);
+
+/* Index of the largest of each row's n values (the first on a tie): rows x n -> int32. */
+int cera_argmax(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, int32_t *out);
 
 /* Elementwise ops. op: 0 silu, 1 gelu (tanh approximation, as ggml: through an f16
  * table), 2 gelu_erf, 3 relu. glu: y = act(g) * u with act 0 silu, 1 gelu. */
@@ -117,29 +122,28 @@ void cera_f16_to_f32(const uint16_t *x, float *y, int64_t n);
 
 /* -- execution plans ------------------------------------------------------------------------ */
 
-/* A plan is a recorded sequence of the ops above, with their pointers, sizes and scalar
- * parameters, that one call replays with the GIL released: a decode step of a small model
- * is a few hundred ops, and calling each from Python costs more than some of them take.
- * Each cera_plan_<op> appends one op with the arguments of cera_<op> (for attention all
- * but kv_start), checked the same way; it returns 0 or a negative CERA_E* code.
+/* A plan is a compiled graph (cera_backend_cpu/compile.py): a list of the ops above with
+ * their pointers, sizes and scalar parameters, replayed by one call with the GIL released:
+ * a decode step of a small model is a few hundred ops, and calling each from Python costs
+ * more than some of them take. Each cera_plan_<op> appends one op with the arguments of
+ * cera_<op>, checked the same way; it returns 0 or a negative CERA_E* code.
  *
- * The plan owns no tensor memory: the caller keeps every buffer, weight and cache that
- * the ops point to alive as long as the plan. The token ids and positions buffers given
- * at creation (n_tok each) are what the recorded ops read as ids and positions; every run
- * copies its own ids and positions into them, and kv_start tells the attention ops which
- * cache cells this run writes (they attend over cells [0, kv_start + n_tok)). */
+ * The plan owns no tensor memory: the caller keeps every buffer, weight and input alive as
+ * long as the plan, and writes each run's inputs (token ids, positions, the sequences'
+ * slots and starts) into the input buffers the ops were given. What belongs to a state
+ * (KV caches, cell positions) is not baked in: the attention ops name entries of a table of
+ * pointers that each run passes, so one plan serves every state of the same shape. */
 typedef struct cera_plan cera_plan;
-cera_plan *cera_plan_new(cera_ctx *ctx, int32_t *tokens, int32_t *positions, int64_t n_tok);
+cera_plan *cera_plan_new(cera_ctx *ctx);
 void cera_plan_free(cera_plan *plan);
 /* Number of ops recorded (after fusion). */
 int cera_plan_size(const cera_plan *plan);
-/* Returns 0, CERA_EINVAL if a token id is outside its embedding table, or CERA_ENOMEM. */
-int cera_plan_run(cera_plan *plan, const int32_t *tokens, const int32_t *positions, int64_t kv_start);
+/* Returns 0, CERA_EINVAL if a token id is outside its embedding table or a slot outside
+ * its state, or CERA_ENOMEM. */
+int cera_plan_run(cera_plan *plan, void *const *state_table);
 
 int cera_plan_get_rows(cera_plan *plan, int ggml_type, const void *table, int64_t row_bytes, int64_t n_cols,
                        int64_t n_rows, const int32_t *ids, int64_t n_ids, float *out);
-int cera_plan_matmul(cera_plan *plan, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
-                     const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias);
 int cera_plan_rms_norm(cera_plan *plan, const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y);
 int cera_plan_layer_norm(cera_plan *plan, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
                          float eps, float *y);
@@ -147,10 +151,6 @@ int cera_plan_rope(cera_plan *plan, const float *x, float *y, int64_t n_tok, int
                    const int32_t *pos, int n_dims, int neox, float freq_base, float freq_scale,
                    const float *freq_factors, float ext_factor, float attn_factor, float beta_fast,
                    float beta_slow, int n_ctx_orig);
-int cera_plan_attention(cera_plan *plan, const float *q, const float *k, const float *v, int64_t n_tok,
-                        int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
-                        void *v_cache, int kv_f16, int64_t kv_stride, const int32_t *cell_pos, const int32_t *q_pos,
-                        float scale, int32_t window, float softcap, int acc_f16, float *out);
 int cera_plan_unary(cera_plan *plan, int op, const float *x, float *y, int64_t n);
 int cera_plan_glu(cera_plan *plan, int op, const float *g, const float *u, float *y, int64_t n);
 int cera_plan_binary(cera_plan *plan, int op, const float *a, const float *b, int64_t b_stride, float *y,
@@ -158,6 +158,29 @@ int cera_plan_binary(cera_plan *plan, int op, const float *a, const float *b, in
 int cera_plan_scale(cera_plan *plan, const float *x, float s, float *y, int64_t n);
 int cera_plan_softcap(cera_plan *plan, const float *x, float cap, float *y, int64_t n);
 int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y);
+int cera_plan_argmax(cera_plan *plan, const float *x, int64_t rows, int64_t n, int32_t *out);
+
+/* Attention of the sequences of a batch, each over its own slot of a state. The state's
+ * arrays are entries of the run's table: table[k_index] / table[v_index] hold slot 0 of the
+ * layer's keys / values ([n_slots][n_kv_heads][capacity][dim], slots back to back) and
+ * table[pos_index] slot 0 of the cell positions ([n_slots][n_ctx] int32). Sequence s is rows
+ * [rows[2s], rows[2s] + rows[2s + 1]) of q, k, v and out; at run time slots[s] and starts[s]
+ * (input buffers) say which slot it uses and how many cells that slot held. */
+typedef struct {
+    const float *q, *k, *v;
+    float *out;
+    int64_t n_heads, n_kv_heads, k_dim, v_dim, capacity, n_ctx;
+    int kv_f16, acc_f16;
+    int k_index, v_index, pos_index;
+    int n_slots;
+    const int32_t *q_pos;
+    float scale, softcap;
+    int32_t window;
+    int n_seq;
+    const int64_t *rows;
+    const int32_t *slots, *starts;
+} cera_attention_seqs;
+int cera_plan_attention(cera_plan *plan, const cera_attention_seqs *args);
 
 /* Several products of one input as one pool job: the input is quantized once per
  * activation format, and the members' rows are handed out together. Member i computes
@@ -165,7 +188,9 @@ int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64
  * y[m, r] (same strides as y) as its rows are done. glu_op >= 0 (0 silu, 1 gelu) needs
  * exactly two members of one size, a gate and an up: their rows are done together and
  * glu_out[m, r] = act(gate[m, r]) * up[m, r] (rows glu_stride apart). Every element is
- * computed as cera_matmul, cera_binary and cera_glu compute it. At most 8 members. */
+ * computed as cera_matmul, cera_binary and cera_glu compute it. per_row = 1 (a batch of
+ * sequences decoding together) computes every row as a one-row product would, so a
+ * sequence's results do not depend on what shares its batch. At most 8 members. */
 typedef struct {
     int wtype;
     const void *w;
@@ -177,7 +202,8 @@ typedef struct {
     float *out;
 } cera_product;
 int cera_plan_products(cera_plan *plan, const float *x, int64_t x_stride, int64_t K, int64_t M,
-                       const cera_product *members, int n_members, int glu_op, float *glu_out, int64_t glu_stride);
+                       const cera_product *members, int n_members, int glu_op, float *glu_out, int64_t glu_stride,
+                       int per_row);
 
 /* Profiling: with profiling on, every run adds each op's wall time (ns) to a counter;
  * cera_plan_profile copies the counters and the op names out (n = cera_plan_size). */

@@ -342,7 +342,8 @@ int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int glu_o
 /* The members as one pool job; glu_op >= 0 also writes glu_out[m, r] = act(gate) * up
  * (rows glu_stride apart). Needs the context lock. */
 int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t K, int64_t M,
-                           const cera_product *mem, int n_mem, int glu_op, float *glu_out, int64_t glu_stride);
+                           const cera_product *mem, int n_mem, int glu_op, float *glu_out, int64_t glu_stride,
+                           int per_row);
 /* y = act(g) * u over n elements (ops.c; the glu op and the epilogue above share it). */
 enum { CERA_SILU_LIBM = 0, CERA_SILU_AVX2 = 1, CERA_SILU_AVX512 = 2 };
 /* y = act(g) * u over n values; with op 0 (SiLU), values from n_vec on take the scalar
@@ -358,9 +359,11 @@ int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_
                          const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias);
 int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok,
                             int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
-                            void *v_cache, int kv_f16, int64_t kv_stride, const int32_t *cell_pos,
+                            void *v_cache, int kv_f16, int64_t capacity, int64_t n_ctx, const int32_t *cell_pos,
                             const int32_t *q_pos, float scale, int32_t window, float softcap, int acc_f16, float *out,
                             int64_t kv_start);
+/* Attention of several sequences, each in its own slot of a state (see cera_attention_seqs). */
+int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, void *const *table);
 void cera_ctx_lock(cera_ctx *ctx);
 void cera_ctx_unlock(cera_ctx *ctx);
 

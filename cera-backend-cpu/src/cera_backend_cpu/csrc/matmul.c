@@ -199,7 +199,8 @@ int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int glu_o
 }
 
 int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t K, int64_t M,
-                           const cera_product *mem, int n_mem, int glu_op, float *glu_out, int64_t glu_stride) {
+                           const cera_product *mem, int n_mem, int glu_op, float *glu_out, int64_t glu_stride,
+                           int per_row) {
     const int rc = cera_products_check(mem, n_mem, K, glu_op);
     if (rc != CERA_OK) return rc;
     if (M <= 0) return M == 0 ? CERA_OK : CERA_EINVAL;
@@ -233,7 +234,9 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
         const cera_gemm_format *f = cera_gemm_format_of(mem[i].wtype, &ctx->k);
         /* K-quants from 8 rows, where llama.cpp's tiled K-quant path starts (same float steps) */
         const int kquant = f && (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET);
-        if (f && M < (kquant ? GEMM_MIN_ROWS_KQUANT : GEMM_MIN_ROWS)) f = NULL;
+        /* per_row: a batch of sequences decoding together; every row keeps the one-row
+         * arithmetic (vec_dot), so a sequence's tokens do not depend on its batch */
+        if (f && (per_row || M < (kquant ? GEMM_MIN_ROWS_KQUANT : GEMM_MIN_ROWS))) f = NULL;
         job.gemm[i] = f;
         prep_of[i] = -1;
         if (f) {
@@ -312,7 +315,7 @@ int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_
                          const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
     if (N == 0) return CERA_OK;
     const cera_product p = {wtype, w, w_row_bytes, N, y, y_stride, bias, NULL, NULL};
-    return cera_products_unlocked(ctx, x, x_stride, K, M, &p, 1, -1, NULL, 0);
+    return cera_products_unlocked(ctx, x, x_stride, K, M, &p, 1, -1, NULL, 0, 0);
 }
 
 int cera_matmul(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N, const float *x,

@@ -250,3 +250,20 @@ int cera_copy_rows(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t rows
     for (int64_t r = 0; r < rows; r++) memcpy(y + r * n, x + r * x_stride, sizeof(float) * (size_t)n);
     return CERA_OK;
 }
+
+int cera_argmax(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, int32_t *out) {
+    (void)ctx;
+    if (n <= 0) return CERA_EINVAL;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * n;
+        int64_t best = 0;
+        float v = row[0];
+        for (int64_t i = 1; i < n; i++)
+            if (row[i] > v) {
+                v = row[i];
+                best = i;
+            }
+        out[r] = (int32_t)best;
+    }
+    return CERA_OK;
+}

@@ -1,10 +1,10 @@
-/* Execution plans: a recorded list of ops replayed by one call.
+/* Execution plans: a compiled graph, replayed by one call.
  *
- * The Python side records a decode step once (cera_backend_cpu/plan.py), with every
- * intermediate tensor at a fixed place in a buffer it owns, and appends each op here
- * with the same arguments the eager call took. A run then only copies the step's token
- * ids and positions into the plan's input buffers, holds the context lock once, and
- * walks the list: no Python between ops, no GIL held.
+ * The Python side compiles a graph once per shape (cera_backend_cpu/compile.py), with
+ * every intermediate tensor at a fixed place in an arena it owns, and appends each op here
+ * with the same arguments the eager call takes. A run holds the context lock once and
+ * walks the list: no Python between ops, no GIL held. The run's inputs are already in the
+ * buffers the ops read; the state's arrays come in a table of pointers per run.
  *
  * Each op keeps its arguments in a tagged union and runs the very function its eager
  * call runs, so a replayed step computes what the eager step computed, bit for bit.
@@ -27,12 +27,13 @@ enum {
     OP_SCALE,
     OP_SOFTCAP,
     OP_COPY_ROWS,
+    OP_ARGMAX,
     OP_COUNT
 };
 
 static const char *const OP_NAMES[OP_COUNT] = {
     "get_rows", "products", "rms_norm", "layer_norm", "rope", "attention",
-    "unary", "glu", "binary", "scale", "softcap", "copy_rows",
+    "unary", "glu", "binary", "scale", "softcap", "copy_rows", "argmax",
 };
 
 typedef struct {
@@ -48,7 +49,7 @@ typedef struct {
     const float *x;
     int64_t x_stride, K, M;
     cera_product mem[CERA_MAX_PRODUCTS];
-    int n_mem, glu_op;
+    int n_mem, glu_op, per_row;
     float *glu_out;
     int64_t glu_stride;
 } products_args;
@@ -71,15 +72,15 @@ typedef struct {
 } rope_args;
 
 typedef struct {
-    const float *q, *k, *v;
-    int64_t n_tok, n_heads, n_kv_heads, k_dim, v_dim, kv_stride;
-    void *k_cache, *v_cache;
-    int kv_f16, acc_f16;
-    const int32_t *cell_pos, *q_pos;
-    float scale, softcap;
-    int32_t window;
-    float *out;
+    cera_attention_seqs a; /* rows points at the node's own copy */
+    int64_t *rows;
 } attention_args;
+
+typedef struct {
+    const float *x;
+    int64_t rows, n;
+    int32_t *out;
+} argmax_args;
 
 typedef struct { /* unary (b unused), glu, binary */
     int code;
@@ -112,33 +113,31 @@ typedef struct {
         ew_args ew;
         scale_args scale;
         copy_args copy;
+        argmax_args argmax;
     } u;
 } plan_node;
 
 struct cera_plan {
     cera_ctx *ctx;
-    int32_t *tokens, *positions; /* the input buffers the recorded ops read */
-    int64_t n_tok;
-    int64_t kv_start; /* of the run in progress */
+    void *const *table; /* the state's arrays, for the run in progress */
     plan_node *nodes;
     int n_nodes, cap;
     int profiling;
     int64_t *ns; /* per node, when profiling */
 };
 
-cera_plan *cera_plan_new(cera_ctx *ctx, int32_t *tokens, int32_t *positions, int64_t n_tok) {
-    if (!ctx || !tokens || !positions || n_tok <= 0) return NULL;
+cera_plan *cera_plan_new(cera_ctx *ctx) {
+    if (!ctx) return NULL;
     cera_plan *plan = calloc(1, sizeof(cera_plan));
     if (!plan) return NULL;
     plan->ctx = ctx;
-    plan->tokens = tokens;
-    plan->positions = positions;
-    plan->n_tok = n_tok;
     return plan;
 }
 
 void cera_plan_free(cera_plan *plan) {
     if (!plan) return;
+    for (int i = 0; i < plan->n_nodes; i++)
+        if (plan->nodes[i].op == OP_ATTENTION) free(plan->nodes[i].u.attention.rows);
     free(plan->nodes);
     free(plan->ns);
     free(plan);
@@ -182,7 +181,8 @@ int cera_plan_get_rows(cera_plan *plan, int t, const void *table, int64_t row_by
 }
 
 int cera_plan_products(cera_plan *plan, const float *x, int64_t x_stride, int64_t K, int64_t M,
-                       const cera_product *members, int n_members, int glu_op, float *glu_out, int64_t glu_stride) {
+                       const cera_product *members, int n_members, int glu_op, float *glu_out, int64_t glu_stride,
+                       int per_row) {
     const int rc = cera_products_check(members, n_members, K, glu_op);
     if (rc != CERA_OK) return rc;
     plan_node *node = append(plan, OP_PRODUCTS);
@@ -197,13 +197,8 @@ int cera_plan_products(cera_plan *plan, const float *x, int64_t x_stride, int64_
     a->glu_op = glu_op;
     a->glu_out = glu_out;
     a->glu_stride = glu_stride;
+    a->per_row = per_row;
     return CERA_OK;
-}
-
-int cera_plan_matmul(cera_plan *plan, int wtype, const void *w, int64_t w_row_bytes, int64_t K, int64_t N,
-                     const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias) {
-    const cera_product p = {wtype, w, w_row_bytes, N, y, y_stride, bias, NULL, NULL};
-    return cera_plan_products(plan, x, x_stride, K, M, &p, 1, -1, NULL, 0);
 }
 
 static int add_norm(cera_plan *plan, int op, const float *x, int64_t rows, int64_t n, const float *w, const float *b,
@@ -255,32 +250,24 @@ int cera_plan_rope(cera_plan *plan, const float *x, float *y, int64_t n_tok, int
     return CERA_OK;
 }
 
-int cera_plan_attention(cera_plan *plan, const float *q, const float *k, const float *v, int64_t n_tok,
-                        int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
-                        void *v_cache, int kv_f16, int64_t kv_stride, const int32_t *cell_pos, const int32_t *q_pos,
-                        float scale, int32_t window, float softcap, int acc_f16, float *out) {
-    if (n_kv_heads <= 0 || n_heads % n_kv_heads || n_tok > kv_stride) return CERA_EINVAL;
+int cera_plan_attention(cera_plan *plan, const cera_attention_seqs *args) {
+    const cera_attention_seqs *a = args;
+    if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->capacity <= 0 || a->capacity > a->n_ctx ||
+        a->n_seq <= 0 || a->n_slots <= 0 || !a->slots || !a->starts || !a->rows)
+        return CERA_EINVAL;
+    for (int s = 0; s < a->n_seq; s++)
+        if (a->rows[2 * s] < 0 || a->rows[2 * s + 1] <= 0 || a->rows[2 * s + 1] > a->capacity) return CERA_EINVAL;
+    int64_t *rows = malloc(sizeof(int64_t) * 2 * (size_t)a->n_seq);
+    if (!rows) return CERA_ENOMEM;
+    memcpy(rows, a->rows, sizeof(int64_t) * 2 * (size_t)a->n_seq);
     plan_node *node = append(plan, OP_ATTENTION);
-    if (!node) return CERA_ENOMEM;
-    node->u.attention.q = q;
-    node->u.attention.k = k;
-    node->u.attention.v = v;
-    node->u.attention.n_tok = n_tok;
-    node->u.attention.n_heads = n_heads;
-    node->u.attention.n_kv_heads = n_kv_heads;
-    node->u.attention.k_dim = k_dim;
-    node->u.attention.v_dim = v_dim;
-    node->u.attention.k_cache = k_cache;
-    node->u.attention.v_cache = v_cache;
-    node->u.attention.kv_f16 = kv_f16;
-    node->u.attention.kv_stride = kv_stride;
-    node->u.attention.cell_pos = cell_pos;
-    node->u.attention.q_pos = q_pos;
-    node->u.attention.scale = scale;
-    node->u.attention.window = window;
-    node->u.attention.softcap = softcap;
-    node->u.attention.acc_f16 = acc_f16;
-    node->u.attention.out = out;
+    if (!node) {
+        free(rows);
+        return CERA_ENOMEM;
+    }
+    node->u.attention.a = *a;
+    node->u.attention.a.rows = rows;
+    node->u.attention.rows = rows;
     return CERA_OK;
 }
 
@@ -332,6 +319,17 @@ int cera_plan_softcap(cera_plan *plan, const float *x, float cap, float *y, int6
     return add_scale(plan, OP_SOFTCAP, x, cap, y, n);
 }
 
+int cera_plan_argmax(cera_plan *plan, const float *x, int64_t rows, int64_t n, int32_t *out) {
+    if (rows < 0 || n <= 0) return CERA_EINVAL;
+    plan_node *node = append(plan, OP_ARGMAX);
+    if (!node) return CERA_ENOMEM;
+    node->u.argmax.x = x;
+    node->u.argmax.rows = rows;
+    node->u.argmax.n = n;
+    node->u.argmax.out = out;
+    return CERA_OK;
+}
+
 int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y) {
     plan_node *node = append(plan, OP_COPY_ROWS);
     if (!node) return CERA_ENOMEM;
@@ -355,7 +353,7 @@ static int run_node(cera_plan *plan, const plan_node *node) {
     case OP_PRODUCTS: {
         const products_args *a = &node->u.products;
         return cera_products_unlocked(ctx, a->x, a->x_stride, a->K, a->M, a->mem, a->n_mem, a->glu_op, a->glu_out,
-                                      a->glu_stride);
+                                      a->glu_stride, a->per_row);
     }
     case OP_RMS_NORM: {
         const norm_args *a = &node->u.norm;
@@ -371,12 +369,10 @@ static int run_node(cera_plan *plan, const plan_node *node) {
                          a->freq_scale, a->freq_factors, a->ext_factor, a->attn_factor, a->beta_fast, a->beta_slow,
                          a->n_ctx_orig);
     }
-    case OP_ATTENTION: {
-        const attention_args *a = &node->u.attention;
-        return cera_attention_unlocked(ctx, a->q, a->k, a->v, a->n_tok, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim,
-                                       a->k_cache, a->v_cache, a->kv_f16, a->kv_stride, a->cell_pos, a->q_pos,
-                                       a->scale, a->window, a->softcap, a->acc_f16, a->out, plan->kv_start);
-    }
+    case OP_ATTENTION:
+        return cera_attention_seqs_unlocked(ctx, &node->u.attention.a, plan->table);
+    case OP_ARGMAX:
+        return cera_argmax(ctx, node->u.argmax.x, node->u.argmax.rows, node->u.argmax.n, node->u.argmax.out);
     case OP_UNARY:
         return cera_unary(ctx, node->u.ew.code, node->u.ew.a, node->u.ew.y, node->u.ew.n);
     case OP_GLU:
@@ -404,10 +400,8 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-int cera_plan_run(cera_plan *plan, const int32_t *tokens, const int32_t *positions, int64_t kv_start) {
-    memcpy(plan->tokens, tokens, sizeof(int32_t) * (size_t)plan->n_tok);
-    memcpy(plan->positions, positions, sizeof(int32_t) * (size_t)plan->n_tok);
-    plan->kv_start = kv_start;
+int cera_plan_run(cera_plan *plan, void *const *state_table) {
+    plan->table = state_table;
     int rc = CERA_OK;
     cera_ctx_lock(plan->ctx);
     for (int i = 0; i < plan->n_nodes && rc == CERA_OK; i++) {

@@ -1,8 +1,11 @@
 """`cera bench`: prompt-processing and decode speed, like llama-bench's pp and tg tests.
 
 pp N: evaluate N random tokens in one batch on a fresh session. tg N: decode N tokens one
-at a time after a single start token. Each test runs once to warm up, then `--reps`
-times; the median tok/s and the standard deviation are reported.
+at a time after a single start token. With ``--parallel P``, tg runs P independent
+sequences at once through a batching scheduler (`cera.scheduler`) and reports their
+aggregate decode tokens/s (each sequence's tokens are the ones it would decode alone).
+Each test runs once to warm up, then `--reps` times; the median tok/s and the standard
+deviation are reported.
 """
 
 from __future__ import annotations
@@ -31,6 +34,17 @@ def _pp(loaded, n: int, rng) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def _tg_parallel(loaded, n: int, rng, parallel: int, depth: int = 0) -> float:
+    """Aggregate decode tokens/s of ``parallel`` sequences decoding together."""
+    scheduler = loaded.scheduler(n_slots=parallel, n_ctx=depth + n + 2, n_batch=512)
+    prompts = [rng.integers(0, loaded.model.n_vocab, size=depth + 1).tolist() for _ in range(parallel)]
+    t0 = time.perf_counter()
+    summaries = scheduler.generate_many(prompts, max_tokens=n, temperature=0.0, ignore_eos=True)
+    wall = time.perf_counter() - t0
+    decode = wall - sum(s.prompt_seconds for s in summaries)  # prompts run one at a time
+    return sum(s.n_generated for s in summaries) / decode
+
+
 def _tg(loaded, n: int, rng, depth: int = 0) -> float:
     session = loaded.new_session(n_ctx=depth + n + 2, n_batch=512)
     session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=depth + 1).tolist())
@@ -38,7 +52,7 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
     t0 = time.perf_counter()
     for _ in range(n):
         session.append_tokens([int(logits.argmax())])
-        logits = session.evaluate()
+        logits = session.evaluate()  # all logits read back each step, as llama-bench's tg
     return n / (time.perf_counter() - t0)
 
 
@@ -48,15 +62,22 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("-n", "--n-gen", default="128", callback=_ints, show_default=True, help="Token counts for tg tests.")
 @click.option("-d", "--depth", default="0", callback=_ints, show_default=True, help="Context depths at which tg runs.")
 @click.option("-r", "--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Repetitions per test.")
+@click.option("-P", "--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoding at once in tg tests (aggregate tokens/s).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-def bench_cmd(model, threads, device, ctx_size, n_prompt, n_gen, depth, reps, as_json):
+def bench_cmd(model, threads, device, ctx_size, n_prompt, n_gen, depth, reps, parallel, as_json):
     """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
     import numpy as np
 
     loaded = load_model(model, device, threads)
     rng = np.random.default_rng(1234)
     tests = [(f"pp{n}", lambda n=n: _pp(loaded, n, rng)) for n in n_prompt if n > 0]
-    tests += [(f"tg{n}" + (f"@d{d}" if d else ""), lambda n=n, d=d: _tg(loaded, n, rng, d)) for n in n_gen if n > 0 for d in depth]
+    if parallel == 1:
+        tests += [(f"tg{n}" + (f"@d{d}" if d else ""), lambda n=n, d=d: _tg(loaded, n, rng, d)) for n in n_gen if n > 0 for d in depth]
+    else:
+        tests += [
+            (f"tg{n}" + (f"@d{d}" if d else "") + f"x{parallel}", lambda n=n, d=d: _tg_parallel(loaded, n, rng, parallel, d))
+            for n in n_gen if n > 0 for d in depth
+        ]  # fmt: skip
     results = []
     for name, fn in tests:
         fn()  # warm-up
@@ -73,4 +94,4 @@ def bench_cmd(model, threads, device, ctx_size, n_prompt, n_gen, depth, reps, as
             r = results[-1]
             click.echo(f"{loaded.name:40.40s} {loaded.backend.name:6s} {name:12s} {r['median_tok_s']:10.2f} ± {r['stdev_tok_s']:.2f} tok/s")
     if as_json:
-        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "results": results}, indent=2))
+        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "parallel": parallel, "results": results}, indent=2))

@@ -1,8 +1,10 @@
 """`cera inspect -m FILE`: what a GGUF file holds and which installed plugins can run it.
 
-Everything here comes from the file's header and from the plugin declarations: no model
-family and no backend module is imported, so inspect works (and explains) even when the
-plugin that would run the file is missing or broken.
+The file's header and the plugin declarations say most of it. To say which backends can
+run the file, inspect asks the loader's own admission check (`cera.engine.admission`),
+which needs the ops of the model's graphs: it imports the family (never a backend) and
+builds them symbolically. When the family is missing or broken, inspect still describes
+the file and says why.
 """
 
 from __future__ import annotations
@@ -49,16 +51,27 @@ def _family(manager, architecture: str | None) -> tuple[dict | None, str | None]
     }, None
 
 
-def _backends(manager, tensors) -> list[dict]:
-    """For each installed backend: usable here or not, and the first tensor it cannot serve.
+def _model_ops(manager, gguf) -> tuple[set[str] | None, str | None]:
+    """The ops of the file's model (its family imported, graphs built symbolically)."""
+    from cera.engine import model_ops, read_model
+    from cera.errors import CeraError
 
-    Uses only what the backend declared (`BackendSpec.tensor_types`), in file order, so the
-    answer is the same one the loader's admission check will give.
-    """
+    try:
+        _, model, _ = read_model(gguf, manager)
+        return model_ops(model), None
+    except CeraError as e:
+        return None, str(e)
+
+
+def _backends(manager, gguf, ops) -> list[dict]:
+    """For each installed backend: usable here or not, the first tensor it cannot serve,
+    and the loader's admission answer (types and ops)."""
+    from cera.engine import admission
+
     out = []
     for name, spec in sorted(manager.backends.items(), key=lambda kv: (-kv[1].priority, kv[0])):
         supported = set(spec.tensor_types)
-        first = next((t for t in tensors.values() if t.type_name not in supported), None)
+        first = next((t for t in gguf.tensors.values() if t.type_name not in supported), None)
         unserved = None
         if first is not None:
             unserved = {
@@ -76,6 +89,7 @@ def _backends(manager, tensors) -> list[dict]:
                 "tensor_types": list(spec.tensor_types),
                 "serves_all_tensors": first is None,
                 "first_unserved": unserved,
+                "admission": admission(spec, gguf, ops),
             }
         )
     return out
@@ -97,7 +111,8 @@ def inspect_report(path: Path, manager) -> dict:
             nbytes[t.type_name] += t.nbytes
         tokens = meta.get("tokenizer.ggml.tokens")
         family, family_error = _family(manager, architecture)
-        backends = _backends(manager, g.tensors)
+        ops, model_error = _model_ops(manager, g) if family else (None, None)
+        backends = _backends(manager, g, ops)
         return {
             "path": str(path),
             "file_size": g.file_size,
@@ -118,9 +133,11 @@ def inspect_report(path: Path, manager) -> dict:
             },
             "family": family,
             "family_error": family_error,
+            "model_error": model_error,
+            "ops": sorted(ops) if ops is not None else None,
             "backends": backends,
-            # Backends that are usable here and serve every tensor, best first (the --device auto order).
-            "runs_on": [b["name"] for b in backends if b["usable"] and b["serves_all_tensors"]],
+            # Backends the loader would admit, best first (the --device auto order).
+            "runs_on": [b["name"] for b in backends if b["admission"] is None],
         }
 
 
@@ -181,6 +198,8 @@ def _print_report(r: dict) -> None:
         row("family", f"{f['name']} ({origin})")
     else:
         row("family", f"none: {r['family_error']}")
+    if r.get("model_error"):
+        row("model", f"cannot be built: {r['model_error']}")
     if not r["backends"]:
         row("backends", "none installed: install one, e.g. `pip install cera-backend-cpu`")
         return
@@ -195,6 +214,8 @@ def _print_report(r: dict) -> None:
         else:
             u = b["first_unserved"]
             notes.append(f"cannot serve tensor {u['tensor']!r}: {u['reason']}")
+        if b["usable"] and b["serves_all_tensors"] and b["admission"]:
+            notes.append(b["admission"])
         click.echo(f"  {b['name']:<{width}}{'; '.join(notes)}")
 
 
@@ -211,7 +232,8 @@ def _print_report(r: dict) -> None:
 def inspect_cmd(source: str, as_json: bool) -> None:
     """Describe a GGUF file: architecture, tensors, which plugins can run it.
 
-    Reads only the file's header; no model or backend code is loaded.
+    Reads the file's header and builds the model's graphs symbolically (no weights are
+    read, no backend is loaded) to tell which backends the loader would admit.
     """
     from cera_cli.main import plugin_manager
 

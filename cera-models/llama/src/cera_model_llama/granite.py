@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import attrs
 
-from .llama import LlamaConfig, LlamaModel, read_llama_config
+from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
 
 
-class GraniteModel(LlamaModel):
+class GraniteModel(DecoderModel):
     family = "granite"
 
-    def read_config(self, gguf) -> LlamaConfig:
-        config, hp = read_llama_config(gguf, self.family)
+    @classmethod
+    def read_config(cls, gguf) -> DecoderConfig:
+        config, hp = read_decoder_config(gguf, cls.family)
         config = attrs.evolve(
             config,
             embedding_scale=hp.opt("embedding_scale", 1.0, float),

@@ -2,7 +2,7 @@
 
 import cera
 
-CERA_PLUGIN_API = ">=1,<2"
+CERA_PLUGIN_API = ">=2,<3"
 
 
 @cera.hookimpl

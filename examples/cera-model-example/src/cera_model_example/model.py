@@ -2,15 +2,20 @@
 
 Per layer: LayerNorm -> multi-head attention with RoPE (NeoX pairing) and grouped KV
 heads -> residual; LayerNorm -> GELU feed-forward -> residual. Then a final LayerNorm and
-an untied output projection. It is deliberately plain, so that the file shows the three
+an untied output projection. It is deliberately plain, so that the file shows the four
 things every family writes:
 
-1. the config, read from the file's ``cera-example.*`` metadata keys (`read_config`);
-2. the weights, looked up by GGUF tensor name (`ExampleModel.__init__`);
-3. the forward pass, written only with the backend's op vocabulary (`forward`).
+1. the config, read from the file's ``cera-example.*`` metadata keys (`read_config`, a
+   classmethod: it reads nothing but metadata);
+2. the weights, bound by GGUF tensor name (`__init__`): ``weights[name]`` hands out a
+   graph reference, and a tensor of the file the family never asks for is refused;
+3. the state each layer carries between forward passes (`self.state.add(...)`): here an
+   attention KV cache per layer; the handle it returns is what the layer's attention op
+   gets (a hybrid family declares `ShortConv` or `SSMState` entries the same way);
+4. the forward pass (`forward`), written with the op vocabulary on a graph builder ``g``:
+   nothing is computed there, the backend compiles the graph and runs it.
 
-The model never imports a backend and never touches the weights' bytes: the backend it
-is handed uploads them (keeping quantized types quantized) and runs the ops.
+The model never imports a backend and never touches weight bytes.
 
 Metadata keys (``cera-example.`` prefix): ``block_count``, ``embedding_length``,
 ``feed_forward_length``, ``attention.head_count``, ``attention.head_count_kv``
@@ -27,12 +32,13 @@ from __future__ import annotations
 import math
 
 import attrs
-import numpy as np
 
-from cera.backend import AttentionSpec, KVLayerSpec, RopeSpec
 from cera.errors import ModelConfigError
+from cera.graph import GraphBuilder
 from cera.hparams import HParams
 from cera.model import Model
+from cera.ops import AttentionSpec, RopeSpec
+from cera.state import AttentionKV
 
 ARCHITECTURE = "cera-example"
 
@@ -46,6 +52,7 @@ class ExampleConfig:
     n_head_kv: int
     eps: float
     rope_base: float
+    n_ctx_train: int
 
     @property
     def head_dim(self) -> int:
@@ -63,6 +70,7 @@ def read_config(gguf) -> ExampleConfig:
         n_head_kv=hp.opt("attention.head_count_kv", hp.req("attention.head_count"), int),
         eps=hp.req("attention.layer_norm_epsilon", float),
         rope_base=hp.opt("rope.freq_base", 10000.0, float),
+        n_ctx_train=hp.opt("context_length", 0, int),
     )
     if config.n_embd % config.n_head or config.n_head % config.n_head_kv:
         raise ModelConfigError(
@@ -75,12 +83,16 @@ def read_config(gguf) -> ExampleConfig:
 
 
 class ExampleModel(Model):
-    required_ops = ("embedding", "linear", "layer_norm", "rope", "attention", "gelu", "add")
+    family = "example"
 
-    def __init__(self, gguf, backend):
-        super().__init__(gguf, backend)
-        self.config = c = read_config(gguf)
-        w = self.weights  # uploads each tensor to the backend on first use
+    @classmethod
+    def read_config(cls, gguf) -> ExampleConfig:
+        return read_config(gguf)
+
+    def __init__(self, config: ExampleConfig, weights):
+        super().__init__(config, weights)
+        c = config
+        w = weights  # w[name]: a reference the graph uses; the backend uploads the tensor
         self.tok_embd = w["token_embd.weight"]
         self.layers = [
             {
@@ -104,34 +116,33 @@ class ExampleModel(Model):
         self.output = w["output.weight"]
         self.rope = RopeSpec(n_dims=c.head_dim, base=c.rope_base, neox=True)
         self.attn = AttentionSpec(scale=1.0 / math.sqrt(c.head_dim))
+        # The state: one KV cache per layer. The backend stores it (for many sequences at
+        # once); the layer's attention op gets the handle.
+        self.kv = [self.state.add(AttentionKV(c.n_head_kv, c.head_dim, c.head_dim, rope=self.rope)) for _ in range(c.n_layer)]
 
     @property
     def n_vocab(self) -> int:
         return self.output.shape[1]  # GGML order: (ne0=n_embd, ne1=n_vocab)
 
-    def state_layout(self) -> list[KVLayerSpec]:
+    def forward(self, g: GraphBuilder) -> None:
         c = self.config
-        return [KVLayerSpec(n_kv_heads=c.n_head_kv, k_dim=c.head_dim, v_dim=c.head_dim)] * c.n_layer
-
-    def forward(self, state, tokens: np.ndarray, positions: np.ndarray, output: str = "last"):
-        ops, c = self.backend, self.config
-        n = len(tokens)
-        x = ops.embedding(self.tok_embd, tokens)  # [n, n_embd]
+        n = g.layout.n_tokens
+        x = g.embedding(self.tok_embd, g.tokens)  # [n, n_embd]
         for i, L in enumerate(self.layers):
-            h = ops.layer_norm(x, L["attn_norm.weight"], L["attn_norm.bias"], c.eps)
-            q = ops.reshape(ops.linear(h, L["attn_q.weight"]), (n, c.n_head, c.head_dim))
-            k = ops.reshape(ops.linear(h, L["attn_k.weight"]), (n, c.n_head_kv, c.head_dim))
-            v = ops.reshape(ops.linear(h, L["attn_v.weight"]), (n, c.n_head_kv, c.head_dim))
-            q = ops.rope(q, positions, self.rope)
-            k = ops.rope(k, positions, self.rope)
-            a = ops.attention(q, k, v, state, i, positions, self.attn)  # [n, n_head * head_dim]
-            x = ops.add(x, ops.linear(a, L["attn_output.weight"]))
-            h = ops.layer_norm(x, L["ffn_norm.weight"], L["ffn_norm.bias"], c.eps)
-            h = ops.linear(ops.unary("gelu", ops.linear(h, L["ffn_up.weight"])), L["ffn_down.weight"])
-            x = ops.add(x, h)
-        if output == "none":
-            return None
-        if output == "last":
-            x = ops.rows(x, slice(n - 1, n))
-        x = ops.layer_norm(x, *self.output_norm, c.eps)
-        return ops.to_numpy(ops.linear(x, self.output))
+            h = g.layer_norm(x, L["attn_norm.weight"], L["attn_norm.bias"], c.eps)
+            q = g.reshape(g.linear(h, L["attn_q.weight"]), (n, c.n_head, c.head_dim))
+            k = g.reshape(g.linear(h, L["attn_k.weight"]), (n, c.n_head_kv, c.head_dim))
+            v = g.reshape(g.linear(h, L["attn_v.weight"]), (n, c.n_head_kv, c.head_dim))
+            q = g.rope(q, g.positions, self.rope)
+            k = g.rope(k, g.positions, self.rope)
+            a = g.attention(q, k, v, self.kv[i], self.attn)  # [n, n_head * head_dim]
+            x = g.add(x, g.linear(a, L["attn_output.weight"]))
+            h = g.layer_norm(x, L["ffn_norm.weight"], L["ffn_norm.bias"], c.eps)
+            h = g.linear(g.unary("gelu", g.linear(h, L["ffn_up.weight"])), L["ffn_down.weight"])
+            x = g.add(x, h)
+        # The head: the rows whose outputs the caller wants (each sequence's last, or all),
+        # normed; then hand the hidden states and logits to the graph, which adds what was
+        # asked for (logits, argmax or top-k computed on the device, hidden states, ...).
+        x = g.layer_norm(g.output_rows(x), *self.output_norm, c.eps)
+        g.emit_hidden(x)
+        g.emit_logits(g.linear(x, self.output))

@@ -10,7 +10,7 @@ import cera
 
 # The plugin-API versions this plugin works with (a PEP 440 specifier). A core providing
 # another API version skips the plugin and `cera plugins` says why.
-CERA_PLUGIN_API = ">=1,<2"
+CERA_PLUGIN_API = ">=2,<3"
 
 
 @cera.hookimpl

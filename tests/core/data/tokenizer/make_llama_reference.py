@@ -176,6 +176,7 @@ def record(path: Path, configs: list[tuple[bool, bool]], long_text: bool) -> dic
 
 def main() -> int:
     import llama_cpp
+
     from cera import bundles
 
     result = {"llama_cpp_python": llama_cpp.__version__, "corpus": CORPUS, "models": {}, "vocabs": {}}

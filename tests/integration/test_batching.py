@@ -1,0 +1,106 @@
+"""Many sequences in one forward pass: each sequence's results are exactly its own.
+
+The products of a decode batch keep each row's one-row arithmetic, attention runs in each
+sequence's own state slot, so a sequence decoded in a batch gives the logits (bit for bit)
+and the tokens it gives alone, whatever shares its batch. llama.cpp does not promise this
+(its batched products sum in another order); cera does, and these tests hold it to it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import cera
+from cera.graph import ALL_LOGITS, Layout
+from cera.runtime import SeqStep
+
+
+def _prompts(loaded, n: int, length: int = 12, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, min(loaded.model.n_vocab, 4000), length + 3 * i).tolist() for i in range(n)]
+
+
+def _alone(loaded, prompt, n, n_ctx):
+    s = loaded.new_session(n_ctx=n_ctx)
+    s.append_tokens(prompt)
+    return s.generate(max_tokens=n, temperature=0, ignore_eos=True).tokens
+
+
+def _check_four_together(loaded, n_tokens: int = 24):
+    prompts = _prompts(loaded, 4)
+    alone = [_alone(loaded, p, n_tokens, 256) for p in prompts]
+    scheduler = loaded.scheduler(n_slots=4, n_ctx=256)
+    together = scheduler.generate_many(prompts, max_tokens=n_tokens, temperature=0, ignore_eos=True)
+    assert [s.tokens for s in together] == alone
+    assert max(scheduler.rows_per_batch) == 4, scheduler.rows_per_batch  # really batched
+
+
+def test_four_sequences_together_decode_exactly_their_tokens_alone_smollm2(smollm2_path):
+    _check_four_together(cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True))
+
+
+@pytest.mark.slow
+def test_four_sequences_together_decode_exactly_their_tokens_alone_gemma3(gemma3_path):
+    _check_four_together(cera.load(str(gemma3_path), device="cpu", threads=2, quiet=True), n_tokens=16)
+
+
+def test_a_decode_batch_gives_each_row_its_own_logits_bit_for_bit(smollm2_path):
+    loaded = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
+    runner = loaded.runner
+    prompts = _prompts(loaded, 4, seed=3)
+    # alone: a state per sequence
+    singles = []
+    for p in prompts:
+        st = runner.new_state(64)
+        runner.forward(st, [SeqStep(0, p, range(len(p)))], ALL_LOGITS)
+        singles.append(runner.forward(st, [SeqStep(0, [7], [len(p)])], ALL_LOGITS)["logits"][0])
+    # together: one state, four slots; prompts one by one, then one decode batch
+    st = runner.new_state(64, n_slots=4)
+    for slot, p in enumerate(prompts):
+        runner.forward(st, [SeqStep(slot, p, range(len(p)))], ALL_LOGITS)
+    out = runner.forward(st, [SeqStep(slot, [7], [len(p)]) for slot, p in enumerate(prompts)], ALL_LOGITS)["logits"]
+    for slot in range(4):
+        assert np.array_equal(out[slot], singles[slot]), f"row {slot} differs by {np.abs(out[slot] - singles[slot]).max()}"
+    assert Layout((1, 1, 1, 1)).is_decode_batch
+
+
+def test_sequences_join_and_leave_between_steps_from_threads(smollm2_path):
+    """Sessions of a scheduler generating from threads, started at different times and
+    asking for different lengths: each gets its own greedy tokens."""
+    loaded = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
+    prompts = _prompts(loaded, 3, seed=5)
+    lengths = (20, 7, 13)
+    alone = [_alone(loaded, p, n, 128) for p, n in zip(prompts, lengths, strict=True)]
+    scheduler = loaded.scheduler(n_slots=3, n_ctx=128)
+    got: list = [None] * 3
+
+    def work(i):
+        s = scheduler.new_session()
+        try:
+            s.append_tokens(prompts[i])
+            got[i] = s.generate(max_tokens=lengths[i], temperature=0, ignore_eos=True).tokens
+        finally:
+            s.close()
+
+    threads = []
+    for i in range(3):
+        t = threading.Thread(target=work, args=(i,))
+        t.start()
+        threads.append(t)
+        threading.Event().wait(0.02)
+    for t in threads:
+        t.join(timeout=120)
+    assert got == alone
+    assert scheduler.state._free == [0, 1, 2]  # every slot was given back
+
+
+def test_more_prompts_than_slots_is_a_clear_error(smollm2_path):
+    from cera.errors import SessionError
+
+    loaded = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
+    scheduler = loaded.scheduler(n_slots=2, n_ctx=64)
+    with pytest.raises(SessionError, match="3 prompts for 2 slots"):
+        scheduler.generate_many([[1], [2], [3]], max_tokens=2)
