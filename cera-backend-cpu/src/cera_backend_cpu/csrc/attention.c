@@ -46,9 +46,19 @@ typedef struct {
     float *out;
     int64_t n_chunks, chunk; /* cells per chunk */
     float *partials; /* [n_tok * n_heads][n_chunks][2 + v_dim]: M, S, values (n_chunks > 1) */
+} attn_job;
+
+/* One pool job over the items (query row, head, chunk) of one or more attention jobs:
+ * the sequences of a decode batch, each in its own slot, are one hand-over to the pool.
+ * An item's arithmetic does not depend on which job list it is in or which thread runs it. */
+#define MAX_BATCH_JOBS 64
+typedef struct {
+    attn_job *jobs;
+    int n_jobs;
+    int64_t first[MAX_BATCH_JOBS + 1]; /* job j's items: [first[j], first[j + 1]) */
     atomic_llong next;
     int failed;
-} attn_job;
+} attn_batch;
 
 /* The physical cell of sequence cell c (>= first_present): a full cache stores cell c at
  * c; a sliding-window ring of `capacity` cells at c % capacity, which over the cells it
@@ -66,11 +76,10 @@ CERA_INLINE int32_t cell_position(const attn_job *job, int64_t c) {
 static void attn_task(void *varg, int ith, int nth) {
     (void)ith;
     (void)nth;
-    attn_job *job = varg;
+    attn_batch *batch = varg;
+    attn_job *job = &batch->jobs[0];
     const cera_kernels *k = job->k;
-    const int64_t group = job->n_heads / job->n_kv_heads;
-    const size_t elt = job->kv_f16 ? 2 : 4;
-    const int64_t DK = job->k_dim, DV = job->v_dim;
+    const int64_t DK = job->k_dim, DV = job->v_dim; /* the same layer: one shape for every job */
     float acc_stack[SMALL_DIM];
     uint16_t q16_stack[SMALL_DIM], acc16_stack[SMALL_DIM];
     float *acc = acc_stack;
@@ -79,7 +88,7 @@ static void attn_task(void *varg, int ith, int nth) {
     if (DK > SMALL_DIM || DV > SMALL_DIM) {
         heap = malloc(sizeof(float) * (size_t)DV + sizeof(uint16_t) * (size_t)(DK + DV));
         if (!heap) {
-            job->failed = 1;
+            batch->failed = 1;
             return;
         }
         acc = heap;
@@ -88,9 +97,15 @@ static void attn_task(void *varg, int ith, int nth) {
     }
     const float logit_mul = job->softcap > 0 ? job->scale / job->softcap : job->scale;
     const int f16acc = job->kv_f16 && job->acc_f16;
+    const int64_t group = job->n_heads / job->n_kv_heads;
+    const size_t elt = job->kv_f16 ? 2 : 4;
+    int j = 0;
     for (;;) {
-        const int64_t item = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
-        if (item >= job->n_tok * job->n_heads * job->n_chunks) break;
+        const int64_t global = atomic_fetch_add_explicit(&batch->next, 1, memory_order_relaxed);
+        if (global >= batch->first[batch->n_jobs]) break;
+        while (global >= batch->first[j + 1]) j++; /* items are handed out in order */
+        job = &batch->jobs[j];
+        const int64_t item = global - batch->first[j];
         const int64_t th = item / job->n_chunks, chunk = item % job->n_chunks;
         const int64_t t = th / job->n_heads, h = th % job->n_heads, g = h / group;
         const float *q = job->q + (t * job->n_heads + h) * DK;
@@ -302,69 +317,107 @@ static void store_cells(const cera_kernels *k, const float *x, int64_t n_tok, in
         }
 }
 
-int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok,
-                            int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
-                            void *v_cache, int kv_f16, int64_t capacity, int64_t n_ctx, const int32_t *cell_pos,
-                            const int32_t *q_pos, float scale, int32_t window, float softcap, int acc_f16, float *out,
-                            int64_t kv_start) {
+/* Store the pass's keys and values and fill `job` for one sequence. Returns 1 when the
+ * rows take the tiled path (64+ query rows, run at once here), 0 when `job` is ready for
+ * attn_task, or a negative CERA_E* code. */
+static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
+                        int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_f16,
+                        int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
+                        int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start, attn_job *job) {
     const int64_t n_cells = kv_start + n_tok;
     if (n_kv_heads <= 0 || n_heads % n_kv_heads || kv_start < 0 || n_cells > n_ctx || n_tok > capacity ||
         capacity > n_ctx || capacity <= 0)
         return CERA_EINVAL;
     store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_f16, capacity, kv_start);
     store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_f16, capacity, kv_start);
-    attn_job job;
-    job.k = &ctx->k;
-    job.q = q;
-    job.n_tok = n_tok;
-    job.n_heads = n_heads;
-    job.k_dim = k_dim;
-    job.v_dim = v_dim;
-    job.n_kv_heads = n_kv_heads;
-    job.capacity = capacity;
-    job.n_ctx = n_ctx;
-    job.n_cells = n_cells;
-    job.first_present = n_cells > capacity ? n_cells - capacity : 0;
-    job.base = job.first_present / capacity * capacity;
-    job.k_cache = k_cache;
-    job.v_cache = v_cache;
-    job.kv_f16 = kv_f16;
-    job.cell_pos = cell_pos;
-    job.q_pos = q_pos;
-    job.scale = scale;
-    job.softcap = softcap;
-    job.window = window;
-    job.acc_f16 = acc_f16;
-    job.out = out;
-    job.failed = 0;
-    atomic_init(&job.next, 0);
+    job->k = &ctx->k;
+    job->q = q;
+    job->n_tok = n_tok;
+    job->n_heads = n_heads;
+    job->k_dim = k_dim;
+    job->v_dim = v_dim;
+    job->n_kv_heads = n_kv_heads;
+    job->capacity = capacity;
+    job->n_ctx = n_ctx;
+    job->n_cells = n_cells;
+    job->first_present = n_cells > capacity ? n_cells - capacity : 0;
+    job->base = job->first_present / capacity * capacity;
+    job->k_cache = k_cache;
+    job->v_cache = v_cache;
+    job->kv_f16 = kv_f16;
+    job->cell_pos = cell_pos;
+    job->q_pos = q_pos;
+    job->scale = scale;
+    job->softcap = softcap;
+    job->window = window;
+    job->acc_f16 = acc_f16;
+    job->out = out;
+    job->partials = NULL;
     const int64_t work = n_tok * n_heads * n_cells * (k_dim + v_dim);
-    int nth = work < 32768 ? 1 : ctx->n_threads;
     if (n_tok >= TQ) {
         tiled_job tj;
-        tj.job = &job;
+        tj.job = job;
         tj.n_qtiles = (n_tok + TQ - 1) / TQ;
         tj.failed = 0;
         atomic_init(&tj.next, 0);
-        cera_pool_run(ctx->pool, tiled_task, &tj, nth);
-        return tj.failed ? CERA_ENOMEM : CERA_OK;
+        cera_pool_run(ctx->pool, tiled_task, &tj, work < 32768 ? 1 : ctx->n_threads);
+        return tj.failed ? CERA_ENOMEM : 1;
     }
-    job.chunk = n_cells;
+    job->chunk = n_cells;
     if (n_tok == 1) {
         int64_t n_kv = (n_cells + 255) / 256 * 256;
         n_kv = n_kv < 256 ? 256 : n_kv > n_ctx ? n_ctx : n_kv; /* llama.cpp's view of a cache of n_ctx cells */
-        if (n_kv >= 512) job.chunk = (n_kv + ctx->n_threads - 1) / ctx->n_threads;
+        if (n_kv >= 512) job->chunk = (n_kv + ctx->n_threads - 1) / ctx->n_threads;
     }
-    job.n_chunks = (n_cells + job.chunk - 1) / job.chunk;
-    job.partials = NULL;
-    if (job.n_chunks > 1) {
-        job.partials = cera_scratch(ctx, sizeof(float) * (size_t)(n_tok * n_heads * job.n_chunks * (2 + v_dim)));
-        if (!job.partials) return CERA_ENOMEM;
+    job->n_chunks = (n_cells + job->chunk - 1) / job->chunk;
+    return CERA_OK;
+}
+
+/* The per-row path of prepared jobs, as one pool job; then each job's chunks combined. */
+static int attn_run(cera_ctx *ctx, attn_job *jobs, int n_jobs) {
+    attn_batch batch;
+    batch.jobs = jobs;
+    batch.n_jobs = n_jobs;
+    batch.failed = 0;
+    atomic_init(&batch.next, 0);
+    size_t scratch = 0;
+    int64_t work = 0;
+    batch.first[0] = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const attn_job *job = &jobs[j];
+        batch.first[j + 1] = batch.first[j] + job->n_tok * job->n_heads * job->n_chunks;
+        if (job->n_chunks > 1) scratch += (size_t)(job->n_tok * job->n_heads * job->n_chunks * (2 + job->v_dim));
+        work += job->n_tok * job->n_heads * job->n_cells * (job->k_dim + job->v_dim);
     }
-    if (n_tok * n_heads * job.n_chunks < nth) nth = (int)(n_tok * n_heads * job.n_chunks);
-    cera_pool_run(ctx->pool, attn_task, &job, nth);
-    if (!job.failed && job.n_chunks > 1) reduce_chunks(&job);
-    return job.failed ? CERA_ENOMEM : CERA_OK;
+    if (scratch) {
+        float *space = cera_scratch(ctx, sizeof(float) * scratch);
+        if (!space) return CERA_ENOMEM;
+        for (int j = 0; j < n_jobs; j++)
+            if (jobs[j].n_chunks > 1) {
+                jobs[j].partials = space;
+                space += jobs[j].n_tok * jobs[j].n_heads * jobs[j].n_chunks * (2 + jobs[j].v_dim);
+            }
+    }
+    int nth = work < 32768 ? 1 : ctx->n_threads;
+    if (batch.first[n_jobs] < nth) nth = (int)batch.first[n_jobs];
+    if (nth < 1) return CERA_OK;
+    cera_pool_run(ctx->pool, attn_task, &batch, nth);
+    if (batch.failed) return CERA_ENOMEM;
+    for (int j = 0; j < n_jobs; j++)
+        if (jobs[j].n_chunks > 1) reduce_chunks(&jobs[j]);
+    return CERA_OK;
+}
+
+int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok,
+                            int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
+                            void *v_cache, int kv_f16, int64_t capacity, int64_t n_ctx, const int32_t *cell_pos,
+                            const int32_t *q_pos, float scale, int32_t window, float softcap, int acc_f16, float *out,
+                            int64_t kv_start) {
+    attn_job job;
+    const int rc = attn_prepare(ctx, q, k, v, n_tok, n_heads, n_kv_heads, k_dim, v_dim, k_cache, v_cache, kv_f16,
+                                capacity, n_ctx, cell_pos, q_pos, scale, window, softcap, acc_f16, out, kv_start, &job);
+    if (rc != CERA_OK) return rc < 0 ? rc : CERA_OK;
+    return attn_run(ctx, &job, 1);
 }
 
 int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
@@ -386,17 +439,25 @@ int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, vo
     const size_t elt = a->kv_f16 ? 2 : 4;
     const size_t k_slot = (size_t)(a->n_kv_heads * a->capacity * a->k_dim) * elt;
     const size_t v_slot = (size_t)(a->n_kv_heads * a->capacity * a->v_dim) * elt;
+    attn_job jobs[MAX_BATCH_JOBS];
+    int n_jobs = 0;
     for (int s = 0; s < a->n_seq; s++) {
         const int64_t r0 = a->rows[2 * s], n = a->rows[2 * s + 1];
         const int32_t slot = a->slots[s];
         if (slot < 0 || slot >= a->n_slots) return CERA_EINVAL;
-        const int rc = cera_attention_unlocked(
+        if (n_jobs == MAX_BATCH_JOBS) { /* a very wide batch: run what is gathered first */
+            const int rc = attn_run(ctx, jobs, n_jobs);
+            if (rc != CERA_OK) return rc;
+            n_jobs = 0;
+        }
+        const int rc = attn_prepare(
             ctx, a->q + r0 * a->n_heads * a->k_dim, a->k + r0 * a->n_kv_heads * a->k_dim,
             a->v + r0 * a->n_kv_heads * a->v_dim, n, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim,
             (char *)k_base + slot * k_slot, (char *)v_base + slot * v_slot, a->kv_f16, a->capacity, a->n_ctx,
             pos_base + (int64_t)slot * a->n_ctx, a->q_pos + r0, a->scale, a->window, a->softcap, a->acc_f16,
-            a->out + r0 * a->n_heads * a->v_dim, a->starts[s]);
-        if (rc != CERA_OK) return rc;
+            a->out + r0 * a->n_heads * a->v_dim, a->starts[s], &jobs[n_jobs]);
+        if (rc < 0) return rc;
+        if (rc == CERA_OK) n_jobs++; /* rc 1: a prompt's tiles, done already */
     }
-    return CERA_OK;
+    return n_jobs ? attn_run(ctx, jobs, n_jobs) : CERA_OK;
 }

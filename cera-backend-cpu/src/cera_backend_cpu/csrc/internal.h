@@ -201,6 +201,16 @@ typedef void (*cera_quant_fn)(const float *x, void *y, int64_t n);
 /* the same for 4 weight rows, row_stride bytes apart: s[0..3] */
 typedef void (*cera_dot4_fn)(int64_t n, const void *w, int64_t row_stride, const void *a, float *s);
 
+/* R weight rows (w_stride bytes apart) against A activation rows (act_stride bytes apart):
+ * s[a * s_stride + r] = dot(row r, activation row a), for R <= cera_kernels.dotm_rows[t]
+ * and A <= CERA_DOTM_MAX_ACTS. Each output is bit for bit what dot computes for its pair
+ * (a batch of sequences decoding together must give each one the tokens it gets alone):
+ * the unpacking of the weights and the integer parts are shared, the float steps of each
+ * pair are dot's. */
+typedef void (*cera_dotm_fn)(int64_t n, const void *w, int64_t w_stride, int R, const void *acts, int64_t act_stride,
+                             int A, float *s, int64_t s_stride);
+#define CERA_DOTM_MAX_ACTS 4
+
 /* -- many-row products (gemm.c) ---------------------------------------------------------- */
 
 /* How a weight format maps onto the gemm microkernel: the integer arithmetic of its
@@ -266,6 +276,8 @@ struct cera_kernels {
     double (*softmax_row)(int64_t n, float *s, float max);
     cera_dot_fn dot[T_COUNT];
     cera_dot4_fn dot4[T_COUNT]; /* optional */
+    cera_dotm_fn dotm[T_COUNT]; /* optional; takes up to dotm_rows[t] weight rows at once */
+    int dotm_rows[T_COUNT];
     cera_quant_fn quant[ACT_COUNT];
     /* attention primitives over the KV cache */
     float (*dot_f16)(int64_t n, const uint16_t *a, const uint16_t *b);
