@@ -182,13 +182,14 @@ class LoadedModel:
         """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096."""
         from .session import Session
 
-        return Session(self, n_ctx=n_ctx or self.default_n_ctx(), kv_type=kv_type, n_batch=n_batch)
+        return Session(self, n_ctx=self.default_n_ctx() if n_ctx is None else n_ctx, kv_type=kv_type, n_batch=n_batch)
 
     def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
         """A batching scheduler: sessions made by it decode together (`cera.scheduler`)."""
         from .scheduler import Scheduler
 
-        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx or self.default_n_ctx(), kv_type=kv_type, n_batch=n_batch)
+        n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
+        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch)
 
     def chat(self, system: str | None = None, **session_options):
         """A chat on a fresh session, using the model's chat template."""

@@ -21,7 +21,13 @@ def _opt(default, flag: str | None, help: str, **kw):
 def _tuple_of_str(v) -> tuple[str, ...]:
     if isinstance(v, str):
         return (v,)
-    return tuple(v)
+    try:
+        out = tuple(v)
+    except TypeError:
+        raise InvalidOptions(f"stop must be a string or a list of strings, got {v!r}") from None
+    if not all(isinstance(s, str) for s in out):
+        raise InvalidOptions(f"stop must be a string or a list of strings, got {v!r}")
+    return out
 
 
 def _tuple_of_int(v) -> tuple[int, ...]:

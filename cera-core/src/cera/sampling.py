@@ -263,6 +263,8 @@ class Sampler:
         return self._choose(c, history, [])
 
     def _choose(self, c: Candidates, history, extra) -> int:
+        if c.full and np.isnan(c.logits).any():
+            raise SessionError("the model returned NaN logits: its weights or the computation are broken")
         for p in self.masks + extra:
             p.apply(c, history)
         if self.options.greedy:

@@ -114,9 +114,13 @@ class Session:
 
     def append_tokens(self, ids) -> None:
         try:
-            ids = [int(t) for t in ids]
-        except (TypeError, ValueError):
-            raise SessionError(f"token ids must be integers, got {ids!r:.80}") from None
+            ids = list(ids)
+        except TypeError:
+            raise SessionError(f"token ids must be a sequence of integers, got {ids!r:.80}") from None
+        if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in ids):
+            bad = next(t for t in ids if not isinstance(t, (int, np.integer)) or isinstance(t, bool))
+            raise SessionError(f"token ids must be integers, got {bad!r:.40} ({type(bad).__name__})")
+        ids = [int(t) for t in ids]
         n_vocab = self.model.n_vocab
         bad = [t for t in ids if not 0 <= t < n_vocab]
         if bad:

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .errors import ContextFull, SessionError, UnsupportedOperation
+from .errors import ContextFull, ResourceExhausted, SessionError, UnsupportedOperation
 from .ops import RopeSpec, rotate
 
 KV_TYPES = {"f16": np.float16, "f32": np.float32}
@@ -216,7 +216,10 @@ class HostState:
         self.kv_type = kv_type
         dtype = KV_TYPES[kv_type]
         self.n_filled = np.zeros(n_slots, np.int64)
-        self.pos = np.full((n_slots, self.n_ctx), -1, np.int32)
+        try:
+            self.pos = np.full((n_slots, self.n_ctx), -1, np.int32)
+        except (MemoryError, ValueError):
+            raise ResourceExhausted(f"a context of {self.n_ctx} tokens x {n_slots} sequence(s) does not fit in memory; use a smaller context") from None
         self.k: dict[int, np.ndarray] = {}
         self.v: dict[int, np.ndarray] = {}
         self.conv_state: dict[int, np.ndarray] = {}
@@ -225,6 +228,19 @@ class HostState:
         self.cross_v: dict[int, np.ndarray] = {}
         self.cross_len: dict[int, np.ndarray] = {}
         # np.zeros maps pages lazily: a large n_ctx costs memory only as cells fill.
+        try:
+            self._allocate(n_slots, dtype)
+        except (MemoryError, ValueError) as e:
+            need = estimate_bytes(spec, self.n_ctx, n_slots, kv_type, self.n_batch)
+            raise ResourceExhausted(
+                f"the state for {n_slots} sequence(s) of {self.n_ctx} tokens needs {need / 2**30:.1f} GiB of memory, "
+                f"which cannot be allocated ({type(e).__name__}: {e}); use a smaller context"
+            ) from None
+        self._free = list(range(n_slots))
+        self._pending: dict[int, int] = {}  # slot -> cells reserved by the pass in progress
+        self._poisoned: set[int] = set()
+
+    def _allocate(self, n_slots: int, dtype) -> None:
         for i, d in enumerate(self.decls):
             if d.kind == "kv":
                 cap = ring_cells(d, self.n_ctx, self.n_batch)
@@ -238,9 +254,6 @@ class HostState:
                 self.cross_k[i] = np.zeros((n_slots, d.max_len, d.n_kv_heads, d.k_dim), np.float32)
                 self.cross_v[i] = np.zeros((n_slots, d.max_len, d.n_kv_heads, d.v_dim), np.float32)
                 self.cross_len[i] = np.zeros(n_slots, np.int64)
-        self._free = list(range(n_slots))
-        self._pending: dict[int, int] = {}  # slot -> cells reserved by the pass in progress
-        self._poisoned: set[int] = set()
 
     # -- slots ---------------------------------------------------------------------------------
 
