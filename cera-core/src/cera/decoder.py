@@ -20,6 +20,7 @@ import math
 
 import attrs
 from gguf.constants import MODEL_TENSOR
+from gguf.constants import Keys as K
 
 from .errors import ModelConfigError
 from .graph import GraphBuilder, Tensor
@@ -86,32 +87,32 @@ def read_decoder_config(gguf, family: str, neox: bool = False) -> tuple[DecoderC
     """The keys every llama-shaped decoder has. Returns the HParams so the family can read
     its own keys and then call ``hp.check_all_understood()``."""
     hp = HParams(gguf, family)
-    n_layer = hp.req("block_count")
-    n_embd = hp.req("embedding_length")
-    n_head = hp.req("attention.head_count")
+    n_layer = hp.req(K.LLM.BLOCK_COUNT)
+    n_embd = hp.req(K.LLM.EMBEDDING_LENGTH)
+    n_head = hp.req(K.Attention.HEAD_COUNT)
     if n_layer < 1 or n_embd < 1 or n_head < 1:
         raise ModelConfigError(f"{gguf.path}: block_count, embedding_length and head_count must be positive")
     # one KV head count for all layers, or one per layer (0: a layer that does not attend)
-    kv_heads = tuple(hp.per_layer("attention.head_count_kv", n_layer, n_head))
+    kv_heads = tuple(hp.per_layer(K.Attention.HEAD_COUNT_KV, n_layer, n_head))
     n_head_kv = max(kv_heads)
     if n_head_kv < 1 or any(k not in (0, n_head_kv) for k in kv_heads):
         raise ModelConfigError(f"{gguf.path}: {hp.key('attention.head_count_kv')} is {list(kv_heads)}; cera needs one positive count (0 for layers that do not attend)")
-    head_dim = hp.opt("attention.key_length", n_embd // n_head, int)
-    head_dim_v = hp.opt("attention.value_length", head_dim, int)
-    n_rot = hp.opt("rope.dimension_count", head_dim, int)
+    head_dim = hp.opt(K.Attention.KEY_LENGTH, n_embd // n_head, int)
+    head_dim_v = hp.opt(K.Attention.VALUE_LENGTH, head_dim, int)
+    n_rot = hp.opt(K.Rope.DIMENSION_COUNT, head_dim, int)
     if n_head % n_head_kv:
         raise ModelConfigError(f"{gguf.path}: {n_head} attention heads cannot be grouped onto {n_head_kv} KV heads")
     tokens = gguf.get("tokenizer.ggml.tokens")
-    n_vocab = hp.opt("vocab_size", len(tokens) if tokens is not None else 0, int)
-    scale = hp.opt("attention.scale", 0.0, float)
+    n_vocab = hp.opt(K.LLM.VOCAB_SIZE, len(tokens) if tokens is not None else 0, int)
+    scale = hp.opt(K.Attention.SCALE, 0.0, float)
     config = DecoderConfig(
         n_layer=n_layer,
         n_embd=n_embd,
-        n_ff=hp.req("feed_forward_length"),
+        n_ff=hp.req(K.LLM.FEED_FORWARD_LENGTH),
         n_vocab=n_vocab,
-        n_ctx_train=hp.opt("context_length", 0, int),
+        n_ctx_train=hp.opt(K.LLM.CONTEXT_LENGTH, 0, int),
         attn=AttentionShape(n_head, n_head_kv, head_dim, head_dim_v),
-        eps=hp.req("attention.layer_norm_rms_epsilon", float),
+        eps=hp.req(K.Attention.LAYERNORM_RMS_EPS, float),
         rope=read_rope(hp, n_rot, neox=neox),
         windows=(None,) * n_layer,
         attention_scale=scale if scale else 1.0 / math.sqrt(head_dim),
@@ -122,7 +123,7 @@ def read_decoder_config(gguf, family: str, neox: bool = False) -> tuple[DecoderC
 
 def read_sliding_windows(hp: HParams, n_layer: int, default_window: int | None, default_pattern: int) -> tuple:
     """Per-layer windows from ``attention.sliding_window`` and its pattern key."""
-    window = hp.opt("attention.sliding_window", default_window or 0, int) or None
+    window = hp.opt(K.Attention.SLIDING_WINDOW, default_window or 0, int) or None
     pattern = hp.opt("attention.sliding_window_pattern", default_pattern, int)
     if window is None:
         return (None,) * n_layer

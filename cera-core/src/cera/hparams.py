@@ -1,4 +1,5 @@
-"""Reading a family's hyperparameters from `{arch}.*` metadata keys.
+"""Reading a family's hyperparameters from `{arch}.*` metadata keys (named by suffix or by
+the `gguf` package's key table).
 
 `HParams` hands out values by key suffix and remembers what was read. When the family is
 done, `check_all_understood` refuses the file if it carries an `{arch}.*` key that the
@@ -28,6 +29,13 @@ INFORMATIONAL_SUFFIXES = frozenset(
 )
 
 
+def _suffix(key: str) -> str:
+    """A key's part after the architecture: families may name keys by suffix
+    ("block_count") or by the `gguf` package's table (`Keys.LLM.BLOCK_COUNT`,
+    "{arch}.block_count")."""
+    return key[len("{arch}.") :] if key.startswith("{arch}.") else key
+
+
 class HParams:
     def __init__(self, gguf, family: str):
         self.gguf = gguf
@@ -36,7 +44,7 @@ class HParams:
         self.used: set[str] = set()
 
     def key(self, suffix: str) -> str:
-        return f"{self.arch}.{suffix}"
+        return f"{self.arch}.{_suffix(suffix)}"
 
     def has(self, suffix: str) -> bool:
         return self.key(suffix) in self.gguf.metadata
@@ -63,6 +71,7 @@ class HParams:
 
     def req(self, suffix: str, kind: type = int) -> Any:
         """A required key; its absence is an error naming the key."""
+        suffix = _suffix(suffix)
         self.used.add(suffix)
         key = self.key(suffix)
         if key not in self.gguf.metadata:
@@ -73,6 +82,7 @@ class HParams:
         return self._convert(suffix, self.gguf.metadata[key], kind)
 
     def opt(self, suffix: str, default: Any, kind: type | None = None) -> Any:
+        suffix = _suffix(suffix)
         self.used.add(suffix)
         key = self.key(suffix)
         if key not in self.gguf.metadata:
@@ -81,6 +91,7 @@ class HParams:
 
     def per_layer(self, suffix: str, n_layers: int, default: Any, kind: type = int) -> list:
         """A key that may be one value for all layers or an array with one per layer."""
+        suffix = _suffix(suffix)
         self.used.add(suffix)
         key = self.key(suffix)
         value = self.gguf.metadata.get(key, default)
@@ -92,7 +103,7 @@ class HParams:
 
     def ignore(self, *suffixes: str) -> None:
         """Declare keys the family deliberately does not use."""
-        self.used.update(suffixes)
+        self.used.update(_suffix(s) for s in suffixes)
 
     def check_all_understood(self) -> None:
         prefix = self.arch + "."
