@@ -73,6 +73,32 @@ def test_bench_reports_each_test_with_all_repetitions(smollm2_path):
         assert len(t["samples"]) == 2 and all(s > 0 for s in t["samples"])
 
 
+def test_bench_parallel_reports_the_aggregate_of_sequences_decoding_together(smollm2_path):
+    r = cera("bench", "-m", str(smollm2_path), "-t", "2", "-p", "0", "-n", "4", "-r", "1", "--parallel", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["parallel"] == 3
+    assert [t["test"] for t in out["results"]] == ["tg4x3"]
+    assert out["results"][0]["median_tok_s"] > 0
+
+
+def test_generation_flags_come_from_the_options_type():
+    """`cera run --help` lists every flagged field of cera.options.GenerateOptions, with
+    its help: one definition for the API and the CLI."""
+    import attrs
+
+    from cera.options import GenerateOptions
+
+    r = cera("run", "--help")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    for f in attrs.fields(GenerateOptions):
+        flag = f.metadata.get("flag")
+        if flag:
+            assert flag.split("/")[-1] in text, flag
+            assert " ".join(f.metadata["help"].split())[:30] in text, f.name
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

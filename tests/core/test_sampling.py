@@ -91,3 +91,78 @@ def test_banned_tokens_are_never_drawn():
 def test_bad_options_are_rejected(kw):
     with pytest.raises(ValueError):
         SamplingOptions(**kw)
+
+
+# -- the processor chain ----------------------------------------------------------------------
+
+
+def test_presence_and_frequency_penalties_subtract_as_openai_defines():
+    from cera.sampling import Candidates, Penalties
+
+    logits = np.array([1.0, 1.0, 1.0, 1.0], dtype=np.float32)
+    c = Candidates(logits=logits.copy())
+    Penalties(presence=0.5, frequency=0.25, last_n=-1).apply(c, [1, 1, 3])
+    np.testing.assert_allclose(c.logits, [1.0, 1.0 - 0.5 - 0.5, 1.0, 1.0 - 0.5 - 0.25])
+
+
+def test_what_the_chain_needs_from_the_device():
+    from cera.sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K
+
+    assert Sampler(SamplingOptions(temperature=0)).needs() == (NEEDS_ARGMAX, 0)
+    assert Sampler(SamplingOptions(temperature=0.7, top_k=20)).needs() == (NEEDS_TOP_K, 20)
+    assert Sampler(SamplingOptions(temperature=0.7, top_k=0)).needs() == (NEEDS_LOGITS, 0)
+    assert Sampler(SamplingOptions(temperature=0, repeat_penalty=1.1)).needs() == (NEEDS_LOGITS, 0)
+    assert Sampler(SamplingOptions(temperature=0), banned=[2]).needs() == (NEEDS_LOGITS, 0)
+
+
+def test_the_device_top_k_gives_the_draws_of_the_full_logits():
+    """Sampling from the top k ids and values a graph returns draws exactly what sampling
+    from all logits draws (same seed, no ties at the cut)."""
+    from cera.sampling import Candidates
+
+    rng = np.random.default_rng(7)
+    logits = rng.standard_normal(500).astype(np.float32) * 3
+    opts = SamplingOptions(temperature=0.9, top_k=30, top_p=0.9, min_p=0.02, seed=11)
+    full, part = Sampler(opts), Sampler(opts)
+    ids = np.argsort(-logits, kind="stable")[:30]
+    for _ in range(200):
+        a = full.choose(Candidates(logits=logits.copy()), [])
+        b = part.choose(Candidates(ids=ids.astype(np.int64), values=logits[ids].astype(np.float64)), [])
+        assert a == b
+
+
+def test_a_mask_processor_plugs_into_the_chain():
+    """A grammar is one more processor: it masks logits and hears which token was chosen."""
+    from cera.sampling import Processor
+
+    class OnlyEven(Processor):
+        def __init__(self):
+            self.seen = []
+
+        def apply(self, c, history):
+            c.logits[1::2] = -np.inf
+
+        def accept(self, token):
+            self.seen.append(token)
+
+    mask = OnlyEven()
+    s = Sampler(SamplingOptions(temperature=1.0, seed=3), extra=[mask])
+    logits = np.zeros(10, np.float32)
+    logits[7] = 10.0
+    picks = [s.sample(logits) for _ in range(50)]
+    assert all(p % 2 == 0 for p in picks) and mask.seen == picks
+
+
+def test_log_probabilities_of_the_chosen_tokens(smollm2_path):
+    import cera
+    from cera.sampling import log_softmax_at
+
+    m = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
+    s = m.new_session(n_ctx=64)
+    s.append_text("Hello")
+    logits = s.evaluate().copy()
+    events = list(s.events(max_tokens=1, temperature=0, logprobs=True, top_logprobs=3))
+    first = events[0]
+    assert first.logprob == pytest.approx(float(log_softmax_at(logits, [first.id])[0]), abs=1e-9)
+    assert [t for t, _ in first.top_logprobs][0] == first.id == int(np.argmax(logits))
+    assert events[-1].summary.logprobs == [first.logprob]
