@@ -104,3 +104,26 @@ def test_more_prompts_than_slots_is_a_clear_error(smollm2_path):
     scheduler = loaded.scheduler(n_slots=2, n_ctx=64)
     with pytest.raises(SessionError, match="3 prompts for 2 slots"):
         scheduler.generate_many([[1], [2], [3]], max_tokens=2)
+
+
+@pytest.mark.slow
+def test_gemma3_sliding_window_rings_compute_what_full_caches_compute(gemma3_path):
+    """Gemma 3's sliding layers (window 512) keep rings of window + batch cells; with
+    prompts in chunks of 64 and a context of 1024 the rings wrap, and the logits are those
+    of whole-context caches (llama.cpp's swa_full) bit for bit."""
+    loaded = cera.load(str(gemma3_path), device="cpu", threads=2, quiet=True)
+    ids = np.random.default_rng(2).integers(0, 4000, 700).tolist()
+    outs = []
+    for swa_full in (False, True):
+        s = loaded.new_session(n_ctx=1024, n_batch=64, swa_full=swa_full)
+        s.append_tokens(ids)
+        got = [s.evaluate().copy()]
+        for t in range(12):
+            s.append_tokens([int(np.argmax(got[-1]))])
+            got.append(s.evaluate().copy())
+        caps = {a.shape[2] for a in s.state.k.values()}
+        outs.append((got, caps))
+    (ring, ring_caps), (full, full_caps) = outs
+    assert ring_caps == {576, 1024} and full_caps == {1024}
+    for step, (a, b) in enumerate(zip(ring, full, strict=True)):
+        assert np.array_equal(a, b), f"step {step}: {np.abs(a - b).max()}"

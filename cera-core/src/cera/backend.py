@@ -105,10 +105,12 @@ class Backend(ABC):
         Raises `cera.errors.UnsupportedTensorType` naming the tensor, its type and this
         backend when there is no kernel for the type."""
 
-    def new_state(self, spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512):
-        """Storage for a family's declared state, ``n_slots`` sequences of ``n_ctx`` cells.
-        Host backends keep it in numpy (`HostState`); a device backend returns its own."""
-        return HostState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch)
+    def new_state(self, spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512,
+                  swa_full: bool = False):  # fmt: skip
+        """Storage for a family's declared state, ``n_slots`` sequences of ``n_ctx`` cells
+        (sliding-window caches sized to the window unless ``swa_full``). Host backends
+        keep it in numpy (`HostState`); a device backend returns its own."""
+        return HostState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
 
     # -- compiling --------------------------------------------------------------------------------
 

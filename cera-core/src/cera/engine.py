@@ -178,11 +178,14 @@ class LoadedModel:
     def default_n_ctx(self) -> int:
         return min(DEFAULT_N_CTX, self.n_ctx_train) if self.n_ctx_train > 0 else DEFAULT_N_CTX
 
-    def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
-        """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096."""
+    def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False):
+        """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096;
+        ``swa_full`` gives sliding-window layers whole-context caches (the same results,
+        more memory)."""
         from .session import Session
 
-        return Session(self, n_ctx=self.default_n_ctx() if n_ctx is None else n_ctx, kv_type=kv_type, n_batch=n_batch)
+        n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
+        return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
 
     def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
         """A batching scheduler: sessions made by it decode together (`cera.scheduler`)."""

@@ -45,8 +45,9 @@ class Runner:
         self._lock = threading.Lock()
         self.n_compiled = 0  # graphs compiled so far (for tests and diagnostics)
 
-    def new_state(self, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512):
-        return self.backend.new_state(self.model.state, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch)
+    def new_state(self, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False):
+        return self.backend.new_state(self.model.state, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch,
+                                      swa_full=swa_full)  # fmt: skip
 
     def executable(self, layout: Layout, outputs: Outputs, state):
         key = (layout, outputs, geometry(state), self.backend.compile_key())

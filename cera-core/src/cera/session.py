@@ -84,7 +84,8 @@ MAX_SNAPSHOTS = 4
 class Session:
     """One conversation's state on a loaded model. See the module docstring."""
 
-    def __init__(self, loaded, n_ctx: int, kv_type: str = "f16", n_batch: int = 512, scheduler=None):
+    def __init__(self, loaded, n_ctx: int, kv_type: str = "f16", n_batch: int = 512, scheduler=None,
+                 swa_full: bool = False):  # fmt: skip
         for what, v in (("n_ctx", n_ctx), ("n_batch", n_batch)):
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise SessionError(f"{what} must be a positive integer, got {v!r}")
@@ -98,7 +99,7 @@ class Session:
             self.state = scheduler.state
             self.slot = scheduler.acquire(self)
         else:
-            self.state = self.runner.new_state(n_ctx, n_slots=1, kv_type=kv_type, n_batch=self.n_batch)
+            self.state = self.runner.new_state(n_ctx, n_slots=1, kv_type=kv_type, n_batch=self.n_batch, swa_full=swa_full)
             self.slot = self.state.acquire()
         self.n_ctx = self.state.n_ctx
         self.tokens: list[int] = []  # evaluated, in the state

@@ -125,10 +125,12 @@ class StateSpec:
         return not self.kinds() & {"conv", "ssm"}
 
 
-def ring_cells(decl: AttentionKV, n_ctx: int, n_batch: int) -> int:
+def ring_cells(decl: AttentionKV, n_ctx: int, n_batch: int, swa_full: bool = False) -> int:
     """Cells a layer's cache holds: the whole context, or for a sliding window the window
-    plus one batch (the oldest query row of a batch still sees window - 1 cells back)."""
-    if decl.window is None:
+    plus one batch (the oldest query row of a batch still sees window - 1 cells back).
+    ``swa_full`` keeps whole-context caches for sliding-window layers too (llama.cpp's
+    option of that name), which computes the same but costs the memory."""
+    if decl.window is None or swa_full:
         return n_ctx
     return min(n_ctx, decl.window + n_batch)
 
@@ -202,7 +204,8 @@ class HostState:
     `commit` (or `rollback`): `begin` checks the new cells fit and records their positions.
     """
 
-    def __init__(self, spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512):
+    def __init__(self, spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512,
+                 swa_full: bool = False):  # fmt: skip
         if kv_type not in KV_TYPES:
             raise UnsupportedOperation(f"KV cache type {kv_type!r} is not available here; use one of {sorted(KV_TYPES)}")
         for what, v in (("n_ctx", n_ctx), ("n_slots", n_slots), ("n_batch", n_batch)):
@@ -214,6 +217,7 @@ class HostState:
         self.n_slots = int(n_slots)
         self.n_batch = int(min(n_batch, n_ctx))
         self.kv_type = kv_type
+        self.swa_full = bool(swa_full)
         dtype = KV_TYPES[kv_type]
         self.n_filled = np.zeros(n_slots, np.int64)
         try:
@@ -243,7 +247,7 @@ class HostState:
     def _allocate(self, n_slots: int, dtype) -> None:
         for i, d in enumerate(self.decls):
             if d.kind == "kv":
-                cap = ring_cells(d, self.n_ctx, self.n_batch)
+                cap = ring_cells(d, self.n_ctx, self.n_batch, self.swa_full)
                 self.k[i] = np.zeros((n_slots, d.n_kv_heads, cap, d.k_dim), dtype)
                 self.v[i] = np.zeros((n_slots, d.n_kv_heads, cap, d.v_dim), dtype)
             elif d.kind == "conv":
