@@ -237,3 +237,29 @@ def test_recurrent_state_refuses_rewinds_and_shifts_but_snapshots():
     state.restore(0, snap)
     assert np.all(state.conv(refs[0], 0) == 5.0) and state.n_filled[0] == 2
     state.begin(0, np.array([2]))  # usable again
+
+
+def test_a_q8_0_cache_holds_blocks_and_snapshots_and_shifts(be):
+    spec, _ = _spec(AttentionKV(1, 32, 32, rope=RopeSpec(n_dims=32)))
+    state = HostState(spec, 16, kv_type="q8_0")
+    assert state.k[0].shape == (1, 1, 16, 34) and state.k[0].dtype == np.uint8  # one block: f16 scale + 32 int8
+    rng = np.random.default_rng(0)
+    vals = rng.standard_normal((6, 1, 32)).astype(np.float32)
+    pos = np.arange(6, dtype=np.int32)
+    start = state.begin(0, pos)
+    out = be.attention(np.zeros((6, 1, 32), np.float32), np.zeros((6, 1, 32), np.float32), vals, state, 0, 0, start,
+                       pos, SPEC)  # fmt: skip
+    state.commit(0)
+    # a zero query weighs the visible values equally: the mean of their 8-bit blocks
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    q = dequantize(quantize(vals.reshape(6, 32), GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0)
+    np.testing.assert_allclose(out[-1], q.mean(axis=0), atol=2 * np.abs(vals).max() / 127)
+    snap = state.snapshot(0)
+    state.shift(0, keep=1, n_discard=2)
+    assert state.n_filled[0] == 4
+    state.restore(0, snap)
+    assert state.n_filled[0] == 6 and np.array_equal(state.k[0][0, :, :6], snap.kv[0][0])
+    with pytest.raises(UnsupportedOperation, match="multiples of 32"):
+        HostState(_spec(AttentionKV(1, 16, 16))[0], 8, kv_type="q8_0")

@@ -36,7 +36,7 @@ from cera.errors import (
     UnsupportedTensorType,
 )
 from cera.ops import names as op_names
-from cera.state import HostState
+from cera.state import KV_CODES, HostState, kv_row_shape
 
 from ._native import best_variant, compiled_variants, cpu_features, ffi, lib
 from .capabilities import OPS, TENSOR_TYPES
@@ -373,13 +373,13 @@ class CpuBackend(Backend):
             raise ShapeError(f"attention: {positions.shape} positions for {n} tokens")
         index = getattr(ref, "index", ref)
         kc, vc = state.k[index][slot], state.v[index][slot]
-        if kc.shape[0] != n_kv or kc.shape[2] != k_dim or vc.shape[2] != v.shape[2]:
+        if kc.shape[0] != n_kv or kc.shape[2] != kv_row_shape(state.kv_type, k_dim) or vc.shape[2] != kv_row_shape(state.kv_type, v.shape[2]):
             raise ShapeError(f"attention: state {index} caches {kc.shape[0]} x {kc.shape[2]} / {vc.shape[2]}, got k {k.shape}, v {v.shape}")
         v_dim = v.shape[2]
         out = self._empty((n, n_heads * v_dim))
         rc = self._call(
             "attention", q, k, v, n, n_heads, n_kv, k_dim, v_dim, ffi.from_buffer(kc), ffi.from_buffer(vc),
-            int(state.kv_type == "f16"), kc.shape[1], state.n_ctx, state.pos[slot], positions, float(spec.scale),
+            KV_CODES[state.kv_type], kc.shape[1], state.n_ctx, state.pos[slot], positions, float(spec.scale),
             int(spec.window or 0), float(spec.softcap or 0.0), int(self.attention_f16_accumulator), out, int(start),
         )  # fmt: skip
         if rc == -2:

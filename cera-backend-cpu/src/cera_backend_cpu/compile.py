@@ -27,7 +27,7 @@ from cera.errors import CeraError, SessionError, ShapeError
 from cera.graph import Graph, Tensor, WeightRef
 from cera.ops import OPS, RunContext
 from cera.planning import ALIGN, Step, arena_layout, is_view, placements, plan_steps
-from cera.state import HostState
+from cera.state import KV_CODES, HostState
 
 from ._native import ffi, lib
 
@@ -85,6 +85,7 @@ class CpuExecutable(Executable):
         self.weights = weights
         self.geometry = state_geometry(state)
         self.kv_f16 = getattr(state, "kv_type", "f16") == "f16"
+        self.kv_code = KV_CODES.get(getattr(state, "kv_type", "f16"), 1)
         self.acc_f16 = bool(backend.attention_f16_accumulator)
         self.per_row = graph.layout.is_decode_batch
         self._lock = threading.Lock()
@@ -314,7 +315,7 @@ class CpuExecutable(Executable):
         a.q, a.k, a.v, a.out = self.ptr(q), self.ptr(k), self.ptr(v), self.ptr(node.out)
         a.n_heads, a.n_kv_heads, a.k_dim, a.v_dim = q.shape[1], k.shape[1], k.shape[2], v.shape[2]
         a.capacity, a.n_ctx = state.k[ref.index].shape[2], state.n_ctx
-        a.kv_f16, a.acc_f16 = int(self.kv_f16), int(self.acc_f16)
+        a.kv_type, a.acc_f16 = self.kv_code, int(self.acc_f16)
         a.k_index, a.v_index, a.pos_index = ki, vi, 0
         a.n_slots = state.n_slots
         a.q_pos = self.ptr(self.graph.inputs["positions"], "int32_t *")

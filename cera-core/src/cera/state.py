@@ -27,7 +27,13 @@ import numpy as np
 from .errors import ContextFull, ResourceExhausted, SessionError, UnsupportedOperation
 from .ops import RopeSpec, rotate
 
-KV_TYPES = {"f16": np.float16, "f32": np.float32}
+KV_TYPES = {"f16": np.float16, "f32": np.float32, "q8_0": np.uint8}
+KV_CODES = {"f32": 0, "f16": 1, "q8_0": 2}  # what kernels are told
+
+
+def kv_row_shape(kv_type: str, dim: int) -> int:
+    """Elements (f16/f32) or bytes (q8_0: blocks of 32 values, 34 bytes each) of a cached row."""
+    return dim // 32 * 34 if kv_type == "q8_0" else dim
 INT32_MAX = 2**31 - 1
 
 
@@ -138,27 +144,46 @@ def ring_cells(decl: AttentionKV, n_ctx: int, n_batch: int, swa_full: bool = Fal
 # -- host storage -------------------------------------------------------------------------------
 
 
+def _encode(x: np.ndarray, kv_type: str, dtype) -> np.ndarray:
+    if kv_type != "q8_0":
+        return x.astype(dtype)
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    return quantize(np.ascontiguousarray(x, np.float32), GGMLQuantizationType.Q8_0)
+
+
+def _decode(x: np.ndarray, kv_type: str) -> np.ndarray:
+    if kv_type != "q8_0":
+        return x.astype(np.float64)
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    return dequantize(np.ascontiguousarray(x), GGMLQuantizationType.Q8_0).astype(np.float64)
+
+
 class KVView:
     """One layer's cache in one slot: ``capacity`` physical cells, a ring when smaller than
     the context. Cell c of the sequence (counted from its start) lives at c % capacity."""
 
-    def __init__(self, k: np.ndarray, v: np.ndarray):
-        self.k = k  # [n_kv_heads, capacity, k_dim]
+    def __init__(self, k: np.ndarray, v: np.ndarray, kv_type: str = "f16"):
+        self.k = k  # [n_kv_heads, capacity, row]
         self.v = v
+        self.kv_type = kv_type
         self.capacity = k.shape[1]
 
     def write(self, start: int, k: np.ndarray, v: np.ndarray) -> None:
         n = k.shape[0]
         idx = (start + np.arange(n)) % self.capacity
-        self.k[:, idx] = np.swapaxes(k, 0, 1).astype(self.k.dtype)
-        self.v[:, idx] = np.swapaxes(v, 0, 1).astype(self.v.dtype)
+        self.k[:, idx] = _encode(np.swapaxes(k, 0, 1), self.kv_type, self.k.dtype)
+        self.v[:, idx] = _encode(np.swapaxes(v, 0, 1), self.kv_type, self.v.dtype)
 
     def read(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Cells (sequence order) as float64 [cells, heads, dim]."""
         idx = np.asarray(cells) % self.capacity
         return (
-            np.swapaxes(self.k[:, idx], 0, 1).astype(np.float64),
-            np.swapaxes(self.v[:, idx], 0, 1).astype(np.float64),
+            np.swapaxes(_decode(self.k[:, idx], self.kv_type), 0, 1),
+            np.swapaxes(_decode(self.v[:, idx], self.kv_type), 0, 1),
         )
 
 
@@ -248,8 +273,14 @@ class HostState:
         for i, d in enumerate(self.decls):
             if d.kind == "kv":
                 cap = ring_cells(d, self.n_ctx, self.n_batch, self.swa_full)
-                self.k[i] = np.zeros((n_slots, d.n_kv_heads, cap, d.k_dim), dtype)
-                self.v[i] = np.zeros((n_slots, d.n_kv_heads, cap, d.v_dim), dtype)
+                if self.kv_type == "q8_0" and (d.k_dim % 32 or d.v_dim % 32):
+                    raise UnsupportedOperation(
+                        f"a q8_0 KV cache needs head dimensions that are multiples of 32; this model's are "
+                        f"{d.k_dim} and {d.v_dim}: use kv_type f16 or f32"
+                    )
+                k_row, v_row = kv_row_shape(self.kv_type, d.k_dim), kv_row_shape(self.kv_type, d.v_dim)
+                self.k[i] = np.zeros((n_slots, d.n_kv_heads, cap, k_row), dtype)
+                self.v[i] = np.zeros((n_slots, d.n_kv_heads, cap, v_row), dtype)
             elif d.kind == "conv":
                 self.conv_state[i] = np.zeros((n_slots, d.kernel - 1, d.channels), np.float32)
             elif d.kind == "ssm":
@@ -344,7 +375,7 @@ class HostState:
 
     def kv(self, ref, slot: int) -> KVView:
         i = _index(ref)
-        return KVView(self.k[i][slot], self.v[i][slot])
+        return KVView(self.k[i][slot], self.v[i][slot], self.kv_type)
 
     def positions(self, slot: int) -> np.ndarray:
         return self.pos[slot]
@@ -475,12 +506,12 @@ class HostState:
             k, v = self.k[i][slot], self.v[i][slot]
             src = slice(keep + n_discard, filled)
             dst = slice(keep, keep + moved)
-            kk = k[:, src].astype(np.float64)
+            kk = _decode(k[:, src], self.kv_type)
             if d.rope is not None and moved:
                 # rotate by -n_discard: RoPE composes additively in the position
                 delta = np.full(moved, -n_discard, np.int64)
                 kk = rotate(np.swapaxes(kk, 0, 1), delta, d.rope, unit=True).swapaxes(0, 1)
-            k[:, dst] = kk.astype(k.dtype)
+            k[:, dst] = _encode(kk, self.kv_type, k.dtype)
             v[:, dst] = v[:, src]
         p = self.pos[slot]
         p[keep : keep + moved] = p[keep + n_discard : filled] - n_discard
@@ -499,12 +530,12 @@ def _index(ref) -> int:
 
 def estimate_bytes(spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512) -> int:
     """Bytes a HostState of this spec would take (for admission's memory estimate)."""
-    elt = np.dtype(KV_TYPES.get(kv_type, np.float16)).itemsize
+    elt = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32}.get(kv_type, 2.0)
     total = n_slots * n_ctx * 4
     for d in spec:
         if d.kind == "kv":
             cap = ring_cells(d, n_ctx, min(n_batch, n_ctx))
-            total += n_slots * d.n_kv_heads * cap * (d.k_dim + d.v_dim) * elt
+            total += int(n_slots * d.n_kv_heads * cap * (d.k_dim + d.v_dim) * elt)
         elif d.kind == "conv":
             total += n_slots * (d.kernel - 1) * d.channels * 4
         elif d.kind == "ssm":

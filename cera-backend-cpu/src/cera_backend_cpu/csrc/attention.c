@@ -31,6 +31,24 @@
  * several rows attends over all cells in one pass per (row, head). */
 #define SMALL_DIM 512 /* head dimensions up to this use stack buffers */
 
+/* Cache element types (kv_type): float32, float16, or Q8_0 blocks (32 values: an f16
+ * scale and 32 int8, 34 bytes; the row length must be a multiple of 32). */
+enum { KV_F32 = 0, KV_F16 = 1, KV_Q8_0 = 2 };
+
+static size_t kv_row_bytes(int kv_type, int64_t dim) {
+    return kv_type == KV_Q8_0 ? (size_t)(dim / 32 * 34) : (size_t)dim * (kv_type == KV_F16 ? 2 : 4);
+}
+
+/* One cached row widened to f32. */
+static void kv_row_f32(const cera_kernels *k, int kv_type, const char *src, float *dst, int64_t dim) {
+    if (kv_type == KV_F16)
+        k->f16_to_f32((const uint16_t *)src, dst, dim);
+    else if (kv_type == KV_Q8_0)
+        cera_types[T_Q8_0].dequant(src, dst, dim);
+    else
+        memcpy(dst, src, sizeof(float) * (size_t)dim);
+}
+
 typedef struct {
     const cera_kernels *k;
     const float *q;
@@ -38,7 +56,8 @@ typedef struct {
     int64_t first_present; /* cells before it have left a sliding-window ring */
     int64_t base;          /* physical cell of first_present, minus first_present */
     const char *k_cache, *v_cache;
-    int kv_f16;
+    int kv_type;
+    size_t k_row, v_row; /* bytes of a cached key / value row */
     const int32_t *cell_pos, *q_pos;
     float scale, softcap;
     int32_t window;
@@ -80,25 +99,30 @@ static void attn_task(void *varg, int ith, int nth) {
     attn_job *job = &batch->jobs[0];
     const cera_kernels *k = job->k;
     const int64_t DK = job->k_dim, DV = job->v_dim; /* the same layer: one shape for every job */
-    float acc_stack[SMALL_DIM];
+    float acc_stack[SMALL_DIM], vrow_stack[SMALL_DIM];
     uint16_t q16_stack[SMALL_DIM], acc16_stack[SMALL_DIM];
-    float *acc = acc_stack;
+    _Alignas(64) char q8_stack[SMALL_DIM / 32 * 34 + 256];
+    float *acc = acc_stack, *vrow = vrow_stack;
     uint16_t *q16 = q16_stack, *acc16 = acc16_stack;
+    char *q8 = q8_stack;
     void *heap = NULL;
     if (DK > SMALL_DIM || DV > SMALL_DIM) {
-        heap = malloc(sizeof(float) * (size_t)DV + sizeof(uint16_t) * (size_t)(DK + DV));
+        heap = malloc(sizeof(float) * (size_t)(2 * DV) + sizeof(uint16_t) * (size_t)(DK + DV) +
+                      (size_t)cera_act_bytes(ACT_Q8_0, DK) + 64);
         if (!heap) {
             batch->failed = 1;
             return;
         }
         acc = heap;
-        q16 = (uint16_t *)(acc + DV);
+        vrow = acc + DV;
+        q16 = (uint16_t *)(vrow + DV);
         acc16 = q16 + DK;
+        q8 = (char *)(acc16 + DV);
     }
     const float logit_mul = job->softcap > 0 ? job->scale / job->softcap : job->scale;
-    const int f16acc = job->kv_f16 && job->acc_f16;
+    const int kv_type = job->kv_type;
+    const int f16acc = kv_type == KV_F16 && job->acc_f16;
     const int64_t group = job->n_heads / job->n_kv_heads;
-    const size_t elt = job->kv_f16 ? 2 : 4;
     int j = 0;
     for (;;) {
         const int64_t global = atomic_fetch_add_explicit(&batch->next, 1, memory_order_relaxed);
@@ -109,9 +133,11 @@ static void attn_task(void *varg, int ith, int nth) {
         const int64_t th = item / job->n_chunks, chunk = item % job->n_chunks;
         const int64_t t = th / job->n_heads, h = th % job->n_heads, g = h / group;
         const float *q = job->q + (t * job->n_heads + h) * DK;
-        if (job->kv_f16) k->quant[ACT_F16](q, q16, DK); /* round to nearest even, as f32_to_f16 */
-        const char *kc = job->k_cache + (size_t)(g * job->capacity * DK) * elt;
-        const char *vc = job->v_cache + (size_t)(g * job->capacity * DV) * elt;
+        /* the query in the format the keys' dot product takes (llama.cpp's vec_dot_type) */
+        if (kv_type == KV_F16) k->quant[ACT_F16](q, q16, DK); /* round to nearest even, as f32_to_f16 */
+        if (kv_type == KV_Q8_0) k->quant[ACT_Q8_0](q, q8, DK);
+        const char *kc = job->k_cache + (size_t)(g * job->capacity) * job->k_row;
+        const char *vc = job->v_cache + (size_t)(g * job->capacity) * job->v_row;
         const int32_t p = job->q_pos[t];
         float M = -INFINITY, S = 0.0f;
         memset(acc, 0, sizeof(float) * (size_t)DV);
@@ -124,10 +150,13 @@ static void attn_task(void *varg, int ith, int nth) {
             if (pc < 0 || pc > p || (job->window > 0 && p - pc >= job->window)) continue;
             const int64_t ph = physical(job, c);
             float s;
-            if (job->kv_f16)
-                s = k->dot_f16(DK, (const uint16_t *)kc + ph * DK, q16);
+            const char *krow = kc + (size_t)ph * job->k_row, *vrow_c = vc + (size_t)ph * job->v_row;
+            if (kv_type == KV_F16)
+                s = k->dot_f16(DK, (const uint16_t *)krow, q16);
+            else if (kv_type == KV_Q8_0)
+                k->dot[T_Q8_0](DK, krow, q8, &s);
             else
-                s = k->dot_f32(DK, (const float *)kc + ph * DK, q);
+                s = k->dot_f32(DK, (const float *)krow, q);
             s *= logit_mul;
             if (job->softcap > 0) s = job->softcap * tanhf(s);
             float vs = 1.0f, ms = 1.0f;
@@ -140,13 +169,17 @@ static void attn_task(void *varg, int ith, int nth) {
             if (f16acc) {
                 /* ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 arithmetic, f16 after each step */
                 if (ms != 1.0f) k->scale_f16(DV, acc16, ms);
-                k->mad_f16(DV, acc16, (const uint16_t *)vc + ph * DV, vs);
+                k->mad_f16(DV, acc16, (const uint16_t *)vrow_c, vs);
             } else {
                 if (ms != 1.0f) k->scale_f32(DV, acc, ms);
-                if (job->kv_f16)
-                    k->axpy_f16(DV, acc, (const uint16_t *)vc + ph * DV, vs);
-                else
-                    k->axpy_f32(DV, acc, (const float *)vc + ph * DV, vs);
+                if (kv_type == KV_F16) {
+                    k->axpy_f16(DV, acc, (const uint16_t *)vrow_c, vs);
+                } else if (kv_type == KV_Q8_0) { /* widened to f32 first, as llama.cpp's v_to_float */
+                    cera_types[T_Q8_0].dequant(vrow_c, vrow, DV);
+                    k->axpy_f32(DV, acc, vrow, vs);
+                } else {
+                    k->axpy_f32(DV, acc, (const float *)vrow_c, vs);
+                }
             }
             S = fmaf(S, ms, vs); /* as GCC contracts ggml's S = S*ms + vs */
         }
@@ -234,9 +267,8 @@ static void tiled_task(void *varg, int ith, int nth) {
             pmin = p < pmin ? p : pmin;
             pmax = p > pmax ? p : pmax;
         }
-        const size_t elt = job->kv_f16 ? 2 : 4;
-        const char *kc = job->k_cache + (size_t)(g * job->capacity * DK) * elt;
-        const char *vc = job->v_cache + (size_t)(g * job->capacity * DV) * elt;
+        const char *kc = job->k_cache + (size_t)(g * job->capacity) * job->k_row;
+        const char *vc = job->v_cache + (size_t)(g * job->capacity) * job->v_row;
         for (int64_t c0 = 0; c0 < job->n_cells; c0 += TKV) {
             const int64_t cells = job->n_cells - c0 < TKV ? job->n_cells - c0 : TKV;
             /* skip a tile that no query row of this tile sees; note one that every row sees whole */
@@ -252,14 +284,10 @@ static void tiled_task(void *varg, int ith, int nth) {
                 if (c0 + c < job->first_present) { /* left the ring: invisible, weight 0 */
                     memset(row, 0, sizeof(float) * (size_t)DK);
                     memset(V + c * DV, 0, sizeof(float) * (size_t)DV);
-                } else if (job->kv_f16) {
-                    const int64_t ph = physical(job, c0 + c);
-                    k->f16_to_f32((const uint16_t *)kc + ph * DK, row, DK);
-                    k->f16_to_f32((const uint16_t *)vc + ph * DV, V + c * DV, DV);
                 } else {
                     const int64_t ph = physical(job, c0 + c);
-                    memcpy(row, (const float *)kc + ph * DK, sizeof(float) * (size_t)DK);
-                    memcpy(V + c * DV, (const float *)vc + ph * DV, sizeof(float) * (size_t)DV);
+                    kv_row_f32(k, job->kv_type, kc + (size_t)ph * job->k_row, row, DK);
+                    kv_row_f32(k, job->kv_type, vc + (size_t)ph * job->v_row, V + c * DV, DV);
                 }
                 for (int64_t d = 0; d < DK; d++) Kt[d * TKV + c] = row[d];
             }
@@ -302,34 +330,50 @@ static void tiled_task(void *varg, int ith, int nth) {
 }
 
 /* x [n_tok, n_kv_heads, dim] into sequence cells [start, start + n_tok) of cache
- * [n_kv_heads][capacity][dim] (cell c at c % capacity) */
-static void store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int64_t n_kv_heads, int64_t dim,
-                        char *cache, int kv_f16, int64_t capacity, int64_t start) {
-    const size_t elt = kv_f16 ? 2 : 4;
+ * [n_kv_heads][capacity][row] (cell c at c % capacity), converted to the cache's type: f16
+ * rounded to nearest even (as ggml's conversion), Q8_0 by the activation quantizer (llama.cpp
+ * quantizes cache rows with the same from_float). Returns CERA_ENOMEM if Q8_0 needs a
+ * buffer it cannot get. */
+static int store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int64_t n_kv_heads, int64_t dim,
+                       char *cache, int kv_type, int64_t capacity, int64_t start) {
+    const size_t row = kv_row_bytes(kv_type, dim);
+    char *q8 = NULL;
+    if (kv_type == KV_Q8_0) {
+        q8 = malloc((size_t)cera_act_bytes(ACT_Q8_0, dim));
+        if (!q8) return CERA_ENOMEM;
+    }
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t h = 0; h < n_kv_heads; h++) {
             const float *src = x + (t * n_kv_heads + h) * dim;
-            char *dst = cache + (size_t)((h * capacity + (start + t) % capacity) * dim) * elt;
-            if (kv_f16)
+            char *dst = cache + (size_t)(h * capacity + (start + t) % capacity) * row;
+            if (kv_type == KV_F16) {
                 k->quant[ACT_F16](src, dst, dim); /* f32 -> f16, round to nearest even */
-            else
+            } else if (kv_type == KV_Q8_0) {
+                k->quant[ACT_Q8_0](src, q8, dim); /* the blocks come first; side data after them */
+                memcpy(dst, q8, row);
+            } else {
                 memcpy(dst, src, sizeof(float) * (size_t)dim);
+            }
         }
+    free(q8);
+    return CERA_OK;
 }
 
 /* Store the pass's keys and values and fill `job` for one sequence. Returns 1 when the
  * rows take the tiled path (64+ query rows, run at once here), 0 when `job` is ready for
  * attn_task, or a negative CERA_E* code. */
 static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
-                        int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_f16,
+                        int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_type,
                         int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
                         int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start, attn_job *job) {
     const int64_t n_cells = kv_start + n_tok;
     if (n_kv_heads <= 0 || n_heads % n_kv_heads || kv_start < 0 || n_cells > n_ctx || n_tok > capacity ||
-        capacity > n_ctx || capacity <= 0)
+        capacity > n_ctx || capacity <= 0 || kv_type < KV_F32 || kv_type > KV_Q8_0 ||
+        (kv_type == KV_Q8_0 && (k_dim % 32 || v_dim % 32)))
         return CERA_EINVAL;
-    store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_f16, capacity, kv_start);
-    store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_f16, capacity, kv_start);
+    if (store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_type, capacity, kv_start) != CERA_OK ||
+        store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_type, capacity, kv_start) != CERA_OK)
+        return CERA_ENOMEM;
     job->k = &ctx->k;
     job->q = q;
     job->n_tok = n_tok;
@@ -344,7 +388,9 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
     job->base = job->first_present / capacity * capacity;
     job->k_cache = k_cache;
     job->v_cache = v_cache;
-    job->kv_f16 = kv_f16;
+    job->kv_type = kv_type;
+    job->k_row = kv_row_bytes(kv_type, k_dim);
+    job->v_row = kv_row_bytes(kv_type, v_dim);
     job->cell_pos = cell_pos;
     job->q_pos = q_pos;
     job->scale = scale;
@@ -410,23 +456,23 @@ static int attn_run(cera_ctx *ctx, attn_job *jobs, int n_jobs) {
 
 int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok,
                             int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
-                            void *v_cache, int kv_f16, int64_t capacity, int64_t n_ctx, const int32_t *cell_pos,
+                            void *v_cache, int kv_type, int64_t capacity, int64_t n_ctx, const int32_t *cell_pos,
                             const int32_t *q_pos, float scale, int32_t window, float softcap, int acc_f16, float *out,
                             int64_t kv_start) {
     attn_job job;
-    const int rc = attn_prepare(ctx, q, k, v, n_tok, n_heads, n_kv_heads, k_dim, v_dim, k_cache, v_cache, kv_f16,
+    const int rc = attn_prepare(ctx, q, k, v, n_tok, n_heads, n_kv_heads, k_dim, v_dim, k_cache, v_cache, kv_type,
                                 capacity, n_ctx, cell_pos, q_pos, scale, window, softcap, acc_f16, out, kv_start, &job);
     if (rc != CERA_OK) return rc < 0 ? rc : CERA_OK;
     return attn_run(ctx, &job, 1);
 }
 
 int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
-                   int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_f16,
+                   int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_type,
                    int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
                    int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start) {
     cera_ctx_lock(ctx);
     const int rc = cera_attention_unlocked(ctx, q, k, v, n_tok, n_heads, n_kv_heads, k_dim, v_dim, k_cache, v_cache,
-                                           kv_f16, capacity, n_ctx, cell_pos, q_pos, scale, window, softcap, acc_f16,
+                                           kv_type, capacity, n_ctx, cell_pos, q_pos, scale, window, softcap, acc_f16,
                                            out, kv_start);
     cera_ctx_unlock(ctx);
     return rc;
@@ -436,9 +482,8 @@ int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, vo
     const char *k_base = table[a->k_index], *v_base = table[a->v_index];
     const int32_t *pos_base = table[a->pos_index];
     if (!k_base || !v_base || !pos_base) return CERA_EINVAL;
-    const size_t elt = a->kv_f16 ? 2 : 4;
-    const size_t k_slot = (size_t)(a->n_kv_heads * a->capacity * a->k_dim) * elt;
-    const size_t v_slot = (size_t)(a->n_kv_heads * a->capacity * a->v_dim) * elt;
+    const size_t k_slot = (size_t)(a->n_kv_heads * a->capacity) * kv_row_bytes(a->kv_type, a->k_dim);
+    const size_t v_slot = (size_t)(a->n_kv_heads * a->capacity) * kv_row_bytes(a->kv_type, a->v_dim);
     attn_job jobs[MAX_BATCH_JOBS];
     int n_jobs = 0;
     for (int s = 0; s < a->n_seq; s++) {
@@ -453,7 +498,7 @@ int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, vo
         const int rc = attn_prepare(
             ctx, a->q + r0 * a->n_heads * a->k_dim, a->k + r0 * a->n_kv_heads * a->k_dim,
             a->v + r0 * a->n_kv_heads * a->v_dim, n, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim,
-            (char *)k_base + slot * k_slot, (char *)v_base + slot * v_slot, a->kv_f16, a->capacity, a->n_ctx,
+            (char *)k_base + slot * k_slot, (char *)v_base + slot * v_slot, a->kv_type, a->capacity, a->n_ctx,
             pos_base + (int64_t)slot * a->n_ctx, a->q_pos + r0, a->scale, a->window, a->softcap, a->acc_f16,
             a->out + r0 * a->n_heads * a->v_dim, a->starts[s], &jobs[n_jobs]);
         if (rc < 0) return rc;

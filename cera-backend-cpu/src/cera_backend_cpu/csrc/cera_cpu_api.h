@@ -81,10 +81,12 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
               float beta_slow, int n_ctx_orig);
 
 /* Store this pass's keys k [n_tok, n_kv_heads, k_dim] and values v [n_tok, n_kv_heads, v_dim]
- * into sequence cells [kv_start, kv_start + n_tok) of one layer's cache (converted to f16
- * with round-to-nearest-even when kv_f16), then attend q [n_tok, n_heads, k_dim] over the
- * cells [0, kv_start + n_tok) the cache still holds. k_cache: [n_kv_heads][capacity][k_dim],
- * v_cache: [n_kv_heads][capacity][v_dim], f16 (kv_f16 = 1) or f32; sequence cell c lives at
+ * into sequence cells [kv_start, kv_start + n_tok) of one layer's cache (converted to the
+ * cache's type), then attend q [n_tok, n_heads, k_dim] over the cells [0, kv_start + n_tok)
+ * the cache still holds. k_cache: [n_kv_heads][capacity][k_dim], v_cache:
+ * [n_kv_heads][capacity][v_dim], of kv_type 0 f32, 1 f16 (round to nearest even), 2 Q8_0
+ * (blocks of 32: dims multiples of 32; the query is quantized to Q8_0 for the key dot
+ * products, values are widened to f32 before they are summed); sequence cell c lives at
  * c % capacity (capacity < n_ctx: a sliding-window ring that holds the last capacity cells).
  * cell_pos[c] is the position of sequence cell c (< 0: empty; n_ctx entries); q_pos[t] the
  * position of query t. A cell is visible from a query at position p when cell_pos[c] <= p
@@ -94,7 +96,7 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
  * llama.cpp's CPU flash attention does; 0 keeps it in f32. n_ctx (the context a llama.cpp
  * cache of the same size would have) decides how a long decode is split over threads. */
 int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
-                   int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_f16,
+                   int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_type,
                    int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
                    int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start);
 
@@ -170,7 +172,7 @@ typedef struct {
     const float *q, *k, *v;
     float *out;
     int64_t n_heads, n_kv_heads, k_dim, v_dim, capacity, n_ctx;
-    int kv_f16, acc_f16;
+    int kv_type, acc_f16; /* kv_type: 0 f32, 1 f16, 2 q8_0 */
     int k_index, v_index, pos_index;
     int n_slots;
     const int32_t *q_pos;

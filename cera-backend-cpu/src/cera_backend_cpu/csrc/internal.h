@@ -371,7 +371,7 @@ int cera_matmul_unlocked(cera_ctx *ctx, int wtype, const void *w, int64_t w_row_
                          const float *x, int64_t x_stride, int64_t M, float *y, int64_t y_stride, const float *bias);
 int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok,
                             int64_t n_heads, int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache,
-                            void *v_cache, int kv_f16, int64_t capacity, int64_t n_ctx, const int32_t *cell_pos,
+                            void *v_cache, int kv_type, int64_t capacity, int64_t n_ctx, const int32_t *cell_pos,
                             const int32_t *q_pos, float scale, int32_t window, float softcap, int acc_f16, float *out,
                             int64_t kv_start);
 /* Attention of several sequences, each in its own slot of a state (see cera_attention_seqs). */

@@ -15,7 +15,7 @@ HELP = "Commands: /reset starts over, /exit or Ctrl-D quits."
 @model_options
 @sampling_options
 @click.option("--system", default=None, help="System message.")
-@click.option("--kv-type", type=click.Choice(["f16", "f32"]), default="f16", show_default=True, help="KV cache precision.")
+@click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision.")
 def chat_cmd(model, threads, device, ctx_size, system, kv_type, **kw):
     """Chat with a model. Each turn evaluates only the new messages."""
     from cera.chat import Chat

@@ -15,7 +15,7 @@ from ..options import echo_err, generate_options, load_model, model_options, sam
 @click.option("-p", "--prompt", required=True, help="The prompt ('-' reads it from stdin).")
 @click.option("--chat/--raw", "chat", default=None, help="Wrap the prompt in the model's chat template (default: when the file has one).")
 @click.option("--system", default=None, help="System message (chat mode).")
-@click.option("--kv-type", type=click.Choice(["f16", "f32"]), default="f16", show_default=True, help="KV cache precision.")
+@click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision.")
 @click.option("--no-timings", is_flag=True, help="Do not print timings to stderr.")
 def run_cmd(model, threads, device, ctx_size, prompt, chat, system, kv_type, no_timings, **kw):
     """Generate text from a prompt. Only the generated text goes to stdout; timings go to stderr."""

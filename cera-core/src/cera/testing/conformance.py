@@ -30,6 +30,9 @@ They are per kind, stated where the cases are made:
   to the weight's type, as llama.cpp's vec_dot_type); quantized weights: 3e-2 (activations
   quantized to 8 bits per block: relative error 1/254 per element, summed over the row);
 - attention over an f16 cache with an f16 value accumulator: 1e-2; over an f32 cache: 1e-4;
+  over a q8_0 cache: 3e-2 (keys, values and, for the key dot products, the query are
+  quantized to 8 bits per block of 32; the two backends' quantizers may round a value
+  differently by one step);
 - argmax / top_k ids: exact where the reference's best values are at least 1e-3 apart
   (random data makes ties unlikely; the cases check the gap).
 """
@@ -331,19 +334,20 @@ def _all_cases() -> list[OpCase]:
     for label, spec, kv_type, tol, passes in (
         ("f32", AttentionSpec(scale=0.25), "f32", 1e-4, ((6,), (1,), (3,))),
         ("f16", AttentionSpec(scale=0.25), "f16", 1e-2, ((6,), (1,), (1,))),
+        ("q8_0", AttentionSpec(scale=0.25), "q8_0", 3e-2, ((6,), (1,), (1,))),
         ("window_softcap", AttentionSpec(scale=0.25, window=4, softcap=20.0), "f32", 1e-4, ((6,), (1,), (2,))),
         ("batch", AttentionSpec(scale=0.25), "f32", 1e-4, ((4, 2, 5), (1, 1, 1), (1, 1, 1))),
         ("prompt_tiles", AttentionSpec(scale=0.25), "f32", 1e-4, ((70,), (1,))),
     ):
         def build(g, w, s, spec=spec):
             n = g.layout.n_tokens
-            q = g.reshape(_x(g, 64), (n, 4, 16))
-            k = g.reshape(_x(g, 32, "k"), (n, 2, 16))
-            v = g.reshape(_x(g, 32, "v"), (n, 2, 16))
+            q = g.reshape(_x(g, 128), (n, 4, 32))
+            k = g.reshape(_x(g, 64, "k"), (n, 2, 32))
+            v = g.reshape(_x(g, 64, "v"), (n, 2, 32))
             g.output("y", g.attention(q, k, v, s[0], spec))
 
-        add(OpCase(f"attention[{label}]", "attention", build, (_emb(64), _emb(32, "k"), _emb(32, "v")),
-                   state=(AttentionKV(2, 16, 16, window=spec.window),), passes=passes, tolerance=tol,
+        add(OpCase(f"attention[{label}]", "attention", build, (_emb(128), _emb(64, "k"), _emb(64, "v")),
+                   state=(AttentionKV(2, 32, 32, window=spec.window),), passes=passes, tolerance=tol,
                    kv_type=kv_type))  # fmt: skip
 
     for causal in (True, False):
