@@ -127,3 +127,30 @@ def test_gemma3_sliding_window_rings_compute_what_full_caches_compute(gemma3_pat
     assert ring_caps == {576, 1024} and full_caps == {1024}
     for step, (a, b) in enumerate(zip(ring, full, strict=True)):
         assert np.array_equal(a, b), f"step {step}: {np.abs(a - b).max()}"
+
+
+def test_exact_rows_gives_one_pass_the_logits_of_token_by_token_steps(smollm2_path):
+    """What speculative decoding's verification needs: k tokens evaluated in one pass with
+    `exact_rows` give, row by row, the logits of feeding them one at a time, bit for bit
+    (also past 512 cells, where a one-token step splits attention into chunks)."""
+    loaded = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
+    runner = loaded.runner
+    ids = np.random.default_rng(9).integers(0, 4000, 530).tolist()
+    draft = [17, 201, 5, 999, 31, 7, 64, 12, 3, 88]
+    one = runner.new_state(1024, n_batch=1024)
+    runner.forward(one, [SeqStep(0, ids, range(len(ids)))], ALL_LOGITS)
+    want = []
+    for i, t in enumerate(draft):
+        want.append(runner.forward(one, [SeqStep(0, [t], [len(ids) + i])], ALL_LOGITS)["logits"][0])
+    together = runner.new_state(1024, n_batch=1024)
+    runner.forward(together, [SeqStep(0, ids, range(len(ids)))], ALL_LOGITS)
+    exe = runner.executable(Layout((len(draft),), exact_rows=True), ALL_LOGITS, together)
+    assert exe.per_row
+    from cera.backend import StepInputs
+
+    start = together.begin(0, np.arange(len(ids), len(ids) + len(draft)))
+    got = exe.run(together, StepInputs(np.array(draft, np.int32), np.arange(len(ids), len(ids) + len(draft), dtype=np.int32),
+                                       np.zeros(1, np.int32), np.array([start], np.int32)))["logits"]  # fmt: skip
+    together.commit(0)
+    for i in range(len(draft)):
+        assert np.array_equal(got[i], want[i]), f"row {i}: {np.abs(got[i] - want[i]).max()}"

@@ -34,9 +34,15 @@ from .state import StateRef
 
 @attrs.frozen
 class Layout:
-    """The rows of a batch, by sequence: ``seq_lens[i]`` consecutive rows for sequence i."""
+    """The rows of a batch, by sequence: ``seq_lens[i]`` consecutive rows for sequence i.
+
+    ``exact_rows``: compute every row as a one-token step would (products with the one-row
+    kernels, attention row by row), so the outputs equal those of feeding the tokens one at
+    a time, bit for bit (speculative decoding verifies a draft this way). A decode batch
+    (several sequences of one token) always computes this way."""
 
     seq_lens: tuple[int, ...] = attrs.field(converter=tuple)
+    exact_rows: bool = False
 
     def __attrs_post_init__(self):
         if not self.seq_lens or any((not isinstance(n, int)) or n < 1 for n in self.seq_lens):
@@ -68,6 +74,11 @@ class Layout:
         """Several sequences of one token each: its products must keep each row's own
         arithmetic (a sequence's tokens do not depend on who shares its batch)."""
         return self.n_seq > 1 and all(n == 1 for n in self.seq_lens)
+
+    @property
+    def row_exact(self) -> bool:
+        """Whether every row is computed as a one-token step computes it."""
+        return self.exact_rows or self.is_decode_batch
 
 
 OUTPUT_KINDS = ("logits", "argmax", "top_k", "hidden", "pooled")

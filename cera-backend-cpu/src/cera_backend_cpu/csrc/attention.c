@@ -490,19 +490,24 @@ int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, vo
         const int64_t r0 = a->rows[2 * s], n = a->rows[2 * s + 1];
         const int32_t slot = a->slots[s];
         if (slot < 0 || slot >= a->n_slots) return CERA_EINVAL;
-        if (n_jobs == MAX_BATCH_JOBS) { /* a very wide batch: run what is gathered first */
-            const int rc = attn_run(ctx, jobs, n_jobs);
-            if (rc != CERA_OK) return rc;
-            n_jobs = 0;
+        /* per_row: one job per row, as a one-token step at its cell (its chunking included) */
+        const int64_t parts = a->per_row ? n : 1, rows_each = a->per_row ? 1 : n;
+        for (int64_t part = 0; part < parts; part++) {
+            if (n_jobs == MAX_BATCH_JOBS) {
+                const int rc = attn_run(ctx, jobs, n_jobs);
+                if (rc != CERA_OK) return rc;
+                n_jobs = 0;
+            }
+            const int64_t r = r0 + part;
+            const int rc = attn_prepare(
+                ctx, a->q + r * a->n_heads * a->k_dim, a->k + r * a->n_kv_heads * a->k_dim,
+                a->v + r * a->n_kv_heads * a->v_dim, rows_each, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim,
+                (char *)k_base + slot * k_slot, (char *)v_base + slot * v_slot, a->kv_type, a->capacity, a->n_ctx,
+                pos_base + (int64_t)slot * a->n_ctx, a->q_pos + r, a->scale, a->window, a->softcap, a->acc_f16,
+                a->out + r * a->n_heads * a->v_dim, a->starts[s] + part, &jobs[n_jobs]);
+            if (rc < 0) return rc;
+            if (rc == CERA_OK) n_jobs++; /* rc 1: a prompt's tiles, done already */
         }
-        const int rc = attn_prepare(
-            ctx, a->q + r0 * a->n_heads * a->k_dim, a->k + r0 * a->n_kv_heads * a->k_dim,
-            a->v + r0 * a->n_kv_heads * a->v_dim, n, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim,
-            (char *)k_base + slot * k_slot, (char *)v_base + slot * v_slot, a->kv_type, a->capacity, a->n_ctx,
-            pos_base + (int64_t)slot * a->n_ctx, a->q_pos + r0, a->scale, a->window, a->softcap, a->acc_f16,
-            a->out + r0 * a->n_heads * a->v_dim, a->starts[s], &jobs[n_jobs]);
-        if (rc < 0) return rc;
-        if (rc == CERA_OK) n_jobs++; /* rc 1: a prompt's tiles, done already */
     }
     return n_jobs ? attn_run(ctx, jobs, n_jobs) : CERA_OK;
 }

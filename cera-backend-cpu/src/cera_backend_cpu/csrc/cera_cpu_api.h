@@ -167,7 +167,9 @@ int cera_plan_argmax(cera_plan *plan, const float *x, int64_t rows, int64_t n, i
  * layer's keys / values ([n_slots][n_kv_heads][capacity][dim], slots back to back) and
  * table[pos_index] slot 0 of the cell positions ([n_slots][n_ctx] int32). Sequence s is rows
  * [rows[2s], rows[2s] + rows[2s + 1]) of q, k, v and out; at run time slots[s] and starts[s]
- * (input buffers) say which slot it uses and how many cells that slot held. */
+ * (input buffers) say which slot it uses and how many cells that slot held. With per_row,
+ * row t of a sequence attends as if it were a one-token step at cell starts[s] + t (the
+ * same chunking, the same bits), which speculative decoding's verification needs. */
 typedef struct {
     const float *q, *k, *v;
     float *out;
@@ -179,6 +181,7 @@ typedef struct {
     float scale, softcap;
     int32_t window;
     int n_seq;
+    int per_row; /* attend row by row, each as a one-token step would (see below) */
     const int64_t *rows;
     const int32_t *slots, *starts;
 } cera_attention_seqs;
