@@ -41,6 +41,27 @@ class Chat:
         self.messages.append({"role": "assistant", "content": summary.text})
         return summary
 
+    def save(self, path) -> None:
+        """Write the chat (its session's state and its messages) to a checkpoint file."""
+        from . import checkpoint
+
+        with self.session._lock:
+            checkpoint.save(self.session, path, extra={"chat": {"messages": self.messages, "tools": self.tools}})
+
+    @classmethod
+    def load(cls, session: Session, path) -> Chat:
+        """A chat continued from a checkpoint written by `save`, on ``session`` (a fresh
+        session of the same model and KV precision)."""
+        from . import checkpoint
+
+        extra = checkpoint.restore(session, path)
+        data = extra.get("chat")
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise checkpoint.CheckpointError(f"{path} is a session checkpoint, not a chat's (it has no messages)")
+        chat = cls(session, tools=data.get("tools"))
+        chat.messages = data["messages"]
+        return chat
+
     def stream(self, content: str, options: GenerateOptions | None = None, **kw) -> Iterator[str]:
         self._begin(content)
         parts = []

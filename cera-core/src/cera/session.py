@@ -422,6 +422,20 @@ class Session:
             self.last = _copy(cp.last)
             self._snapshots = []
 
+    def save(self, path) -> None:
+        """Write this session's state to a checkpoint file, atomically (`cera.checkpoint`)."""
+        from . import checkpoint
+
+        with self._lock:
+            checkpoint.save(self, path)
+
+    def load(self, path) -> None:
+        """Restore a checkpoint file written by `save` from a session of the same model and
+        KV precision; everything is checked before the session changes."""
+        from . import checkpoint
+
+        checkpoint.restore(self, path)
+
     def close(self) -> None:
         """Give the session's slot back (sessions of a scheduler share one state)."""
         if self.scheduler is not None:
