@@ -127,11 +127,11 @@ def test_a_failure_during_generation_reaches_the_sink_and_raises_a_cera_error(lo
     calls = {"n": 0}
     real = s._forward
 
-    def failing(tokens, outputs):
+    def failing(tokens, outputs, **layout):
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("the device went away")
-        return real(tokens, outputs)
+        return real(tokens, outputs, **layout)
 
     monkeypatch.setattr(s, "_forward", failing)
     sink = CollectingSink()

@@ -87,7 +87,7 @@ class CpuExecutable(Executable):
         self.kv_f16 = getattr(state, "kv_type", "f16") == "f16"
         self.kv_code = KV_CODES.get(getattr(state, "kv_type", "f16"), 1)
         self.acc_f16 = bool(backend.attention_f16_accumulator)
-        self.per_row = graph.layout.row_exact
+        self.per_row = graph.layout.row_mode
         self._lock = threading.Lock()
         self._keep: list = []  # objects the C plan points into
 
@@ -321,7 +321,7 @@ class CpuExecutable(Executable):
         a.q_pos = self.ptr(self.graph.inputs["positions"], "int32_t *")
         a.scale, a.softcap, a.window = float(spec.scale), float(spec.softcap or 0.0), int(spec.window or 0)
         a.n_seq = len(groups)
-        a.per_row = int(self.per_row)
+        a.per_row = self.per_row
         a.rows = ffi.from_buffer("int64_t[]", rows)
         a.slots, a.starts = self._slots_p, self._starts_p
         return lib.cera_plan_attention(plan, a)

@@ -132,11 +132,14 @@ def write_atomic(path: Path, chunks, _crash_at: int | None = None) -> None:
 
 def encode(session, extra: dict | None = None) -> list[bytes]:
     """The chunks of a checkpoint of ``session`` (its state snapshot and its tokens)."""
-    from .session import _copy
-
     snap = session.state.snapshot(session.slot)
+    return encode_snapshot(session.loaded, session.state, snap, session.tokens, session.pending, session.last, extra)
+
+
+def encode_snapshot(loaded, state, snap, tokens, pending, last, extra: dict | None = None) -> list[bytes]:
+    """The chunks of a checkpoint of a state snapshot with its tokens."""
     arrays = _arrays_of(snap)
-    last = _copy(session.last) or {}
+    last = dict(last or {})
     if "logits" in last:
         arrays.append(("last.logits", np.asarray(last["logits"], np.float32)))
     entries, offset = [], 0
@@ -146,14 +149,14 @@ def encode(session, extra: dict | None = None) -> list[bytes]:
         offset += a.nbytes
     header = {
         "format": FORMAT_VERSION,
-        "model": model_fingerprint(session.loaded),
-        "model_name": session.loaded.name,
-        "kv_type": session.state.kv_type,
-        "n_ctx": session.state.n_ctx,
-        "layout": state_layout(session.state),
+        "model": model_fingerprint(loaded),
+        "model_name": loaded.name,
+        "kv_type": state.kv_type,
+        "n_ctx": state.n_ctx,
+        "layout": state_layout(state),
         "n_filled": snap.n_filled,
-        "tokens": list(session.tokens),
-        "pending": list(session.pending),
+        "tokens": [int(t) for t in tokens],
+        "pending": [int(t) for t in pending],
         "last_argmax": last.get("argmax"),
         "arrays": entries,
         "extra": extra or {},
@@ -175,6 +178,21 @@ def save(session, path, extra: dict | None = None, _crash_at: int | None = None)
     except OSError as e:
         raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}; check the directory and free space") from None
     return path
+
+
+def read_header(path) -> dict:
+    """The header of a checkpoint file alone (no checksum check: `read` does that)."""
+    with open(path, "rb") as f:
+        head = f.read(len(MAGIC) + 12)
+        if len(head) < len(MAGIC) + 12 or head[: len(MAGIC)] != MAGIC:
+            raise CheckpointError(f"{path} is not a cera checkpoint")
+        version, head_len = struct.unpack_from("<IQ", head, len(MAGIC))
+        if version > FORMAT_VERSION or head_len > 1 << 31:
+            raise CheckpointError(f"{path}: checkpoint format {version} is not readable here")
+        try:
+            return json.loads(f.read(head_len))
+        except ValueError:
+            raise CheckpointError(f"{path}: the header is not valid JSON") from None
 
 
 def read(path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -221,31 +239,32 @@ def check(header: dict, session, path) -> None:
         raise CheckpointError(f"{path} holds {header['n_filled']} tokens; this session's context is {session.state.n_ctx}")
 
 
-def restore(session, path) -> dict:
-    """Restore ``session`` from ``path`` (everything checked first). Returns the header's
-    ``extra`` (a chat's messages)."""
+def decode_snapshot(header: dict, arrays: dict, path):
+    """The SlotSnapshot and kept output a checkpoint holds."""
     from .state import SlotSnapshot
 
-    header, arrays = read(path)
-    check(header, session, path)
     items = []
     for i, lay in enumerate(header["layout"]):
         a, b = arrays.get(f"{i}.a"), arrays.get(f"{i}.b")
         if a is None or (lay[0] in ("kv", "cross") and b is None):
             raise CheckpointError(f"{path}: the arrays of state {i} are missing")
         items.append((a, b) if lay[0] in ("kv", "cross") else a)
-    snap = SlotSnapshot(
-        owner=0,
-        n_filled=int(header["n_filled"]),
-        positions=arrays["positions"],
-        kv=tuple(items),
-        cross_len=(),
-    )
+    snap = SlotSnapshot(owner=0, n_filled=int(header["n_filled"]), positions=arrays["positions"], kv=tuple(items),
+                        cross_len=())  # fmt: skip
     last = None
     if "last.logits" in arrays:
         last = {"logits": arrays["last.logits"]}
     elif header.get("last_argmax") is not None:
         last = {"argmax": int(header["last_argmax"])}
+    return snap, last
+
+
+def restore(session, path) -> dict:
+    """Restore ``session`` from ``path`` (everything checked first). Returns the header's
+    ``extra`` (a chat's messages)."""
+    header, arrays = read(path)
+    check(header, session, path)
+    snap, last = decode_snapshot(header, arrays, path)
     with session._lock:
         session.state.restore(session.slot, snap)
         session.tokens = [int(t) for t in header["tokens"]]

@@ -160,6 +160,7 @@ class LoadedModel:
         self.family = family
         self.backend_notes = backend_notes
         self.runner = Runner(model, backend, weights)
+        self.prefix_cache = None  # see enable_prefix_cache
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -186,6 +187,15 @@ class LoadedModel:
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
         return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+
+    def enable_prefix_cache(self, max_bytes: int = 512 * 2**20, directory=None, max_disk_bytes: int = 4 * 2**30):
+        """Keep evaluated prompts so sessions whose prompt starts the same evaluate only the
+        rest: in memory (``max_bytes``, shared by this model's sessions) and, with a
+        ``directory``, on disk across processes (`cera.prefix_cache`). Returns the cache."""
+        from .prefix_cache import PrefixCache
+
+        self.prefix_cache = PrefixCache(self, max_bytes=max_bytes, directory=directory, max_disk_bytes=max_disk_bytes)
+        return self.prefix_cache
 
     def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
         """A batching scheduler: sessions made by it decode together (`cera.scheduler`)."""

@@ -39,10 +39,17 @@ class Layout:
     ``exact_rows``: compute every row as a one-token step would (products with the one-row
     kernels, attention row by row), so the outputs equal those of feeding the tokens one at
     a time, bit for bit (speculative decoding verifies a draft this way). A decode batch
-    (several sequences of one token) always computes this way."""
+    (several sequences of one token) always computes this way.
+
+    ``prompt_rows``: compute every row with the prompt kernels (many-row products, attention
+    in tiles) however few rows the pass has, so the rows of a long prompt come out the same
+    however the prompt is cut into passes (a prompt-cache hit evaluates only the rest, and
+    must give what evaluating it all gives). Otherwise the kernels are chosen by the row
+    count, as llama.cpp chooses them."""
 
     seq_lens: tuple[int, ...] = attrs.field(converter=tuple)
     exact_rows: bool = False
+    prompt_rows: bool = False
 
     def __attrs_post_init__(self):
         if not self.seq_lens or any((not isinstance(n, int)) or n < 1 for n in self.seq_lens):
@@ -79,6 +86,12 @@ class Layout:
     def row_exact(self) -> bool:
         """Whether every row is computed as a one-token step computes it."""
         return self.exact_rows or self.is_decode_batch
+
+    @property
+    def row_mode(self) -> int:
+        """How backends pick kernels: 0 by the row count, 1 one-token arithmetic for every
+        row (`row_exact`), 2 prompt kernels for every row (`prompt_rows`)."""
+        return 1 if self.row_exact else 2 if self.prompt_rows else 0
 
 
 OUTPUT_KINDS = ("logits", "argmax", "top_k", "hidden", "pooled")

@@ -65,11 +65,13 @@ class Runner:
                 self._cache.popitem(last=False)
         return exe
 
-    def forward(self, state, steps: list[SeqStep], outputs: Outputs) -> dict[str, np.ndarray]:
-        """Evaluate each sequence's tokens in its slot, as one batch."""
+    def forward(self, state, steps: list[SeqStep], outputs: Outputs, exact_rows: bool = False,
+                prompt_rows: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
+        """Evaluate each sequence's tokens in its slot, as one batch (``exact_rows`` and
+        ``prompt_rows``: see `cera.graph.Layout`)."""
         if not steps:
             raise SessionError("a forward pass needs at least one sequence")
-        layout = Layout(tuple(len(s.tokens) for s in steps))
+        layout = Layout(tuple(len(s.tokens) for s in steps), exact_rows=exact_rows, prompt_rows=prompt_rows)
         exe = self.executable(layout, outputs, state)
         started: list[int] = []
         try:

@@ -102,10 +102,10 @@ class Scheduler:
 
     # -- forward passes ----------------------------------------------------------------------
 
-    def forward(self, session, step: SeqStep, outputs: Outputs) -> dict:
-        if len(step.tokens) != 1:
+    def forward(self, session, step: SeqStep, outputs: Outputs, **layout) -> dict:
+        if len(step.tokens) != 1 or layout.get("exact_rows") or layout.get("prompt_rows"):
             with self._run_lock:
-                return self.runner.forward(self.state, [step], outputs)
+                return self.runner.forward(self.state, [step], outputs, **layout)
         req = _Request(session, step, outputs)
         with self._cond:
             self._queue.append(req)

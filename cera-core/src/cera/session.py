@@ -78,6 +78,7 @@ class _StopStrings:
 
 
 _OUTPUTS = {NEEDS_ARGMAX: Outputs(("argmax",)), NEEDS_LOGITS: LAST_LOGITS}
+PROMPT_ROWS = 64  # from this many tokens a prompt is evaluated with the prompt kernels throughout
 MAX_SNAPSHOTS = 4
 
 
@@ -106,6 +107,7 @@ class Session:
         self.pending: list[int] = []  # queued for the next evaluation
         self.last: dict | None = None  # what the last evaluation returned for its last position
         self.n_evaluated = 0  # tokens run through the model over the session's life
+        self.prefix_cache = getattr(loaded, "prefix_cache", None)  # cera.prefix_cache (None: off)
         self._snapshots: list[tuple[int, object]] = []  # (tokens, state snapshot) for recurrent state
         self._cancel = threading.Event()
         self._lock = threading.RLock()
@@ -170,7 +172,8 @@ class Session:
         """Run the queued tokens through the model; returns the last token's logits."""
         with self._lock:
             if self.pending:
-                self._evaluate(LAST_LOGITS)
+                if self._evaluate(LAST_LOGITS):
+                    self._store_prefix()
             elif self.last is not None and "logits" not in self.last:
                 self._refresh_last(LAST_LOGITS)
             return None if self.last is None else self.last.get("logits")
@@ -179,16 +182,53 @@ class Session:
     def logits(self) -> np.ndarray | None:
         return None if self.last is None else self.last.get("logits")
 
-    def _forward(self, tokens: list[int], outputs: Outputs) -> dict:
+    def _forward(self, tokens: list[int], outputs: Outputs, **layout) -> dict:
         start = len(self.tokens)
         step = SeqStep(self.slot, tokens, range(start, start + len(tokens)))
         if self.scheduler is not None:
-            return self.scheduler.forward(self, step, outputs)
-        return self.runner.forward(self.state, [step], outputs)
+            return self.scheduler.forward(self, step, outputs, **layout)
+        return self.runner.forward(self.state, [step], outputs, **layout)
+
+    def _use_prefix_cache(self) -> None:
+        """Before evaluating: restore the longest cached prefix of what this session holds
+        and queues, when it reaches further than what the state holds."""
+        everything = self.tokens + self.pending
+        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable)
+        if found is None:
+            return
+        entry, n = found
+        whole = n == len(entry.tokens) and entry.last is not None and "logits" in entry.last
+        if n == len(everything) and not whole:
+            n -= 1  # keep one token to evaluate: the logits of the last position are needed
+        if n <= len(self.tokens):
+            return
+        try:
+            self.state.restore(self.slot, entry.snapshot)
+            if n < len(entry.tokens):
+                self.state.truncate(self.slot, n)
+        except CeraError:  # a state of another shape, or a ring that cannot be cut: evaluate it all
+            self.state.clear(self.slot)
+            self.tokens, self.pending, self.last, self._snapshots = [], everything, None, []
+            return
+        self.tokens = list(entry.tokens[:n])
+        self.pending = everything[n:]
+        self.last = _copy(entry.last) if not self.pending else None
+        self._snapshots = []
+
+    def _store_prefix(self) -> None:
+        if self.prefix_cache is not None and self.tokens and not self.pending:
+            self.prefix_cache.store(self)
 
     def _evaluate(self, final: Outputs) -> bool:
         """Evaluate the queue in chunks; the last chunk returns ``final``. False when
         cancelled between chunks (what was evaluated stays)."""
+        held = len(self.tokens)
+        if self.prefix_cache is not None and len(self.pending) > 1:
+            self._use_prefix_cache()
+        # A long prompt's rows all take the prompt kernels, however it is cut into passes
+        # (by n_batch, or by a prompt-cache hit that leaves only its end to evaluate), so
+        # they come out the same either way; short ones choose by their count, as llama.cpp.
+        prompt_rows = len(self.pending) > 1 and (len(self.pending) >= PROMPT_ROWS or len(self.tokens) > held)
         if len(self.tokens) + len(self.pending) > self.n_ctx:
             raise ContextFull(
                 f"{len(self.tokens)} tokens in the context plus {len(self.pending)} new ones exceed "
@@ -200,7 +240,7 @@ class Session:
             chunk = self.pending[: self.n_batch]
             last = len(chunk) == len(self.pending)
             try:
-                out = self._forward(chunk, final if last else NONE)
+                out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
             except MemoryError as e:
                 raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
             self.tokens.extend(chunk)
@@ -296,6 +336,8 @@ class Session:
                 # the prompt's last position always returns all logits: any sampler can start
                 if not self._evaluate(LAST_LOGITS):
                     reason = FinishReason.CANCELLED
+                else:
+                    self._store_prefix()
                 self._snapshot_here()
             elif self.last is None:
                 raise SessionError("nothing to generate from: append text or tokens first")

@@ -365,7 +365,8 @@ static int store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int
 static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
                         int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_type,
                         int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
-                        int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start, attn_job *job) {
+                        int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start, int tiled,
+                        attn_job *job) {
     const int64_t n_cells = kv_start + n_tok;
     if (n_kv_heads <= 0 || n_heads % n_kv_heads || kv_start < 0 || n_cells > n_ctx || n_tok > capacity ||
         capacity > n_ctx || capacity <= 0 || kv_type < KV_F32 || kv_type > KV_Q8_0 ||
@@ -400,7 +401,7 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
     job->out = out;
     job->partials = NULL;
     const int64_t work = n_tok * n_heads * n_cells * (k_dim + v_dim);
-    if (n_tok >= TQ) {
+    if (n_tok >= TQ || tiled) {
         tiled_job tj;
         tj.job = job;
         tj.n_qtiles = (n_tok + TQ - 1) / TQ;
@@ -461,7 +462,8 @@ int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const
                             int64_t kv_start) {
     attn_job job;
     const int rc = attn_prepare(ctx, q, k, v, n_tok, n_heads, n_kv_heads, k_dim, v_dim, k_cache, v_cache, kv_type,
-                                capacity, n_ctx, cell_pos, q_pos, scale, window, softcap, acc_f16, out, kv_start, &job);
+                                capacity, n_ctx, cell_pos, q_pos, scale, window, softcap, acc_f16, out, kv_start, 0,
+                                &job);
     if (rc != CERA_OK) return rc < 0 ? rc : CERA_OK;
     return attn_run(ctx, &job, 1);
 }
@@ -491,7 +493,8 @@ int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, vo
         const int32_t slot = a->slots[s];
         if (slot < 0 || slot >= a->n_slots) return CERA_EINVAL;
         /* per_row: one job per row, as a one-token step at its cell (its chunking included) */
-        const int64_t parts = a->per_row ? n : 1, rows_each = a->per_row ? 1 : n;
+        const int one = a->per_row == CERA_ROWS_ONE;
+        const int64_t parts = one ? n : 1, rows_each = one ? 1 : n;
         for (int64_t part = 0; part < parts; part++) {
             if (n_jobs == MAX_BATCH_JOBS) {
                 const int rc = attn_run(ctx, jobs, n_jobs);
@@ -504,7 +507,8 @@ int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, vo
                 a->v + r * a->n_kv_heads * a->v_dim, rows_each, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim,
                 (char *)k_base + slot * k_slot, (char *)v_base + slot * v_slot, a->kv_type, a->capacity, a->n_ctx,
                 pos_base + (int64_t)slot * a->n_ctx, a->q_pos + r, a->scale, a->window, a->softcap, a->acc_f16,
-                a->out + r * a->n_heads * a->v_dim, a->starts[s] + part, &jobs[n_jobs]);
+                a->out + r * a->n_heads * a->v_dim, a->starts[s] + part, a->per_row == CERA_ROWS_PROMPT,
+                &jobs[n_jobs]);
             if (rc < 0) return rc;
             if (rc == CERA_OK) n_jobs++; /* rc 1: a prompt's tiles, done already */
         }

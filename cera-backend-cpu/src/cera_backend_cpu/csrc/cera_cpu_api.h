@@ -169,7 +169,8 @@ int cera_plan_argmax(cera_plan *plan, const float *x, int64_t rows, int64_t n, i
  * [rows[2s], rows[2s] + rows[2s + 1]) of q, k, v and out; at run time slots[s] and starts[s]
  * (input buffers) say which slot it uses and how many cells that slot held. With per_row,
  * row t of a sequence attends as if it were a one-token step at cell starts[s] + t (the
- * same chunking, the same bits), which speculative decoding's verification needs. */
+ * same chunking, the same bits), which speculative decoding's verification needs; with 2
+ * the rows attend in tiles (the prompt path) however few they are. */
 typedef struct {
     const float *q, *k, *v;
     float *out;
@@ -181,7 +182,7 @@ typedef struct {
     float scale, softcap;
     int32_t window;
     int n_seq;
-    int per_row; /* attend row by row, each as a one-token step would (see below) */
+    int per_row; /* 1: attend row by row, each as a one-token step would; 2: always in tiles */
     const int64_t *rows;
     const int32_t *slots, *starts;
 } cera_attention_seqs;
@@ -193,9 +194,12 @@ int cera_plan_attention(cera_plan *plan, const cera_attention_seqs *args);
  * y[m, r] (same strides as y) as its rows are done. glu_op >= 0 (0 silu, 1 gelu) needs
  * exactly two members of one size, a gate and an up: their rows are done together and
  * glu_out[m, r] = act(gate[m, r]) * up[m, r] (rows glu_stride apart). Every element is
- * computed as cera_matmul, cera_binary and cera_glu compute it. per_row = 1 (a batch of
- * sequences decoding together) computes every row as a one-row product would, so a
- * sequence's results do not depend on what shares its batch. At most 8 members. */
+ * computed as cera_matmul, cera_binary and cera_glu compute it. per_row selects the kernels
+ * by row, not by the row count: 1 (a batch of sequences decoding together) computes every
+ * row as a one-row product would, so a sequence's results do not depend on what shares its
+ * batch; 2 (the rows of a long prompt) computes every row with the many-row microkernel,
+ * so a prompt's rows do not depend on how it was cut into chunks; 0 chooses by the count,
+ * as llama.cpp does. At most 8 members. */
 typedef struct {
     int wtype;
     const void *w;

@@ -347,6 +347,9 @@ struct cera_ctx {
 void *cera_scratch(cera_ctx *ctx, size_t bytes);
 
 #define CERA_MAX_PRODUCTS 8 /* members of one product job (cera_product in cera_cpu_api.h) */
+/* How a job picks its kernels (the per_row arguments of cera_cpu_api.h): by the row count
+ * (llama.cpp's choice), the one-row kernels for every row, the prompt kernels for every row. */
+enum { CERA_ROWS_BY_COUNT = 0, CERA_ROWS_ONE = 1, CERA_ROWS_PROMPT = 2 };
 
 /* 0 if the members can run as one job (glu_op >= 0: exactly a gate and an up member of
  * one size), else a CERA_E* code. */

@@ -107,6 +107,18 @@
         k->dot4[T_Q4_K] = dot4_q4_K_##V;                       \
         k->dot4[T_Q5_K] = dot4_q5_K_##V;                       \
         k->dot4[T_Q6_K] = dot4_q6_K_##V;                       \
+        k->dotm[T_Q4_0] = dotm_q4_0_##V;                       \
+        k->dotm[T_Q4_1] = dotm_q4_1_##V;                       \
+        k->dotm[T_Q5_0] = dotm_q5_0_##V;                       \
+        k->dotm[T_Q5_1] = dotm_q5_1_##V;                       \
+        k->dotm[T_Q8_0] = dotm_q8_0_##V;                       \
+        k->dotm[T_IQ4_NL] = dotm_iq4_nl_##V;                   \
+        k->dotm[T_Q4_K] = dotm_q4_K_##V;                       \
+        k->dotm[T_Q5_K] = dotm_q5_K_##V;                       \
+        k->dotm[T_Q6_K] = dotm_q6_K_##V;                       \
+        k->dotm_rows[T_Q4_0] = k->dotm_rows[T_Q4_1] = k->dotm_rows[T_Q5_0] = dotm_rows_legacy_##V; \
+        k->dotm_rows[T_Q5_1] = k->dotm_rows[T_Q8_0] = k->dotm_rows[T_IQ4_NL] = dotm_rows_legacy_##V; \
+        k->dotm_rows[T_Q4_K] = k->dotm_rows[T_Q5_K] = k->dotm_rows[T_Q6_K] = dotm_rows_kquant_##V; \
         k->quant[ACT_F16] = quant_f16_##V;                     \
         k->quant[ACT_Q8_0] = quant_q8_0_##V;                   \
         k->quant[ACT_Q8_1] = quant_q8_1_##V;                   \

@@ -95,8 +95,24 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
         if (*gs)
             for (; rg < r1; rg += R) gemm_tile(job, i, rg, r1 - rg < R ? (int)(r1 - rg) : R, *gs);
     }
+    cera_dotm_fn dotm = job->M > 1 ? job->k->dotm[p->wtype] : NULL;
     for (int64_t m0 = 0; m0 < job->M && rg < r1; m0 += TILE_COLS) {
         const int64_t m1 = m0 + TILE_COLS < job->M ? m0 + TILE_COLS : job->M;
+        if (dotm) {
+            /* a few weight rows at a time against every activation row of the group: each
+             * weight block is unpacked once per group of CERA_DOTM_MAX_ACTS activation
+             * rows instead of once per activation row */
+            const int R = job->k->dotm_rows[p->wtype];
+            for (int64_t r = rg; r < r1; r += R) {
+                const int rows = r1 - r < R ? (int)(r1 - r) : R;
+                for (int64_t m = m0; m < m1; m += CERA_DOTM_MAX_ACTS) {
+                    const int A = m1 - m < CERA_DOTM_MAX_ACTS ? (int)(m1 - m) : CERA_DOTM_MAX_ACTS;
+                    dotm(job->K, w + r * p->w_row_bytes, p->w_row_bytes, rows, act + m * arb, arb, A,
+                         p->y + m * p->y_stride + r, p->y_stride);
+                }
+            }
+            continue;
+        }
         for (int64_t m = m0; m < m1; m++) {
             const char *a = act + m * arb;
             float *y = p->y + m * p->y_stride;
@@ -234,9 +250,13 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
         const cera_gemm_format *f = cera_gemm_format_of(mem[i].wtype, &ctx->k);
         /* K-quants from 8 rows, where llama.cpp's tiled K-quant path starts (same float steps) */
         const int kquant = f && (f->kind == GEMM_K_MIN || f->kind == GEMM_K_OFFSET);
-        /* per_row: a batch of sequences decoding together; every row keeps the one-row
-         * arithmetic (vec_dot), so a sequence's tokens do not depend on its batch */
-        if (f && (per_row || M < (kquant ? GEMM_MIN_ROWS_KQUANT : GEMM_MIN_ROWS))) f = NULL;
+        /* per_row (CERA_ROWS_ONE): a batch of sequences decoding together; every row keeps
+         * the one-row arithmetic (vec_dot), so a sequence's tokens do not depend on its batch.
+         * CERA_ROWS_PROMPT: rows of a long prompt take the many-row microkernel whatever their
+         * count, so a prompt's rows compute alike however it is cut into chunks. */
+        if (f && (per_row == CERA_ROWS_ONE ||
+                  (per_row != CERA_ROWS_PROMPT && M < (kquant ? GEMM_MIN_ROWS_KQUANT : GEMM_MIN_ROWS))))
+            f = NULL;
         job.gemm[i] = f;
         prep_of[i] = -1;
         if (f) {
