@@ -119,3 +119,21 @@ def test_run_refuses_a_file_that_is_not_gguf(tmp_path):
     r = cera("run", "-m", str(bad), "-p", "x")
     assert r.returncode == 1
     assert "bad magic" in r.stderr and str(bad) in r.stderr
+
+
+@pytest.mark.slow
+def test_a_long_generation_runs_past_its_context_with_context_shift(smollm2_path):
+    r = cera("run", "-m", str(smollm2_path), "-t", "2", "--raw", "-p", "Once upon a time", "-n", "2000", "-c", "512",
+             "--temp", "0.8", "--seed", "3", "--ignore-eos", "--context-shift", "--n-keep", "4")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "generated 2000 tokens" in r.stderr and "stop: length" in r.stderr
+
+
+def test_run_with_a_prompt_cache_directory_hits_on_the_second_run(smollm2_path, tmp_path):
+    prompt = "You are a careful assistant. " * 20 + "Say hi."
+    args = ("run", "-m", str(smollm2_path), "-t", "2", "--raw", "-p", prompt, "-n", "6", "--temp", "0",
+            "--prompt-cache", str(tmp_path / "pc"))  # fmt: skip
+    first, second = cera(*args), cera(*args)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert "prompt cache: miss" in first.stderr and "prompt cache: hit" in second.stderr
+    assert first.stdout == second.stdout

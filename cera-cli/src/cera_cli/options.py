@@ -42,6 +42,9 @@ _CLICK_TYPES = {
     "presence_penalty": float,
     "frequency_penalty": float,
     "seed": int,
+    "n_keep": click.IntRange(min=0),
+    "spec_ngram": click.IntRange(min=1),
+    "spec_k": click.IntRange(min=1),
 }
 
 

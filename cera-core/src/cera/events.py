@@ -34,6 +34,12 @@ class GenerationSummary:
     prompt_seconds: float
     generate_seconds: float
     logprobs: list[float] | None = None
+    drafted: int = 0  # speculative decoding: draft tokens verified
+    accepted: int = 0  # ... and kept
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
 
     @property
     def n_generated(self) -> int:

@@ -54,6 +54,11 @@ class GenerateOptions:
     stop: tuple[str, ...] = _opt((), "--stop", "Stop string, not included in the output (repeatable).", converter=_tuple_of_str)
     stop_tokens: tuple[int, ...] = _opt((), None, "Extra stop token ids.", converter=_tuple_of_int)
     ignore_eos: bool = _opt(False, "--ignore-eos", "Never stop on an end-of-generation token.")
+    context_shift: bool = _opt(False, "--context-shift", "When the context fills, drop the oldest half of it (after --n-keep) and go on.")
+    n_keep: int = _opt(0, "--n-keep", "Tokens at the start that a context shift keeps.")
+    spec: bool = _opt(False, "--spec", "Speculative decoding by prompt lookup (greedy only; the output is the greedy output).")
+    spec_ngram: int = _opt(3, "--spec-ngram", "Longest n-gram matched in the context to draft from.")
+    spec_k: int = _opt(8, "--spec-k", "Tokens drafted per verification pass.")
     logprobs: bool = _opt(False, None, "Report each token's log-probability (reads all logits back).")
     top_logprobs: int = _opt(0, None, "Also report this many most likely alternatives per token.")
 
@@ -63,6 +68,10 @@ class GenerateOptions:
                 raise InvalidOptions(f"max_tokens must be an integer or None, got {self.max_tokens!r}")
             if self.max_tokens < 0:
                 self.max_tokens = None  # llama.cpp's -n -1: until the context is full
+        for name in ("n_keep", "spec_ngram", "spec_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise InvalidOptions(f"{name} must be a non-negative integer, got {v!r}")
         if not isinstance(self.top_logprobs, int) or self.top_logprobs < 0:
             raise InvalidOptions(f"top_logprobs must be a non-negative integer, got {self.top_logprobs!r}")
         self.sampling()  # validates the sampling fields

@@ -107,6 +107,7 @@ class Session:
         self.pending: list[int] = []  # queued for the next evaluation
         self.last: dict | None = None  # what the last evaluation returned for its last position
         self.n_evaluated = 0  # tokens run through the model over the session's life
+        self.n_shifted = 0  # tokens dropped by context shifts
         self.prefix_cache = getattr(loaded, "prefix_cache", None)  # cera.prefix_cache (None: off)
         self._snapshots: list[tuple[int, object]] = []  # (tokens, state snapshot) for recurrent state
         self._cancel = threading.Event()
@@ -289,6 +290,36 @@ class Session:
         self.pending = redo + self.pending
         return redo_from
 
+    def _drop_cells_from(self, n: int) -> None:
+        """Forget evaluated tokens from index n on (cut the state back to n cells)."""
+        self.state.truncate(self.slot, n)
+        del self.tokens[n:]
+        self.last = None
+
+    def _shift_context(self, n_keep: int) -> None:
+        """The context is full: keep the first ``n_keep`` tokens, drop half of the rest (the
+        oldest), and go on, as llama.cpp's context shift does. The KV cells move and their
+        keys are rotated back (`HostState.shift`); where the state cannot shift (recurrent
+        layers, a sliding-window ring), the kept tokens are evaluated again from scratch,
+        which is exact but costs a prompt's time."""
+        everything = self.tokens + self.pending
+        n_keep = max(0, min(int(n_keep), len(self.tokens) - 2))
+        n_discard = (len(self.tokens) - n_keep) // 2
+        if n_discard < 1:
+            raise ContextFull("the context is full and nothing can be shifted out; use a larger n_ctx")
+        try:
+            self.state.shift(self.slot, n_keep, n_discard)
+        except StateNotRewindable:
+            self.state.clear(self.slot)
+            kept = everything[:n_keep] + everything[n_keep + n_discard :]
+            self.tokens, self.pending, self.last = [], kept, None
+            self._snapshots = []
+            self.n_shifted += n_discard
+            return
+        del self.tokens[n_keep : n_keep + n_discard]
+        self._snapshots = []
+        self.n_shifted += n_discard
+
     def _snapshot_here(self) -> None:
         """Keep a snapshot of non-rewindable state at this point (end of a prompt)."""
         if self.model.state.rewindable or not self.tokens:
@@ -345,6 +376,8 @@ class Session:
                 self._refresh_last(LAST_LOGITS)
             t1 = time.perf_counter()
             limit = options.max_tokens
+            spec = _Speculation(self, options, sampler) if options.spec else None
+            queued: list[int] = []  # accepted draft tokens: chosen and evaluated already
             while reason is None:
                 if limit is not None and len(generated) >= limit:
                     reason = FinishReason.LENGTH
@@ -352,10 +385,18 @@ class Session:
                 if self._cancel.is_set():
                     reason = FinishReason.CANCELLED
                     break
-                history = self.tokens + self.pending
-                token = sampler.choose(_candidates(self.last), history)
-                logprob, top = _logprobs(self.last, token, options)
+                if queued:  # a verified draft token: the model's own greedy choice here
+                    token = queued.pop(0)
+                    at = len(self.tokens) - len(queued) - 1  # its cell
+                else:
+                    history = self.tokens + self.pending
+                    token = sampler.choose(_candidates(self.last), history)
+                    at = None
+                logprob, top = _logprobs(self.last, token, options) if at is None else (None, None)
                 if token in eog:
+                    if at is not None:  # as plain decoding would hold it: the token not evaluated
+                        self._drop_cells_from(at)
+                        self.last = {"argmax": token}
                     reason = FinishReason.STOP_TOKEN
                     break
                 generated.append(token)
@@ -365,19 +406,38 @@ class Session:
                 if piece:
                     text_parts.append(piece)
                 yield TokenEvent(token, piece, logprob, top)
+                full = len(self.tokens) + len(self.pending) + (0 if at is not None else 1) > self.n_ctx
+                if full and options.context_shift and not hit:
+                    if at is not None:
+                        self._drop_cells_from(at)
+                        queued = []
+                    self._shift_context(options.n_keep)
+                    full = False
+                    at = None
+                ends = hit or full or (limit is not None and len(generated) >= limit)
+                if at is not None:
+                    if ends:  # plain decoding leaves the last token queued, not evaluated
+                        self._drop_cells_from(at)
+                        self.pending.append(token)
+                        reason = FinishReason.STOP_STRING if hit else FinishReason.CONTEXT if full else FinishReason.LENGTH
+                        break
+                    continue
+                self.pending.append(token)
                 if hit:
                     reason = FinishReason.STOP_STRING
-                    self.pending.append(token)
                     break
-                if len(self.tokens) + len(self.pending) + 1 > self.n_ctx:
+                if full:
                     reason = FinishReason.CONTEXT
-                    self.pending.append(token)
                     break
-                self.pending.append(token)
                 if limit is not None and len(generated) >= limit:
                     # The last token is queued, not evaluated: a follow-up call evaluates it.
                     reason = FinishReason.LENGTH
                     break
+                if spec is not None:
+                    queued = spec.step(limit - len(generated) if limit is not None else None)
+                    if queued is not None:
+                        continue
+                    queued = []
                 if not self._evaluate(want):
                     reason = FinishReason.CANCELLED
             tail = ""
@@ -395,6 +455,8 @@ class Session:
                 prompt_seconds=t1 - t0,
                 generate_seconds=t2 - t1,
                 logprobs=logprobs if options.wants_logprobs else None,
+                drafted=spec.drafted if spec else 0,
+                accepted=spec.accepted if spec else 0,
             )
             self.last_summary = summary
             yield EndEvent(summary, tail)
@@ -486,6 +548,74 @@ class Session:
     @property
     def n_tokens(self) -> int:
         return len(self.tokens)
+
+
+class _Speculation:
+    """Speculative decoding with prompt lookup: draft the tokens that followed the last
+    occurrence of the newest n-gram in the context, verify them in one pass whose every row
+    computes as a one-token step would (`Layout.exact_rows`), keep the run the model agrees
+    with. The output is the greedy output, token for token."""
+
+    def __init__(self, session: Session, options: GenerateOptions, sampler: Sampler):
+        from .errors import InvalidOptions
+
+        if not sampler.options.greedy or sampler.masks or options.wants_logprobs:
+            raise InvalidOptions(
+                "speculative decoding (spec) gives exactly the greedy output, so it needs greedy decoding "
+                "(temperature 0) without penalties, banned tokens, grammars or log-probabilities"
+            )
+        if not session.model.state.rewindable:
+            raise InvalidOptions("speculative decoding needs state that can be rewound; this model has recurrent layers")
+        if options.spec_ngram < 1 or options.spec_k < 1:
+            raise InvalidOptions(f"spec_ngram and spec_k must be >= 1, got {options.spec_ngram} and {options.spec_k}")
+        self.s = session
+        self.ngram = options.spec_ngram
+        self.k = options.spec_k
+        self.drafted = self.accepted = 0
+
+    def draft(self, history: list[int], room: int) -> list[int]:
+        """The tokens that followed the latest earlier occurrence of history's last n-gram
+        (the longest n from spec_ngram down to 1 that occurs)."""
+        h = np.asarray(history, np.int64)
+        for n in range(min(self.ngram, len(h) - 1), 0, -1):
+            tail = h[-n:]
+            # windows of n ending before the last position, latest first
+            windows = np.lib.stride_tricks.sliding_window_view(h[:-1], n)
+            hits = np.nonzero((windows == tail).all(axis=1))[0]
+            if len(hits):
+                start = int(hits[-1]) + n
+                return h[start : start + min(self.k, room)].tolist()
+        return []
+
+    def step(self, left: int | None) -> list[int] | None:
+        """With the newest token queued: draft, verify, keep what the model agrees with.
+        Returns the accepted draft tokens (evaluated; the session's last output is the
+        model's choice after them), or None when there was nothing to draft."""
+        s = self.s
+        room = s.n_ctx - len(s.tokens) - len(s.pending) - 1
+        if left is not None:
+            room = min(room, left - 1)
+        draft = self.draft(s.tokens + s.pending, room) if room > 0 else []
+        if not draft:
+            return None
+        n_before = len(s.tokens)
+        batch = s.pending + draft
+        out = s._forward(batch, Outputs(("argmax",), rows="all"), exact_rows=True)
+        choice = [int(t) for t in out["argmax"].reshape(-1)]
+        s.tokens.extend(batch)
+        s.pending = []
+        s.n_evaluated += len(batch)
+        accepted = 0
+        while accepted < len(draft) and choice[len(s.tokens) - n_before - len(draft) - 1 + accepted] == draft[accepted]:
+            accepted += 1
+        keep = n_before + (len(batch) - len(draft)) + accepted
+        if keep < len(s.tokens):
+            s.state.truncate(s.slot, keep)
+            del s.tokens[keep:]
+        s.last = {"argmax": choice[keep - n_before - 1]}
+        self.drafted += len(draft)
+        self.accepted += accepted
+        return draft[:accepted]
 
 
 def guarded(events, sink: Sink | None = None):

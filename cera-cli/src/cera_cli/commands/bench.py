@@ -26,8 +26,11 @@ def _ints(ctx, param, value):
         raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
 
 
+KV_TYPE = "f16"
+
+
 def _pp(loaded, n: int, rng) -> float:
-    session = loaded.new_session(n_ctx=n + 1, n_batch=max(n, 1))
+    session = loaded.new_session(n_ctx=n + 1, n_batch=max(n, 1), kv_type=KV_TYPE)
     session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=n).tolist())
     t0 = time.perf_counter()
     session.evaluate()
@@ -45,8 +48,16 @@ def _tg_parallel(loaded, n: int, rng, parallel: int, depth: int = 0) -> float:
     return sum(s.n_generated for s in summaries) / decode
 
 
+def _tg_spec(loaded, n: int, rng, depth: int = 0) -> float:
+    """Greedy decoding with speculation after a random prompt (drafts come from it)."""
+    session = loaded.new_session(n_ctx=depth + n + 2, n_batch=512, kv_type=KV_TYPE)
+    session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=depth + 1).tolist())
+    summary = session.generate(max_tokens=n, temperature=0.0, ignore_eos=True, spec=True)
+    return summary.n_generated / summary.generate_seconds
+
+
 def _tg(loaded, n: int, rng, depth: int = 0) -> float:
-    session = loaded.new_session(n_ctx=depth + n + 2, n_batch=512)
+    session = loaded.new_session(n_ctx=depth + n + 2, n_batch=512, kv_type=KV_TYPE)
     session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=depth + 1).tolist())
     logits = session.evaluate()
     t0 = time.perf_counter()
@@ -62,17 +73,26 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("-n", "--n-gen", default="128", callback=_ints, show_default=True, help="Token counts for tg tests.")
 @click.option("-d", "--depth", default="0", callback=_ints, show_default=True, help="Context depths at which tg runs.")
 @click.option("-r", "--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Repetitions per test.")
+@click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision (its memory is reported).")
+@click.option("--spec", is_flag=True, help="tg tests decode with speculative decoding (prompt lookup; greedy).")
 @click.option("-P", "--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoding at once in tg tests (aggregate tokens/s).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-def bench_cmd(model, threads, device, ctx_size, n_prompt, n_gen, depth, reps, parallel, as_json):
+def bench_cmd(model, threads, device, ctx_size, n_prompt, n_gen, depth, reps, kv_type, spec, parallel, as_json):
     """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
     import numpy as np
 
+    global KV_TYPE
+    KV_TYPE = kv_type
     loaded = load_model(model, device, threads)
     rng = np.random.default_rng(1234)
+    n_ctx = max([*n_prompt, 1]) + max(depth) + max([*n_gen, 1]) + 2
+    kv_bytes = loaded.runner.new_state(n_ctx, kv_type=kv_type).nbytes()
+    if not as_json:
+        click.echo(f"KV cache ({kv_type}) for {n_ctx} tokens: {kv_bytes / 2**20:.1f} MiB")
+    tg = _tg_spec if spec else _tg
     tests = [(f"pp{n}", lambda n=n: _pp(loaded, n, rng)) for n in n_prompt if n > 0]
     if parallel == 1:
-        tests += [(f"tg{n}" + (f"@d{d}" if d else ""), lambda n=n, d=d: _tg(loaded, n, rng, d)) for n in n_gen if n > 0 for d in depth]
+        tests += [(f"tg{n}" + (f"@d{d}" if d else "") + ("+spec" if spec else ""), lambda n=n, d=d: tg(loaded, n, rng, d)) for n in n_gen if n > 0 for d in depth]
     else:
         tests += [
             (f"tg{n}" + (f"@d{d}" if d else "") + f"x{parallel}", lambda n=n, d=d: _tg_parallel(loaded, n, rng, parallel, d))
@@ -94,4 +114,4 @@ def bench_cmd(model, threads, device, ctx_size, n_prompt, n_gen, depth, reps, pa
             r = results[-1]
             click.echo(f"{loaded.name:40.40s} {loaded.backend.name:6s} {name:12s} {r['median_tok_s']:10.2f} ± {r['stdev_tok_s']:.2f} tok/s")
     if as_json:
-        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "parallel": parallel, "results": results}, indent=2))
+        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "parallel": parallel, "kv_type": kv_type, "kv_bytes": kv_bytes, "results": results}, indent=2))

@@ -16,12 +16,15 @@ HELP = "Commands: /reset starts over, /exit or Ctrl-D quits."
 @sampling_options
 @click.option("--system", default=None, help="System message.")
 @click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision.")
-def chat_cmd(model, threads, device, ctx_size, system, kv_type, **kw):
+@click.option("--prompt-cache", "prompt_cache", type=click.Path(file_okay=False), default=None, help="Directory of a prompt cache shared across runs (the chat keeps it warm in memory too).")
+def chat_cmd(model, threads, device, ctx_size, system, kv_type, prompt_cache, **kw):
     """Chat with a model. Each turn evaluates only the new messages."""
     from cera.chat import Chat
 
     options = generate_options(kw)
     loaded = load_model(model, device, threads)
+    if prompt_cache:
+        loaded.enable_prefix_cache(directory=prompt_cache)
     if loaded.chat_template.is_fallback:
         echo_err(f"cera: {loaded.name} has no chat template; using the generic fallback template")
     session = loaded.new_session(n_ctx=ctx_size, kv_type=kv_type)
