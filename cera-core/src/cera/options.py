@@ -41,8 +41,8 @@ def _tuple_of_int(v) -> tuple[int, ...]:
 class GenerateOptions:
     """What to generate and when to stop; sampling fields are those of `SamplingOptions`."""
 
-    max_tokens: int | None = _opt(256, "-n/--max-tokens", "Tokens to generate (-1: until the context is full).")
-    temperature: float = _opt(0.8, "--temp", "Temperature; 0 for greedy decoding.")
+    max_tokens: int | None = _opt(256, "-n/--max-tokens/--n-predict", "Tokens to generate (-1: until the context is full).")
+    temperature: float = _opt(0.8, "--temp/--temperature", "Temperature; 0 for greedy decoding.")
     top_k: int = _opt(40, "--top-k", "Top-k (0: off).")
     top_p: float = _opt(0.95, "--top-p", "Top-p (1: off).")
     min_p: float = _opt(0.05, "--min-p", "Min-p (0: off).")
@@ -50,7 +50,7 @@ class GenerateOptions:
     repeat_last_n: int = _opt(64, "--repeat-last-n", "Tokens of history the penalties look at (-1: all).")
     presence_penalty: float = _opt(0.0, "--presence-penalty", "Subtracted from the logit of every token already generated or in the prompt window (0: off).")
     frequency_penalty: float = _opt(0.0, "--frequency-penalty", "Subtracted per occurrence of a token in the window (0: off).")
-    seed: int | None = _opt(None, "--seed", "Random seed; the same seed gives the same output (-1: random).")
+    seed: int | None = _opt(None, "-s/--seed", "Random seed; the same seed gives the same output (-1: random; the run prints the one drawn).")
     stop: tuple[str, ...] = _opt((), "--stop", "Stop string, not included in the output (repeatable).", converter=_tuple_of_str)
     stop_tokens: tuple[int, ...] = _opt((), None, "Extra stop token ids.", converter=_tuple_of_int)
     ignore_eos: bool = _opt(False, "--ignore-eos", "Never stop on an end-of-generation token.")

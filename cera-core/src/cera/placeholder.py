@@ -33,6 +33,7 @@ def placeholder_spec(name: str, distribution: str, factory: str, priority: int, 
         priority=priority,  # above the CPU: once it works, a usable accelerator wins under --device auto
         description=f"{description} (not implemented yet)",
         available=lambda: reason,
+        placeholder=True,
     )
 
 

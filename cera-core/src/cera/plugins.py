@@ -276,18 +276,22 @@ class PluginManager:
 
         fam = self.architectures.get(architecture)
         if fam is None:
-            raise UnsupportedArchitecture(architecture, {a: f.name for a, f in self.architectures.items()})
+            raise UnsupportedArchitecture(
+                architecture, {a: f.name for a, f in self.architectures.items()}, plugins_disabled=self.allow == set()
+            )
         return fam
 
     def backend_spec(self, name: str) -> BackendSpec:
+        from .distributions import backend_hint
         from .errors import BackendUnavailable
 
         spec = self.backends.get(name)
         if spec is None:
             have = ", ".join(sorted(self.backends)) or "none"
+            # never an install command built from the name typed: see cera.distributions
             raise BackendUnavailable(
                 f"no backend named {name!r} is installed (installed: {have}); "
-                f"install it, e.g. `pip install cera-backend-{name}`"
+                f"{backend_hint(name, plugins_disabled=self.allow == set())}"
             )
         return spec
 

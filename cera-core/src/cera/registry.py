@@ -60,6 +60,9 @@ class BackendSpec:
     priority: int = 0
     description: str = ""
     available: Callable[[], str | None] | None = None
+    # A registered name with no implementation yet (`cera.placeholder`): listed by `cera
+    # plugins`, never announced as "passed over" when another backend runs a model.
+    placeholder: bool = False
 
     def unavailable_reason(self) -> str | None:
         if self.available is None:
