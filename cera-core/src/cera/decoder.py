@@ -146,6 +146,7 @@ class DecoderModel(Model):
 
     family = "llama"
     neox_rope = False
+    output_norm_tensor = T.OUTPUT_NORM  # LFM2 files name the final norm token_embd_norm
 
     @classmethod
     def read_config(cls, gguf) -> DecoderConfig:
@@ -164,7 +165,7 @@ class DecoderModel(Model):
                 )
         w = weights
         self.tok_embd = w[tensor_name(T.TOKEN_EMBD)]
-        self.output_norm = w[tensor_name(T.OUTPUT_NORM)]
+        self.output_norm = w[tensor_name(self.output_norm_tensor)]
         self.output = w.get(tensor_name(T.OUTPUT)) or self.tok_embd
         self.output_bias = w.get(tensor_name(T.OUTPUT, kind="bias"))
         pre = c.norm in ("pre", "sandwich")
@@ -172,7 +173,7 @@ class DecoderModel(Model):
         self.layers = [
             DecoderLayer(
                 attn=AttentionWeights.load(w, i) if c.mixer(i) == "attention" else ShortConvWeights.load(w, i),
-                ffn=FeedForwardWeights.load(w, i),
+                ffn=self.load_ffn(w, i),
                 attn_norm=w[tensor_name(T.ATTN_NORM, i)] if pre else None,
                 ffn_norm=w[tensor_name(T.FFN_NORM, i)] if pre else None,
                 post_attn_norm=w[tensor_name(T.ATTN_POST_NORM, i)] if post else None,
@@ -188,6 +189,14 @@ class DecoderModel(Model):
             AttentionSpec(scale=1.0 if c.q_scale is not None else c.attention_scale, window=c.windows[i], softcap=c.attn_softcap)
             for i in range(c.n_layer)
         ]
+
+    def load_ffn(self, w: Weights, i: int):
+        """Layer i's feed-forward weights (a family with expert layers loads those here)."""
+        return FeedForwardWeights.load(w, i)
+
+    def ffn(self, g: GraphBuilder, i: int, h: Tensor) -> Tensor:
+        """Layer i's feed-forward block on the normed ``h``."""
+        return feed_forward(g, h, self.layers[i].ffn, self.config.activation)
 
     def declare_state(self, i: int):
         """Layer i's state: its KV cache, or a short convolution's carried inputs."""
@@ -237,7 +246,7 @@ class DecoderModel(Model):
                 h = g.rms_norm(h, L.post_attn_norm, c.eps)
             x = g.add(x, h)
             h = g.rms_norm(x, L.ffn_norm, c.eps) if L.ffn_norm is not None else x
-            h = feed_forward(g, h, L.ffn, c.activation)
+            h = self.ffn(g, i, h)
             if L.post_ffw_norm is not None:
                 h = g.rms_norm(h, L.post_ffw_norm, c.eps)
             if c.residual_scale != 1.0:

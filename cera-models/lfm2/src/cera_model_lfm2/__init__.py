@@ -1,0 +1,1 @@
+"""cera model families: lfm2, lfm2moe."""
