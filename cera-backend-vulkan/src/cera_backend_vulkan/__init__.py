@@ -1,4 +1,5 @@
-"""cera backend for GPUs through wgpu (Vulkan, Metal, DX12): registered with cera, not implemented yet.
+"""cera backend for GPUs through wgpu (Vulkan, Metal, DX12).
 
-See `cera_backend_vulkan.plugin` for what it registers and why it reports itself unusable.
+See `cera_backend_vulkan.backend` for the design and `cera_backend_vulkan.plugin` for
+what it registers.
 """

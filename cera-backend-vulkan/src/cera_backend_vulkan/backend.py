@@ -1,8 +1,293 @@
-"""The factory named by the `vulkan` BackendSpec: it refuses, naming the reason (`cera.placeholder`)."""
+"""The Vulkan backend: `cera.backend.Backend` on a GPU through wgpu (Vulkan, Metal, DX12).
 
-from cera.placeholder import PlaceholderBackend
+- Weights are uploaded once, in their GGUF block layout (no dequantized copies); the WGSL
+  kernels decode the blocks as they read them (wgsl.py).
+- The state (`VulkanState`) keeps each layer's KV cache on the device ([slot, kv head,
+  cell, dim], f16 or f32) with the cells' positions; the host keeps the bookkeeping
+  (filled cells, positions) that `cera.state.HostState` defines, so sessions, the
+  scheduler, checkpoints and the prefix cache use it unchanged. Snapshots, restores and
+  context shifts copy one slot between the device and the host.
+- `compile` lowers a graph to a fixed list of dispatches with their parameters and bind
+  groups made once (compile.py); a run writes the per-run inputs once, records every
+  dispatch into one compute pass, submits once and reads back only the declared outputs
+  (a greedy step: one int32 per sequence).
+
+Choosing things: ``VulkanBackend(device_index=0)`` or ``VulkanOptions``; adapters are
+ordered discrete GPU first, software ones (lavapipe) last. Under ``--device auto`` a
+software adapter is passed over (the CPU backend is faster there); ``--device vulkan``
+uses it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import attrs
+import numpy as np
+
+from cera.backend import Backend, BackendOptions, DeviceInfo, Weight
+from cera.errors import BackendUnavailable, ModelConfigError, ResourceExhausted, UnsupportedOperation, UnsupportedTensorType
+from cera.state import HostState, kv_row_shape
+
+from . import device as gpu
+from .capabilities import KV_TYPES, OPS, TENSOR_TYPES
+from .wgsl import BLOCKS
 
 
-class VulkanBackend(PlaceholderBackend):
+@attrs.frozen
+class VulkanOptions(BackendOptions):
+    """``device_index``: which adapter (0: the best one, discrete GPUs first);
+    ``profile``: time every kernel with timestamp queries (`VulkanExecutable.profile`)."""
+
+    profile: bool = False
+
+
+class VulkanWeight(Weight):
+    """A weight on the device: its GGUF bytes in one buffer (padded to 4 bytes), and the
+    host copy of small ones that kernels take as constants (norm weights, biases)."""
+
+    def __init__(self, name: str, ggml_type: str, shape: tuple[int, ...], data: np.ndarray, buffer, nbytes: int):
+        self.name = name
+        self.ggml_type = ggml_type
+        self.shape = tuple(int(d) for d in shape)
+        self.buffer = buffer
+        self.nbytes = nbytes
+        block, size = BLOCKS[ggml_type]
+        self.row_bytes = self.shape[0] // block * size
+        self._data = data  # a view of the memory-mapped file: costs nothing
+        self._dense: np.ndarray | None = None
+
+    @property
+    def n_rows(self) -> int:
+        return math.prod(self.shape[1:]) if len(self.shape) > 1 else 1
+
+    def dense(self) -> np.ndarray:
+        """float32 values in numpy shape: for small operand tensors only."""
+        if self._dense is None:
+            from gguf.constants import GGMLQuantizationType
+            from gguf.quants import dequantize
+
+            if self.ggml_type == "F32":
+                d = np.frombuffer(self._data.tobytes(), np.float32)
+            else:
+                d = dequantize(np.asarray(self._data).reshape(-1), GGMLQuantizationType[self.ggml_type])
+            self._dense = np.asarray(d, np.float32).reshape(tuple(reversed(self.shape)))
+        return self._dense
+
+    def __repr__(self) -> str:
+        return f"VulkanWeight({self.name!r}, {self.ggml_type}, shape={self.shape})"
+
+
+class DeviceKV:
+    """What the host knows of one layer's cache on the device: its shape (as HostState's
+    numpy array would have it: [slots, kv heads, cells, row]), dtype and buffer."""
+
+    def __init__(self, ctx, shape: tuple[int, ...], dtype, label: str):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        self.buffer = ctx.buffer(self.nbytes, label=label)
+        self.slot_bytes = self.nbytes // self.shape[0]
+
+
+class _SlotArrays:
+    """One slot's cache as host arrays, indexable like HostState's (``a[slot]``), so the
+    host's snapshot/restore/shift code runs unchanged on a copy of that slot."""
+
+    def __init__(self, shape, arrays: dict):
+        self.shape = shape
+        self._arrays = arrays
+
+    def __getitem__(self, slot):
+        return self._arrays[slot]
+
+
+_state_ids = itertools.count(1)
+
+
+class VulkanState(HostState):
+    """`HostState` whose KV caches and cell positions live on the device (see the module
+    docstring). ``k``/``v`` map declarations to `DeviceKV` (shapes, for the runtime's
+    geometry and checkpoints); the cell positions are mirrored in ``pos_buffer``."""
+
+    def __init__(self, ctx, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
+        if kv_type not in KV_TYPES:
+            raise UnsupportedOperation(
+                f"backend 'vulkan' keeps KV caches in {' or '.join(KV_TYPES)}, not {kv_type!r}; use --kv-type f16"
+            )
+        self.ctx = ctx
+        self.uid = next(_state_ids)
+        super().__init__(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+        try:
+            self.pos_buffer = ctx.buffer(self.pos.nbytes, label="cell positions")
+        except gpu.BufferTooLarge as e:
+            raise ResourceExhausted(f"backend 'vulkan': the cell positions need {e.size} bytes, more than one buffer may hold") from None
+        ctx.queue.write_buffer(self.pos_buffer, 0, self.pos)
+
+    def _allocate(self, n_slots, dtype) -> None:
+        from cera.state import ring_cells
+
+        for i, d in enumerate(self.decls):
+            if d.kind != "kv":
+                raise UnsupportedOperation(f"backend 'vulkan' has no device storage for {d.kind!r} state yet (layer state {i})")
+            cap = ring_cells(d, self.n_ctx, self.n_batch, self.swa_full)
+            if d.k_dim % 2 or d.v_dim % 2:
+                raise UnsupportedOperation(f"backend 'vulkan' needs even head dimensions, not {d.k_dim}/{d.v_dim}")
+            rows = (kv_row_shape(self.kv_type, d.k_dim), kv_row_shape(self.kv_type, d.v_dim))
+            try:
+                self.k[i] = DeviceKV(self.ctx, (n_slots, d.n_kv_heads, cap, rows[0]), dtype, f"k{i}")
+                self.v[i] = DeviceKV(self.ctx, (n_slots, d.n_kv_heads, cap, rows[1]), dtype, f"v{i}")
+            except gpu.BufferTooLarge as e:
+                raise ResourceExhausted(
+                    f"backend 'vulkan': a KV cache of {n_slots} x {self.n_ctx} cells needs a {e.size}-byte buffer, "
+                    f"more than the adapter's {e.limit}; use a smaller context or fewer sequences"
+                ) from None
+            for kv in (self.k[i], self.v[i]):
+                if kv.nbytes > self.ctx.max_binding:
+                    raise ResourceExhausted(
+                        f"backend 'vulkan': a KV cache of {kv.nbytes} bytes is larger than one binding may be "
+                        f"({self.ctx.max_binding}); use a smaller context or fewer sequences"
+                    )
+
+    # -- moving one slot between device and host ---------------------------------------------
+
+    def _read_slot(self, slot: int) -> tuple[dict, dict]:
+        ks, vs = {}, {}
+        for i, kv in self.k.items():
+            for store, dkv in ((ks, kv), (vs, self.v[i])):
+                raw = self.ctx.queue.read_buffer(dkv.buffer, slot * dkv.slot_bytes, dkv.slot_bytes)
+                store[i] = np.frombuffer(bytes(raw), dkv.dtype).reshape(dkv.shape[1:]).copy()
+        return ks, vs
+
+    def _write_slot(self, slot: int, ks: dict, vs: dict) -> None:
+        for i in ks:
+            for dkv, arr in ((self.k[i], ks[i]), (self.v[i], vs[i])):
+                self.ctx.queue.write_buffer(dkv.buffer, slot * dkv.slot_bytes, np.ascontiguousarray(arr, dkv.dtype))
+        row = self.pos[slot]
+        self.ctx.queue.write_buffer(self.pos_buffer, slot * row.nbytes, np.ascontiguousarray(row))
+
+    def _on_host(self, slot: int, fn, write: bool, read: bool = True):
+        """Run a HostState method on host copies of ``slot``'s caches (written back after
+        when ``write``)."""
+        with self.ctx.lock:
+            if read:
+                ks, vs = self._read_slot(slot)
+            else:
+                ks = {i: np.zeros(kv.shape[1:], kv.dtype) for i, kv in self.k.items()}
+                vs = {i: np.zeros(kv.shape[1:], kv.dtype) for i, kv in self.v.items()}
+            dev_k, dev_v = self.k, self.v
+            self.k = {i: _SlotArrays(dev_k[i].shape, {slot: ks[i]}) for i in dev_k}
+            self.v = {i: _SlotArrays(dev_v[i].shape, {slot: vs[i]}) for i in dev_v}
+            try:
+                result = fn()
+            finally:
+                self.k, self.v = dev_k, dev_v
+            if write:
+                self._write_slot(slot, ks, vs)
+            return result
+
+    def snapshot(self, slot: int):
+        return self._on_host(slot, lambda: HostState.snapshot(self, slot), write=False)
+
+    def restore(self, slot: int, snap) -> None:
+        self._on_host(slot, lambda: HostState.restore(self, slot, snap), write=True, read=False)
+
+    def shift(self, slot: int, keep: int, n_discard: int) -> None:
+        self._on_host(slot, lambda: HostState.shift(self, slot, keep, n_discard), write=True)
+
+    def nbytes(self) -> int:
+        return self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values()])
+
+
+class VulkanBackend(Backend):
+    """The Vulkan backend. See the module docstring."""
+
     name = "vulkan"
-    distribution = "cera-backend-vulkan"
+    tensor_types = frozenset(TENSOR_TYPES)
+    ops = frozenset(OPS)
+    options_type = VulkanOptions
+
+    def __init__(self, device_index: int = 0, memory_limit: int | None = None, profile: bool = False):
+        if not isinstance(device_index, int) or device_index < 0:
+            raise BackendUnavailable(f"backend 'vulkan': device_index must be a non-negative integer, got {device_index!r}")
+        self.device_index = device_index
+        self.memory_limit = memory_limit
+        self.profile = bool(profile)
+        self._ctx = None
+        found = gpu.adapters()
+        if not found:
+            raise BackendUnavailable(
+                "backend 'vulkan': no GPU adapter found (no Vulkan driver? on Debian `apt-get install "
+                "mesa-vulkan-drivers` gives a software one, lavapipe)"
+            )
+        if device_index >= len(found):
+            raise BackendUnavailable(f"backend 'vulkan' has {len(found)} adapter(s); device_index {device_index} does not exist")
+        self.adapter = found[device_index]
+
+    @property
+    def ctx(self) -> gpu.GpuContext:
+        """The device, opened on first use (probing does not open it)."""
+        if self._ctx is None:
+            self._ctx = gpu.context(self.device_index)
+        return self._ctx
+
+    # -- device --------------------------------------------------------------------------------
+
+    def probe(self) -> DeviceInfo:
+        lim = self.adapter.limits
+        memory = int(lim["max-buffer-size"])
+        # wgpu reports no memory size; the largest buffer bounds one tensor, not the total,
+        # so report the memory limit the user gave, if any, else nothing
+        memory = self.memory_limit
+        feats = [f for f in gpu.WANTED_FEATURES if f in set(self.adapter.features)]
+        desc = f"{gpu.describe(self.adapter)}; features: {', '.join(feats) or 'none'}; largest binding {int(lim['max-storage-buffer-binding-size']) >> 20} MiB"
+        return DeviceInfo(usable=True, device=desc, memory_bytes=memory, software=gpu.is_software(self.adapter))
+
+    # -- weights and state --------------------------------------------------------------------
+
+    def upload(self, gguf, name: str) -> VulkanWeight:
+        try:
+            info = gguf.tensors[name]
+        except KeyError:
+            raise ModelConfigError(f"{getattr(gguf, 'path', 'the model file')}: has no tensor {name!r}") from None
+        type_name = info.type_name
+        reason = self.cannot_serve(type_name)
+        if reason:
+            raise UnsupportedTensorType(name, type_name, self.name, reason)
+        data = gguf.tensor_data(name)
+        raw = np.asarray(data).reshape(-1).view(np.uint8)
+        nbytes = raw.nbytes
+        ctx = self.ctx
+        try:
+            buf = ctx.buffer(nbytes + 4, label=name)
+        except gpu.BufferTooLarge as e:
+            raise ResourceExhausted(f"backend 'vulkan': tensor {name!r} ({e.size} bytes) exceeds the adapter's largest buffer ({e.limit})") from None
+        pad = (-nbytes) % 4
+        ctx.queue.write_buffer(buf, 0, raw if not pad else np.concatenate([raw, np.zeros(pad, np.uint8)]))
+        return VulkanWeight(name, type_name, tuple(info.shape), data, buf, nbytes)
+
+    def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
+        return VulkanState(self.ctx, spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+
+    # -- compiling -----------------------------------------------------------------------------
+
+    def compile_key(self) -> tuple:
+        return (self.device_index, self.profile)
+
+    def compile(self, graph, weights, state):
+        from .compile import VulkanExecutable
+
+        self.check_ops(graph)
+        bound = {}
+        for name in graph.weights_used():
+            w = weights.get(name)
+            if w is None:
+                raise ModelConfigError(f"the graph uses weight {name!r}, which was not uploaded")
+            bound[name] = w
+        if state is not None and not isinstance(state, VulkanState):
+            raise UnsupportedOperation("backend 'vulkan' runs graphs on its own state (VulkanBackend.new_state)")
+        return VulkanExecutable(self, graph, bound, state)
+
+    def close(self) -> None:
+        pass

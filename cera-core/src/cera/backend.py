@@ -38,6 +38,9 @@ class DeviceInfo:
     device: str
     memory_bytes: int | None = None
     reason: str | None = None  # why not usable
+    # an emulated device that computes on the CPU (Vulkan's lavapipe): usable when asked
+    # for by name, passed over under device="auto", where the CPU backend is faster
+    software: bool = False
 
 
 @attrs.frozen

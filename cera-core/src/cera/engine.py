@@ -131,6 +131,8 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
                     info = backend.probe()
                     if not info.usable:
                         reason = info.reason or "probe reports it unusable"
+                if reason is None and not explicit and backend.probe().software:
+                    reason = f"{backend.probe().device} computes on the CPU (software emulation); ask for it by name to use it"
             except InvalidOptions:
                 raise
             except (BackendUnavailable, PluginError) as e:

@@ -1,0 +1,18 @@
+"""What the Vulkan backend serves, as plain data (no imports: the plugin module reads it
+without loading wgpu)."""
+
+# GGML types with a WGSL decoder (wgsl.DQ8): products, row gathers and tiles read them
+# in their GGUF block layout.
+TENSOR_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K")
+
+# The ops of cera.ops with a kernel here: everything the dense decoder families use.
+# Not yet: conv1d_causal, conv1d, ssm_scan, moe, cross_attention, store_cross (hybrid,
+# mixture-of-experts and encoder-decoder families), which admission reports by name.
+OPS = (
+    "embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "attention_full", "unary", "glu",
+    "add", "mul", "scale", "softcap", "softmax", "argmax", "top_k", "take", "concat", "rows", "seq_mean",
+    "reshape", "slice", "copy",
+)  # fmt: skip
+
+# KV cache precisions the attention kernels read
+KV_TYPES = ("f16", "f32")

@@ -1,0 +1,650 @@
+"""The Vulkan backend's compiler: a graph becomes a fixed list of dispatches.
+
+The core has planned the graph (`cera.planning`): views, steps (products of one input
+with their glu or residual epilogue), and an arena layout. Here:
+
+- one device buffer, the *arena*, holds the per-run inputs (token ids, positions, the
+  table of sequences: slots, starts, first rows, lengths), every activation at the
+  planned offsets, and the constants a kernel reads (norm weights, biases, index tables),
+  written once when the graph is compiled;
+- every step becomes one dispatch (a few for a weight larger than one binding may be)
+  with its parameters in a uniform buffer written once; bind groups are made once per
+  state (they name the state's KV buffers);
+- `run` writes the inputs with one `write_buffer`, records every dispatch into ONE compute
+  pass, copies the declared outputs into a read-back buffer in the same command buffer,
+  submits once and maps that buffer: a greedy decode step reads back one int32 per
+  sequence.
+
+Products: a few rows go through `wgsl.matvec` (one workgroup per output feature, each row
+summed as a one-row product sums it, so a decode batch and ``exact_rows`` passes give
+each row's one-token result bit for bit); many rows through the tiled `wgsl.matmul`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from cera.backend import Executable, StepInputs
+from cera.errors import SessionError, ShapeError, UnsupportedOperation
+from cera.graph import Graph, Tensor, WeightRef
+from cera.planning import Step, arena_layout, is_view, placements, plan_steps
+
+from . import wgsl
+
+UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
+GLU_CODES = {"swiglu": 0, "geglu": 1}
+EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6}
+MAX_GRID = 65535
+
+
+def grid(n: int) -> tuple[int, int]:
+    """Workgroups for n linear items on a 2-D grid (kernels use wgsl.GRID's wg_linear)."""
+    n = max(1, int(n))
+    if n <= MAX_GRID:
+        return n, 1
+    x = MAX_GRID
+    return x, -(-n // x)
+
+
+def f32_bits(x: float) -> int:
+    return int(np.array([x], np.float32).view(np.uint32)[0])
+
+
+def state_geometry(state) -> tuple:
+    if state is None:
+        return ()
+    caps = tuple((i, a.shape[2]) for i, a in sorted(state.k.items()))
+    return (state.n_ctx, state.n_slots, state.kv_type, caps)
+
+
+class Dispatch:
+    """One kernel launch: pipeline, parameters, bindings after the arena (("w", weight,
+    byte offset, size) or ("k"/"v", decl index) or ("pos",)), workgroups, and a label for
+    the profile."""
+
+    __slots__ = ("key", "pipe", "layout", "params", "binds", "groups", "label")
+
+    def __init__(self, key, pipe, layout, params, binds, groups, label):
+        self.key, self.pipe, self.layout = key, pipe, layout
+        self.params, self.binds, self.groups, self.label = params, binds, groups, label
+
+
+class VulkanExecutable(Executable):
+    def __init__(self, backend, graph: Graph, weights: dict, state):
+        self.backend = backend
+        self.ctx = ctx = backend.ctx
+        self.graph = graph
+        self.weights = weights
+        self.geometry = state_geometry(state)
+        self.kv_type = getattr(state, "kv_type", "f16")
+        self.template = state
+        self.row_mode = graph.layout.row_mode
+        self._lock = threading.Lock()
+        self.place = placements(graph)
+        steps = plan_steps(graph, fuse=True)
+        self.offsets, act_bytes = arena_layout(graph, steps, self.place)
+        self.consumers: dict[int, int] = {}
+        for node in graph.nodes:
+            for t in node.tensors:
+                self.consumers[t.id] = self.consumers.get(t.id, 0) + 1
+        for t in graph.outputs.values():
+            self.consumers[t.id] = self.consumers.get(t.id, 0) + 1
+
+        # the io region: inputs, then the sequence table
+        layout = graph.layout
+        self.n_seq = layout.n_seq
+        self.io: dict[str, tuple[int, int]] = {}  # input name -> (element offset, count)
+        at = 0
+        for name, t in graph.inputs.items():
+            self.io[name] = (at, t.size)
+            at += -(-max(1, t.size) // 16) * 16
+        self.seq_off = at
+        at += -(-4 * self.n_seq // 16) * 16
+        self.io_words = at
+        self.act_base = at
+        self.const_base = at + act_bytes // 4
+        self._consts: list[np.ndarray] = []
+        self._const_at = self.const_base
+        self._const_cache: dict = {}
+        self.dispatches: list[Dispatch] = []
+        self._wrote_pos = False
+
+        for step in steps:
+            self._lower(step)
+
+        size_words = self._const_at
+        self.arena_bytes = max(256, size_words * 4)
+        if self.arena_bytes > ctx.max_binding:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': this pass needs a {self.arena_bytes >> 20} MiB working buffer, more than the "
+                f"adapter's largest binding ({ctx.max_binding >> 20} MiB); evaluate fewer tokens per pass (n_batch)"
+            )
+        self.arena = ctx.buffer(self.arena_bytes, label="arena")
+        wgpu = ctx.wgpu
+        # constants, once
+        for off, arr in self._consts:
+            ctx.queue.write_buffer(self.arena, off * 4, arr)
+        # parameters, once
+        stride = ctx.uniform_align
+        params = np.zeros((max(1, len(self.dispatches)), stride // 4), np.uint32)
+        for i, d in enumerate(self.dispatches):
+            params[i, : len(d.params)] = np.asarray(d.params, np.int64).astype(np.uint32)
+        self.params = ctx.device.create_buffer_with_data(data=params, usage=wgpu.BufferUsage.UNIFORM)
+        self._stride = stride
+        # outputs: copied into one read-back buffer
+        self.out_spans = {}
+        rb = 0
+        for name, t in graph.outputs.items():
+            first, count, shape, strides = self._span(t)
+            self.out_spans[name] = (first, count, rb, shape, strides, np.int32 if t.dtype == "i32" else np.float32)
+            rb += -(-count * 4 // 8) * 8
+        self.readback_bytes = max(16, rb)
+        self.readback = ctx.buffer(self.readback_bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, "outputs")
+        self._static_bgs = None
+        self._state_bgs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.last_profile: list[tuple[str, float]] = []
+
+    # -- memory ----------------------------------------------------------------------------------
+
+    def off(self, t: Tensor) -> int:
+        """Element offset of tensor t in the arena."""
+        p = self.place[t.id]
+        for name, it in self.graph.inputs.items():
+            if it.id == p.root:
+                return self.io[name][0] + p.offset // 4
+        return self.act_base + (self.offsets[p.root] + p.offset) // 4
+
+    def stride(self, t: Tensor) -> int:
+        return self.place[t.id].row_stride
+
+    def contiguous(self, t: Tensor) -> bool:
+        return len(t.shape) < 2 or t.shape[-1] == self.stride(t) or math.prod(t.shape[:-1]) == 1
+
+    def _span(self, t: Tensor):
+        shape = t.shape or (1,)
+        last = shape[-1]
+        rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+        s = self.stride(t) if len(shape) > 1 else last
+        count = (rows - 1) * s + last if rows else 0
+        return self.off(t), max(1, count), shape, (s, last)
+
+    def const(self, values, dtype=np.float32, key=None) -> int:
+        """Element offset of constant values placed after the activations."""
+        if key is not None and key in self._const_cache:
+            return self._const_cache[key]
+        arr = np.ascontiguousarray(np.asarray(values, dtype).reshape(-1))
+        if arr.dtype.itemsize != 4:
+            raise ShapeError("arena constants are 32-bit values")
+        at = self._const_at
+        self._consts.append((at, arr))
+        self._const_at += -(-max(1, arr.size) // 16) * 16
+        if key is not None:
+            self._const_cache[key] = at
+        return at
+
+    def operand(self, a) -> int:
+        """Element offset of an operand: a tensor's, or a weight's values as a constant."""
+        if isinstance(a, WeightRef):
+            return self.const(self.weights[a.name].dense(), key=("w", a.name))
+        return self.off(a)
+
+    # -- dispatches ------------------------------------------------------------------------------
+
+    def _emit(self, key, source, params, groups, binds=(), read_only=(), label="?") -> None:
+        n_bindings = 2 + len(binds)
+        pipe, layout = self.ctx.pipeline(key, source, n_bindings, read_only)
+        if len(params) > 64:
+            raise ShapeError("too many kernel parameters")
+        gx, gy = groups if isinstance(groups, tuple) else grid(groups)
+        self.dispatches.append(Dispatch(key, pipe, layout, list(params), list(binds), (gx, gy), label))
+
+    def _weight_chunks(self, w, n_rows: int):
+        """Row ranges of a weight, each bindable at once: [(first row, rows, byte offset,
+        byte size)]."""
+        limit = self.ctx.max_binding
+        total = w.row_bytes * n_rows
+        buf_size = w.buffer.size
+        if total + 4 <= limit:
+            return [(0, n_rows, 0, buf_size)]
+        align = self.ctx.storage_align
+        step = align // math.gcd(w.row_bytes, align)
+        per = (limit - 8) // w.row_bytes // step * step
+        if per < 1:
+            raise UnsupportedOperation(f"backend 'vulkan': a row of weight {w.name!r} exceeds one binding")
+        out = []
+        for r0 in range(0, n_rows, per):
+            n = min(per, n_rows - r0)
+            start = r0 * w.row_bytes
+            size = min(buf_size - start, -(-(n * w.row_bytes + 4) // 4) * 4)
+            out.append((r0, n, start, size))
+        return out
+
+    # -- lowering ----------------------------------------------------------------------------------
+
+    def _lower(self, step: Step) -> None:
+        node = step.nodes[0]
+        op = node.op
+        if step.is_products:
+            self._products(step)
+            return
+        lower = getattr(self, f"_op_{op}", None)
+        if lower is None:
+            raise UnsupportedOperation(f"backend 'vulkan' has no kernel for op {op!r}")
+        lower(node)
+
+    def _need_contiguous(self, node, *tensors):
+        for t in tensors:
+            if t is not None and isinstance(t, Tensor) and not self.contiguous(t):
+                raise ShapeError(f"backend 'vulkan': {node.op} got a row-strided view {t!r}")
+
+    def _op_embedding(self, node) -> None:
+        table, ids = node.args
+        w = self.weights[table.name]
+        K, n_rows = w.shape[0], w.shape[1]
+        if K % 8:
+            raise UnsupportedOperation(f"backend 'vulkan': embedding rows of {K} values (a multiple of 8 is needed)")
+        n = ids.size
+        for r0, rows, boff, bsize in self._weight_chunks(w, n_rows):
+            self._emit(("embedding", w.ggml_type), lambda t=w.ggml_type: wgsl.embedding(t),
+                       [self.off(ids), n, K, self.off(node.out), w.row_bytes, r0, rows], n,
+                       binds=[("w", w, boff, bsize)], read_only=(2,), label=f"embedding {w.ggml_type}")  # fmt: skip
+
+    def _tiled(self, M: int, K: int) -> bool:
+        if K % wgsl.TK:
+            return False
+        if self.row_mode == 1:
+            return False
+        if self.row_mode == 2:
+            return True
+        return M > wgsl.MV_ROWS
+
+    def _products(self, step: Step) -> None:
+        first = step.nodes[0]
+        x = first.args[0]
+        K = x.shape[-1]
+        M = x.size // K
+        xs = self.stride(x)
+        if K % 8:
+            raise UnsupportedOperation(f"backend 'vulkan': products with rows of {K} values (a multiple of 8 is needed)")
+        tiled = self._tiled(M, K)
+        glu = step.glu
+        residual = step.residual
+        if residual is not None:
+            add, k, other = residual
+            member = step.nodes[k]
+            if self.consumers.get(member.out.id, 0) > 1 or not self.contiguous(other) or glu is not None:
+                residual = None
+        fuse_glu = (
+            glu is not None and not tiled and all(n.args[2] is None for n in step.nodes)
+            and self.consumers.get(step.nodes[0].out.id, 0) == 1 and self.consumers.get(step.nodes[1].out.id, 0) == 1
+        )  # fmt: skip
+        if fuse_glu:
+            g, u = (self.weights[n.args[1].name] for n in step.nodes)
+            N = g.shape[1]
+            kind = glu.attrs["kind"]
+            types = (g.ggml_type, u.ggml_type)
+            for (r0, rows, bo, bs), (_, _, uo, us) in zip(self._weight_chunks(g, N), self._weight_chunks(u, N), strict=True):
+                params = [K, rows, M, self.off(x), xs, self.off(glu.out), N, 0, 0, 0, r0, g.row_bytes, u.row_bytes]
+                self._emit(("matvec", types, kind), lambda: wgsl.matvec(types, kind), params, rows,
+                           binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
+        else:
+            for i, node in enumerate(step.nodes):
+                _, wref, bias = node.args
+                w = self.weights[wref.name]
+                if len(w.shape) != 2:
+                    raise ShapeError(f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed")
+                N = w.shape[1]
+                out, res, res_stride = node.out, 0, 0
+                if residual is not None and residual[1] == i:
+                    out = residual[0].out
+                    res, res_stride = self.off(residual[2]) + 1, residual[2].shape[-1]
+                b = self.operand(bias) + 1 if bias is not None else 0
+                for r0, rows, bo, bs in self._weight_chunks(w, N):
+                    params = [K, rows, M, self.off(x), xs, self.off(out), N, b, res, res_stride, r0, w.row_bytes]
+                    if tiled:
+                        self._emit(("matmul", w.ggml_type), lambda t=w.ggml_type: wgsl.matmul(t), params,
+                                   (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
+                                   label=f"matmul {w.ggml_type}")  # fmt: skip
+                    else:
+                        self._emit(("matvec", (w.ggml_type,), None), lambda t=w.ggml_type: wgsl.matvec((t,)), params, rows,
+                                   binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+            if glu is not None:
+                self._op_glu(glu)
+            if step.residual is not None and residual is None:
+                self._op_add(step.residual[0])
+
+    def _elementwise(self, node, code: int, count: int, a_off: int, b_off: int = 0, b_len: int = 1, kind: int = 0,
+                     f: float = 0.0, row: int = 1, a_stride: int = 1) -> None:  # fmt: skip
+        params = [code, count, self.off(node.out), a_off, b_off, max(1, b_len), kind, f32_bits(f), row, a_stride]
+        self._emit(("ew",), wgsl.elementwise, params, -(-count // 256), label=node.op)
+
+    def _op_unary(self, node) -> None:
+        x = node.args[0]
+        self._need_contiguous(node, x)
+        self._elementwise(node, EW["unary"], x.size, self.off(x), kind=UNARY_CODES[node.attrs["kind"]])
+
+    def _op_glu(self, node) -> None:
+        g, u = node.args
+        self._need_contiguous(node, g, u)
+        self._elementwise(node, EW["glu"], g.size, self.off(g), self.off(u), g.size, kind=GLU_CODES[node.attrs["kind"]])
+
+    def _binary(self, node, code: int) -> None:
+        a, b = node.args
+        self._need_contiguous(node, a)
+        if isinstance(b, WeightRef):
+            vals = self.weights[b.name].dense().reshape(-1)
+            self._elementwise(node, code, a.size, self.off(a), self.operand(b), vals.size)
+            return
+        self._need_contiguous(node, b)
+        if b.size not in (a.size, a.shape[-1]) and tuple(b.shape) != tuple(a.shape):
+            # a general broadcast: expand the operand into a constant index table is not
+            # needed by any family; refuse rather than guess
+            raise UnsupportedOperation(f"backend 'vulkan': {node.op} broadcasting {b.shape} over {a.shape}")
+        self._elementwise(node, code, a.size, self.off(a), self.off(b), b.size)
+
+    def _op_add(self, node) -> None:
+        self._binary(node, EW["add"])
+
+    def _op_mul(self, node) -> None:
+        self._binary(node, EW["mul"])
+
+    def _op_scale(self, node) -> None:
+        x = node.args[0]
+        self._need_contiguous(node, x)
+        self._elementwise(node, EW["scale"], x.size, self.off(x), f=node.attrs["s"])
+
+    def _op_softcap(self, node) -> None:
+        x = node.args[0]
+        self._need_contiguous(node, x)
+        self._elementwise(node, EW["softcap"], x.size, self.off(x), f=node.attrs["cap"])
+
+    def _op_copy(self, node) -> None:
+        x = node.args[0]
+        last = x.shape[-1] if x.shape else 1
+        self._elementwise(node, EW["copy"], x.size, self.off(x), row=last, a_stride=self.stride(x))
+
+    def _op_rms_norm(self, node, layer: bool = False) -> None:
+        x = node.args[0]
+        self._need_contiguous(node, x)
+        n = x.shape[-1]
+        rows = x.size // n
+        w = node.args[1]
+        b = node.args[2] if layer else None
+        for p in (w, b):
+            if isinstance(p, Tensor) and p.size != n:
+                raise UnsupportedOperation(f"backend 'vulkan': {node.op} with a per-row operand of shape {p.shape}")
+        params = [int(layer), rows, n, self.off(x), self.off(node.out), self.operand(w) + 1 if w is not None else 0,
+                  self.operand(b) + 1 if b is not None else 0, f32_bits(node.attrs["eps"])]  # fmt: skip
+        self._emit(("norm",), wgsl.norm, params, rows, label=node.op)
+
+    def _op_layer_norm(self, node) -> None:
+        self._op_rms_norm(node, layer=True)
+
+    def _op_rope(self, node) -> None:
+        x, pos = node.args
+        self._need_contiguous(node, x)
+        spec = node.attrs["spec"]
+        n, heads, dim = x.shape
+        ff = 0
+        if spec.freq_factors is not None:
+            ff = self.const(np.asarray(spec.freq_factors, np.float32), key=("ff", spec.freq_factors)) + 1
+        params = [n * heads, heads, dim, self.off(x), self.off(node.out), self.off(pos), spec.n_dims, int(spec.neox),
+                  f32_bits(spec.base), f32_bits(spec.freq_scale), f32_bits(spec.ext_factor), f32_bits(spec.attn_factor),
+                  f32_bits(spec.beta_fast), f32_bits(spec.beta_slow), spec.n_ctx_orig, ff]  # fmt: skip
+        self._emit(("rope",), wgsl.rope, params, n * heads, label="rope")
+
+    def _op_attention(self, node) -> None:
+        q, k, v, ref = node.args
+        self._need_contiguous(node, q, k, v)
+        spec = node.attrs["spec"]
+        st = self.template
+        if st is None:
+            raise ShapeError("attention needs a state to compile against")
+        n, heads, dk = q.shape
+        nkv, dv = k.shape[1], v.shape[2]
+        cap = st.k[ref.index].shape[2]
+        f16 = self.kv_type == "f16"
+        kvb = [("k", ref.index), ("v", ref.index), ("pos",)]
+        first = not self._wrote_pos
+        self._wrote_pos = True
+        params = [n, nkv, dk, dv, self.off(k), self.off(v), cap, self.seq_off, self.n_seq,
+                  self.off(self.graph.inputs["positions"]), st.n_ctx, int(first)]  # fmt: skip
+        self._emit(("kv_store", f16), lambda: wgsl.kv_store(f16), params, n * nkv, binds=kvb, label="kv_store")
+        if dk > 512:
+            raise UnsupportedOperation(f"backend 'vulkan': attention heads of {dk} values (at most 512)")
+        params = [n, heads, nkv, dk, dv, self.off(q), self.off(node.out), cap, self.seq_off, self.n_seq,
+                  self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
+                  int(spec.window or 0), 1, 0, 0]  # fmt: skip
+        kind = self.kv_type
+        self._emit(("attention", kind, dv), lambda: wgsl.attention(kind, dv), params, n * heads, binds=kvb,
+                   label="attention")  # fmt: skip
+
+    def _op_attention_full(self, node) -> None:
+        q, k, v = node.args
+        self._need_contiguous(node, q, k, v)
+        spec = node.attrs["spec"]
+        n, heads, dk = q.shape
+        nkv, dv = k.shape[1], v.shape[2]
+        if dk > 512:
+            raise UnsupportedOperation(f"backend 'vulkan': attention heads of {dk} values (at most 512)")
+        params = [n, heads, nkv, dk, dv, self.off(q), self.off(node.out), 0, self.seq_off, self.n_seq,
+                  self.off(self.graph.inputs["positions"]), 0, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
+                  int(spec.window or 0), int(spec.causal), self.off(k), self.off(v)]  # fmt: skip
+        self._emit(("attention", "act", dv), lambda: wgsl.attention("act", dv), params, n * heads, label="attention_full")
+
+    def _op_softmax(self, node) -> None:
+        x = node.args[0]
+        self._need_contiguous(node, x)
+        n = x.shape[-1]
+        rows = x.size // n
+        self._emit(("softmax",), wgsl.softmax, [rows, n, self.off(x), self.off(node.out)], rows, label="softmax")
+
+    def _select(self, node, k: int, values_off: int = 0) -> None:
+        x = node.args[0]
+        self._need_contiguous(node, x)
+        n = x.shape[-1]
+        rows = x.size // n
+        params = [rows, n, self.off(x), self.off(node.out), k, values_off]
+        self._emit(("select",), wgsl.select_top, params, rows, label=node.op)
+
+    def _op_argmax(self, node) -> None:
+        self._select(node, 1)
+
+    def _op_top_k(self, node) -> None:
+        self._select(node, node.attrs["k"])
+
+    def _gather(self, node, table: np.ndarray, src_off: int = 0) -> None:
+        t = self.const(table.astype(np.uint32), np.uint32)
+        count = table.size
+        self._emit(("gather",), wgsl.gather, [count, self.off(node.out), src_off, t, 0], -(-count // 256), label=node.op)
+
+    def _indices(self, t: Tensor) -> np.ndarray:
+        """Arena element index of every value of t, row-major."""
+        shape = t.shape or (1,)
+        last = shape[-1]
+        rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+        base = self.off(t) + np.arange(rows)[:, None] * (self.stride(t) if len(shape) > 1 else last)
+        return (base + np.arange(last)[None, :]).reshape(-1)
+
+    def _op_take(self, node) -> None:
+        x, ids = node.args
+        self._need_contiguous(node, x, ids)
+        k = ids.shape[-1]
+        count = ids.size
+        params = [count, self.off(node.out), self.off(x), self.off(ids), 1, x.shape[-1], k]
+        self._emit(("gather",), wgsl.gather, params, -(-count // 256), label="take")
+
+    def _op_concat(self, node) -> None:
+        a, b = node.args
+        ax = node.attrs.get("axis", -1) % len(a.shape)
+        ia = self._indices(a).reshape(a.shape)
+        ib = self._indices(b).reshape(b.shape)
+        self._gather(node, np.concatenate([ia, ib], axis=ax).reshape(-1))
+
+    def _op_rows(self, node) -> None:
+        x = node.args[0]
+        idx = self._indices(x).reshape(x.shape[0], -1)[list(node.attrs["index"])]
+        self._gather(node, idx.reshape(-1))
+
+    def _op_seq_mean(self, node) -> None:
+        x = node.args[0]
+        self._need_contiguous(node, x)
+        groups = np.asarray(node.attrs["groups"], np.uint32).reshape(-1)
+        t = self.const(groups, np.uint32)
+        d = x.shape[-1]
+        count = len(node.attrs["groups"]) * d
+        self._emit(("seq_mean",), wgsl.seq_mean, [count, d, self.off(x), self.off(node.out), t], -(-count // 256),
+                   label="seq_mean")  # fmt: skip
+
+    def _op_reshape(self, node) -> None:  # views: placements share storage
+        pass
+
+    _op_slice = _op_reshape
+
+    # -- bind groups ---------------------------------------------------------------------------
+
+    def _bind_groups(self, state) -> list:
+        if state is not None:
+            cached = self._state_bgs.get(state)
+            if cached is not None:
+                return cached
+        dev = self.ctx.device
+        out = []
+        for i, d in enumerate(self.dispatches):
+            entries = [
+                {"binding": 0, "resource": {"buffer": self.params, "offset": i * self._stride, "size": 256}},
+                {"binding": 1, "resource": {"buffer": self.arena, "offset": 0, "size": self.arena_bytes}},
+            ]
+            for j, b in enumerate(d.binds):
+                if b[0] == "w":
+                    res = {"buffer": b[1].buffer, "offset": b[2], "size": b[3]}
+                elif b[0] in ("k", "v"):
+                    kv = (state.k if b[0] == "k" else state.v)[b[1]]
+                    res = {"buffer": kv.buffer, "offset": 0, "size": kv.buffer.size}
+                else:
+                    res = {"buffer": state.pos_buffer, "offset": 0, "size": state.pos_buffer.size}
+                entries.append({"binding": 2 + j, "resource": res})
+            out.append(dev.create_bind_group(layout=d.layout, entries=entries))
+        if state is not None:
+            self._state_bgs[state] = out
+        return out
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def _io(self, inputs: StepInputs) -> np.ndarray:
+        io = np.zeros(self.io_words, np.uint32)
+        for name, (at, count) in self.io.items():
+            if name == "tokens":
+                value = inputs.tokens
+            elif name == "positions":
+                value = inputs.positions
+            elif name in inputs.extra:
+                value = inputs.extra[name]
+            else:
+                raise ShapeError(f"graph input {name!r} was not supplied")
+            t = self.graph.inputs[name]
+            arr = np.asarray(value, np.int32 if t.dtype == "i32" else np.float32).reshape(-1)
+            if arr.size != count:
+                raise ShapeError(f"graph input {name!r} has {arr.size} values, the graph was built for {count}")
+            io[at : at + count] = arr.view(np.uint32)
+        n = self.n_seq
+        groups = self.graph.layout.groups
+        s = self.seq_off
+        io[s : s + n] = np.asarray(inputs.slots, np.int64)
+        io[s + n : s + 2 * n] = np.asarray(inputs.starts, np.int64)
+        io[s + 2 * n : s + 3 * n] = [g[0] for g in groups]
+        io[s + 3 * n : s + 4 * n] = [g[1] for g in groups]
+        return io
+
+    def _check(self, state, inputs: StepInputs) -> None:
+        if state_geometry(state) != self.geometry:
+            raise SessionError("this compiled graph was made for a state of another shape (context, slots or cache type)")
+        if "embedding" in self.graph.ops_used():
+            toks = np.asarray(inputs.tokens)
+            vocab = min((w.shape[1] for n in self.graph.nodes if n.op == "embedding" for w in [self.weights[n.args[0].name]]),
+                        default=None)  # fmt: skip
+            if vocab is not None and toks.size and (toks.min() < 0 or toks.max() >= vocab):
+                raise ShapeError(f"a token id of {toks.tolist()[:8]} is outside the embedding table of {vocab} rows")
+        if state is not None:
+            slots = np.asarray(inputs.slots)
+            if slots.size and (slots.min() < 0 or slots.max() >= state.n_slots):
+                raise ShapeError(f"a sequence slot of {slots.tolist()} is outside the state's {state.n_slots}")
+
+    def run(self, state, inputs: StepInputs, profile: bool | None = None) -> dict[str, np.ndarray]:
+        self._check(state, inputs)
+        profile = self.backend.profile if profile is None else profile
+        ctx = self.ctx
+        with ctx.lock, self._lock:
+            bgs = self._bind_groups(state)
+            ctx.queue.write_buffer(self.arena, 0, self._io(inputs))
+            enc = ctx.device.create_command_encoder()
+            if profile and ctx.timestamps:
+                qs = self._record_profiled(enc, bgs)
+            else:
+                qs = None
+                cp = enc.begin_compute_pass()
+                last = None
+                for d, bg in zip(self.dispatches, bgs, strict=True):
+                    if d.pipe is not last:
+                        cp.set_pipeline(d.pipe)
+                        last = d.pipe
+                    cp.set_bind_group(0, bg)
+                    cp.dispatch_workgroups(d.groups[0], d.groups[1], 1)
+                cp.end()
+            for _name, (first, count, at, *_rest) in self.out_spans.items():
+                enc.copy_buffer_to_buffer(self.arena, first * 4, self.readback, at, count * 4)
+            ctx.queue.submit([enc.finish()])
+            ctx.n_dispatch += len(self.dispatches)
+            self.readback.map_sync(ctx.wgpu.MapMode.READ)
+            try:
+                raw = bytes(self.readback.read_mapped())
+            finally:
+                self.readback.unmap()
+            if qs is not None:
+                self._read_profile(qs)
+        out = {}
+        for name, (_first, count, at, shape, (s, last), dtype) in self.out_spans.items():
+            flat = np.frombuffer(raw, dtype, count=count, offset=at)
+            rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+            if rows > 1 and s != last:
+                flat = np.lib.stride_tricks.as_strided(flat, (rows, last), (s * 4, 4))
+            out[name] = np.array(flat, copy=True).reshape(shape if self.graph.outputs[name].shape else ())
+        return out
+
+    # -- profiling ---------------------------------------------------------------------------------
+
+    def _record_profiled(self, enc, bgs):
+        """Every dispatch in its own pass with timestamps at its start and end (slower:
+        a profile, not a run)."""
+        wgpu = self.ctx.wgpu
+        n = len(self.dispatches)
+        qs = self.ctx.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n)
+        for i, (d, bg) in enumerate(zip(self.dispatches, bgs, strict=True)):
+            cp = enc.begin_compute_pass(timestamp_writes={"query_set": qs, "beginning_of_pass_write_index": 2 * i,
+                                                          "end_of_pass_write_index": 2 * i + 1})  # fmt: skip
+            cp.set_pipeline(d.pipe)
+            cp.set_bind_group(0, bg)
+            cp.dispatch_workgroups(d.groups[0], d.groups[1], 1)
+            cp.end()
+        buf = self.ctx.buffer(16 * n, wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC, "timestamps")
+        enc.resolve_query_set(qs, 0, 2 * n, buf, 0)
+        return buf
+
+    def _read_profile(self, buf) -> None:
+        raw = np.frombuffer(bytes(self.ctx.queue.read_buffer(buf)), np.uint64)
+        ns = (raw[1::2].astype(np.int64) - raw[0::2].astype(np.int64)).clip(0)
+        period = 1.0  # wgpu reports timestamps in nanoseconds
+        self.last_profile = [(d.label, float(t) * period) for d, t in zip(self.dispatches, ns, strict=False)]
+
+    def profile(self) -> list[tuple[str, int]]:
+        """(kernel, ns) of every dispatch of the last profiled run."""
+        return [(name, int(ns)) for name, ns in self.last_profile]
+
+
+__all__ = ["VulkanExecutable", "grid", "state_geometry"]
+_ = (time, is_view)

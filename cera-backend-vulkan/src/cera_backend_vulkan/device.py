@@ -1,0 +1,156 @@
+"""The GPU as wgpu sees it: adapter, device, features, limits, and compiled pipelines.
+
+One `GpuContext` per (adapter index, process): creating a device costs about a second on
+lavapipe, and pipelines (a WGSL module compiled by the driver) are cached by kernel
+variant for the context's lifetime, so every executable and every loaded model on the
+same adapter shares them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from cera.errors import BackendUnavailable
+
+_lock = threading.Lock()
+_adapters: list | None = None
+_contexts: dict[int, GpuContext] = {}
+
+# Features used when the adapter offers them (none is required: the kernels run on the
+# WebGPU core); timestamp queries give `cera bench --profile` its per-kernel times.
+WANTED_FEATURES = ("timestamp-query", "shader-f16", "subgroup")
+
+
+def _wgpu():
+    try:
+        import wgpu
+    except ImportError as e:  # pragma: no cover - the distribution depends on it
+        raise BackendUnavailable(f"backend 'vulkan' needs the wgpu package ({e}); pip install 'wgpu>=0.32,<0.33'") from None
+    return wgpu
+
+
+def adapters() -> list:
+    """The adapters wgpu enumerates (Vulkan, Metal or DX12 devices), cached."""
+    global _adapters
+    with _lock:
+        if _adapters is None:
+            wgpu = _wgpu()
+            os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences a loader warning on headless machines
+            try:
+                found = list(wgpu.gpu.enumerate_adapters_sync())
+            except Exception as e:  # noqa: BLE001 - any loader failure means "no adapter"
+                raise BackendUnavailable(f"backend 'vulkan': wgpu could not enumerate GPU adapters ({e})") from None
+            # discrete GPUs first, then integrated, then software (lavapipe) ones
+            rank = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+            found = [a for a in found if a.info.get("backend_type") != "OpenGL"]
+            found.sort(key=lambda a: rank.get(a.info.get("adapter_type"), 4))
+            _adapters = found
+        return _adapters
+
+
+def describe(adapter) -> str:
+    info = adapter.info
+    return f"{info.get('device') or info.get('description')} ({info.get('backend_type')}, {info.get('adapter_type')})"
+
+
+def is_software(adapter) -> bool:
+    return adapter.info.get("adapter_type") == "CPU"
+
+
+class GpuContext:
+    """A device on one adapter and its pipeline cache."""
+
+    def __init__(self, index: int):
+        wgpu = _wgpu()
+        found = adapters()
+        if not found:
+            raise BackendUnavailable(
+                "backend 'vulkan': no GPU adapter found (no Vulkan driver? on Debian `apt-get install "
+                "mesa-vulkan-drivers` gives a software one, lavapipe)"
+            )
+        if not 0 <= index < len(found):
+            raise BackendUnavailable(f"backend 'vulkan' has {len(found)} adapter(s); device_index {index} does not exist")
+        self.wgpu = wgpu
+        self.adapter = found[index]
+        self.name = describe(self.adapter)
+        self.software = is_software(self.adapter)
+        feats = set(self.adapter.features)
+        self.features = tuple(f for f in WANTED_FEATURES if f in feats)
+        lim = self.adapter.limits
+        want = {
+            "max-storage-buffer-binding-size": lim["max-storage-buffer-binding-size"],
+            "max-buffer-size": lim["max-buffer-size"],
+            "max-compute-workgroup-storage-size": lim["max-compute-workgroup-storage-size"],
+            "max-storage-buffers-per-shader-stage": lim["max-storage-buffers-per-shader-stage"],
+            "max-compute-invocations-per-workgroup": lim["max-compute-invocations-per-workgroup"],
+        }
+        try:
+            self.device = self.adapter.request_device_sync(required_features=list(self.features), required_limits=want)
+        except Exception as e:  # noqa: BLE001
+            raise BackendUnavailable(f"backend 'vulkan': cannot open {self.name}: {e}") from None
+        self.limits = self.device.limits
+        self.max_binding = int(self.limits["max-storage-buffer-binding-size"]) // 256 * 256
+        self.max_buffer = int(self.limits["max-buffer-size"])
+        self.uniform_align = max(256, int(self.limits["min-uniform-buffer-offset-alignment"]))
+        self.storage_align = int(self.limits["min-storage-buffer-offset-alignment"])
+        self.queue = self.device.queue
+        self._pipelines: dict = {}
+        self._plock = threading.Lock()
+        self.lock = threading.RLock()  # one submission at a time on this device
+        self.n_dispatch = 0
+
+    @property
+    def timestamps(self) -> bool:
+        return "timestamp-query" in self.features
+
+    def pipeline(self, key, source, n_bindings: int, read_only: tuple[int, ...] = ()):
+        """The compute pipeline of kernel variant ``key`` (``source()`` gives its WGSL)
+        with a uniform at binding 0 and storage buffers at 1..n_bindings-1."""
+        with self._plock:
+            p = self._pipelines.get(key)
+            if p is not None:
+                return p
+        wgpu = self.wgpu
+        entries = [{"binding": 0, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "uniform"}}]
+        for b in range(1, n_bindings):
+            kind = "read-only-storage" if b in read_only else "storage"
+            entries.append({"binding": b, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kind}})
+        layout = self.device.create_bind_group_layout(entries=entries)
+        code = source()
+        try:
+            module = self.device.create_shader_module(code=code)
+            pipe = self.device.create_compute_pipeline(
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
+                compute={"module": module, "entry_point": "main"},
+            )
+        except Exception as e:
+            raise RuntimeError(f"the WGSL kernel {key!r} does not compile here: {e}") from e
+        with self._plock:
+            self._pipelines[key] = p = (pipe, layout)
+        return p
+
+    def buffer(self, size: int, usage=None, label: str = ""):
+        wgpu = self.wgpu
+        if usage is None:
+            usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
+        size = max(16, -(-int(size) // 16) * 16)
+        if size > self.max_buffer:
+            raise BufferTooLarge(size, self.max_buffer)
+        return self.device.create_buffer(size=size, usage=usage, label=label)
+
+
+class BufferTooLarge(Exception):
+    def __init__(self, size, limit):
+        super().__init__(f"a buffer of {size} bytes exceeds the adapter's limit of {limit}")
+        self.size, self.limit = size, limit
+
+
+def context(index: int = 0) -> GpuContext:
+    with _lock:
+        ctx = _contexts.get(index)
+    if ctx is None:
+        ctx = GpuContext(index)
+        with _lock:
+            ctx = _contexts.setdefault(index, ctx)
+    return ctx

@@ -1,0 +1,918 @@
+"""WGSL source of the kernels, generated per variant (tensor type, head size, ...).
+
+Conventions shared by every kernel (compile.py relies on them):
+
+- binding 0 is the dispatch's parameters, a uniform block of up to 64 32-bit words read
+  with ``P(i)`` (u32), ``PI(i)`` (i32) and ``PF(i)`` (f32); a dispatch's parameters are
+  fixed when the graph is compiled, so nothing is written per dispatch at run time;
+- binding 1 is the executable's arena: every activation, the graph's inputs (token ids,
+  positions) and the per-run table of sequences (slots, starts, first rows, lengths)
+  live in it, at element offsets given in the parameters. A kernel declares it as
+  ``array<f32>`` or, when it also moves integers, ``array<u32>`` (floats through
+  ``bitcast``), so integer data never passes through float arithmetic;
+- further bindings are weights (``array<u32>``: the GGUF bytes as they are in the file,
+  read with the unaligned loads below), the KV cache of a state, its cell positions.
+
+Weights are read in their GGUF block layout. Every type is decoded by one function,
+``dq8_<W>(row_byte_offset, g) -> V8``, giving elements 8g..8g+7 of a row: all block sizes
+are multiples of 8, so products, row gathers and tiles all go through that one function.
+"""
+
+from __future__ import annotations
+
+# -- parameters and small helpers ------------------------------------------------------------
+
+HEADER = """
+@group(0) @binding(0) var<uniform> prm: array<vec4<u32>, 16>;
+fn P(i: u32) -> u32 { return prm[i >> 2u][i & 3u]; }
+fn PI(i: u32) -> i32 { return bitcast<i32>(P(i)); }
+fn PF(i: u32) -> f32 { return bitcast<f32>(P(i)); }
+struct V8 { a: vec4<f32>, b: vec4<f32> }
+"""
+
+ARENA_F32 = "@group(0) @binding(1) var<storage, read_write> A: array<f32>;\n"
+ARENA_U32 = "@group(0) @binding(1) var<storage, read_write> A: array<u32>;\n"
+
+# Workgroups are laid out on a 2-D grid (a dimension holds at most 65535 groups);
+# kernels recover the linear index from it.
+GRID = """
+fn wg_linear(wid: vec3<u32>, nwg: vec3<u32>) -> u32 { return wid.x + wid.y * nwg.x; }
+"""
+
+# -- reading GGUF blocks ------------------------------------------------------------------
+
+WEIGHT_BINDING = "@group(0) @binding({b}) var<storage, read> {W}: array<u32>;\n"
+
+READERS = """
+fn rd8_{W}(off: u32) -> u32 { return ({W}[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu; }
+fn rd16_{W}(off: u32) -> u32 { return ({W}[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu; }
+fn rd32_{W}(off: u32) -> u32 {
+    let i = off >> 2u;
+    let s = (off & 3u) * 8u;
+    if (s == 0u) { return {W}[i]; }
+    return ({W}[i] >> s) | ({W}[i + 1u] << (32u - s));
+}
+fn f16_{W}(off: u32) -> f32 { return unpack2x16float(rd16_{W}(off)).x; }
+"""
+
+# Per type: the body of dq8_<W>(base, g). ``base`` is the byte offset of the row in the
+# binding, ``g`` the index of the group of 8 elements in the row.
+DQ8 = {
+    "F32": """
+    let o = (base >> 2u) + g * 8u;
+    return V8(vec4<f32>(bitcast<f32>({W}[o]), bitcast<f32>({W}[o + 1u]), bitcast<f32>({W}[o + 2u]), bitcast<f32>({W}[o + 3u])),
+              vec4<f32>(bitcast<f32>({W}[o + 4u]), bitcast<f32>({W}[o + 5u]), bitcast<f32>({W}[o + 6u]), bitcast<f32>({W}[o + 7u])));
+""",
+    "F16": """
+    let o = base + g * 16u;
+    let a = unpack2x16float(rd32_{W}(o)); let b = unpack2x16float(rd32_{W}(o + 4u));
+    let c = unpack2x16float(rd32_{W}(o + 8u)); let d = unpack2x16float(rd32_{W}(o + 12u));
+    return V8(vec4<f32>(a, b), vec4<f32>(c, d));
+""",
+    "BF16": """
+    let o = base + g * 16u;
+    var v: array<f32, 8>;
+    for (var i = 0u; i < 4u; i++) {
+        let w = rd32_{W}(o + 4u * i);
+        v[2u * i] = bitcast<f32>(w << 16u);
+        v[2u * i + 1u] = bitcast<f32>(w & 0xffff0000u);
+    }
+    return V8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+""",
+    # 18 bytes: f16 d, 16 bytes of nibbles (element j: low nibble of byte j, j+16: high)
+    "Q4_0": """
+    let blk = base + (g >> 2u) * 18u;
+    let j = g & 3u;
+    let d = f16_{W}(blk);
+    let q = blk + 2u + 8u * (j & 1u);
+    let sh = (j >> 1u) * 4u;
+    let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let a = vec4<f32>((vec4<u32>(u0) >> m) & vec4<u32>(15u)) - 8.0;
+    let b = vec4<f32>((vec4<u32>(u1) >> m) & vec4<u32>(15u)) - 8.0;
+    return V8(a * d, b * d);
+""",
+    # 20 bytes: f16 d, f16 m, 16 bytes of nibbles
+    "Q4_1": """
+    let blk = base + (g >> 2u) * 20u;
+    let j = g & 3u;
+    let d = f16_{W}(blk); let mn = f16_{W}(blk + 2u);
+    let q = blk + 4u + 8u * (j & 1u);
+    let sh = (j >> 1u) * 4u;
+    let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let a = vec4<f32>((vec4<u32>(u0) >> m) & vec4<u32>(15u));
+    let b = vec4<f32>((vec4<u32>(u1) >> m) & vec4<u32>(15u));
+    return V8(a * d + mn, b * d + mn);
+""",
+    # 22 bytes: f16 d, 32 high bits, 16 bytes of nibbles; element e's fifth bit is bit e
+    "Q5_0": """
+    let blk = base + (g >> 2u) * 22u;
+    let j = g & 3u;
+    let d = f16_{W}(blk);
+    let qh = rd32_{W}(blk + 2u) >> (8u * j);
+    let q = blk + 6u + 8u * (j & 1u);
+    let sh = (j >> 1u) * 4u;
+    let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let hb = vec4<u32>(0u, 1u, 2u, 3u);
+    let a = vec4<f32>(((vec4<u32>(u0) >> m) & vec4<u32>(15u)) | (((vec4<u32>(qh) >> hb) & vec4<u32>(1u)) << vec4<u32>(4u))) - 16.0;
+    let b = vec4<f32>(((vec4<u32>(u1) >> m) & vec4<u32>(15u)) | (((vec4<u32>(qh) >> (hb + 4u)) & vec4<u32>(1u)) << vec4<u32>(4u))) - 16.0;
+    return V8(a * d, b * d);
+""",
+    # 24 bytes: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
+    "Q5_1": """
+    let blk = base + (g >> 2u) * 24u;
+    let j = g & 3u;
+    let d = f16_{W}(blk); let mn = f16_{W}(blk + 2u);
+    let qh = rd32_{W}(blk + 4u) >> (8u * j);
+    let q = blk + 8u + 8u * (j & 1u);
+    let sh = (j >> 1u) * 4u;
+    let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let hb = vec4<u32>(0u, 1u, 2u, 3u);
+    let a = vec4<f32>(((vec4<u32>(u0) >> m) & vec4<u32>(15u)) | (((vec4<u32>(qh) >> hb) & vec4<u32>(1u)) << vec4<u32>(4u)));
+    let b = vec4<f32>(((vec4<u32>(u1) >> m) & vec4<u32>(15u)) | (((vec4<u32>(qh) >> (hb + 4u)) & vec4<u32>(1u)) << vec4<u32>(4u)));
+    return V8(a * d + mn, b * d + mn);
+""",
+    # 34 bytes: f16 d, 32 signed bytes
+    "Q8_0": """
+    let blk = base + (g >> 2u) * 34u;
+    let d = f16_{W}(blk);
+    let q = blk + 2u + 8u * (g & 3u);
+    let u0 = rd32_{W}(q); let u1 = rd32_{W}(q + 4u);
+    let m = vec4<u32>(24u, 16u, 8u, 0u);
+    let a = vec4<f32>((bitcast<vec4<i32>>(vec4<u32>(u0) << m)) >> vec4<u32>(24u));
+    let b = vec4<f32>((bitcast<vec4<i32>>(vec4<u32>(u1) << m)) >> vec4<u32>(24u));
+    return V8(a * d, b * d);
+""",
+    # 18 bytes as Q4_0, the nibble indexing a table of 16 values
+    "IQ4_NL": """
+    let blk = base + (g >> 2u) * 18u;
+    let j = g & 3u;
+    let d = f16_{W}(blk);
+    let q = blk + 2u + 8u * (j & 1u);
+    let sh = (j >> 1u) * 4u;
+    let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
+    var v: array<f32, 8>;
+    for (var i = 0u; i < 4u; i++) {
+        v[i] = f32(IQ4NL[(u0 >> (8u * i)) & 15u]);
+        v[i + 4u] = f32(IQ4NL[(u1 >> (8u * i)) & 15u]);
+    }
+    return V8(vec4<f32>(v[0], v[1], v[2], v[3]) * d, vec4<f32>(v[4], v[5], v[6], v[7]) * d);
+""",
+    # 144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of
+    # nibbles (each 32 bytes hold two sub-blocks of 32: low nibbles then high)
+    "Q4_K": """
+    let blk = base + (g >> 5u) * 144u;
+    let e = (g & 31u) * 8u;
+    let s = e >> 5u;
+    let l = e & 31u;
+    let d = f16_{W}(blk); let dmin = f16_{W}(blk + 2u);
+    let sm = kscale_{W}(blk + 4u, s);
+    let q = blk + 16u + 32u * (s >> 1u) + l;
+    let sh = (s & 1u) * 4u;
+    let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let a = vec4<f32>((vec4<u32>(u0) >> m) & vec4<u32>(15u));
+    let b = vec4<f32>((vec4<u32>(u1) >> m) & vec4<u32>(15u));
+    let sc = d * sm.x; let mn = dmin * sm.y;
+    return V8(a * sc - mn, b * sc - mn);
+""",
+    # 176 bytes per 256: d, dmin, scales as Q4_K, 32 bytes of fifth bits (bit s of byte l
+    # for sub-block s), 128 bytes of nibbles
+    "Q5_K": """
+    let blk = base + (g >> 5u) * 176u;
+    let e = (g & 31u) * 8u;
+    let s = e >> 5u;
+    let l = e & 31u;
+    let d = f16_{W}(blk); let dmin = f16_{W}(blk + 2u);
+    let sm = kscale_{W}(blk + 4u, s);
+    let q = blk + 48u + 32u * (s >> 1u) + l;
+    let sh = (s & 1u) * 4u;
+    let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
+    let h0 = rd32_{W}(blk + 16u + l) >> s; let h1 = rd32_{W}(blk + 20u + l) >> s;
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let a = vec4<f32>(((vec4<u32>(u0) >> m) & vec4<u32>(15u)) | (((vec4<u32>(h0) >> m) & vec4<u32>(1u)) << vec4<u32>(4u)));
+    let b = vec4<f32>(((vec4<u32>(u1) >> m) & vec4<u32>(15u)) | (((vec4<u32>(h1) >> m) & vec4<u32>(1u)) << vec4<u32>(4u)));
+    let sc = d * sm.x; let mn = dmin * sm.y;
+    return V8(a * sc - mn, b * sc - mn);
+""",
+    # 210 bytes per 256: 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 signed
+    # scales, f16 d. Halves of 128; in a half, quarter k of 32 takes nibble (k >> 1) of
+    # byte l + 32 (k & 1) and bits 2k of the high byte l.
+    "Q6_K": """
+    let blk = base + (g >> 5u) * 210u;
+    let e = (g & 31u) * 8u;
+    let n = e >> 7u;
+    let r = e & 127u;
+    let k = r >> 5u;
+    let l = r & 31u;
+    let d = f16_{W}(blk + 208u);
+    let sc = f32(bitcast<i32>(rd8_{W}(blk + 192u + 8u * n + (l >> 4u) + 2u * k) << 24u) >> 24u) * d;
+    let ql = blk + 64u * n + l + 32u * (k & 1u);
+    let sh = (k >> 1u) * 4u;
+    let u0 = rd32_{W}(ql) >> sh; let u1 = rd32_{W}(ql + 4u) >> sh;
+    let qh = blk + 128u + 32u * n + l;
+    let h0 = rd32_{W}(qh) >> (2u * k); let h1 = rd32_{W}(qh + 4u) >> (2u * k);
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let a = vec4<f32>(((vec4<u32>(u0) >> m) & vec4<u32>(15u)) | (((vec4<u32>(h0) >> m) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
+    let b = vec4<f32>(((vec4<u32>(u1) >> m) & vec4<u32>(15u)) | (((vec4<u32>(h1) >> m) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
+    return V8(a * sc, b * sc);
+""",
+}
+
+# The 6-bit scale and min of sub-block s of a Q4_K/Q5_K super-block (ggml's
+# get_scale_min_k4), from the 12 bytes at ``off``.
+KSCALE = """
+fn kscale_{W}(off: u32, s: u32) -> vec2<f32> {
+    if (s < 4u) {
+        return vec2<f32>(f32(rd8_{W}(off + s) & 63u), f32(rd8_{W}(off + s + 4u) & 63u));
+    }
+    let sc = (rd8_{W}(off + s + 4u) & 15u) | ((rd8_{W}(off + s - 4u) >> 6u) << 4u);
+    let mn = (rd8_{W}(off + s + 4u) >> 4u) | ((rd8_{W}(off + s) >> 6u) << 4u);
+    return vec2<f32>(f32(sc), f32(mn));
+}
+"""
+
+IQ4NL_TABLE = (
+    "const IQ4NL = array<i32, 16>(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);\n"
+)
+
+# block size (elements) and bytes per block of each type served
+BLOCKS = {
+    "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22),
+    "Q5_1": (32, 24), "Q8_0": (32, 34), "IQ4_NL": (32, 18), "Q4_K": (256, 144), "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+}  # fmt: skip
+
+
+def weight_lib(ggml_type: str, var: str, binding: int) -> str:
+    """The binding of one weight and its decoder ``dq8_<var>``."""
+    src = WEIGHT_BINDING.format(b=binding, W=var) + READERS.replace("{W}", var)
+    if ggml_type in ("Q4_K", "Q5_K"):
+        src += KSCALE.replace("{W}", var)
+    if ggml_type == "IQ4_NL":
+        src += IQ4NL_TABLE if "IQ4NL" not in src else ""
+    body = DQ8[ggml_type].replace("{W}", var)
+    src += f"fn dq8_{var}(base: u32, g: u32) -> V8 {{{body}}}\n"
+    return src
+
+
+def row_bytes(ggml_type: str, k: int) -> int:
+    block, size = BLOCKS[ggml_type]
+    return k // block * size
+
+
+# -- kernels -------------------------------------------------------------------------------------
+
+WG = 64  # threads of the row-wise kernels
+
+
+def embedding(ggml_type: str) -> str:
+    """Rows of a table by token id. P: 0 ids offset, 1 n ids, 2 K, 3 out offset, 4 row
+    bytes, 5 first row of this chunk of the table, 6 rows in the chunk."""
+    return HEADER + ARENA_U32 + GRID + weight_lib(ggml_type, "W0", 2) + f"""
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
+    let r = wg_linear(wid, nwg);
+    if (r >= P(1u)) {{ return; }}
+    let id = A[P(0u) + r] - P(5u);
+    if (id >= P(6u)) {{ return; }}
+    let K = P(2u);
+    let out = P(3u) + r * K;
+    for (var g = lid.x; g < K / 8u; g += {WG}u) {{
+        let v = dq8_W0(id * P(4u), g);
+        let o = out + g * 8u;
+        A[o] = bitcast<u32>(v.a.x); A[o + 1u] = bitcast<u32>(v.a.y); A[o + 2u] = bitcast<u32>(v.a.z); A[o + 3u] = bitcast<u32>(v.a.w);
+        A[o + 4u] = bitcast<u32>(v.b.x); A[o + 5u] = bitcast<u32>(v.b.y); A[o + 6u] = bitcast<u32>(v.b.z); A[o + 7u] = bitcast<u32>(v.b.w);
+    }}
+}}
+"""
+
+
+MV_ROWS = 8  # activation rows a matvec workgroup multiplies at once
+
+
+def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = False) -> str:
+    """y = x W^T for a few rows of x: one workgroup per output feature, the rows' sums
+    kept separately (every row is computed as a one-row product computes it). With two
+    weights and ``glu``, y = act(x Wg^T) * (x Wu^T) (gate and up in one pass).
+
+    P: 0 K, 1 N (features in this chunk), 2 M rows, 3 x offset, 4 x row stride, 5 y
+    offset, 6 y row stride, 7 bias offset + 1 (0: none), 8 residual offset + 1 (0: none),
+    9 residual row stride, 10 first feature of the chunk (added to y's column), 11 weight
+    row bytes, 12 second weight row bytes (glu)."""
+    libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
+    n_w = len(types)
+    acc_decl = "".join(f"    var acc{i}: array<f32, {MV_ROWS}>;\n" for i in range(n_w))
+    acc_zero = "".join(f"        acc{i}[i] = 0.0;\n" for i in range(n_w))
+    deq = "".join(f"            let w{i} = dq8_W{i}(n * P({11 + i}u), g);\n" for i in range(n_w))
+    fma = "".join(
+        f"                acc{i}[i] += dot(xa, w{i}.a) + dot(xb, w{i}.b);\n" for i in range(n_w)
+    )
+    red_store = "".join(f"            red[{i}u * {MV_ROWS * WG}u + i * {WG}u + lid.x] = acc{i}[i];\n" for i in range(n_w))
+    act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
+    return HEADER + ARENA_F32 + GRID + ACTIVATIONS + libs + f"""
+var<workgroup> red: array<f32, {n_w * MV_ROWS * WG}>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
+    let n = wg_linear(wid, nwg);
+    let valid = n < P(1u);
+    let K = P(0u); let M = P(2u);
+    let col = n + P(10u);
+{acc_decl}
+    for (var m0 = 0u; m0 < M; m0 += {MV_ROWS}u) {{
+        let rows = min({MV_ROWS}u, M - m0);
+        for (var i = 0u; i < {MV_ROWS}u; i++) {{
+{acc_zero}        }}
+        if (valid) {{
+        for (var g = lid.x; g < K / 8u; g += {WG}u) {{
+{deq}            for (var i = 0u; i < rows; i++) {{
+                let xo = P(3u) + (m0 + i) * P(4u) + g * 8u;
+                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
+                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
+{fma}            }}
+        }}
+        }}
+        for (var i = 0u; i < {MV_ROWS}u; i++) {{
+{red_store}        }}
+        workgroupBarrier();
+        for (var s = {WG // 2}u; s > 0u; s >>= 1u) {{
+            if (lid.x < s) {{
+                for (var j = 0u; j < {n_w * MV_ROWS}u; j++) {{
+                    red[j * {WG}u + lid.x] += red[j * {WG}u + lid.x + s];
+                }}
+            }}
+            workgroupBarrier();
+        }}
+        if (valid && lid.x < rows) {{
+            let i = lid.x;
+            var s0 = red[i * {WG}u];
+            {"var s1 = red[" + str(MV_ROWS * WG) + "u + i * " + str(WG) + "u];" if n_w > 1 else ""}
+            if (P(7u) != 0u) {{ s0 += A[P(7u) - 1u + col]; }}
+            var y = {act};
+            if (P(8u) != 0u) {{ y += A[P(8u) - 1u + (m0 + i) * P(9u) + col]; }}
+            A[P(5u) + (m0 + i) * P(6u) + col] = y;
+        }}
+        workgroupBarrier();
+    }}
+}}
+"""
+
+
+TM, TN, TK = 64, 64, 32  # the tiled product's tile: rows x features x depth
+
+
+def matmul(ggml_type: str) -> str:
+    """y = x W^T (+ bias) (+ residual) for many rows: a 64x64 tile of y per workgroup of
+    256 threads, each computing 4x4 of it; x and the decoded weights pass through shared
+    memory 32 columns at a time. P as `matvec` (0-11); K must be a multiple of 32."""
+    return HEADER + ARENA_F32 + weight_lib(ggml_type, "W0", 2) + f"""
+var<workgroup> xs: array<f32, {TM * (TK + 1)}>;
+var<workgroup> ws: array<f32, {TN * (TK + 1)}>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let K = P(0u); let N = P(1u); let M = P(2u);
+    let n0 = wid.x * {TN}u; let m0 = wid.y * {TM}u;
+    let tx = t & 15u; let ty = t >> 4u;
+    var acc: array<f32, 16>;
+    for (var i = 0u; i < 16u; i++) {{ acc[i] = 0.0; }}
+    // the weight group this thread decodes: feature n0 + (t >> 2), columns 8 (t & 3)
+    let wn = t >> 2u; let wg = t & 3u;
+    for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
+        for (var i = 0u; i < 8u; i++) {{
+            let e = t + i * 256u;
+            let r = e >> 5u; let c = e & 31u;
+            var v = 0.0;
+            if (m0 + r < M) {{ v = A[P(3u) + (m0 + r) * P(4u) + k0 + c]; }}
+            xs[r * {TK + 1}u + c] = v;
+        }}
+        var w = V8(vec4<f32>(0.0), vec4<f32>(0.0));
+        if (n0 + wn < N) {{ w = dq8_W0((n0 + wn) * P(11u), k0 / 8u + wg); }}
+        let wo = wn * {TK + 1}u + wg * 8u;
+        ws[wo] = w.a.x; ws[wo + 1u] = w.a.y; ws[wo + 2u] = w.a.z; ws[wo + 3u] = w.a.w;
+        ws[wo + 4u] = w.b.x; ws[wo + 5u] = w.b.y; ws[wo + 6u] = w.b.z; ws[wo + 7u] = w.b.w;
+        workgroupBarrier();
+        for (var k = 0u; k < {TK}u; k++) {{
+            var xv: array<f32, 4>; var wv: array<f32, 4>;
+            for (var i = 0u; i < 4u; i++) {{
+                xv[i] = xs[(ty * 4u + i) * {TK + 1}u + k];
+                wv[i] = ws[(tx * 4u + i) * {TK + 1}u + k];
+            }}
+            for (var i = 0u; i < 4u; i++) {{
+                for (var j = 0u; j < 4u; j++) {{ acc[i * 4u + j] = fma(xv[i], wv[j], acc[i * 4u + j]); }}
+            }}
+        }}
+        workgroupBarrier();
+    }}
+    for (var i = 0u; i < 4u; i++) {{
+        let m = m0 + ty * 4u + i;
+        if (m >= M) {{ continue; }}
+        for (var j = 0u; j < 4u; j++) {{
+            let n = n0 + tx * 4u + j;
+            if (n >= N) {{ continue; }}
+            let col = n + P(10u);
+            var y = acc[i * 4u + j];
+            if (P(7u) != 0u) {{ y += A[P(7u) - 1u + col]; }}
+            if (P(8u) != 0u) {{ y += A[P(8u) - 1u + m * P(9u) + col]; }}
+            A[P(5u) + m * P(6u) + col] = y;
+        }}
+    }}
+}}
+"""
+
+
+# The activations, in f32: silu and the tanh GELU as ggml defines them (ggml's CPU
+# path rounds GELU through an f16 table; the suite's tolerance for it says so), the erf
+# GELU through a rational approximation of erf (|error| < 1.5e-7, Abramowitz & Stegun
+# 7.1.26), as WGSL has no erf.
+ACTIVATIONS = """
+fn silu_(x: f32) -> f32 { return x / (1.0 + exp(-x)); }
+fn gelu_(x: f32) -> f32 {
+    let u = 0.7978845608028654 * x * (1.0 + 0.044715 * x * x);
+    // tanh through exp, clamped where f32 exp overflows
+    let t = select(1.0 - 2.0 / (exp(2.0 * u) + 1.0), sign(u), abs(u) > 15.0);
+    return 0.5 * x * (1.0 + t);
+}
+fn erf_(x: f32) -> f32 {
+    let a = abs(x);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-a * a);
+    return sign(x) * y;
+}
+fn gelu_erf_(x: f32) -> f32 { return 0.5 * x * (1.0 + erf_(x * 0.7071067811865476)); }
+fn act_(kind: u32, x: f32) -> f32 {
+    switch kind {
+        case 0u: { return silu_(x); }
+        case 1u: { return gelu_(x); }
+        case 2u: { return gelu_erf_(x); }
+        default: { return max(x, 0.0); }
+    }
+}
+"""
+
+
+def elementwise() -> str:
+    """One kernel for the elementwise ops, by opcode P(0): 0 unary (P(6) kind), 1 glu
+    (P(6) 0 swiglu / 1 geglu), 2 add, 3 mul, 4 scale (P(7) s), 5 softcap (P(7) cap),
+    6 copy of a row-strided view. P: 1 count, 2 out offset, 3 a offset, 4 b offset,
+    5 b length (b broadcast: index mod its length), 8 row length, 9 a row stride
+    (copy)."""
+    return HEADER + ARENA_F32 + GRID + ACTIVATIONS + """
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 256u + t;
+    if (i >= P(1u)) { return; }
+    let op = P(0u);
+    let a = A[P(3u) + i];
+    var y = 0.0;
+    switch op {
+        case 0u: { y = act_(P(6u), a); }
+        case 1u: {
+            let u = A[P(4u) + i];
+            if (P(6u) == 0u) { y = silu_(a) * u; } else { y = gelu_(a) * u; }
+        }
+        case 2u: { y = a + A[P(4u) + i % P(5u)]; }
+        case 3u: { y = a * A[P(4u) + i % P(5u)]; }
+        case 4u: { y = a * PF(7u); }
+        case 5u: {
+            let c = PF(7u);
+            let u = a / c;
+            y = c * select(1.0 - 2.0 / (exp(2.0 * u) + 1.0), sign(u), abs(u) > 15.0);
+        }
+        default: {
+            let n = P(8u);
+            y = A[P(3u) + (i / n) * P(9u) + i % n];
+        }
+    }
+    A[P(2u) + i] = y;
+}
+"""
+
+
+def norm() -> str:
+    """rms_norm (P(0) = 0) and layer_norm (1) of rows: one workgroup a row. P: 1 rows,
+    2 row length, 3 x offset, 4 out offset, 5 weight offset + 1, 6 bias offset + 1, 7 eps.
+    Sums in f32 over the workgroup's tree."""
+    return HEADER + ARENA_F32 + GRID + f"""
+var<workgroup> red: array<f32, {WG}>;
+fn wsum(v: f32, t: u32) -> f32 {{
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = {WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] += red[t + s]; }}
+        workgroupBarrier();
+    }}
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}}
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let r = wg_linear(wid, nwg);
+    if (r >= P(1u)) {{ return; }}
+    let n = P(2u);
+    let x = P(3u) + r * n;
+    var mean = 0.0;
+    if (P(0u) == 1u) {{
+        var s = 0.0;
+        for (var i = t; i < n; i += {WG}u) {{ s += A[x + i]; }}
+        mean = wsum(s, t) / f32(n);
+    }}
+    var q = 0.0;
+    for (var i = t; i < n; i += {WG}u) {{ let d = A[x + i] - mean; q += d * d; }}
+    let inv = inverseSqrt(wsum(q, t) / f32(n) + PF(7u));
+    let o = P(4u) + r * n;
+    for (var i = t; i < n; i += {WG}u) {{
+        var y = (A[x + i] - mean) * inv;
+        if (P(5u) != 0u) {{ y *= A[P(5u) - 1u + i]; }}
+        if (P(6u) != 0u) {{ y += A[P(6u) - 1u + i]; }}
+        A[o + i] = y;
+    }}
+}}
+"""
+
+
+def rope() -> str:
+    """Rotary embedding of x [n, heads, dim]: a thread per rotated pair. P: 0 n*heads,
+    1 heads, 2 dim, 3 x offset, 4 out offset, 5 positions offset, 6 n_dims, 7 neox,
+    8 base, 9 freq_scale, 10 ext_factor, 11 attn_factor, 12 beta_fast, 13 beta_slow,
+    14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied."""
+    return HEADER + ARENA_U32 + GRID + """
+fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
+    return n_dims * log(n_orig / (beta * 6.283185307179586)) / (2.0 * log(base));
+}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let rh = wg_linear(wid, nwg);
+    if (rh >= P(0u)) { return; }
+    let row = rh / P(1u);
+    let dim = P(2u);
+    let x = P(3u) + rh * dim;
+    let o = P(4u) + rh * dim;
+    let nd = P(6u);
+    for (var j = nd + t; j < dim; j += 64u) { A[o + j] = A[x + j]; }
+    let pos = f32(bitcast<i32>(A[P(5u) + row]));
+    let ndf = f32(nd);
+    let base = PF(8u); let fs = PF(9u); let ext = PF(10u);
+    var mscale = PF(11u);
+    var low = 0.0; var high = 0.0;
+    if (ext != 0.0) {
+        low = max(0.0, floor(corr_dim(PF(12u), ndf, f32(P(14u)), base)));
+        high = min(ndf - 1.0, ceil(corr_dim(PF(13u), ndf, f32(P(14u)), base)));
+        mscale *= 1.0 + 0.1 * log(1.0 / fs);
+    }
+    for (var i = t; i < nd / 2u; i += 64u) {
+        var ff = 1.0;
+        if (P(15u) != 0u) { ff = bitcast<f32>(A[P(15u) - 1u + i]); }
+        let extrap = pos * pow(base, -2.0 * f32(i) / ndf) / ff;
+        var theta = fs * extrap;
+        if (ext != 0.0) {
+            let ramp = 1.0 - clamp((f32(i) - low) / max(0.001, high - low), 0.0, 1.0);
+            let mix = ramp * ext;
+            theta = theta * (1.0 - mix) + extrap * mix;
+        }
+        let c = cos(theta) * mscale; let s = sin(theta) * mscale;
+        var i0 = 2u * i; var i1 = 2u * i + 1u;
+        if (P(7u) != 0u) { i0 = i; i1 = i + nd / 2u; }
+        let x0 = bitcast<f32>(A[x + i0]); let x1 = bitcast<f32>(A[x + i1]);
+        A[o + i0] = bitcast<u32>(x0 * c - x1 * s);
+        A[o + i1] = bitcast<u32>(x0 * s + x1 * c);
+    }
+}
+"""
+
+
+# The per-run sequence table in the arena (compile.py writes it): at P(seq) offset,
+# n_seq entries each of slots, starts, first rows, row counts.
+SEQ_FN = """
+fn seq_of(r: u32, seq: u32, n_seq: u32) -> u32 {
+    var s = 0u;
+    for (var i = 0u; i < n_seq; i++) {
+        if (r >= A[seq + 2u * n_seq + i]) { s = i; }
+    }
+    return s;
+}
+"""
+
+
+def kv_store(kv_f16: bool) -> str:
+    """Write this pass's keys and values into each sequence's cells of the cache (and the
+    cells' positions). A thread per (row, kv head, element). P: 0 rows, 1 kv heads, 2 dk,
+    3 dv, 4 k offset, 5 v offset, 6 capacity, 7 seq table offset, 8 n_seq, 9 positions
+    offset, 10 n_ctx, 11 write positions (1: this is the pass's first cache)."""
+    if kv_f16:
+        store_k = "K[base * (dk / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(4u) + (r * nh + h) * dk + e]), bitcast<f32>(A[P(4u) + (r * nh + h) * dk + e + 1u])));"
+        store_v = "V[base * (dv / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(5u) + (r * nh + h) * dv + e]), bitcast<f32>(A[P(5u) + (r * nh + h) * dv + e + 1u])));"
+        step = "2u"
+    else:
+        store_k = "K[base * dk + e] = A[P(4u) + (r * nh + h) * dk + e];"
+        store_v = "V[base * dv + e] = A[P(5u) + (r * nh + h) * dv + e];"
+        step = "1u"
+    return HEADER + ARENA_U32 + GRID + SEQ_FN + f"""
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let rh = wg_linear(wid, nwg);
+    let nh = P(1u);
+    if (rh >= P(0u) * nh) {{ return; }}
+    let r = rh / nh; let h = rh % nh;
+    let seq = P(7u); let n_seq = P(8u);
+    let s = seq_of(r, seq, n_seq);
+    let slot = A[seq + s]; let start = A[seq + n_seq + s]; let r0 = A[seq + 2u * n_seq + s];
+    let cell = start + r - r0;
+    let cap = P(6u);
+    let base = (slot * nh + h) * cap + cell % cap;
+    let dk = P(2u); let dv = P(3u);
+    for (var e = t * {step}; e < dk; e += 64u * {step}) {{ {store_k} }}
+    for (var e = t * {step}; e < dv; e += 64u * {step}) {{ {store_v} }}
+    if (P(11u) != 0u && h == 0u && t == 0u) {{
+        POS[slot * P(10u) + cell] = bitcast<i32>(A[P(9u) + r]);
+    }}
+}}
+"""
+
+
+def attention(kv: str, dv: int) -> str:
+    """Attention of each (query row, head) over the visible cells of its sequence: one
+    workgroup of 64 threads per pair, 64 cells at a time, online softmax in f32. ``kv``:
+    "f16" / "f32" (the state's cache, positions from the state) or "act" (keys and
+    values are this pass's activations, positions the pass's: attention without a
+    cache). P: 0 rows, 1 heads, 2 kv heads, 3 dk, 4 dv, 5 q offset, 6 out offset,
+    7 capacity, 8 seq table offset, 9 n_seq, 10 q positions offset, 11 n_ctx, 12 scale,
+    13 softcap (0: none), 14 window (0: none), 15 causal (attention without a cache),
+    16 k offset, 17 v offset (act)."""
+    per = max(1, -(-dv // 64))
+    if kv == "f16":
+        binds = """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+fn kval(base: u32, e: u32) -> vec2<f32> { return unpack2x16float(K[(base + e) / 2u]); }
+fn vval(base: u32, e: u32) -> f32 { return unpack2x16float(V[(base + e) / 2u])[e & 1u]; }
+"""
+        kstep = 2
+    elif kv == "f32":
+        binds = """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(K[base + e]), bitcast<f32>(K[base + e + 1u])); }
+fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(V[base + e]); }
+"""
+        kstep = 2
+    else:
+        binds = """
+fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(A[P(16u) + base + e]), bitcast<f32>(A[P(16u) + base + e + 1u])); }
+fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
+"""
+        kstep = 2
+    if kv == "act":
+        # cell c of the sequence is row r0 + c of this pass; key rows are [n, kv heads, dk]
+        cell_setup = """
+    let c_lo = 0u; let c_hi = n;
+"""
+        kbase = "(r0 + c) * nkv * dk + g * dk"
+        vbase = "(r0 + c) * nkv * dv + g * dv"
+        cpos = "bitcast<i32>(A[P(10u) + r0 + c])"
+    else:
+        cell_setup = """
+    let c_hi = start + n;
+    let c_lo = select(0u, c_hi - cap, c_hi > cap);
+"""
+        kbase = "((slot * nkv + g) * cap + c % cap) * dk"
+        vbase = "((slot * nkv + g) * cap + c % cap) * dv"
+        cpos = "POS[slot * P(11u) + c]"
+    causal = "P(15u) != 0u" if kv == "act" else "true"
+    return HEADER + ARENA_U32 + GRID + SEQ_FN + binds + f"""
+var<workgroup> qs: array<f32, 512>;
+var<workgroup> sc: array<f32, 64>;
+var<workgroup> u_lo: u32;
+var<workgroup> u_hi: u32;
+var<workgroup> u_cm: f32;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let rh = wg_linear(wid, nwg);
+    let nh = P(1u);
+    if (rh >= P(0u) * nh) {{ return; }}
+    let r = rh / nh; let h = rh % nh;
+    let nkv = P(2u); let dk = P(3u); let dv = P(4u);
+    let g = h / (nh / nkv);
+    let seq = P(8u); let n_seq = P(9u);
+    let s = seq_of(r, seq, n_seq);
+    let slot = A[seq + s]; let start = A[seq + n_seq + s];
+    let r0 = A[seq + 2u * n_seq + s]; let n = A[seq + 3u * n_seq + s];
+    let cap = P(7u);
+    let qpos = bitcast<i32>(A[P(10u) + r]);
+    let window = i32(P(14u));
+    let scale = PF(12u); let cap_s = PF(13u);
+    for (var e = t; e < dk; e += 64u) {{ qs[e] = bitcast<f32>(A[P(5u) + (r * nh + h) * dk + e]); }}
+    workgroupBarrier();
+{cell_setup}
+    // the loop bounds come from the arena: made uniform for the barriers inside
+    if (t == 0u) {{ u_lo = c_lo; u_hi = c_hi; }}
+    let lo = workgroupUniformLoad(&u_lo);
+    let hi = workgroupUniformLoad(&u_hi);
+    var m = -3.0e38;
+    var l = 0.0;
+    var acc: array<f32, {per}>;
+    for (var i = 0u; i < {per}u; i++) {{ acc[i] = 0.0; }}
+    for (var c0 = lo; c0 < hi; c0 += 64u) {{
+        let c = c0 + t;
+        var score = -3.0e38;
+        if (c < hi) {{
+            let p = {cpos};
+            var vis = p >= 0 && (!({causal}) || p <= qpos);
+            if (window > 0) {{ vis = vis && (qpos - p < window) && (p - qpos < window); }}
+            if (vis) {{
+                let kb = {kbase};
+                var d = 0.0;
+                for (var e = 0u; e < dk; e += {kstep}u) {{
+                    let kv2 = kval(kb, e);
+                    d += qs[e] * kv2.x + qs[e + 1u] * kv2.y;
+                }}
+                d *= scale;
+                if (cap_s > 0.0) {{
+                    let u = d / cap_s;
+                    d = cap_s * select(1.0 - 2.0 / (exp(2.0 * u) + 1.0), sign(u), abs(u) > 15.0);
+                }}
+                score = d;
+            }}
+        }}
+        sc[t] = score;
+        workgroupBarrier();
+        var cm = -3.0e38;
+        for (var j = 0u; j < 64u; j++) {{ cm = max(cm, sc[j]); }}
+        if (t == 0u) {{ u_cm = cm; }}
+        cm = workgroupUniformLoad(&u_cm);
+        if (cm > -1.0e38) {{
+            let mn = max(m, cm);
+            let alpha = exp(m - mn);
+            sc[t] = select(0.0, exp(score - mn), score > -1.0e38);
+            workgroupBarrier();
+            var ps = 0.0;
+            let cnt = min(64u, hi - c0);
+            for (var j = 0u; j < cnt; j++) {{ ps += sc[j]; }}
+            l = l * alpha + ps;
+            for (var i = 0u; i < {per}u; i++) {{
+                let e = t + 64u * i;
+                if (e < dv) {{
+                    var a = acc[i] * alpha;
+                    for (var j = 0u; j < cnt; j++) {{
+                        let pj = sc[j];
+                        if (pj != 0.0) {{
+                            let c = c0 + j;
+                            a += pj * vval({vbase}, e);
+                        }}
+                    }}
+                    acc[i] = a;
+                }}
+            }}
+            m = mn;
+            workgroupBarrier();
+        }}
+    }}
+    let o = P(6u) + (r * nh + h) * dv;
+    for (var i = 0u; i < {per}u; i++) {{
+        let e = t + 64u * i;
+        if (e < dv) {{ A[o + e] = bitcast<u32>(select(0.0, acc[i] / l, l > 0.0)); }}
+    }}
+}}
+"""
+
+
+def softmax() -> str:
+    """Softmax of rows: one workgroup a row. P: 0 rows, 1 row length, 2 x offset, 3 out
+    offset."""
+    return HEADER + ARENA_F32 + GRID + f"""
+var<workgroup> red: array<f32, {WG}>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let r = wg_linear(wid, nwg);
+    if (r >= P(0u)) {{ return; }}
+    let n = P(1u); let x = P(2u) + r * n; let o = P(3u) + r * n;
+    var mx = -3.0e38;
+    for (var i = t; i < n; i += {WG}u) {{ mx = max(mx, A[x + i]); }}
+    red[t] = mx;
+    workgroupBarrier();
+    for (var s = {WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] = max(red[t], red[t + s]); }}
+        workgroupBarrier();
+    }}
+    mx = red[0];
+    workgroupBarrier();
+    var sum = 0.0;
+    for (var i = t; i < n; i += {WG}u) {{ sum += exp(A[x + i] - mx); }}
+    red[t] = sum;
+    workgroupBarrier();
+    for (var s = {WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] += red[t + s]; }}
+        workgroupBarrier();
+    }}
+    let inv = 1.0 / red[0];
+    for (var i = t; i < n; i += {WG}u) {{ A[o + i] = exp(A[x + i] - mx) * inv; }}
+}}
+"""
+
+
+def select_top() -> str:
+    """argmax (k = 1) and top_k of rows: one workgroup of 256 a row, k rounds, each
+    finding the best value after the previous one in the order (value descending, index
+    ascending): ties go to the lower index, as the reference's stable sort. P: 0 rows,
+    1 row length, 2 x offset, 3 out offset (ids, int32), 4 k, 5 values out offset + 1
+    (take of the chosen ids, fused)."""
+    return HEADER + ARENA_U32 + GRID + """
+var<workgroup> bv: array<f32, 256>;
+var<workgroup> bi: array<u32, 256>;
+fn better(v: f32, i: u32, w: f32, j: u32) -> bool { return v > w || (v == w && i < j); }
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let r = wg_linear(wid, nwg);
+    if (r >= P(0u)) { return; }
+    let n = P(1u); let x = P(2u) + r * n;
+    let k = P(4u);
+    var pv = 3.4e38; var pi = 0u; var first = true;
+    for (var round = 0u; round < k; round++) {
+        var v = -3.4e38; var vi = 0xffffffffu;
+        for (var i = t; i < n; i += 256u) {
+            let a = bitcast<f32>(A[x + i]);
+            let after = first || better(pv, pi, a, i);
+            if (after && (vi == 0xffffffffu || better(a, i, v, vi))) { v = a; vi = i; }
+        }
+        bv[t] = v; bi[t] = vi;
+        workgroupBarrier();
+        for (var s = 128u; s > 0u; s >>= 1u) {
+            if (t < s) {
+                let j = bi[t + s];
+                if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {
+                    bv[t] = bv[t + s]; bi[t] = j;
+                }
+            }
+            workgroupBarrier();
+        }
+        pv = bv[0]; pi = bi[0]; first = false;
+        if (t == 0u) {
+            A[P(3u) + r * k + round] = pi;
+            if (P(5u) != 0u) { A[P(5u) - 1u + r * k + round] = bitcast<u32>(pv); }
+        }
+        workgroupBarrier();
+    }
+}
+"""
+
+
+def gather() -> str:
+    """General moves of f32 values by an index table: out[i] = x[table[i]] (rows,
+    concat, take, seq_mean's sums are done elsewhere). P: 0 count, 1 out offset, 2 source
+    offset, 3 table offset (u32 indices relative to the source), 4 mode: 0 table, 1 take
+    (out [rows, k]: x[row * P(5) + ids[i]], ids at P(3)), P(6) k."""
+    return HEADER + ARENA_U32 + GRID + """
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 256u + t;
+    if (i >= P(0u)) { return; }
+    if (P(4u) == 0u) {
+        A[P(1u) + i] = A[P(2u) + A[P(3u) + i]];
+    } else {
+        let row = i / P(6u);
+        A[P(1u) + i] = A[P(2u) + row * P(5u) + A[P(3u) + i]];
+    }
+}
+"""
+
+
+def seq_mean() -> str:
+    """Mean of each sequence's rows. P: 0 n_seq * dim, 1 dim, 2 x offset, 3 out offset,
+    4 table offset (per sequence: first row, rows)."""
+    return HEADER + ARENA_U32 + GRID + """
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 256u + t;
+    if (i >= P(0u)) { return; }
+    let d = P(1u); let s = i / d; let c = i % d;
+    let r0 = A[P(4u) + 2u * s]; let n = A[P(4u) + 2u * s + 1u];
+    var sum = 0.0;
+    for (var r = r0; r < r0 + n; r++) { sum += bitcast<f32>(A[P(2u) + r * d + c]); }
+    A[P(3u) + i] = bitcast<u32>(sum / f32(n));
+}
+"""
+
+
+def upcast(ggml_type: str) -> str:
+    """A small weight decoded to f32 into the arena (norm weights and biases stored as
+    F16/BF16/quantized: decoded once per run, a few hundred values). P: 0 groups of 8,
+    1 out offset."""
+    return HEADER + ARENA_F32 + GRID + weight_lib(ggml_type, "W0", 2) + """
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let g = wg_linear(wid, nwg) * 64u + t;
+    if (g >= P(0u)) { return; }
+    let v = dq8_W0(0u, g);
+    let o = P(1u) + g * 8u;
+    A[o] = v.a.x; A[o + 1u] = v.a.y; A[o + 2u] = v.a.z; A[o + 3u] = v.a.w;
+    A[o + 4u] = v.b.x; A[o + 5u] = v.b.y; A[o + 6u] = v.b.z; A[o + 7u] = v.b.w;
+}
+"""

@@ -1,0 +1,58 @@
+"""The Vulkan backend through the conformance suite (cera.testing.conformance): every op it
+declares against the numpy reference backend, with the suite's stated tolerances, and the
+tiny families model by model. On lavapipe in CI; skipped where no Vulkan adapter exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cera.testing import conformance
+
+from .conftest import needs_vulkan
+
+TINY = sorted((Path(__file__).resolve().parent.parent / "models" / "reference" / "tiny").glob("tiny-*.gguf"))
+# hybrid and mixture-of-experts families use ops this backend does not have yet
+NOT_YET = {"tiny-lfm2"}
+
+
+def _cases():
+    from cera_backend_vulkan.capabilities import OPS, TENSOR_TYPES
+
+    return conformance.op_cases(TENSOR_TYPES, OPS)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("case", _cases(), ids=str)
+def test_op(vulkan, case):
+    if case.kv_type not in ("f16", "f32"):
+        pytest.skip(f"KV cache type {case.kv_type} is not served by the Vulkan backend (f16 and f32 are)")
+    conformance.check_op(vulkan, case)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
+def test_tiny_family(vulkan, path):
+    if path.stem in NOT_YET:
+        pytest.skip(f"{path.stem} uses ops (conv1d_causal, moe) the Vulkan backend does not have yet")
+    # F32 weights and f32 arithmetic throughout; the reference uses float64 and the gemma
+    # families' GELU through ggml's f16 table is the largest term (conformance.TOL_F16_TABLE)
+    conformance.check_model(vulkan, path, tolerance=conformance.TOL_F16_TABLE)
+
+
+def test_q8_0_cache_is_refused_by_name():
+    from cera.errors import UnsupportedOperation
+    from cera.state import AttentionKV, StateSpec
+
+    if conformance is None:  # pragma: no cover
+        return
+    from .conftest import WHY_NOT
+
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    spec = StateSpec()
+    spec.add(AttentionKV(2, 32, 32))
+    with pytest.raises(UnsupportedOperation, match="q8_0"):
+        VulkanBackend().new_state(spec, 64, kv_type="q8_0")
