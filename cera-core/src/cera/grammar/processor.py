@@ -1,0 +1,187 @@
+"""The constraint as a step of the sampling chain.
+
+Each step `apply` masks the candidates to what the grammar allows; `accept` advances
+the grammar with the chosen token and hands the next mask's computation to a worker
+thread, which runs while the session evaluates the forward pass (the CPU backend's pass
+is one C call with the GIL released; llguidance computes masks with the GIL released
+too), so by the next `apply` the mask is usually ready. The mask is a bit per token; it
+is applied to the processor's own copy of the logits in place, with no further copy.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import GenerationError, GrammarError
+from ..sampling import NEEDS_LOGITS, Candidates, Processor
+from .constraint import Constraint, from_options
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cera-grammar")
+        return _pool
+
+
+class GrammarProcessor(Processor):
+    """Masks the logits to a `Constraint`. ``overlap``: compute the next mask on a worker
+    thread while the forward pass runs (False: compute it in `apply`)."""
+
+    needs = NEEDS_LOGITS
+
+    def __init__(self, constraint: Constraint, tokenizer, n_vocab: int | None = None, overlap: bool = True):
+        import llguidance
+
+        from .vocab import ll_tokenizer, token_bytes_cached
+
+        self.constraint = constraint
+        self.n_vocab = max(n_vocab or 0, tokenizer.vocab.n_tokens)
+        self.lt = ll_tokenizer(tokenizer, self.n_vocab)
+        grammar = constraint.compile(tokenizer, self.n_vocab)
+        self.matcher = llguidance.LLMatcher(self.lt, grammar, log_level=0)
+        if self.matcher.is_error():
+            raise GrammarError(f"the constraint cannot start: {self.matcher.get_error()}")
+        self.overlap = overlap
+        self._words = np.zeros((self.n_vocab + 31) // 32, np.int32)
+        self._future = None
+        self._fresh = False  # the mask in _words is for the current state
+        self._stopped = False
+        self._accepting = self.matcher.is_accepting()
+        self.mask_seconds: list[float] = []  # time spent computing masks (the benchmark reads it)
+        self.wait_seconds: list[float] = []  # time `apply` waited for a mask
+        self.active = not constraint.triggers
+        if not self.active:
+            self._bytes = token_bytes_cached(tokenizer)
+            self._text = b""
+            self._triggers = constraint.triggers
+            self._patterns = [re.compile(t.pattern) for t in self._triggers if t.pattern is not None]
+        else:
+            self._schedule()
+
+    # -- the mask ------------------------------------------------------------------------
+
+    def _compute(self) -> None:
+        import time
+
+        t0 = time.perf_counter()
+        self.matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
+        self.mask_seconds.append(time.perf_counter() - t0)
+
+    def _schedule(self) -> None:
+        self._fresh = False
+        if self.overlap and not self._stopped:
+            self._future = _executor().submit(self._compute)
+
+    def _ready(self) -> None:
+        import time
+
+        if self._future is not None:
+            t0 = time.perf_counter()
+            self._future.result()
+            self.wait_seconds.append(time.perf_counter() - t0)
+            self._future = None
+        elif not self._fresh:
+            self._compute()
+        self._fresh = True
+
+    def allowed(self) -> np.ndarray:
+        """The tokens allowed now, as booleans over the vocabulary."""
+        self._ready()
+        bits = np.unpackbits(self._words.view(np.uint8), bitorder="little", count=self.n_vocab)
+        return bits.view(bool)
+
+    def apply(self, c: Candidates, history) -> None:
+        if not self.active:
+            return
+        ok = self.allowed()
+        if c.full:
+            n = min(len(c.logits), self.n_vocab)
+            np.copyto(c.logits[:n], -np.inf, where=~ok[:n])
+            if len(c.logits) > n:
+                c.logits[n:] = -np.inf
+        else:
+            keep = ok[np.minimum(c.ids, self.n_vocab - 1)] & (c.ids < self.n_vocab)
+            c.ids, c.values = c.ids[keep], c.values[keep]
+
+    def accept(self, token: int) -> None:
+        if not self.active:
+            self._watch(token)
+            return
+        if self._future is not None:  # chosen without apply (not expected): let the mask finish first
+            self._ready()
+        if not self.matcher.consume_token(int(token)):
+            raise GenerationError(f"the grammar rejected token {token}: {self.matcher.get_error()}")
+        self._note_state()
+        self._schedule()
+
+    def _note_state(self) -> None:
+        # read now, on this thread: the matcher is busy on the worker once the next mask starts
+        self._stopped = self.matcher.is_stopped()
+        self._accepting = self.matcher.is_accepting()
+
+    # -- lazy constraints --------------------------------------------------------------
+
+    def _watch(self, token: int) -> None:
+        """Before a trigger: look for one in what was generated; when found, give the
+        grammar everything from the trigger on and start masking."""
+        start = None
+        for t in self._triggers:
+            if t.token is not None and t.token == token:
+                self._activate(tokens=[int(token)])
+                return
+        piece = self._bytes[token] if token < len(self._bytes) else b""
+        if piece[:1] == b"\xff":
+            piece = b""  # a special token is no text
+        self._text += piece
+        text = self._text.decode("utf-8", "surrogateescape")
+        for t in self._triggers:
+            if t.word is not None:
+                at = text.find(t.word)
+                if at >= 0:
+                    start = at if start is None else min(start, at)
+        for p in self._patterns:
+            m = p.search(text)
+            if m:
+                at = next((m.start(g) for g in range(1, (m.lastindex or 0) + 1) if m.group(g)), m.start())
+                start = at if start is None else min(start, at)
+        if start is not None:
+            self._activate(data=text[start:].encode("utf-8", "surrogateescape"))
+
+    def _activate(self, tokens=None, data: bytes | None = None) -> None:
+        self.active = True
+        if data is not None:
+            tokens = self.lt.tokenize_bytes(data)
+            self.trigger_text = data.decode("utf-8", "replace")
+        if tokens and not self.matcher.consume_tokens(tokens):
+            shown = self.trigger_text if data is not None else f"token {tokens[0]}"
+            raise GrammarError(f"the lazy grammar does not accept what its trigger starts ({shown!r:.80}): {self.matcher.get_error()}")
+        self._note_state()
+        self._schedule()
+
+    # -- how it ends ---------------------------------------------------------------------
+
+    def finished(self) -> bool:
+        """The grammar is complete and allows nothing more."""
+        return self.active and self._stopped
+
+    def incomplete(self) -> bool:
+        """The output so far stops short of what the grammar requires."""
+        return self.active and not self._accepting
+
+
+def processor_for(options, tokenizer, n_vocab: int | None = None) -> GrammarProcessor | None:
+    """The processor for a `GenerateOptions`' constraint, or None when it has none."""
+    constraint = from_options(options)
+    if constraint is None:
+        return None
+    return GrammarProcessor(constraint, tokenizer, n_vocab)
+
