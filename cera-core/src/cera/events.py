@@ -36,6 +36,7 @@ class GenerationSummary:
     logprobs: list[float] | None = None
     drafted: int = 0  # speculative decoding: draft tokens verified
     accepted: int = 0  # ... and kept
+    incomplete: bool = False  # cut short (length, cancel, context, stop string) before a grammar could end
 
     @property
     def acceptance_rate(self) -> float:

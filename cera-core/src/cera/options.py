@@ -59,6 +59,11 @@ class GenerateOptions:
     spec: bool = _opt(False, "--spec", "Speculative decoding by prompt lookup (greedy only; the output is the greedy output).")
     spec_ngram: int = _opt(3, "--spec-ngram", "Longest n-gram matched in the context to draft from.")
     spec_k: int = _opt(8, "--spec-k", "Tokens drafted per verification pass.")
+    grammar: object = _opt(None, "--grammar", "GBNF grammar the output must follow (text, or @file.gbnf); a cera.grammar.Constraint from Python.")
+    json_schema: object = _opt(None, "--json-schema", "JSON Schema the output must follow (JSON text, or @file.json); stdout carries the JSON value alone.")
+    json: bool = _opt(False, "--json", "Output one JSON object; stdout carries it alone.")
+    regex: str | None = _opt(None, "--regex", "Regular expression (Rust regex syntax) the whole output must match.")
+    json_schema_lenient: bool = _opt(False, "--json-schema-lenient", "Ignore JSON Schema keywords that cannot be enforced, with a warning, instead of failing.")
     logprobs: bool = _opt(False, None, "Report each token's log-probability (reads all logits back).")
     top_logprobs: int = _opt(0, None, "Also report this many most likely alternatives per token.")
 
@@ -75,6 +80,10 @@ class GenerateOptions:
         if not isinstance(self.top_logprobs, int) or self.top_logprobs < 0:
             raise InvalidOptions(f"top_logprobs must be a non-negative integer, got {self.top_logprobs!r}")
         self.sampling()  # validates the sampling fields
+        if self.constrained:
+            from .grammar.constraint import from_options
+
+            from_options(self)  # a bad grammar or schema fails here, before any model work
 
     def sampling(self) -> SamplingOptions:
         return SamplingOptions(
@@ -88,6 +97,11 @@ class GenerateOptions:
             frequency_penalty=self.frequency_penalty,
             seed=self.seed,
         )
+
+    @property
+    def constrained(self) -> bool:
+        """A grammar, schema, JSON or regex constrains the output."""
+        return self.json or any(getattr(self, n) is not None for n in ("grammar", "json_schema", "regex"))
 
     @property
     def wants_logprobs(self) -> bool:

@@ -108,6 +108,16 @@ class Processor:
     def accept(self, token: int) -> None:  # noqa: B027 - optional hook
         """Told the token that was chosen (stateful processors such as grammars advance)."""
 
+    def finished(self) -> bool:
+        """True when nothing more may follow (a grammar that is complete): the session
+        ends the generation with FinishReason.GRAMMAR."""
+        return False
+
+    def incomplete(self) -> bool:
+        """True when the output so far stops short of what this processor requires (a
+        grammar not at a point where it can end); the summary reports it."""
+        return False
+
 
 def apply_repeat_penalty(logits: np.ndarray, history, penalty: float, last_n: int) -> None:
     """llama.cpp's repetition penalty, in place: divide positive logits, multiply negative ones."""

@@ -350,6 +350,10 @@ class Session:
             eog = set(self.tokenizer.eog_ids) | set(options.stop_tokens)
             if options.ignore_eos:
                 eog = set(options.stop_tokens)
+            if options.constrained:  # a grammar, schema, JSON or regex: one more processor (cera.grammar)
+                from .grammar import processor_for
+
+                processors = [*processors, processor_for(options, self.tokenizer, self.model.n_vocab)]
             sampler = Sampler(options.sampling(), extra=processors, banned=self.tokenizer.eog_ids if options.ignore_eos else ())
             needs, k = sampler.needs()
             if options.wants_logprobs:
@@ -426,6 +430,9 @@ class Session:
                 if hit:
                     reason = FinishReason.STOP_STRING
                     break
+                if any(p.finished() for p in sampler.processors):
+                    reason = FinishReason.GRAMMAR  # the grammar is complete: nothing more may follow
+                    break
                 if full:
                     reason = FinishReason.CONTEXT
                     break
@@ -457,6 +464,7 @@ class Session:
                 logprobs=logprobs if options.wants_logprobs else None,
                 drafted=spec.drafted if spec else 0,
                 accepted=spec.accepted if spec else 0,
+                incomplete=reason != FinishReason.GRAMMAR and any(p.incomplete() for p in sampler.processors),
             )
             self.last_summary = summary
             yield EndEvent(summary, tail)
