@@ -44,6 +44,11 @@ def run_cmd(model, threads, device, ctx_size, prompt, chat, system, kv_type, pro
         out.flush()
     out.write("\n")
     summary = session.last_summary
+    if summary.incomplete:  # a grammar or schema's value cut short: stdout is not a whole value
+        click.echo(
+            f"cera: the output is incomplete: generation stopped ({summary.finish_reason.value}) before the "
+            f"grammar or schema was satisfied; raise -n/--max-tokens", err=True,
+        )
     if not no_timings:
         echo_err(
             f"\ncera: prompt {summary.n_prompt_tokens} tokens in {summary.prompt_seconds:.2f} s "

@@ -158,6 +158,19 @@ def _schema(schema):
     return schema
 
 
+def _read_at(value, what: str):
+    """``@path`` stands for the file's text (a GBNF grammar or a JSON Schema never starts with @)."""
+    if isinstance(value, str) and value.startswith("@"):
+        from pathlib import Path
+
+        path = Path(value[1:]).expanduser()
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise GrammarError(f"cannot read the {what.replace('_', ' ')} file {str(path)!r}: {e}") from None
+    return value
+
+
 def from_options(options) -> Constraint | None:
     """The constraint a `GenerateOptions` asks for (None: unconstrained)."""
     given = [
@@ -173,6 +186,8 @@ def from_options(options) -> Constraint | None:
     value = getattr(options, which)
     if isinstance(value, Constraint):
         return value
+    if which != "regex":
+        value = _read_at(value, which)
     if which == "grammar":
         return Constraint.gbnf(value)
     if which == "regex":
