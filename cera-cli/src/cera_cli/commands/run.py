@@ -6,55 +6,119 @@ import sys
 
 import click
 
-from ..options import echo_err, generate_options, load_model, model_options, sampling_options
+from ..options import (
+    Console,
+    context_hint,
+    describe_seed,
+    generate_options,
+    load_model,
+    model_options,
+    sampling_options,
+)
+
+
+def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) -> str:
+    """The prompt from exactly one of: the words after the options, -p, -f, or stdin."""
+    given = [name for name, v in (("a positional prompt", words), ("-p/--prompt", prompt), ("-f/--file", file)) if v]
+    if len(given) > 1:
+        raise click.UsageError(f"give the prompt once: {' and '.join(given)} were both given")
+    if words:
+        return " ".join(words)
+    if file:
+        if file == "-":
+            return sys.stdin.read()
+        try:
+            with open(file, encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise click.BadParameter(f"cannot read {file}: {e.strerror}", param_hint="'-f' / '--file'") from None
+        except UnicodeDecodeError:
+            raise click.BadParameter(f"{file} is not UTF-8 text", param_hint="'-f' / '--file'") from None
+    if prompt == "-":
+        return sys.stdin.read()
+    if prompt is not None:
+        return prompt
+    if not sys.stdin.isatty():
+        return sys.stdin.read()
+    raise click.UsageError('no prompt: cera run "your prompt", or -p TEXT, -f FILE, or pipe it on stdin')
 
 
 @click.command("run")
 @model_options
 @sampling_options
-@click.option("-p", "--prompt", required=True, help="The prompt ('-' reads it from stdin).")
-@click.option("--chat/--raw", "chat", default=None, help="Wrap the prompt in the model's chat template (default: when the file has one).")
-@click.option("--system", default=None, help="System message (chat mode).")
+@click.argument("words", nargs=-1, metavar="[PROMPT]...")
+@click.option("-p", "--prompt", default=None, help="The prompt ('-' reads it from stdin). It may also follow the options.")
+@click.option("-f", "--file", "file", default=None, help="Read the prompt from a file ('-': stdin).")
+@click.option(
+    "--chat/--raw", "chat", default=None,
+    help="--chat wraps the prompt in the model's chat template and the reply ends with the turn; --raw "
+    "continues the text as written. Default: --chat when the file has a template.",
+)  # fmt: skip
+@click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message (chat mode).")
 @click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision.")
 @click.option("--prompt-cache", "prompt_cache", type=click.Path(file_okay=False), default=None, help="Directory of a prompt cache: a later run whose prompt starts the same evaluates only the rest.")
-@click.option("--no-timings", is_flag=True, help="Do not print timings to stderr.")
-def run_cmd(model, threads, device, ctx_size, prompt, chat, system, kv_type, prompt_cache, no_timings, **kw):
-    """Generate text from a prompt. Only the generated text goes to stdout; timings go to stderr."""
+@click.option("--no-timings", is_flag=True, help="Do not print the summary (timings, seed) to stderr.")
+def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, words, prompt, file, chat, system,
+            kv_type, prompt_cache, no_timings, **kw):  # fmt: skip
+    """Generate text from a prompt: cera run -m MODEL "PROMPT". Only the generated text goes
+    to stdout; notes and the summary (timings, the seed that repeats the run) go to stderr."""
     options = generate_options(kw)
-    if prompt == "-":
-        prompt = sys.stdin.read()
-    loaded = load_model(model, device, threads)
+    text = read_prompt(words, prompt, file)
+    console = Console(verbose, quiet)
+    loaded = load_model(model, device, threads, console, n_gpu_layers)
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)
     use_chat = chat if chat is not None else not loaded.chat_template.is_fallback
+    if use_chat and chat is None:
+        console.detail("cera: chat mode (the file has a chat template; --raw continues the text as written)")
     session = loaded.new_session(n_ctx=ctx_size, kv_type=kv_type)
     if use_chat:
         from cera.chat import Chat
 
         conversation = Chat(session, system=system)
-        chunks = conversation.stream(prompt, options)
+        conversation.messages.append({"role": "user", "content": text})
+        n_prompt = len(conversation.prompt_tokens())
+        conversation.messages.pop()
+        chunks = conversation.stream(text, options)
     else:
         if system:
-            raise click.UsageError("--system needs --chat")
-        session.append_text(prompt)
+            raise click.UsageError("--system needs --chat (a raw prompt has no system turn)")
+        n_prompt = len(session.append_text(text))
         chunks = session.stream(options)
+    if n_prompt >= session.n_ctx:
+        raise click.UsageError(
+            f"the prompt is {n_prompt} tokens and the context holds {session.n_ctx}: {context_hint(session)}, "
+            f"or shorten the prompt"
+        )
     out = sys.stdout
     for chunk in chunks:
         out.write(chunk)
         out.flush()
     out.write("\n")
+    out.flush()
     summary = session.last_summary
     if summary.incomplete:  # a grammar or schema's value cut short: stdout is not a whole value
         click.echo(
             f"cera: the output is incomplete: generation stopped ({summary.finish_reason.value}) before the "
             f"grammar or schema was satisfied; raise -n/--max-tokens", err=True,
         )
-    if not no_timings:
-        echo_err(
-            f"\ncera: prompt {summary.n_prompt_tokens} tokens in {summary.prompt_seconds:.2f} s "
-            f"({summary.prompt_tokens_per_second:.1f} tok/s); generated {summary.n_generated} tokens in "
-            f"{summary.generate_seconds:.2f} s ({summary.tokens_per_second:.1f} tok/s); "
-            f"stop: {summary.finish_reason.value}; backend {loaded.backend.name}"
-            + (f"; speculation: {summary.accepted}/{summary.drafted} drafted tokens accepted" if summary.drafted else "")
-            + (f"; prompt cache: {'hit' if loaded.prefix_cache.hits else 'miss'}" if loaded.prefix_cache else "")
-        )
+    if summary.finish_reason.value == "context" and not options.context_shift:
+        console.note(f"cera: the context ({session.n_ctx} tokens) is full: the text was cut; {context_hint(session)} or add --context-shift")
+    if session.n_shifted:
+        console.note(f"cera: --context-shift dropped {session.n_shifted} of the oldest tokens to go on")
+    if no_timings:
+        return
+    console.note(
+        f"\ncera: prompt {summary.n_prompt_tokens} tokens in {summary.prompt_seconds:.2f} s "
+        f"({summary.prompt_tokens_per_second:.1f} tok/s); generated {summary.n_generated} tokens in "
+        f"{summary.generate_seconds:.2f} s ({summary.tokens_per_second:.1f} tok/s); "
+        f"stop: {summary.finish_reason.value}; {describe_seed(options)}; backend {loaded.backend.name}"
+        + (f"; speculation: {summary.accepted}/{summary.drafted} drafted tokens accepted" if summary.drafted else "")
+        + (f"; prompt cache: {'hit' if loaded.prefix_cache.hits else 'miss'}" if loaded.prefix_cache else "")
+    )
+    t = console.timings
+    console.detail(
+        f"cera: phases: resolve {t.get('resolve', 0):.3f} s, load {t.get('load', 0):.3f} s, "
+        f"prompt {summary.prompt_seconds:.3f} s, generate {summary.generate_seconds:.3f} s; "
+        f"context {session.n_ctx} tokens ({kv_type} cache), {session.n_tokens} used; mode {'chat' if use_chat else 'raw'}"
+    )
