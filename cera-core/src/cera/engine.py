@@ -227,6 +227,14 @@ class LoadedModel:
         session.append_text(prompt)
         return session.generate(**options).text
 
+    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048):
+        """One vector per text (`cera.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
+        unless ``normalize=False``; pooled as the file says (encoders) or by mean (decoders);
+        ``pooling="none"``: a ``[n_tokens, dim]`` array per text."""
+        from .embedding import embed
+
+        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens)
+
     def close(self) -> None:
         self.backend.close()
         self.gguf.close()

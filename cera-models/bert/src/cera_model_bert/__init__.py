@@ -1,0 +1,1 @@
+"""cera model families: bert, nomic-bert."""
