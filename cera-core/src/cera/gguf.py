@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,7 @@ class TensorInfo:
     ggml_type: GGMLQuantizationType
     offset: int
     nbytes: int
+    part: int = 0  # which file of a split model holds the data (0: the first)
 
     @property
     def type_name(self) -> str:
@@ -185,8 +187,9 @@ class GGUFFile:
     Use as a context manager or call `close()`; tensor views keep the map alive.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, _split_part: bool = False):
         self.path = Path(path)
+        self._parts: list[GGUFFile] = []
         from .errors import ModelNotFound
 
         try:
@@ -208,9 +211,42 @@ class GGUFFile:
         self.tensors: dict[str, TensorInfo] = {}
         try:
             self._parse()
+            if not _split_part:
+                self._open_split_parts()
         except BaseException:
             self.close()
             raise
+
+    def _open_split_parts(self) -> None:
+        """A split model (llama.cpp's ``gguf-split``: ``name-00001-of-0000N.gguf``, keys
+        ``split.no``/``split.count``) is opened from its first file; the other files' tensors
+        join the index, their data mapped from their own files."""
+        count = self.metadata.get("split.count", 0)
+        if not isinstance(count, int) or count <= 1:
+            return
+        no = self.metadata.get("split.no", 0)
+        m = re.match(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<n>\d{5})\.gguf$", self.path.name)
+        if no != 0 or m is None or int(m["n"]) != count:
+            raise InvalidModelFile(
+                self.path, None,
+                f"is part {no + 1} of a {count}-file split model; open the first part, "
+                f"named like <name>-00001-of-{count:05d}.gguf",
+            )  # fmt: skip
+        for i in range(1, count):
+            part_path = self.path.with_name(f"{m['stem']}-{i + 1:05d}-of-{count:05d}.gguf")
+            if not part_path.exists():
+                raise InvalidModelFile(self.path, None, f"split model part {part_path.name} is missing (next to {self.path.name})")
+            part = GGUFFile(part_path, _split_part=True)
+            self._parts.append(part)
+            if part.metadata.get("split.no") != i or part.metadata.get("split.count") != count:
+                raise InvalidModelFile(part_path, None, f"is not part {i + 1} of {count} (its split.no/split.count say otherwise)")
+            for name, info in part.tensors.items():
+                if name in self.tensors:
+                    raise InvalidModelFile(part_path, info.offset, f"tensor {name!r} is also in an earlier part")
+                self.tensors[name] = attrs.evolve(info, part=i)
+        expected = self.metadata.get("split.tensors.count")
+        if isinstance(expected, int) and expected != len(self.tensors):
+            raise InvalidModelFile(self.path, None, f"split model lists {expected} tensors but its parts hold {len(self.tensors)}")
 
     # -- parsing -----------------------------------------------------------------
 
@@ -390,22 +426,23 @@ class GGUFFile:
         uint16; block-quantized types as uint8 with shape numpy_shape[:-1] + (row_bytes,).
         """
         info = self.tensors[name]
+        buf = self._map if info.part == 0 else self._parts[info.part - 1]._map
         if info.ggml_type in _PLAIN_DTYPES:
             dt = np.dtype(_PLAIN_DTYPES[info.ggml_type])
-            return np.frombuffer(self._map, dtype=dt, count=info.n_elements, offset=info.offset).reshape(
-                info.numpy_shape
-            )
+            return np.frombuffer(buf, dtype=dt, count=info.n_elements, offset=info.offset).reshape(info.numpy_shape)
         if info.ggml_type == GGMLQuantizationType.BF16:
-            return np.frombuffer(self._map, dtype=np.uint16, count=info.n_elements, offset=info.offset).reshape(
+            return np.frombuffer(buf, dtype=np.uint16, count=info.n_elements, offset=info.offset).reshape(
                 info.numpy_shape
             )
-        raw = np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+        raw = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=info.offset)
         return raw.reshape(info.numpy_shape[:-1] + (info.row_bytes,))
 
     def parameter_count(self) -> int:
         return sum(t.n_elements for t in self.tensors.values())
 
     def close(self) -> None:
+        for part in getattr(self, "_parts", ()):
+            part.close()
         m = getattr(self, "_map", None)
         if m is not None:
             try:
