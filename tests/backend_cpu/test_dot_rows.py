@@ -104,7 +104,7 @@ def _plan_products(be, x, members, glu=False):
     return outs, g
 
 
-@pytest.mark.parametrize("t", ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"))
+@pytest.mark.parametrize("t", LEGACY + KQUANTS)
 def test_per_row_products_of_many_rows_equal_their_one_row_products(backends, t):
     """A decode batch of up to 20 sequences: past the microkernel thresholds and past a
     group of 16 activation rows, with the bias, residual and glu epilogues."""

@@ -8,7 +8,12 @@
  * Work split: the weight rows are cut into chunks that threads take from an atomic
  * counter (so a thread that the OS preempts does not hold everyone back). For several
  * activation rows (prefill) a chunk is a tile of weight rows that stays in L1 while the
- * thread walks all activation rows over it, in groups that stay in L2.
+ * thread walks all activation rows over it, in groups that stay in L2. A few activation
+ * rows (a batch of sequences decoding together, a short prompt) go through the kernels'
+ * dotm where they have one: it takes a few weight rows against up to 4 activation rows,
+ * unpacking each weight block once for them all, with every output bit for bit what the
+ * one-row dot gives; then each weight row is read once and chunks are long runs of rows,
+ * as in decode.
  *
  * One job may hold several products of the same input (an execution plan groups the
  * Q/K/V or gate/up projections: one quantization of the input, one hand-over to the
@@ -313,10 +318,22 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
     const int n_walk = glu_op >= 0 ? 1 : n_mem;
     job.first_chunk[0] = 0;
     for (int i = 0; i < n_walk; i++) {
+        /* the rows of this walk go through dotm, which reads each weight row once for all
+         * M <= TILE_COLS activation rows */
+        int one_pass = M <= TILE_COLS;
+        for (int j = i; j < (glu_op >= 0 ? 2 : i + 1); j++)
+            one_pass = one_pass && !job.gemm[j] && ctx->k.dotm[mem[j].wtype];
         int64_t chunk;
         if (M == 1) {
             /* decode: about 4 chunks per thread, at least 16 rows each */
             chunk = mem[i].N / ((int64_t)nth * 4);
+            chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
+        } else if (one_pass) {
+            /* no tile to keep in L1: long runs of rows, so that a thread's prefetching
+             * (kernels_x86.inc, ahead_bytes) stays within its own rows (measured: with
+             * 16-row chunks shared by two threads, dotm waited on memory at twice the time
+             * of these; 8 per thread did as well as 16 or 32) */
+            chunk = mem[i].N / ((int64_t)nth * 8);
             chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
         } else {
             chunk = 16; /* rows of a tile: 16 weight rows stay in L1 */
