@@ -34,6 +34,7 @@ SOURCES = [
     "gemm.c",
     "ops.c",
     "attention.c",
+    "encoder.c",
     "plan.c",
     "bench.c",
 ]

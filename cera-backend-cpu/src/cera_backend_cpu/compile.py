@@ -35,7 +35,7 @@ UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
 C_OPS = frozenset(
     {"embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "unary", "glu", "add", "mul", "scale",
-     "softcap", "copy", "rows", "argmax"}
+     "softcap", "copy", "rows", "argmax", "conv1d", "attention_full", "cross_attention", "store_cross"}
 )  # fmt: skip
 
 
@@ -62,6 +62,9 @@ class StateTable:
             if d.kind == "kv":
                 self.index[i] = (len(arrays), len(arrays) + 1)
                 arrays += [state.k[i], state.v[i]]
+            elif d.kind == "cross":  # memory keys, values, rows stored per slot
+                self.index[i] = (len(arrays), len(arrays) + 1, len(arrays) + 2)
+                arrays += [state.cross_k[i], state.cross_v[i], state.cross_len[i]]
         self.arrays = arrays  # kept alive with the table
         self.c = ffi.new("void *[]", [ffi.cast("void *", address(a)) for a in arrays] or [ffi.NULL])
 
@@ -265,6 +268,10 @@ class CpuExecutable(Executable):
             rc = lib.cera_plan_copy_rows(plan, self.ptr(x), self.place[x.id].row_stride, rows, x.shape[-1], self.ptr(out))
         elif op == "rows":
             rc = self._gather(plan, node)
+        elif op in ("conv1d", "attention_full", "cross_attention", "store_cross"):
+            from .encoder import lower_encoder_op
+
+            rc = lower_encoder_op(self, plan, node)
         elif op == "argmax":
             x = node.args[0]
             rc = lib.cera_plan_argmax(plan, self.ptr(x), x.size // x.shape[-1], x.shape[-1], self.ptr(out, "int32_t *"))

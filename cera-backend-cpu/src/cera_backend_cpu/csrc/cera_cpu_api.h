@@ -224,3 +224,60 @@ void cera_plan_profile(const cera_plan *plan, int64_t *ns, const char **names);
 /* Read every byte of p on all the context's threads and return a checksum: measures the
  * memory read bandwidth that a memory-bound matrix-vector product can reach. */
 uint64_t cera_read_probe(cera_ctx *ctx, const void *p, int64_t bytes);
+
+/* -- encoder ops (encoder.c): full convolution, attention without a cache, cross-attention -- */
+
+/* y[t, o] = bias[o] + sum_{c, i} x[t * stride + i - padding, c] * W[o, c, i] (zero outside
+ * x): x [n_in, c_in], y [n_out, c_out] with n_out = (n_in + 2 padding - kernel) / stride + 1.
+ * wt is W transposed: [c_in * kernel][c_out], row c * kernel + i. bias may be NULL. */
+int cera_conv1d(cera_ctx *ctx, const float *x, int64_t n_in, int64_t c_in, const float *wt, int64_t kernel,
+                int64_t c_out, const float *bias, int stride, int padding, float *y, int64_t n_out);
+
+/* Attention within each sequence of a batch, without a cache: sequence s is rows
+ * [rows[2s], rows[2s] + rows[2s + 1]) of q [n, n_heads, k_dim], k [n, n_kv_heads, k_dim],
+ * v [n, n_kv_heads, v_dim] and out [n, n_heads * v_dim]. Every row sees every row of its
+ * sequence, unless causal (keys at positions <= its own) or window > 0 (|p_q - p_k| <
+ * window), by the rows' positions pos. Logits scale * q.k, soft-capped when softcap > 0. */
+typedef struct {
+    const float *q, *k, *v;
+    float *out;
+    int64_t n_heads, n_kv_heads, k_dim, v_dim;
+    float scale, softcap;
+    int32_t window;
+    int causal;
+    const int32_t *pos;
+    int n_seq; /* at most 64 */
+    const int64_t *rows;
+} cera_attention_full_args;
+int cera_attention_full(cera_ctx *ctx, const cera_attention_full_args *args);
+
+/* A cross-attention memory in a state: table[k_index] / table[v_index] hold slot 0 of
+ * [n_slots][max_len][n_kv_heads][dim] float32, table[len_index] the rows stored per slot
+ * (int64 [n_slots]). store_cross writes sequence s's rows of k / v into slot slots[s] and
+ * sets its length; cross_attention attends sequence s's queries q [n, n_heads, k_dim] over
+ * its slot's stored rows (unmasked) into out [n, n_heads * v_dim]. slots (an input buffer)
+ * are read at run time; the plan keeps the rows pointer, which the caller keeps alive. */
+typedef struct {
+    const float *q;
+    float *out;
+    int64_t n_heads, n_kv_heads, k_dim, v_dim, max_len;
+    float scale;
+    int k_index, v_index, len_index, n_slots;
+    int n_seq; /* at most 64 */
+    const int64_t *rows;
+    const int32_t *slots;
+} cera_cross_args;
+typedef struct {
+    const float *k, *v;
+    int64_t n_kv_heads, k_dim, v_dim, max_len;
+    int k_index, v_index, len_index, n_slots;
+    int n_seq;
+    const int64_t *rows;
+    const int32_t *slots;
+} cera_store_cross_args;
+
+int cera_plan_conv1d(cera_plan *plan, const float *x, int64_t n_in, int64_t c_in, const float *wt, int64_t kernel,
+                     int64_t c_out, const float *bias, int stride, int padding, float *y, int64_t n_out);
+int cera_plan_attention_full(cera_plan *plan, const cera_attention_full_args *args);
+int cera_plan_cross_attention(cera_plan *plan, const cera_cross_args *args);
+int cera_plan_store_cross(cera_plan *plan, const cera_store_cross_args *args);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "encoder.h"
 #include "internal.h"
 
 enum {
@@ -28,12 +29,17 @@ enum {
     OP_SOFTCAP,
     OP_COPY_ROWS,
     OP_ARGMAX,
+    OP_CONV1D,
+    OP_ATTENTION_FULL,
+    OP_CROSS_ATTENTION,
+    OP_STORE_CROSS,
     OP_COUNT
 };
 
 static const char *const OP_NAMES[OP_COUNT] = {
     "get_rows", "products", "rms_norm", "layer_norm", "rope", "attention",
     "unary", "glu", "binary", "scale", "softcap", "copy_rows", "argmax",
+    "conv1d", "attention_full", "cross_attention", "store_cross",
 };
 
 typedef struct {
@@ -103,6 +109,13 @@ typedef struct {
 } copy_args;
 
 typedef struct {
+    const float *x, *wt, *bias;
+    int64_t n_in, c_in, kernel, c_out, n_out;
+    int stride, padding;
+    float *y;
+} conv1d_args;
+
+typedef struct {
     int op;
     union {
         get_rows_args get_rows;
@@ -114,6 +127,10 @@ typedef struct {
         scale_args scale;
         copy_args copy;
         argmax_args argmax;
+        conv1d_args conv1d;
+        cera_attention_full_args attention_full;
+        cera_cross_args cross;
+        cera_store_cross_args store_cross;
     } u;
 } plan_node;
 
@@ -341,6 +358,56 @@ int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64
     return CERA_OK;
 }
 
+int cera_plan_conv1d(cera_plan *plan, const float *x, int64_t n_in, int64_t c_in, const float *wt, int64_t kernel,
+                     int64_t c_out, const float *bias, int stride, int padding, float *y, int64_t n_out) {
+    if (n_in <= 0 || c_in <= 0 || kernel <= 0 || c_out <= 0 || stride <= 0 || padding < 0 ||
+        n_out != (n_in + 2 * padding - kernel) / stride + 1 || n_out <= 0)
+        return CERA_EINVAL;
+    plan_node *node = append(plan, OP_CONV1D);
+    if (!node) return CERA_ENOMEM;
+    conv1d_args *a = &node->u.conv1d;
+    a->x = x;
+    a->wt = wt;
+    a->bias = bias;
+    a->n_in = n_in;
+    a->c_in = c_in;
+    a->kernel = kernel;
+    a->c_out = c_out;
+    a->n_out = n_out;
+    a->stride = stride;
+    a->padding = padding;
+    a->y = y;
+    return CERA_OK;
+}
+
+int cera_plan_attention_full(cera_plan *plan, const cera_attention_full_args *args) {
+    if (!args->rows || args->n_seq <= 0 || args->n_seq > 64 || args->n_kv_heads <= 0 ||
+        args->n_heads % args->n_kv_heads || ((args->causal || args->window > 0) && !args->pos))
+        return CERA_EINVAL;
+    plan_node *node = append(plan, OP_ATTENTION_FULL);
+    if (!node) return CERA_ENOMEM;
+    node->u.attention_full = *args;
+    return CERA_OK;
+}
+
+int cera_plan_cross_attention(cera_plan *plan, const cera_cross_args *args) {
+    if (!args->rows || !args->slots || args->n_seq <= 0 || args->n_seq > 64 || args->n_kv_heads <= 0 ||
+        args->n_heads % args->n_kv_heads)
+        return CERA_EINVAL;
+    plan_node *node = append(plan, OP_CROSS_ATTENTION);
+    if (!node) return CERA_ENOMEM;
+    node->u.cross = *args;
+    return CERA_OK;
+}
+
+int cera_plan_store_cross(cera_plan *plan, const cera_store_cross_args *args) {
+    if (!args->rows || !args->slots || args->n_seq <= 0) return CERA_EINVAL;
+    plan_node *node = append(plan, OP_STORE_CROSS);
+    if (!node) return CERA_ENOMEM;
+    node->u.store_cross = *args;
+    return CERA_OK;
+}
+
 /* -- running ---------------------------------------------------------------------------------- */
 
 static int run_node(cera_plan *plan, const plan_node *node) {
@@ -389,6 +456,17 @@ static int run_node(cera_plan *plan, const plan_node *node) {
         const copy_args *a = &node->u.copy;
         return cera_copy_rows(ctx, a->x, a->x_stride, a->rows, a->n, a->y);
     }
+    case OP_CONV1D: {
+        const conv1d_args *a = &node->u.conv1d;
+        return cera_conv1d_unlocked(ctx, a->x, a->n_in, a->c_in, a->wt, a->kernel, a->c_out, a->bias, a->stride,
+                                    a->padding, a->y, a->n_out);
+    }
+    case OP_ATTENTION_FULL:
+        return cera_attention_full_unlocked(ctx, &node->u.attention_full);
+    case OP_CROSS_ATTENTION:
+        return cera_cross_attention_unlocked(ctx, &node->u.cross, plan->table);
+    case OP_STORE_CROSS:
+        return cera_store_cross_unlocked(ctx, &node->u.store_cross, plan->table);
     default:
         return CERA_EINVAL;
     }
