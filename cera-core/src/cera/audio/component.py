@@ -59,7 +59,8 @@ def component_for(architecture: str, kind: str, path: str | os.PathLike = "", ma
     if served:
         hint = f"the installed {kind} components serve: {', '.join(served)}"
     else:
-        hint = f"no {kind} component is installed (for voice activity detection: `pip install cera-audio-vad`)"
+        package = {"vad": "cera-audio-vad", "transcriber": "cera-audio-whisper"}.get(kind, "cera-audio")
+        hint = f"no {kind} component is installed (`pip install {package}`)"
     raise AudioError(
         f"{where}GGUF architecture {architecture!r} is not a {_KIND_NAMES.get(kind, kind)} model; {hint}"
     )
