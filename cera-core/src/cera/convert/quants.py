@@ -1,0 +1,337 @@
+"""Quantizing float rows to GGML block types.
+
+Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (and F16, BF16) come from the `gguf` package, whose
+quantizers reproduce llama.cpp's reference ones (round to nearest, one scale per block
+from the block's extreme value). The `gguf` package has no K-quant quantizer; Q4_K, Q5_K
+and Q6_K are here, in two strategies:
+
+- ``search`` (the default): llama.cpp's reference quantizers. Each sub-block's scale (and
+  minimum) is chosen by a search that lowers the weighted squared error of the rounded
+  values (weights ``sqrt(mean x^2) + |x|`` for Q4_K/Q5_K, ``x^2`` for Q6_K), as
+  ``llama-quantize`` does without an importance matrix. The arithmetic follows
+  llama.cpp's float32 operations in its order, vectorised over blocks, so the bytes equal
+  ``llama-quantize``'s (tested against it).
+- ``rtn``: plain round to nearest, the scale from the sub-block's range alone. Faster,
+  and a larger error; there for comparison and for speed on very large models.
+
+For the legacy types both strategies are llama.cpp's (it has no search for them without
+an importance matrix).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf import quants as gguf_quants
+from gguf.constants import GGML_QUANT_SIZES
+
+QK_K = 256
+STRATEGIES = ("search", "rtn")
+f32 = np.float32
+
+
+def quantize(rows: np.ndarray, qtype: T, strategy: str = "search") -> np.ndarray:
+    """``rows`` (..., n) float32 -> uint8 (..., n // block * type_size)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    if qtype == T.F32:
+        return rows.view(np.uint8)
+    k_quant = {T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k}.get(qtype)
+    if k_quant is None:
+        return gguf_quants.quantize(rows, qtype)
+    shape = rows.shape
+    blocks = rows.reshape(-1, QK_K)
+    out = k_quant(blocks, strategy)
+    type_size = GGML_QUANT_SIZES[qtype][1]
+    return out.reshape(*shape[:-1], shape[-1] // QK_K * type_size)
+
+
+def _nearest_int(v: np.ndarray) -> np.ndarray:
+    # llama.cpp rounds by adding 1.5 * 2^23 in float32: round half to even, as rint does
+    return np.rint(v.astype(f32)).astype(np.int32)
+
+
+def _fp16(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float16)
+
+
+def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
+    """Scale and minimum per row of ``x`` (rows of 32) by llama.cpp's make_qkx2_quants:
+    the levels L in [0, nmax] and the (scale, -min) lowering the weighted squared error."""
+    n = x.shape[1]
+    mn = x[:, 0].copy()
+    mx = x[:, 0].copy()
+    sum_w = w[:, 0].copy()
+    sum_x = sum_w * x[:, 0]
+    for i in range(1, n):
+        xi = x[:, i]
+        mn = np.where(xi < mn, xi, mn)
+        mx = np.where(xi > mx, xi, mx)
+        sum_w = sum_w + w[:, i]
+        sum_x = sum_x + w[:, i] * xi
+    mn = np.where(mn > 0, f32(0), mn)
+    mn0 = mn
+    flat = mx == mn
+    rng = np.where(flat, f32(1), mx - mn)
+    iscale = f32(nmax) / rng
+    scale = f32(1) / iscale
+    L = np.clip(_nearest_int(iscale[:, None] * (x - mn[:, None])), 0, nmax)
+    best = np.zeros_like(mn)
+    for i in range(n):
+        diff = scale * L[:, i].astype(f32) + mn - x[:, i]
+        best = best + w[:, i] * (diff * diff)
+    for step in range(nstep + 1):
+        isc = (f32(rmin) + f32(rdelta) * f32(step) + f32(nmax)) / rng
+        La = np.clip(_nearest_int(isc[:, None] * (x - mn[:, None])), 0, nmax)
+        Lf = La.astype(f32)
+        sum_l = np.zeros_like(mn)
+        sum_l2 = np.zeros_like(mn)
+        sum_xl = np.zeros_like(mn)
+        for i in range(n):
+            wl = w[:, i] * Lf[:, i]
+            sum_l = sum_l + wl
+            sum_l2 = sum_l2 + wl * Lf[:, i]
+            sum_xl = sum_xl + wl * x[:, i]
+        D = sum_w * sum_l2 - sum_l * sum_l
+        ok = D > 0
+        Ds = np.where(ok, D, f32(1))
+        this_scale = (sum_w * sum_xl - sum_x * sum_l) / Ds
+        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / Ds
+        pos = this_min > 0
+        this_min = np.where(pos, f32(0), this_min)
+        this_scale = np.where(pos, sum_xl / np.where(sum_l2 == 0, f32(1), sum_l2), this_scale)
+        cur = np.zeros_like(mn)
+        for i in range(n):
+            diff = this_scale * Lf[:, i] + this_min - x[:, i]
+            cur = cur + w[:, i] * (diff * diff)
+        better = ok & (cur < best)
+        L = np.where(better[:, None], La, L)
+        best = np.where(better, cur, best)
+        scale = np.where(better, this_scale, scale)
+        mn = np.where(better, this_min, mn)
+    scale = np.where(flat, f32(0), scale)
+    mn = np.where(flat, mn0, mn)
+    L = np.where(flat[:, None], 0, L)
+    return scale.astype(f32), (-mn).astype(f32), L
+
+
+def _rtn_min_max(x: np.ndarray, nmax: int):
+    mn = np.minimum(x.min(axis=1), f32(0))
+    mx = x.max(axis=1)
+    rng = mx - mn
+    scale = np.where(rng > 0, rng / f32(nmax), f32(0)).astype(f32)
+    return scale, (-mn).astype(f32)
+
+
+def _k_scales_mins(x: np.ndarray, nmax: int, rmin: float, nstep: int, strategy: str):
+    """Per 32-element sub-block scale and minimum (blocks of 256 -> 8 each), packed as
+    6-bit values with the two fp16 super-block factors, and the final levels."""
+    nb = x.shape[0]
+    sub = x.reshape(nb * 8, 32)
+    if strategy == "search":
+        sum_x2 = np.zeros(nb * 8, dtype=f32)
+        for i in range(32):
+            sum_x2 = sum_x2 + sub[:, i] * sub[:, i]
+        av_x = np.sqrt(sum_x2 / f32(32))
+        weights = (av_x[:, None] + np.abs(sub)).astype(f32)
+        scales, mins, _ = _make_qkx2(sub, weights, nmax, rmin, 0.1, nstep)
+    elif strategy == "rtn":
+        scales, mins = _rtn_min_max(sub, nmax)
+    else:
+        raise ValueError(f"unknown quantization strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    scales = scales.reshape(nb, 8)
+    mins = mins.reshape(nb, 8)
+    max_scale = np.zeros(nb, dtype=f32)
+    max_min = np.zeros(nb, dtype=f32)
+    for j in range(8):
+        max_scale = np.where(scales[:, j] > max_scale, scales[:, j], max_scale)
+        max_min = np.where(mins[:, j] > max_min, mins[:, j], max_min)
+    inv_scale = np.where(max_scale > 0, f32(63) / np.where(max_scale > 0, max_scale, f32(1)), f32(0))
+    inv_min = np.where(max_min > 0, f32(63) / np.where(max_min > 0, max_min, f32(1)), f32(0))
+    ls = np.minimum(_nearest_int(inv_scale[:, None] * scales) & 0xFF, 63).astype(np.uint8)
+    lm = np.minimum(_nearest_int(inv_min[:, None] * mins) & 0xFF, 63).astype(np.uint8)
+    packed = np.zeros((nb, 12), dtype=np.uint8)
+    packed[:, 0:4] = ls[:, 0:4]
+    packed[:, 4:8] = lm[:, 0:4]
+    packed[:, 8:12] = (ls[:, 4:8] & 0xF) | ((lm[:, 4:8] & 0xF) << 4)
+    packed[:, 0:4] |= (ls[:, 4:8] >> 4) << 6
+    packed[:, 4:8] |= (lm[:, 4:8] >> 4) << 6
+    d = _fp16(max_scale / f32(63))
+    dmin = _fp16(max_min / f32(63))
+    # the levels, from the rounded factors as the dequantizer will see them
+    dsub = d.astype(f32)[:, None] * ls.astype(f32)
+    msub = dmin.astype(f32)[:, None] * lm.astype(f32)
+    xs = x.reshape(nb, 8, 32)
+    safe = np.where(dsub == 0, f32(1), dsub)
+    L = np.clip(_nearest_int((xs + msub[:, :, None]) / safe[:, :, None]), 0, nmax)
+    L = np.where((dsub == 0)[:, :, None], 0, L)  # llama.cpp leaves those levels as the search set them
+    if strategy == "search":
+        _, _, Ls = _make_qkx2_levels_for_zero(sub, nmax, rmin, nstep, dsub)
+        L = np.where((dsub == 0)[:, :, None], Ls, L)
+    return d, dmin, packed, L.reshape(nb, QK_K).astype(np.uint8)
+
+
+def _make_qkx2_levels_for_zero(sub, nmax, rmin, nstep, dsub):
+    # For a sub-block whose 6-bit scale rounded to 0 llama.cpp keeps the search's levels;
+    # recomputing them only where needed keeps the common path cheap.
+    zero = (dsub == 0).reshape(-1)
+    levels = np.zeros(sub.shape, dtype=np.int32)
+    if zero.any():
+        xs = sub[zero]
+        sum_x2 = np.zeros(xs.shape[0], dtype=f32)
+        for i in range(32):
+            sum_x2 = sum_x2 + xs[:, i] * xs[:, i]
+        av_x = np.sqrt(sum_x2 / f32(32))
+        weights = (av_x[:, None] + np.abs(xs)).astype(f32)
+        _, _, L = _make_qkx2(xs, weights, nmax, rmin, 0.1, nstep)
+        levels[zero] = L
+    return None, None, levels.reshape(dsub.shape[0], 8, 32)
+
+
+def _q4_k(x: np.ndarray, strategy: str) -> np.ndarray:
+    nb = x.shape[0]
+    d, dmin, scales, L = _k_scales_mins(x, 15, -1.0, 20, strategy)
+    q = np.zeros((nb, 128), dtype=np.uint8)
+    for g in range(4):
+        lo = L[:, 64 * g: 64 * g + 32]
+        hi = L[:, 64 * g + 32: 64 * g + 64]
+        q[:, 32 * g: 32 * g + 32] = lo | (hi << 4)
+    return np.concatenate([d.view(np.uint8).reshape(nb, 2), dmin.view(np.uint8).reshape(nb, 2), scales, q], axis=1)
+
+
+def _q5_k(x: np.ndarray, strategy: str) -> np.ndarray:
+    nb = x.shape[0]
+    d, dmin, scales, L = _k_scales_mins(x, 31, -0.5, 15, strategy)
+    qh = np.zeros((nb, 32), dtype=np.uint8)
+    ql = np.zeros((nb, 128), dtype=np.uint8)
+    for g in range(4):
+        l1 = L[:, 64 * g: 64 * g + 32]
+        l2 = L[:, 64 * g + 32: 64 * g + 64]
+        qh |= ((l1 > 15).astype(np.uint8) << (2 * g)) | ((l2 > 15).astype(np.uint8) << (2 * g + 1))
+        ql[:, 32 * g: 32 * g + 32] = (l1 & 0xF) | ((l2 & 0xF) << 4)
+    return np.concatenate([d.view(np.uint8).reshape(nb, 2), dmin.view(np.uint8).reshape(nb, 2), scales, qh, ql], axis=1)
+
+
+def _make_qx(x: np.ndarray, nmax: int, search: bool) -> np.ndarray:
+    """llama.cpp's make_qx_quants with weights x^2 (rmse_type 1): the signed scale per row."""
+    n = x.shape[1]
+    amax = np.zeros(x.shape[0], dtype=f32)
+    mx = np.zeros(x.shape[0], dtype=f32)
+    for i in range(n):
+        ax = np.abs(x[:, i])
+        bigger = ax > amax
+        amax = np.where(bigger, ax, amax)
+        mx = np.where(bigger, x[:, i], mx)
+    zero = amax < f32(1e-15)
+    mx_s = np.where(zero, f32(1), mx)
+    iscale = f32(-nmax) / mx_s
+    if not search:
+        return np.where(zero, f32(0), f32(1) / iscale)
+
+    def sums(isc):
+        sumlx = np.zeros_like(amax)
+        suml2 = np.zeros_like(amax)
+        for i in range(n):
+            xi = x[:, i]
+            lv = np.clip(_nearest_int(isc * xi), -nmax, nmax - 1).astype(f32)
+            w = xi * xi
+            sumlx = sumlx + w * xi * lv
+            suml2 = suml2 + w * lv * lv
+        return sumlx, suml2
+
+    sumlx, suml2 = sums(iscale)
+    scale = np.where(suml2 != 0, sumlx / np.where(suml2 != 0, suml2, f32(1)), f32(0))
+    best = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        isc = -(f32(nmax) + f32(0.1) * f32(step)) / mx_s
+        sumlx, suml2 = sums(isc)
+        better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+        new_scale = sumlx / np.where(suml2 > 0, suml2, f32(1))
+        scale = np.where(better, new_scale, scale)
+        best = np.where(better, new_scale * sumlx, best)
+    return np.where(zero, f32(0), scale).astype(f32)
+
+
+def _q6_k(x: np.ndarray, strategy: str) -> np.ndarray:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown quantization strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    nb = x.shape[0]
+    sub = x.reshape(nb * 16, 16)
+    scales = _make_qx(sub, 32, strategy == "search").reshape(nb, 16)
+    max_scale = np.zeros(nb, dtype=f32)
+    max_abs = np.zeros(nb, dtype=f32)
+    for j in range(16):
+        a = np.abs(scales[:, j])
+        bigger = a > max_abs
+        max_abs = np.where(bigger, a, max_abs)
+        max_scale = np.where(bigger, scales[:, j], max_scale)
+    empty = max_abs < f32(1e-15)
+    iscale = f32(-128) / np.where(empty, f32(1), max_scale)
+    d = _fp16(np.where(empty, f32(0), f32(1) / iscale))
+    sc = np.minimum(_nearest_int(iscale[:, None] * scales), 127)
+    sc = np.where(empty[:, None], 0, sc).astype(np.int8)
+    dsub = d.astype(f32)[:, None] * sc.astype(f32)
+    xs = x.reshape(nb, 16, 16)
+    safe = np.where(dsub == 0, f32(1), dsub)
+    L = np.clip(_nearest_int(xs / safe[:, :, None]), -32, 31) + 32
+    if (dsub == 0).any():  # llama.cpp keeps the search's levels there
+        keep = _q6_levels(sub, strategy == "search").reshape(nb, 16, 16)
+        L = np.where((dsub == 0)[:, :, None], keep, L)
+    L = np.where(empty[:, None, None], 0, L).reshape(nb, QK_K).astype(np.uint8)
+    ql = np.zeros((nb, 128), dtype=np.uint8)
+    qh = np.zeros((nb, 64), dtype=np.uint8)
+    for h in range(2):
+        base = 128 * h
+        q1 = L[:, base: base + 32]
+        q2 = L[:, base + 32: base + 64]
+        q3 = L[:, base + 64: base + 96]
+        q4 = L[:, base + 96: base + 128]
+        ql[:, 64 * h: 64 * h + 32] = (q1 & 0xF) | ((q3 & 0xF) << 4)
+        ql[:, 64 * h + 32: 64 * h + 64] = (q2 & 0xF) | ((q4 & 0xF) << 4)
+        qh[:, 32 * h: 32 * h + 32] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)
+    out = np.concatenate([ql, qh, sc.view(np.uint8), d.view(np.uint8).reshape(nb, 2)], axis=1)
+    out[empty] = 0
+    return out
+
+
+def _q6_levels(sub: np.ndarray, search: bool) -> np.ndarray:
+    """The levels make_qx_quants leaves for each 16-value row (kept where a scale rounds to 0)."""
+    n = sub.shape[1]
+    nmax = 32
+    amax = np.zeros(sub.shape[0], dtype=f32)
+    mx = np.zeros(sub.shape[0], dtype=f32)
+    for i in range(n):
+        ax = np.abs(sub[:, i])
+        bigger = ax > amax
+        amax = np.where(bigger, ax, amax)
+        mx = np.where(bigger, sub[:, i], mx)
+    zero = amax < f32(1e-15)
+    mx_s = np.where(zero, f32(1), mx)
+    iscale = f32(-nmax) / mx_s
+    L = np.clip(_nearest_int(iscale[:, None] * sub), -nmax, nmax - 1) + nmax
+    if search:
+        def sums(isc):
+            lv = np.clip(_nearest_int(isc[:, None] * sub), -nmax, nmax - 1)
+            sumlx = np.zeros_like(amax)
+            suml2 = np.zeros_like(amax)
+            for i in range(n):
+                w = sub[:, i] * sub[:, i]
+                lf = lv[:, i].astype(f32)
+                sumlx = sumlx + w * sub[:, i] * lf
+                suml2 = suml2 + w * lf * lf
+            return lv, sumlx, suml2
+
+        _, sumlx, suml2 = sums(iscale)
+        scale = np.where(suml2 != 0, sumlx / np.where(suml2 != 0, suml2, f32(1)), f32(0))
+        best = scale * sumlx
+        for step in range(-9, 10):
+            if step == 0:
+                continue
+            isc = -(f32(nmax) + f32(0.1) * f32(step)) / mx_s
+            lv, sumlx, suml2 = sums(isc)
+            better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+            L = np.where(better[:, None], lv + nmax, L)
+            new_scale = sumlx / np.where(suml2 > 0, suml2, f32(1))
+            best = np.where(better, new_scale * sumlx, best)
+    return np.where(zero[:, None], 0, L)

@@ -1,0 +1,102 @@
+"""The tiny random-weight llama-architecture SafeTensors repository of the conversion tests.
+
+Its text files (config.json, tokenizer.json, ...) are in ``data/tiny-llama/``, as HF
+transformers saved them (``reference/make_tiny_llama.py`` made them). Its weights are made
+here from a seeded generator, in bfloat16, so the tests need neither torch nor a stored
+copy: ``reference/make_tiny_llama.py`` loads these same arrays into transformers'
+LlamaForCausalLM, saves it with ``save_pretrained`` (two shards), and records each tensor's
+SHA-256, which the tests check their regenerated files against.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).parent / "data" / "tiny-llama"
+SEED = 19
+
+
+def config() -> dict:
+    return json.loads((DATA / "config.json").read_text())
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), rounding to nearest even as torch does."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def weights() -> dict[str, np.ndarray]:
+    """HF tensor name -> bfloat16 bits (uint16), in HF's (out, in) layout."""
+    c = config()
+    rng = np.random.default_rng(SEED)
+    d, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    hd = d // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * hd
+
+    def mat(rows, cols, scale):
+        return to_bf16(rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(scale))
+
+    def norm(n):
+        return to_bf16(1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32))
+
+    out = {"model.embed_tokens.weight": mat(v, d, 1.0)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"] = norm(d)
+        out[p + "self_attn.q_proj.weight"] = mat(d, d, d**-0.5)
+        out[p + "self_attn.k_proj.weight"] = mat(kv, d, d**-0.5)
+        out[p + "self_attn.v_proj.weight"] = mat(kv, d, d**-0.5)
+        out[p + "self_attn.o_proj.weight"] = mat(d, d, d**-0.5)
+        out[p + "post_attention_layernorm.weight"] = norm(d)
+        out[p + "mlp.gate_proj.weight"] = mat(f, d, d**-0.5)
+        out[p + "mlp.up_proj.weight"] = mat(f, d, d**-0.5)
+        out[p + "mlp.down_proj.weight"] = mat(d, f, f**-0.5)
+    out["model.norm.weight"] = norm(d)
+    out["lm_head.weight"] = mat(v, d, 2 * d**-0.5)
+    return out
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: str = "BF16") -> None:
+    """A SafeTensors file (8-byte header length, JSON header, data), tensors in name order."""
+    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name in sorted(tensors):
+        data = np.ascontiguousarray(tensors[name]).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for b in blobs:
+            f.write(b)
+
+
+def write_repo(folder: Path) -> dict[str, Path]:
+    """The repository's files in ``folder`` (weights in the two shards transformers made)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for p in sorted(DATA.iterdir()):
+        if p.is_file():
+            (folder / p.name).write_bytes(p.read_bytes())
+            files[p.name] = folder / p.name
+    index = json.loads((DATA / "model.safetensors.index.json").read_text())
+    w = weights()
+    shards: dict[str, dict] = {}
+    for name, shard in index["weight_map"].items():
+        shards.setdefault(shard, {})[name] = w[name]
+    for shard, tensors in sorted(shards.items()):
+        write_safetensors(folder / shard, tensors)
+        files[shard] = folder / shard
+    return files
+
+
+def tensor_sha256(tensors: dict[str, np.ndarray]) -> dict[str, str]:
+    import hashlib
+
+    return {n: hashlib.sha256(np.ascontiguousarray(t).tobytes()).hexdigest() for n, t in sorted(tensors.items())}
