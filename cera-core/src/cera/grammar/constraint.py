@@ -155,7 +155,25 @@ def _schema(schema):
         schema = {} if schema else {"not": {}}
     if not isinstance(schema, dict):
         raise GrammarError(f"a JSON Schema must be a JSON object, got {type(schema).__name__}")
-    return schema
+    return _normalize(schema)
+
+
+def _normalize(node):
+    """Older drafts' forms that llama.cpp accepts: ``prefixItems`` given one schema (not a
+    list) means every item (``items``), as llama.cpp reads it."""
+    if isinstance(node, list):
+        return [_normalize(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _normalize(v) for k, v in node.items()}
+    if isinstance(out.get("items"), list) and "prefixItems" not in out:  # draft 4-7 tuples, as llama.cpp reads them
+        out["prefixItems"] = out.pop("items")
+        out["items"] = out.pop("additionalItems", False)
+    if isinstance(out.get("prefixItems"), dict):
+        one = out.pop("prefixItems")
+        if not out.get("items"):
+            out["items"] = one
+    return out
 
 
 def _read_at(value, what: str):

@@ -799,4 +799,6 @@ def to_lark(text: str, tokenizer=None, n_vocab: int | None = None) -> str:
     rules = parse(text)
     if any(isinstance(n, Token) for r in rules.values() for n in _walk(r.body)):
         rules = resolve_tokens(rules, tokenizer, n_vocab)
-    return "%llguidance {}\n" + _Lark(rules).write()
+    # no_forcing: where the grammar allows one text only, llguidance would by default
+    # allow only that text's canonical tokens; GBNF allows every token that fits, as llama.cpp
+    return '%llguidance {"no_forcing": true}\n' + _Lark(rules).write()
