@@ -1,0 +1,114 @@
+"""llm-cera, driven by the real `llm` package: its command line (in a fresh process, as
+people run it) and its Python API. Replies are compared with cera's own chat on the same
+model, greedy, token for token."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+llm = pytest.importorskip("llm", reason="the llm package is not installed (pip install -e ./llm-cera)")
+pytest.importorskip("llm_cera", reason="llm-cera is not installed (pip install -e ./llm-cera)")
+
+BUNDLE = "smollm2-135m-instruct-q4_1"
+
+
+@pytest.fixture
+def llm_home(tmp_path, monkeypatch):
+    home = tmp_path / "llm"
+    home.mkdir()
+    monkeypatch.setenv("LLM_USER_PATH", str(home))
+    return home
+
+
+def run_llm(*args, stdin: str | None = None):
+    env = dict(os.environ)
+    env.pop("CERA_PLUGINS", None)
+    return subprocess.run([sys.executable, "-m", "llm", *map(str, args)], input=stdin, capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cera_chat_replies(smollm2_path):
+    """What cera's own chat answers, greedy, 12 tokens a turn."""
+    import cera
+
+    with cera.load(smollm2_path, device="cpu", quiet=True) as model:
+        chat = model.chat()
+        first = chat.send("My name is Ada. Say hello.", temperature=0, max_tokens=12).text
+        second = chat.send("What is my name?", temperature=0, max_tokens=12).text
+        single = model.chat().send("Why is the sky blue?", temperature=0, max_tokens=12).text
+    return first, second, single
+
+
+def test_llm_lists_the_cera_models(llm_home, smollm2_path):
+    r = run_llm("models", "list")
+    assert r.returncode == 0, r.stderr
+    assert f"cera: cera/{BUNDLE} (aliases: cera)" in r.stdout
+    assert "cera/silero-vad" not in r.stdout  # not a language model
+
+
+def test_llm_prompt_by_bundle_and_by_path_streams_ceras_reply(llm_home, smollm2_path, cera_chat_replies):
+    _, _, single = cera_chat_replies
+    for model in (f"cera/{BUNDLE}", "cera", f"cera/{smollm2_path}"):
+        r = run_llm("-m", model, "Why is the sky blue?", "-o", "temperature", "0", "-o", "max_tokens", "12")
+        assert r.returncode == 0, (model, r.stderr)
+        assert r.stdout == single + "\n", model
+
+
+def test_llm_chat_keeps_the_kv_cache_between_turns(llm_home, smollm2_path, cera_chat_replies):
+    first, second, _ = cera_chat_replies
+    r = run_llm("chat", "-m", "cera", "-o", "temperature", "0", "-o", "max_tokens", "12",
+                stdin="My name is Ada. Say hello.\nWhat is my name?\nexit\n")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert first in r.stdout and second in r.stdout
+    logs = run_llm("logs", "-n", "0", "--json")
+    assert logs.returncode == 0, logs.stderr
+    entries = sorted(json.loads(logs.stdout), key=lambda e: e["datetime_utc"])
+    rows = [e["response_json"] for e in entries]
+    assert len(rows) == 2, logs.stdout
+    assert rows[0]["prompt_tokens_reused"] == 0
+    # the second turn evaluates only the new message: the first turn's tokens come from the cache
+    assert rows[1]["prompt_tokens_reused"] > rows[1]["prompt_tokens_evaluated"] > 0
+
+
+def test_python_api_conversation_matches_ceras_chat(llm_home, smollm2_path, cera_chat_replies):
+    first, second, _ = cera_chat_replies
+    model = llm.get_model(f"cera/{BUNDLE}")
+    conversation = model.conversation()
+    a = conversation.prompt("My name is Ada. Say hello.", temperature=0, max_tokens=12)
+    assert a.text() == first
+    b = conversation.prompt("What is my name?", temperature=0, max_tokens=12)
+    assert b.text() == second
+    assert b.response_json["prompt_tokens_reused"] > 0
+    assert b.usage().output == 12 or b.response_json["finish_reason"] == "stop"
+
+
+def test_sampling_records_the_seed_that_repeats_it(llm_home, smollm2_path):
+    model = llm.get_model("cera")
+    first = model.prompt("Tell me a word.", temperature=1.0, max_tokens=8)
+    text = first.text()
+    seed = first.response_json["seed"]
+    assert isinstance(seed, int)
+    again = model.prompt("Tell me a word.", temperature=1.0, max_tokens=8, seed=seed)
+    assert again.text() == text
+
+
+def test_added_paths_and_clear_errors(llm_home, smollm2_path, tmp_path):
+    r = run_llm("cera", "add", smollm2_path, "--name", "smol")
+    assert r.returncode == 0, r.stderr
+    assert run_llm("models", "list").stdout.count("cera/smol\n") == 1
+    ok = run_llm("-m", "cera/smol", "hi", "-o", "temperature", "0", "-o", "max_tokens", "3")
+    assert ok.returncode == 0 and ok.stdout.strip(), ok.stderr
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOTGGUF" + b"\0" * 64)
+    r = run_llm("cera", "add", bad, "--name", "bad")
+    broken = run_llm("-m", "cera/bad", "hi")
+    assert broken.returncode == 1
+    assert "Error: cera: " in broken.stderr and "bad magic" in broken.stderr and "Traceback" not in broken.stderr
+    schema = run_llm("-m", "cera", "hi", "--schema", "name str")
+    assert schema.returncode == 1 and "does not support schemas" in schema.stderr
