@@ -37,6 +37,7 @@ from .registry import BackendSpec, load_factory
 from .state import estimate_bytes
 
 DEFAULT_N_CTX = 4096
+HOST_HINTS = frozenset({"threads"})  # options only backends with host threads take
 
 
 def model_ops(model, n_ctx: int = DEFAULT_N_CTX) -> set[str]:
@@ -87,6 +88,9 @@ def memory_check(backend: Backend, gguf: GGUFFile, model, n_ctx: int) -> str | N
 def backend_options(spec: BackendSpec, options_type: type, given: dict) -> dict:
     """The options a backend's options type accepts, checked: an unknown one is an error."""
     fields = {f.name for f in attrs.fields(options_type)} if attrs.has(options_type) else set()
+    # `threads` is how many host threads a backend may use: a device backend that has none
+    # to set does not take it, and a thread count given for the CPU must not stop it.
+    given = {k: v for k, v in given.items() if not (k in HOST_HINTS and k not in fields)}
     unknown = sorted(k for k, v in given.items() if v is not None and k not in fields)
     if unknown:
         raise InvalidOptions(
