@@ -492,6 +492,13 @@ class Session:
             if event.text:
                 yield event.text
 
+    def stream_json(self, schema=None, options: GenerateOptions | None = None, **kw) -> Iterator[str]:
+        """Stream the text of one JSON value that follows ``schema`` (a JSON Schema as a
+        dict or JSON text; None: any JSON object). The joined chunks parse with
+        `json.loads`; `last_summary.incomplete` says when a limit cut the value short."""
+        constraint = {"json": True} if schema is None else {"json_schema": schema}
+        yield from self.stream(options, **constraint, **kw)
+
     # -- control ------------------------------------------------------------------------------
 
     def cancel(self) -> None:
