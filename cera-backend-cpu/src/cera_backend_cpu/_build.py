@@ -34,6 +34,8 @@ SOURCES = [
     "gemm.c",
     "ops.c",
     "attention.c",
+    "recurrent.c",
+    "moe.c",
     "encoder.c",
     "plan.c",
     "bench.c",

@@ -35,8 +35,11 @@ UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
 C_OPS = frozenset(
     {"embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "unary", "glu", "add", "mul", "scale",
-     "softcap", "copy", "rows", "argmax", "conv1d", "attention_full", "cross_attention", "store_cross"}
+     "softcap", "copy", "rows", "argmax", "conv1d", "attention_full", "cross_attention", "store_cross",
+     "conv1d_causal", "ssm_scan", "moe"}
 )  # fmt: skip
+MOE_GATING_CODES = {"softmax": 0, "sigmoid": 1}
+MOE_ACT_CODES = {"silu": 0, "gelu": 1}
 
 
 def address(a: np.ndarray) -> int:
@@ -53,7 +56,8 @@ def state_geometry(state) -> tuple:
 
 class StateTable:
     """The pointers of a HostState's arrays, in the order compiled plans index them:
-    entry 0 the cell positions, then per declaration its arrays (kv: keys, values)."""
+    entry 0 the cell positions, then per declaration its arrays (kv: keys, values; conv:
+    the carried inputs; ssm: the recurrent state; cross: below)."""
 
     def __init__(self, state: HostState):
         arrays = [state.pos]
@@ -62,6 +66,9 @@ class StateTable:
             if d.kind == "kv":
                 self.index[i] = (len(arrays), len(arrays) + 1)
                 arrays += [state.k[i], state.v[i]]
+            elif d.kind in ("conv", "ssm"):
+                self.index[i] = (len(arrays),)
+                arrays.append(state.conv_state[i] if d.kind == "conv" else state.ssm_state[i])
             elif d.kind == "cross":  # memory keys, values, rows stored per slot
                 self.index[i] = (len(arrays), len(arrays) + 1, len(arrays) + 2)
                 arrays += [state.cross_k[i], state.cross_v[i], state.cross_len[i]]
@@ -275,6 +282,10 @@ class CpuExecutable(Executable):
         elif op == "argmax":
             x = node.args[0]
             rc = lib.cera_plan_argmax(plan, self.ptr(x), x.size // x.shape[-1], x.shape[-1], self.ptr(out, "int32_t *"))
+        elif op in ("conv1d_causal", "ssm_scan"):
+            rc = self._recurrent(plan, node)
+        elif op == "moe":
+            rc = self._moe(plan, node)
         else:  # pragma: no cover - C_OPS and this list agree
             raise ShapeError(f"cpu compiler: no lowering for {op}")
         if rc != 0:
@@ -332,6 +343,60 @@ class CpuExecutable(Executable):
         a.rows = ffi.from_buffer("int64_t[]", rows)
         a.slots, a.starts = self._slots_p, self._starts_p
         return lib.cera_plan_attention(plan, a)
+
+    def _seq_rows(self):
+        """The batch's (first row, rows) per sequence, as C wants them (kept alive)."""
+        rows = np.array([x for g in self.graph.layout.groups for x in g], np.int64)
+        self._keep.append(rows)
+        return ffi.from_buffer("int64_t[]", rows)
+
+    def _recurrent(self, plan, node) -> int:
+        """conv1d_causal / ssm_scan: each sequence reads and advances its slot of the state."""
+        ref = node.args[-1]
+        state = self._template
+        if state is None:
+            raise ShapeError(f"{node.op} needs a state to compile against")
+        (index,) = self.table_index[ref.index]
+        if node.op == "conv1d_causal":
+            x, w, _ = node.args
+            wt = np.ascontiguousarray(self.weights[w.name].dense().T)  # [kernel, channels]
+            self._keep.append(wt)
+            a = ffi.new("cera_conv_causal_args *")
+            a.x, a.wt, a.y = self.ptr(x), ffi.from_buffer("float[]", wt), self.ptr(node.out)
+            a.channels, a.kernel = x.shape[1], wt.shape[0]
+            fn = lib.cera_plan_conv_causal
+        else:
+            x, dt, A, B, C, _ = node.args
+            a = ffi.new("cera_ssm_scan_args *")
+            a.x, a.dt, a.A, a.B, a.C, a.y = (self.ptr(x), self.ptr(dt), self.operand(A), self.ptr(B), self.ptr(C),
+                                             self.ptr(node.out))  # fmt: skip
+            a.n_heads, a.head_dim, a.n_groups, a.d_state = x.shape[1], x.shape[2], B.shape[1], B.shape[2]
+            fn = lib.cera_plan_ssm_scan
+        a.state_index, a.n_slots = index, state.n_slots
+        a.n_seq, a.rows, a.slots = self.graph.layout.n_seq, self._seq_rows(), self._slots_p
+        self._keep.append(a)
+        return fn(plan, a)
+
+    def _moe(self, plan, node) -> int:
+        x, router, gate, up, down, bias = node.args
+        attrs = node.attrs
+        ws = self.weights
+        r, g, u, d = ws[router.name], ws[gate.name], ws[up.name], ws[down.name]
+        if len(g.shape) != 3 or g.shape != u.shape or d.shape != (g.shape[1], g.shape[0], g.shape[2]):
+            raise ShapeError(f"moe: expert tensors {g.shape}, {u.shape}, {d.shape} do not fit together")
+        a = ffi.new("cera_moe_args *")
+        a.x, a.out = self.ptr(x), self.ptr(node.out)
+        a.n_tok, a.dim, a.n_ff, a.n_expert = x.size // x.shape[-1], g.shape[0], g.shape[1], g.shape[2]
+        a.router_type, a.router, a.router_row_bytes = r.type_id, r.ptr, r.row_bytes
+        a.gate_type, a.gate, a.gate_row_bytes = g.type_id, g.ptr, g.row_bytes
+        a.up_type, a.up, a.up_row_bytes = u.type_id, u.ptr, u.row_bytes
+        a.down_type, a.down, a.down_row_bytes = d.type_id, d.ptr, d.row_bytes
+        a.selection_bias = self.operand(bias)
+        a.k, a.gating, a.norm_topk = attrs["k"], MOE_GATING_CODES[attrs["gating"]], int(bool(attrs["norm_topk"]))
+        a.act, a.per_row = MOE_ACT_CODES[attrs["activation"]], int(self.per_row)
+        a.weight_scale = float(attrs["weight_scale"] or 0.0)
+        self._keep.append(a)
+        return lib.cera_plan_moe(plan, a)
 
     def _gather(self, plan, node) -> int:
         """rows with an index that is not one run of rows: a copy per run."""

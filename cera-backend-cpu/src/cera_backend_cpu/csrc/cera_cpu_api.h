@@ -225,6 +225,64 @@ void cera_plan_profile(const cera_plan *plan, int64_t *ns, const char **names);
  * memory read bandwidth that a memory-bound matrix-vector product can reach. */
 uint64_t cera_read_probe(cera_ctx *ctx, const void *p, int64_t bytes);
 
+/* -- recurrent mixers and routed experts (recurrent.c, moe.c) -------------------------------- */
+
+/* Causal depthwise convolution over the tokens of each sequence (ggml_ssm_conv):
+ * y[t, c] = sum_j wt[j, c] * xx[t + j, c], xx being the sequence's carried last kernel - 1
+ * inputs followed by its rows of x; the carried inputs then advance. x, y: [n, channels];
+ * wt: the kernel transposed, [kernel][channels]. table[state_index] holds slot 0 of the
+ * carried inputs, [n_slots][kernel - 1][channels] float32. Sequence s is rows [rows[2s],
+ * rows[2s] + rows[2s + 1]); slots[s] (read at run time) is its slot. */
+typedef struct {
+    const float *x, *wt;
+    float *y;
+    int64_t channels, kernel;
+    int state_index, n_slots;
+    int n_seq;
+    const int64_t *rows;
+    const int32_t *slots;
+} cera_conv_causal_args;
+int cera_conv_causal(cera_ctx *ctx, const cera_conv_causal_args *args, void *const *table);
+
+/* Mamba-2's selective scan (ggml_ssm_scan with a scalar A per head), token by token within
+ * each sequence: dt' = softplus(dt); per head h of group g, state = state * exp(dt' A[h]) +
+ * B[g] (x[h] dt'); y[h] = state C[g]. x, y: [n, heads, head_dim]; dt: [n, heads]; B, C:
+ * [n, groups, d_state]; table[state_index]: slot 0 of [n_slots][heads][head_dim][d_state]. */
+typedef struct {
+    const float *x, *dt, *A, *B, *C;
+    float *y;
+    int64_t n_heads, head_dim, n_groups, d_state;
+    int state_index, n_slots;
+    int n_seq;
+    const int64_t *rows;
+    const int32_t *slots;
+} cera_ssm_scan_args;
+int cera_ssm_scan(cera_ctx *ctx, const cera_ssm_scan_args *args, void *const *table);
+
+/* Top-k routed experts (llama.cpp's build_moe_ffn): gating 0 softmax, 1 sigmoid; experts
+ * chosen by probability plus selection_bias (NULL: none); the k weights renormalised when
+ * norm_topk, multiplied by weight_scale unless it is 0 or 1; act 0 SwiGLU, 1 GeGLU. x, out:
+ * [n_tok, dim]. router: n_expert rows of dim; gate/up: n_expert slabs of n_ff rows of dim;
+ * down: n_expert slabs of dim rows of n_ff (GGML [dim, n_ff, n_expert] / [n_ff, dim,
+ * n_expert]), rows *_row_bytes apart. The tokens are grouped by expert, so each expert's
+ * weights are read once per call. per_row: as cera_plan_products. */
+typedef struct {
+    const float *x;
+    float *out;
+    int64_t n_tok, dim, n_ff, n_expert;
+    int router_type, gate_type, up_type, down_type;
+    const void *router, *gate, *up, *down;
+    int64_t router_row_bytes, gate_row_bytes, up_row_bytes, down_row_bytes;
+    const float *selection_bias;
+    int k, gating, norm_topk, act, per_row;
+    float weight_scale;
+} cera_moe_args;
+int cera_moe(cera_ctx *ctx, const cera_moe_args *args);
+
+int cera_plan_conv_causal(cera_plan *plan, const cera_conv_causal_args *args);
+int cera_plan_ssm_scan(cera_plan *plan, const cera_ssm_scan_args *args);
+int cera_plan_moe(cera_plan *plan, const cera_moe_args *args);
+
 /* -- encoder ops (encoder.c): full convolution, attention without a cache, cross-attention -- */
 
 /* y[t, o] = bias[o] + sum_{c, i} x[t * stride + i - padding, c] * W[o, c, i] (zero outside

@@ -14,6 +14,7 @@
 
 #include "encoder.h"
 #include "internal.h"
+#include "mixers.h"
 
 enum {
     OP_GET_ROWS,
@@ -29,6 +30,9 @@ enum {
     OP_SOFTCAP,
     OP_COPY_ROWS,
     OP_ARGMAX,
+    OP_CONV_CAUSAL,
+    OP_SSM_SCAN,
+    OP_MOE,
     OP_CONV1D,
     OP_ATTENTION_FULL,
     OP_CROSS_ATTENTION,
@@ -39,6 +43,7 @@ enum {
 static const char *const OP_NAMES[OP_COUNT] = {
     "get_rows", "products", "rms_norm", "layer_norm", "rope", "attention",
     "unary", "glu", "binary", "scale", "softcap", "copy_rows", "argmax",
+    "conv_causal", "ssm_scan", "moe",
     "conv1d", "attention_full", "cross_attention", "store_cross",
 };
 
@@ -127,6 +132,9 @@ typedef struct {
         scale_args scale;
         copy_args copy;
         argmax_args argmax;
+        cera_conv_causal_args conv_causal;
+        cera_ssm_scan_args ssm_scan;
+        cera_moe_args moe;
         conv1d_args conv1d;
         cera_attention_full_args attention_full;
         cera_cross_args cross;
@@ -408,6 +416,33 @@ int cera_plan_store_cross(cera_plan *plan, const cera_store_cross_args *args) {
     return CERA_OK;
 }
 
+int cera_plan_conv_causal(cera_plan *plan, const cera_conv_causal_args *args) {
+    const int rc = cera_conv_causal_check(args);
+    if (rc != CERA_OK) return rc;
+    plan_node *node = append(plan, OP_CONV_CAUSAL);
+    if (!node) return CERA_ENOMEM;
+    node->u.conv_causal = *args;
+    return CERA_OK;
+}
+
+int cera_plan_ssm_scan(cera_plan *plan, const cera_ssm_scan_args *args) {
+    const int rc = cera_ssm_scan_check(args);
+    if (rc != CERA_OK) return rc;
+    plan_node *node = append(plan, OP_SSM_SCAN);
+    if (!node) return CERA_ENOMEM;
+    node->u.ssm_scan = *args;
+    return CERA_OK;
+}
+
+int cera_plan_moe(cera_plan *plan, const cera_moe_args *args) {
+    const int rc = cera_moe_check(args);
+    if (rc != CERA_OK) return rc;
+    plan_node *node = append(plan, OP_MOE);
+    if (!node) return CERA_ENOMEM;
+    node->u.moe = *args;
+    return CERA_OK;
+}
+
 /* -- running ---------------------------------------------------------------------------------- */
 
 static int run_node(cera_plan *plan, const plan_node *node) {
@@ -456,6 +491,12 @@ static int run_node(cera_plan *plan, const plan_node *node) {
         const copy_args *a = &node->u.copy;
         return cera_copy_rows(ctx, a->x, a->x_stride, a->rows, a->n, a->y);
     }
+    case OP_CONV_CAUSAL:
+        return cera_conv_causal_unlocked(ctx, &node->u.conv_causal, plan->table);
+    case OP_SSM_SCAN:
+        return cera_ssm_scan_unlocked(ctx, &node->u.ssm_scan, plan->table);
+    case OP_MOE:
+        return cera_moe_unlocked(ctx, &node->u.moe);
     case OP_CONV1D: {
         const conv1d_args *a = &node->u.conv1d;
         return cera_conv1d_unlocked(ctx, a->x, a->n_in, a->c_in, a->wt, a->kernel, a->c_out, a->bias, a->stride,

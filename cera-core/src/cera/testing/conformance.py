@@ -403,6 +403,18 @@ def _all_cases() -> list[OpCase]:
                    (_emb(64), WeightSpec("r", (4, 64)), WeightSpec("g", (4, 32, 64), t), WeightSpec("u", (4, 32, 64), t),
                     WeightSpec("d", (4, 64, 32), t)),
                    tolerance=TOL_WEIGHT.get(t, TOL_QUANT)))  # fmt: skip
+
+    # LFM2-MoE's routing (sigmoid, a selection bias, renormalised weights, a scale), SwiGLU
+    # and GeGLU experts, over a prompt of many tokens (grouped by expert) and a decode batch
+    for act in ("silu", "gelu"):
+        def moe_sigmoid(g, w, s, act=act):
+            g.output("y", g.moe(_x(g, 64), w["r"], w["g"], w["u"], w["d"], k=3, gating="sigmoid",
+                                selection_bias=w["b"], norm_topk=True, weight_scale=2.5, activation=act))  # fmt: skip
+
+        add(OpCase(f"moe[sigmoid,bias,{act}]", "moe", moe_sigmoid,
+                   (_emb(64), WeightSpec("r", (8, 64)), WeightSpec("g", (8, 32, 64)), WeightSpec("u", (8, 32, 64)),
+                    WeightSpec("d", (8, 64, 32)), WeightSpec("b", (8,), "F32", 0.05)),
+                   passes=((19,), (1, 1, 1)), tolerance=TOL_F16_TABLE if act == "gelu" else TOL_FLOAT))  # fmt: skip
     return cases
 
 
