@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from .convert import OUT_TYPES
+from .formats import OUT_TYPES
 
 
 def _parse_temperatures(value: str) -> tuple[float, ...]:

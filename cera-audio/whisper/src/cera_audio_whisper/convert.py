@@ -25,7 +25,7 @@ from .mel import HOP, N_FFT, SAMPLE_RATE, mel_filterbank
 
 ARCH = "whisper"
 CONVERTER_VERSION = 1
-OUT_TYPES = ("f16", "f32", "q8_0", "q5_0", "q4_0")
+from .formats import OUT_TYPES  # noqa: E402 - the table shared with the CLI
 
 
 def _gguf():
@@ -260,6 +260,9 @@ def _write(gguf, ct2: Ct2Model, config: dict, src: Path, out: Path, out_type: st
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the model private to its writer
     try:
         w.path = Path(tmp)
         w.write_header_to_file(path=Path(tmp))

@@ -259,7 +259,7 @@ class Transcription:
         while seek < content_frames:
             if self.cancelled():
                 raise TranscriptionCancelled(f"transcription cancelled at {seek / FRAMES_PER_SECOND:.2f} s")
-            time_offset = seek / FRAMES_PER_SECOND
+            time_offset = seek * (melmod.HOP / melmod.SAMPLE_RATE)  # as faster-whisper, to the last bit
             size = min(melmod.N_FRAMES, content_frames - seek)
             window = melmod.window(self.features, seek, size)
             self.model.encode(self.state, 0, window)
@@ -275,7 +275,7 @@ class Transcription:
                     self._progress(seek, content_frames)
                     continue
             parts, seek = split_segments(list(result.tokens), self.special.timestamp_begin, time_offset, size,
-                                         size / FRAMES_PER_SECOND, seek)  # fmt: skip
+                                         size * (melmod.HOP / melmod.SAMPLE_RATE), seek)  # fmt: skip
             for start, end, toks in parts:
                 text = self.special.decode(toks)
                 if start == end or not text.strip():
