@@ -1,0 +1,1 @@
+"""cera serve: the OpenAI HTTP API over cera's batching scheduler (see README.md)."""
