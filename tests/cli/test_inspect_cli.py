@@ -210,7 +210,7 @@ def test_bundle_name_resolves_to_the_cached_file(smollm2_path):
 def test_bad_inputs_are_clear_errors(tmp_path):
     proc = cera_process(["inspect", "-m", str(tmp_path / "absent.gguf")])
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.startswith(f"error: {tmp_path / 'absent.gguf'}: no such file, and not a bundle name")
+    assert proc.stderr.startswith(f"error: model '{tmp_path / 'absent.gguf'}' is not a file, a known bundle")
     bad = tmp_path / "notes.txt"
     bad.write_text("these are not the weights you are looking for")
     proc = cera_process(["inspect", "-m", str(bad)])

@@ -219,5 +219,6 @@ def test_plugin_commands_join_the_cli_and_no_plugins_removes_them(sites):
 
 
 def test_version():
-    out = cera(["--version"]).stdout
-    assert out == f"cera {metadata.version('cera-cli')}\n"
+    lines = cera(["--version"]).stdout.splitlines()
+    assert lines[0] == f"cera {metadata.version('cera-cli')}"
+    assert f"  cera-core {metadata.version('cera-core')}" in lines[1:]
