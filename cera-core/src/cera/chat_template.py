@@ -9,10 +9,13 @@ real templates call: `raise_exception`, `strftime_now`, a `tojson` that writes J
 underscore names. Templates see only plain JSON data (the messages are copied), plus
 `bos_token`/`eos_token` (and `unk_token`/`pad_token`) from the file's vocabulary.
 
-Templates are untrusted input. Everything that reaches for Python internals (an
-attribute starting with "_", `mro`, `func_globals`, ...) stops the render at once with a
-`TemplateError`, as do imports/includes (there is no loader), over-large repetitions
-and ranges; nothing outside the template's own output is ever executed.
+Templates are untrusted input. They run in `cera.template_sandbox`: jinja2's immutable
+sandbox (anything that reaches for Python internals stops the render with a
+`TemplateError`, imports and includes have no loader) with budgets, stated in
+`TemplateBudget`, for compilation (source size, nesting, time) and for each render (time,
+the size of the prompt and of every value built, everything produced in all); hitting one
+is a `TemplateError` naming it. A file's template is compiled on its first render, so a
+file whose template is broken still loads and runs raw prompts.
 
 A file without a template gets a fallback, the same choice llama.cpp makes: the
 `tool_use` variant if the file has one, otherwise ChatML
@@ -22,20 +25,15 @@ as the generation prompt). `is_fallback` tells which happened.
 
 from __future__ import annotations
 
-import contextvars
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import jinja2
-import jinja2.ext
-import jinja2.nodes
-import jinja2.utils
-from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import TemplateError
+from .template_sandbox import DEFAULT_BUDGET, TemplateBudget, compile_template, make_environment
+from .template_sandbox import render as _render_in_sandbox
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 
@@ -49,118 +47,20 @@ CHATML_FALLBACK = (
     "{%- endif -%}"
 )
 
-# Limits on what a template may build (a template is untrusted input).
-MAX_REPEAT = 1_000_000  # characters or items from one `*`
-MAX_POWER = 10_000
-MAX_RANGE_TOTAL = 2_000_000  # items all range() calls of one render may produce (nested loops)
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-
-
-class _GenerationBlock(jinja2.ext.Extension):
-    """`{% generation %}...{% endgeneration %}` (marks assistant text for training masks):
-    rendered as its body."""
-
-    tags = {"generation"}
-
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
-
-    def _render(self, caller):
-        return caller()
-
-
-class _Namespace(jinja2.utils.Namespace):
-    """jinja2's namespace(), refusing underscore names (they would shadow internals)."""
-
-    def __init__(*args, **kwargs):  # noqa: N805 - same signature trick as jinja2's Namespace
-        self, args = args[0], args[1:]
-        values = dict(*args, **kwargs)
-        for name in values:
-            _Namespace._check(name)
-        jinja2.utils.Namespace.__init__(self, values)
-
-    def __setitem__(self, name, value):
-        _Namespace._check(name)
-        jinja2.utils.Namespace.__setitem__(self, name, value)
-
-    @staticmethod
-    def _check(name):
-        if isinstance(name, str) and name.startswith("_"):
-            raise SecurityError(f"a template may not store the underscore name {name!r} in a namespace")
-
-
-class _Dict:
-    """dict() for templates, without the dict type itself (no attribute to climb from)."""
-
-    def __call__(self, *args, **kwargs):
-        return dict(*args, **kwargs)
-
-    def fromkeys(self, *args, **kwargs):
-        return dict.fromkeys(*args, **kwargs)
-
-
-class _StrictSandbox(ImmutableSandboxedEnvironment):
-    """The immutable sandbox, failing at once on unsafe attribute access (jinja2 would
-    otherwise return an undefined value that prints as nothing) and bounding `*` and `**`."""
-
-    intercepted_binops = frozenset(["*", "**"])
-
-    def unsafe_undefined(self, obj, attribute):
-        raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} object is not allowed")
-
-    def call_binop(self, context, operator, left, right):
-        if operator == "*":
-            for seq, count in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(count, int) and len(seq) * count > MAX_REPEAT:
-                    raise SecurityError(f"a template may not build a sequence of more than {MAX_REPEAT} items")
-        if operator == "**" and isinstance(right, (int, float)) and abs(right) > MAX_POWER:
-            raise SecurityError(f"a template may not raise to powers above {MAX_POWER}")
-        return super().call_binop(context, operator, left, right)
-
-
-_range_budget: contextvars.ContextVar[list[int]] = contextvars.ContextVar("cera_template_range_budget")
-
-
-def _budgeted_range(*args):
-    """range() for templates: each call at most the sandbox's MAX_RANGE items, and all calls
-    of one render together at most MAX_RANGE_TOTAL (nested loops cannot spin for hours)."""
-    from jinja2.sandbox import safe_range
-
-    r = safe_range(*args)
-    budget = _range_budget.get(None)
-    if budget is not None:
-        budget[0] -= len(r)
-        if budget[0] < 0:
-            raise SecurityError(f"a template may not iterate over more than {MAX_RANGE_TOTAL} range items")
-    return r
 
 
 def _raise_exception(message):
     raise TemplateError(f"the chat template refused the input: {message}")
 
 
-def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    # As transformers: plain json.dumps (jinja2's own tojson escapes HTML and sorts keys).
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
 def _strftime_now(fmt):
+    if not isinstance(fmt, str) or len(fmt) > 1000:
+        raise TemplateError("strftime_now() takes a format string of at most 1000 characters")
     return datetime.now().strftime(fmt)
 
 
-def _environment() -> jinja2.Environment:
-    env = _StrictSandbox(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, jinja2.ext.loopcontrols], loader=None
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    env.globals["dict"] = _Dict()
-    env.globals["namespace"] = _Namespace
-    env.globals["range"] = _budgeted_range
-    return env
+_HELPERS = {"raise_exception": _raise_exception, "strftime_now": _strftime_now}
 
 
 def plain_data(value: Any, where: str = "input") -> Any:
@@ -199,19 +99,43 @@ class ChatTemplate:
     """A compiled chat template and the special-token texts it is rendered with."""
 
     def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "", special_tokens: dict | None = None,
-                 name: str | None = None, is_fallback: bool = False):
+                 name: str | None = None, is_fallback: bool = False, budget: TemplateBudget | None = None,
+                 lazy: bool = False):  # fmt: skip
         if not isinstance(source, str):
             raise TemplateError(f"a chat template must be a string, not {type(source).__name__}")
         self.source = source
         self.name = name
         self.is_fallback = is_fallback
+        self.budget = budget or DEFAULT_BUDGET
         self.special_tokens = {"bos_token": bos_token, "eos_token": eos_token, **(special_tokens or {})}
+        self._env = None
+        self._template = None
+        self._error: TemplateError | None = None  # a failed compilation, kept: it is not retried
+        if not lazy:
+            self._compiled()
+
+    def _compiled(self):
+        """jinja's template, compiled on first use within the budget."""
+        if self._template is not None:
+            return self._template
+        if self._error is not None:
+            raise self._error
+        env = make_environment(self.budget, _HELPERS)
+        env.label = self._label()
         try:
-            self._template = _environment().from_string(source)
-        except jinja2.TemplateSyntaxError as e:
-            raise TemplateError(f"chat template{self._label()} does not parse: {e.message} (line {e.lineno})") from None
-        except SecurityError as e:
-            raise TemplateError(f"chat template{self._label()} was refused by the sandbox: {e}") from None
+            try:
+                self._template = compile_template(env, self.source, self._label())
+            except jinja2.TemplateSyntaxError as e:
+                raise TemplateError(
+                    f"chat template{self._label()} does not parse: {e.message} (line {e.lineno})"
+                ) from None
+            except jinja2.exceptions.SecurityError as e:
+                raise TemplateError(f"chat template{self._label()} was refused by the sandbox: {e}") from None
+        except TemplateError as e:
+            self._error = e
+            raise
+        self._env = env
+        return self._template
 
     def _label(self) -> str:
         return f" {self.name!r}" if self.name else ""
@@ -235,13 +159,13 @@ class ChatTemplate:
                     f"{where} has no chat template named {name!r} (key {key}); "
                     f"it has: {', '.join(repr(h) for h in have) or 'none'}"
                 )
-            return cls(src, name=name, **specials)
+            return cls(src, name=name, lazy=True, **specials)
         src = meta.get(TEMPLATE_KEY)
         if isinstance(src, str) and src and src != "chatml":
-            return cls(src, **specials)
+            return cls(src, lazy=True, **specials)
         tool_use = meta.get(f"{TEMPLATE_KEY}.tool_use")
         if isinstance(tool_use, str) and tool_use:
-            return cls(tool_use, name="tool_use", **specials)
+            return cls(tool_use, name="tool_use", lazy=True, **specials)
         return cls(CHATML_FALLBACK, name="chatml", is_fallback=True, **specials)
 
     def render(self, messages, add_generation_prompt: bool = True, tools=None, **extra) -> str:
@@ -252,7 +176,10 @@ class ChatTemplate:
         """
         if isinstance(messages, (str, bytes)) or not isinstance(messages, (list, tuple)):
             raise TemplateError("messages must be a list of {'role': ..., 'content': ...} dicts")
-        msgs = plain_data(list(messages), "messages")
+        try:
+            msgs = plain_data(list(messages), "messages")
+        except RecursionError:
+            raise TemplateError("messages are nested too deeply to be plain JSON-like data") from None
         for i, m in enumerate(msgs):
             if not isinstance(m, dict):
                 raise TemplateError(f"message {i} is a {type(m).__name__}, not a dict with 'role' and 'content'")
@@ -260,32 +187,42 @@ class ChatTemplate:
         if tools is not None:
             if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Mapping) for t in tools):
                 raise TemplateError("tools must be a list of JSON-schema dicts")
-            tools = plain_data(list(tools), "tools")
-        variables = {**self.special_tokens, **plain_data(extra, "variables")}
-        variables.setdefault("documents", None)
-        token = _range_budget.set([MAX_RANGE_TOTAL])
+            try:
+                tools = plain_data(list(tools), "tools")
+            except RecursionError:
+                raise TemplateError("tools are nested too deeply to be plain JSON-like data") from None
         try:
-            return self._template.render(
-                messages=msgs, tools=tools, add_generation_prompt=bool(add_generation_prompt), **variables
-            )
+            variables = {**self.special_tokens, **plain_data(extra, "variables")}
+        except RecursionError:
+            raise TemplateError("template variables are nested too deeply to be plain JSON-like data") from None
+        variables.setdefault("documents", None)
+        template = self._compiled()
+        label = self._label()
+        try:
+            return _render_in_sandbox(
+                self._env, template,
+                dict(messages=msgs, tools=tools, add_generation_prompt=bool(add_generation_prompt), **variables),
+            )  # fmt: skip
         except TemplateError:
             raise
-        except SecurityError as e:
-            raise TemplateError(f"chat template{self._label()} tried something the sandbox forbids: {e}") from None
+        except jinja2.exceptions.SecurityError as e:
+            raise TemplateError(f"chat template{label} tried something the sandbox forbids: {e}") from None
         except jinja2.TemplateError as e:
-            raise TemplateError(f"chat template{self._label()} failed: {e}") from None
+            raise TemplateError(f"chat template{label} failed: {e}") from None
         except TypeError as e:
             if "no loader" in str(e):
                 raise TemplateError(
-                    f"chat template{self._label()} tries to import, include or extend another template; "
+                    f"chat template{label} tries to import, include or extend another template; "
                     f"templates get no access to files"
                 ) from None
-            raise TemplateError(f"chat template{self._label()} failed: TypeError: {e}") from None
-        except (ValueError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
-                ZeroDivisionError) as e:
-            raise TemplateError(f"chat template{self._label()} failed: {type(e).__name__}: {e}") from None
-        finally:
-            _range_budget.reset(token)
+            raise TemplateError(f"chat template{label} failed: TypeError: {e}") from None
+        except MemoryError:
+            raise TemplateError(f"chat template{label} ran out of memory") from None
+        except RecursionError:
+            raise TemplateError(f"chat template{label} recursed too deeply") from None
+        except (ValueError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError,
+                AssertionError, UnicodeError, LookupError, ArithmeticError) as e:
+            raise TemplateError(f"chat template{label} failed: {type(e).__name__}: {e}") from None
 
     def __repr__(self) -> str:
         kind = "fallback " if self.is_fallback else ""
