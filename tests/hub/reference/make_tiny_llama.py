@@ -171,7 +171,7 @@ def describe(path: Path) -> dict:
 def llama_logits(path: Path, ids: list[int]) -> list[float]:
     import llama_cpp
 
-    llm = llama_cpp.Llama(str(path), n_ctx=128, n_threads=2, logits_all=False, verbose=False)
+    llm = llama_cpp.Llama(str(path), n_ctx=128, n_threads=2, logits_all=True, verbose=False)
     llm.eval(ids)
     out = [round(float(v), 4) for v in llm.scores[len(ids) - 1]]
     llm.close()

@@ -2,15 +2,16 @@
 
 The output is what llama.cpp's ``convert_hf_to_gguf.py --outtype f32`` followed by
 ``llama-quantize`` makes (tested against both on a tiny llama model): the same metadata
-keys and values, the same tensors with the same shapes, types and order, and for Q8_0,
-Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K the same bytes (`cera.convert.quants`).
+keys and values, the same tensors with the same shapes, types and order, and the same
+bytes for every type cera writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and the
+Q4_K/Q5_K mixtures; `cera.convert.quants`).
 
 Streaming: each tensor is read from its shard on its own (a positioned read of exactly its
 bytes, never the whole shard), turned to float32 and quantized a block of rows at a time,
 and appended to the output, whose header (every tensor's name, shape and type) is known
 before any data is read. Peak memory is therefore the largest tensor in its source dtype
-plus ``ROW_CHUNK_BYTES`` of float32 rows and their quantized form (measured in
-tests/hub/test_convert.py). The file is written under a temporary name and renamed when
+plus ``MEMORY_BOUND_BYTES`` (32 MiB: a chunk of float32 rows, its quantized form and the
+quantizers' temporaries; measured in tests/hub/test_convert.py). The file is written under a temporary name and renamed when
 complete, so an interrupted conversion leaves nothing in the cache.
 
 Architectures: llama (and Mistral-style llama checkpoints), qwen2, qwen3. Others are
@@ -32,7 +33,10 @@ import numpy as np
 from ..errors import CeraError, ModelNotFound
 
 CONVERTER_VERSION = 1  # part of the cache key: a converter change gives new files
-ROW_CHUNK_BYTES = 16 << 20  # float32 rows quantized at a time
+ROW_CHUNK_BYTES = 4 << 20  # float32 rows quantized at a time
+# What a conversion holds besides the tensor being converted: the float32 rows of one chunk,
+# their quantized form and the quantizers' temporaries (measured: tests/hub/test_convert.py).
+MEMORY_BOUND_BYTES = 8 * ROW_CHUNK_BYTES
 QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S")
 
 
@@ -445,3 +449,106 @@ def from_hub(hub, state, quant: str | None, strategy: str = "search") -> Path:
     folder = paths[0].parent
     hub.log(f"converting {state.repo}@{state.commit[:12]} to {qtype} (streaming, tensor by tensor) into {out.parent}")
     return convert_folder(folder, out, qtype, strategy, name=state.repo.split("/")[-1], quiet=hub.quiet)
+
+
+def quantize_gguf(src: Path, out: Path, qtype: str, strategy: str = "search", quiet: bool = True) -> Path:
+    """Quantize an F32/F16/BF16 GGUF file to ``qtype`` as llama-quantize would (its type
+    mixture and tensor order), one tensor at a time."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+    from gguf import GGUFValueType as V
+    from gguf.constants import GGML_QUANT_SIZES
+
+    from ..gguf import GGUFFile
+    from .quants import quantize
+
+    if qtype not in QUANT_TYPES:
+        raise ConversionError(f"cannot quantize to {qtype!r}; cera quantizes to {', '.join(QUANT_TYPES)}")
+    out = Path(out)
+    with GGUFFile(src) as g:
+        arch = g.architecture
+        for info in g.tensors.values():
+            if info.ggml_type not in (T.F32, T.F16, T.BF16):
+                raise ConversionError(
+                    f"{src}: tensor {info.name!r} is already {info.type_name}; quantize from an F32, F16 or BF16 file "
+                    f"(quantizing a quantized file again loses more than it should)"
+                )
+        n_layer = int(g.arch_get("block_count", 0))
+        tensors = [[name, info, info.shape, None, None] for name, info in g.tensors.items()]
+        _choose_types(tensors, qtype, n_layer, "output.weight" not in g.tensors)
+        if qtype not in ("F32", "F16", "BF16"):
+            tensors.sort(key=lambda t: (int(m[1]) if (m := re.match(r"blk\.(\d+)\.", t[0])) else -1, t[0]))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+        writer = gguf.GGUFWriter(str(tmp), arch)
+        writer.kv_data[0].clear()
+        for key, value in g.metadata.items():
+            if key in ("general.file_type", "general.quantization_version") or key.startswith("split."):
+                continue
+            vtype = g.value_types[key]
+            if vtype == V.ARRAY:
+                if len(value) and isinstance(value[0], str):
+                    writer.add_key_value(key, list(value), V.ARRAY, sub_type=V.STRING)
+                else:
+                    arr = np.asarray(value)
+                    sub = {np.dtype("int32"): V.INT32, np.dtype("uint32"): V.UINT32, np.dtype("float32"): V.FLOAT32,
+                           np.dtype("int64"): V.INT64, np.dtype("uint8"): V.UINT8, np.dtype("int8"): V.INT8,
+                           np.dtype("bool"): V.BOOL, np.dtype("float64"): V.FLOAT64}.get(arr.dtype, V.INT32)  # fmt: skip
+                    writer.add_key_value(key, arr.tolist(), V.ARRAY, sub_type=sub)
+            else:
+                writer.add_key_value(key, value, vtype)
+        writer.add_key_value("general.quantization_version", 2, V.UINT32)
+        writer.add_key_value("general.file_type", _FILE_TYPES[qtype], V.UINT32)
+        for name, info, shape, gtype, _ in tensors:
+            bs, ts = GGML_QUANT_SIZES[gtype]
+            writer.add_tensor_info(name, tuple(reversed(shape)), np.dtype(np.float32), info.n_elements // bs * ts,
+                                   raw_dtype=gtype)  # fmt: skip
+        try:
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            fout = writer.fout[0]
+            writer.write_padding(fout, fout.tell())
+            for name, info, shape, gtype, _ in tensors:
+                data = g.tensor_data(name)
+                rows = data.reshape(-1, shape[0]) if shape else data.reshape(1, -1)
+                step = max(1, ROW_CHUNK_BYTES // (4 * rows.shape[1]))
+                written = 0
+                for r0 in range(0, rows.shape[0], step):
+                    part = rows[r0:r0 + step]
+                    chunk = to_f32(part, "BF16") if info.ggml_type == T.BF16 else part.astype(np.float32)
+                    q = quantize(chunk, gtype, strategy)
+                    fout.write(q.tobytes())
+                    written += q.nbytes
+                writer.write_padding(fout, written)
+            fout.flush()
+            os.fsync(fout.fileno())
+            writer.close()
+            os.replace(tmp, out)
+        except BaseException:
+            writer.close()
+            tmp.unlink(missing_ok=True)
+            raise
+    return out
+
+
+def quantize_source(src: str, out: Path, qtype: str, strategy: str = "search", quiet: bool = False) -> Path:
+    """`cera quantize`: a GGUF file, a local SafeTensors folder, or a Hub repository -> ``out``."""
+    qtype = qtype.upper()
+    path = Path(src).expanduser()
+    if path.is_file():
+        return quantize_gguf(path, out, qtype, strategy, quiet=quiet)
+    if path.is_dir():
+        return convert_folder(path, out, qtype, strategy, name=path.name, quiet=quiet)
+    from .. import hub as _hub
+
+    hs = _hub.parse_source(src)
+    if hs is None:
+        raise ModelNotFound(f"{src!r} is not a file, a folder or a Hugging Face repo (org/repo[@REV])")
+    h = _hub.Hub(quiet=quiet)
+    state = h.state(hs.repo, hs.revision)
+    if not is_convertible(state.files):
+        raise ModelNotFound(f"Hugging Face repo {hs.repo} has no SafeTensors model to convert")
+    wanted = [f for f in state.files if f.endswith((".safetensors", ".json", ".jinja")) and "/" not in f]
+    folder = h.fetch(state, sorted(wanted))[0].parent
+    return convert_folder(folder, out, qtype, strategy, name=hs.repo.split("/")[-1], quiet=quiet)

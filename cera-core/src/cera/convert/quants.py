@@ -80,6 +80,8 @@ def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: flo
         diff = scale * L[:, i].astype(f32) + mn - x[:, i]
         best = best + w[:, i] * (diff * diff)
     for step in range(nstep + 1):
+        # llama.cpp divides by (max - min) with the best min found so far
+        rng = np.where(flat, f32(1), mx - mn)
         isc = (f32(rmin) + f32(rdelta) * f32(step) + f32(nmax)) / rng
         La = np.clip(_nearest_int(isc[:, None] * (x - mn[:, None])), 0, nmax)
         Lf = La.astype(f32)
