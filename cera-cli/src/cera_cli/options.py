@@ -166,7 +166,8 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
     bundle = bundles.BUNDLES.get(source) if isinstance(source, str) else None
     if bundle is not None and bundles.bundle_kind(bundle) != "llm" and not _exists(source):
         kind = bundles.bundle_kind(bundle)
-        use = {"vad": " (`cera vad` runs it)", "whisper": " (for speech recognition)"}.get(kind, "")
+        use = {"vad": " (`cera vad` runs it)", "whisper": " (`cera transcribe` runs it)",
+               "embedding": " (`cera embed` runs it)"}.get(kind, "")  # fmt: skip
         raise ModelNotFound(
             f"-m/--model {source}: that bundle is {bundle.description} ({kind}), not a language model{use}; "
             f"`cera models --kind llm` lists the language models"
