@@ -255,13 +255,26 @@ class VulkanExecutable(Executable):
                        binds=[("w", w, boff, bsize)], read_only=(2,), label=f"embedding {w.ggml_type}")  # fmt: skip
 
     def _tiled(self, M: int, K: int) -> bool:
-        if K % wgsl.TK:
+        # A software adapter (lavapipe) runs a workgroup barrier as a switch between
+        # fibres: the barrier-free matvec, 8 rows per pass over the weights, is faster
+        # there, and computes every row as a one-row product (so any row mode holds).
+        if K % wgsl.TK or self.ctx.software:
             return False
         if self.row_mode == 1:
             return False
         if self.row_mode == 2:
             return True
         return M > wgsl.MV_ROWS
+
+    @staticmethod
+    def _mv_rows(M: int) -> int:
+        return 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else wgsl.MV_ROWS
+
+    def _mv_per(self) -> int:
+        """Output features per matvec workgroup: one per subgroup."""
+        if not self.ctx.subgroups:
+            return 1
+        return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
     def _products(self, step: Step) -> None:
         first = step.nodes[0]
@@ -290,7 +303,9 @@ class VulkanExecutable(Executable):
             types = (g.ggml_type, u.ggml_type)
             for (r0, rows, bo, bs), (_, _, uo, us) in zip(self._weight_chunks(g, N), self._weight_chunks(u, N), strict=True):
                 params = [K, rows, M, self.off(x), xs, self.off(glu.out), N, 0, 0, 0, r0, g.row_bytes, u.row_bytes]
-                self._emit(("matvec", types, kind), lambda: wgsl.matvec(types, kind), params, rows,
+                R, sg, per = self._mv_rows(M), self.ctx.subgroups, self._mv_per()
+                self._emit(("matvec", types, kind, R, sg, per), lambda: wgsl.matvec(types, kind, sg, R, per), params,
+                           -(-rows // per),
                            binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
         else:
             for i, node in enumerate(step.nodes):
@@ -311,7 +326,10 @@ class VulkanExecutable(Executable):
                                    (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
                                    label=f"matmul {w.ggml_type}")  # fmt: skip
                     else:
-                        self._emit(("matvec", (w.ggml_type,), None), lambda t=w.ggml_type: wgsl.matvec((t,)), params, rows,
+                        R, sg, per = self._mv_rows(M), self.ctx.subgroups, self._mv_per()
+                        self._emit(("matvec", (w.ggml_type,), None, R, sg, per),
+                                   lambda t=w.ggml_type, R=R, sg=sg, per=per: wgsl.matvec((t,), None, sg, R, per),
+                                   params, -(-rows // per),
                                    binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
             if glu is not None:
                 self._op_glu(glu)

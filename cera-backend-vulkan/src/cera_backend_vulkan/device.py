@@ -95,10 +95,37 @@ class GpuContext:
         self.uniform_align = max(256, int(self.limits["min-uniform-buffer-offset-alignment"]))
         self.storage_align = int(self.limits["min-storage-buffer-offset-alignment"])
         self.queue = self.device.queue
+        # a subgroup computes one output feature of a matvec; a workgroup holds
+        # MV_WG / subgroup-size of them, so the grid is sized for the smallest size the
+        # adapter may choose (wgpu reports the range)
+        self.subgroups = "subgroup" in self.features and os.environ.get("CERA_VULKAN_SUBGROUPS", "1") != "0"
+        self.subgroup_size = self._measure_subgroup() if self.subgroups else 1
         self._pipelines: dict = {}
         self._plock = threading.Lock()
         self.lock = threading.RLock()  # one submission at a time on this device
         self.n_dispatch = 0
+
+    def _measure_subgroup(self) -> int:
+        """The subgroup size of a 128-thread compute pipeline here (8 on lavapipe's 256-bit
+        vectors, 32 on NVIDIA)."""
+        wgpu = self.wgpu
+        code = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(128)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(subgroup_size) s: u32) { if (t == 0u) { out[0] = s; } }
+"""
+        buf = self.device.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        pipe = self.device.create_compute_pipeline(layout="auto", compute={"module": self.device.create_shader_module(code=code), "entry_point": "main"})
+        bg = self.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buf}}])
+        enc = self.device.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        cp.set_pipeline(pipe)
+        cp.set_bind_group(0, bg)
+        cp.dispatch_workgroups(1)
+        cp.end()
+        self.queue.submit([enc.finish()])
+        size = int.from_bytes(bytes(self.queue.read_buffer(buf, 0, 4)), "little")
+        return size if size in (4, 8, 16, 32, 64, 128) else 32
 
     @property
     def timestamps(self) -> bool:

@@ -291,13 +291,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 """
 
 
-MV_ROWS = 8  # activation rows a matvec workgroup multiplies at once
+MV_ROWS = 8  # activation rows a matvec dispatch multiplies per pass over the weights
+MV_WG = 128  # threads of a matvec workgroup
 
 
-def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = False) -> str:
-    """y = x W^T for a few rows of x: one workgroup per output feature, the rows' sums
-    kept separately (every row is computed as a one-row product computes it). With two
-    weights and ``glu``, y = act(x Wg^T) * (x Wu^T) (gate and up in one pass).
+def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1) -> str:
+    """y = x W^T for a few rows of x. With subgroups, each subgroup computes one output
+    feature (lane l takes groups of 8 columns l, l + lanes, ...; `subgroupAdd` sums the
+    lanes) and a workgroup holds several: no barrier anywhere. Without, a workgroup per
+    feature sums through shared memory. ``rows`` activation rows share each decoded
+    weight group; every row's sum runs in the same order whatever ``rows`` and M are, so
+    a row of a batch is bit for bit its one-row product. With two weights and ``glu``,
+    y = act(x Wg^T) * (x Wu^T).
 
     P: 0 K, 1 N (features in this chunk), 2 M rows, 3 x offset, 4 x row stride, 5 y
     offset, 6 y row stride, 7 bias offset + 1 (0: none), 8 residual offset + 1 (0: none),
@@ -305,58 +310,81 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Fal
     row bytes, 12 second weight row bytes (glu)."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     n_w = len(types)
-    acc_decl = "".join(f"    var acc{i}: array<f32, {MV_ROWS}>;\n" for i in range(n_w))
-    acc_zero = "".join(f"        acc{i}[i] = 0.0;\n" for i in range(n_w))
+    R = rows
+    decl = "".join(f"        var a{i}_{r} = 0.0;\n" for i in range(n_w) for r in range(R))
     deq = "".join(f"            let w{i} = dq8_W{i}(n * P({11 + i}u), g);\n" for i in range(n_w))
-    fma = "".join(
-        f"                acc{i}[i] += dot(xa, w{i}.a) + dot(xb, w{i}.b);\n" for i in range(n_w)
-    )
-    red_store = "".join(f"            red[{i}u * {MV_ROWS * WG}u + i * {WG}u + lid.x] = acc{i}[i];\n" for i in range(n_w))
+    fma = ""
+    for r in range(R):
+        fma += f"            if ({r}u < nr) {{\n"
+        fma += f"                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;\n"
+        fma += "                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);\n"
+        fma += "                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);\n"
+        for i in range(n_w):
+            fma += f"                a{i}_{r} += dot(xa, w{i}.a) + dot(xb, w{i}.b);\n"
+        fma += "            }\n"
     act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
-    return HEADER + ARENA_F32 + GRID + ACTIVATIONS + libs + f"""
-var<workgroup> red: array<f32, {n_w * MV_ROWS * WG}>;
-@compute @workgroup_size({WG})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
-    let n = wg_linear(wid, nwg);
-    let valid = n < P(1u);
-    let K = P(0u); let M = P(2u);
-    let col = n + P(10u);
-{acc_decl}
-    for (var m0 = 0u; m0 < M; m0 += {MV_ROWS}u) {{
-        let rows = min({MV_ROWS}u, M - m0);
-        for (var i = 0u; i < {MV_ROWS}u; i++) {{
-{acc_zero}        }}
-        if (valid) {{
-        for (var g = lid.x; g < K / 8u; g += {WG}u) {{
-{deq}            for (var i = 0u; i < rows; i++) {{
-                let xo = P(3u) + (m0 + i) * P(4u) + g * 8u;
-                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
-                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
-{fma}            }}
-        }}
-        }}
-        for (var i = 0u; i < {MV_ROWS}u; i++) {{
-{red_store}        }}
-        workgroupBarrier();
-        for (var s = {WG // 2}u; s > 0u; s >>= 1u) {{
-            if (lid.x < s) {{
-                for (var j = 0u; j < {n_w * MV_ROWS}u; j++) {{
-                    red[j * {WG}u + lid.x] += red[j * {WG}u + lid.x + s];
-                }}
-            }}
-            workgroupBarrier();
-        }}
-        if (valid && lid.x < rows) {{
-            let i = lid.x;
-            var s0 = red[i * {WG}u];
-            {"var s1 = red[" + str(MV_ROWS * WG) + "u + i * " + str(WG) + "u];" if n_w > 1 else ""}
-            if (P(7u) != 0u) {{ s0 += A[P(7u) - 1u + col]; }}
-            var y = {act};
-            if (P(8u) != 0u) {{ y += A[P(8u) - 1u + (m0 + i) * P(9u) + col]; }}
-            A[P(5u) + (m0 + i) * P(6u) + col] = y;
-        }}
+    if subgroups:
+        reduce = "".join(f"        a{i}_{r} = subgroupAdd(a{i}_{r});\n" for i in range(n_w) for r in range(R))
+        # ``per`` features per workgroup (MV_WG / the subgroup size measured on this
+        # adapter); each subgroup loops over them, so the result is right whatever size
+        # the driver picks for this pipeline
+        head = f"""
+@compute @workgroup_size({MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32,
+        @builtin(subgroup_size) sgs: u32, @builtin(subgroup_invocation_id) lane: u32) {{
+  for (var f = t / sgs; f < {per}u; f += {MV_WG}u / sgs) {{
+    let n = wg_linear(wid, nwg) * {per}u + f;
+    if (n >= P(1u)) {{ break; }}
+    let step = sgs;
+    let first = lane == 0u;
+"""
+        lane0 = "lane"
+    else:
+        reduce = ""
+        for i in range(n_w):
+            for r in range(R):
+                reduce += f"        a{i}_{r} = wsum(a{i}_{r}, t);\n"
+        head = f"""
+var<workgroup> red: array<f32, {WG}>;
+fn wsum(v: f32, t: u32) -> f32 {{
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = {WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] += red[t + s]; }}
         workgroupBarrier();
     }}
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}}
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let n = wg_linear(wid, nwg);
+    if (n >= P(1u)) {{ return; }}
+    let step = {WG}u;
+    let first = t == 0u;
+"""
+        lane0 = "t"
+    stores = ""
+    for r in range(R):
+        s1 = f"let s1 = a1_{r};" if n_w > 1 else ""
+        stores += f"""        if ({r}u < nr && first) {{
+            var s0 = a0_{r};
+            {s1}
+            if (P(7u) != 0u) {{ s0 += A[P(7u) - 1u + col]; }}
+            var y = {act};
+            if (P(8u) != 0u) {{ y += A[P(8u) - 1u + (m0 + {r}u) * P(9u) + col]; }}
+            A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
+        }}
+"""
+    return HEADER + ARENA_F32 + GRID + ACTIVATIONS + libs + head + f"""    let K = P(0u); let M = P(2u);
+    let col = n + P(10u);
+    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
+        let nr = min({R}u, M - m0);
+{decl}        for (var g = {lane0}; g < K / 8u; g += step) {{
+{deq}{fma}        }}
+{reduce}{stores}    }}
+{"  }" if subgroups else ""}
 }}
 """
 
