@@ -26,8 +26,11 @@ from cera.convert import ConversionError, convert_folder, quantize_gguf
 from cera.errors import ModelNotFound
 from cera.gguf import GGUFFile
 
-REF = json.loads((Path(__file__).parent / "reference" / "tiny-llama.json").read_text())
+REFS = {a: json.loads((Path(__file__).parent / "reference" / f"tiny-{a}.json").read_text()) for a in tiny_hf.ARCHS}
+REF = REFS["llama"]
 TYPES = list(REF["types"])
+# llama: every type; qwen2 and qwen3 (their own tensors and keys): a type of each kind
+CASES = [("llama", q) for q in TYPES] + [(a, q) for a in ("qwen2", "qwen3") for q in ("F32", "Q4_0", "Q6_K", "Q4_K_M")]
 
 
 def _plain(v):
@@ -49,25 +52,38 @@ def describe(path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-llama") / "hf"
-    tiny_hf.write_repo(folder)
-    return folder
+def repos(tmp_path_factory):
+    out = {}
+    for arch in tiny_hf.ARCHS:
+        out[arch] = tmp_path_factory.mktemp(f"tiny-{arch}") / "hf"
+        tiny_hf.write_repo(out[arch], arch)
+    return out
 
 
 @pytest.fixture(scope="module")
-def converted(repo, tmp_path_factory):
+def repo(repos):
+    return repos["llama"]
+
+
+@pytest.fixture(scope="module")
+def all_converted(repos, tmp_path_factory):
     out = tmp_path_factory.mktemp("converted")
-    return {q: convert_folder(repo, out / f"tiny-{q}.gguf", q, name="Hf") for q in TYPES}
+    return {(a, q): convert_folder(repos[a], out / f"tiny-{a}-{q}.gguf", q, name="Hf") for a, q in CASES}
 
 
-def test_regenerated_weights_are_what_transformers_saved():
-    assert tiny_hf.tensor_sha256(tiny_hf.weights()) == REF["hf_tensor_sha256"]
+@pytest.fixture(scope="module")
+def converted(all_converted):
+    return {q: p for (a, q), p in all_converted.items() if a == "llama"}
 
 
-@pytest.mark.parametrize("qtype", TYPES)
-def test_conversion_equals_llama_cpp(converted, qtype):
-    mine, theirs = describe(converted[qtype]), REF["types"][qtype]
+@pytest.mark.parametrize("arch", tiny_hf.ARCHS)
+def test_regenerated_weights_are_what_transformers_saved(arch):
+    assert tiny_hf.tensor_sha256(tiny_hf.weights(arch)) == REFS[arch]["hf_tensor_sha256"]
+
+
+@pytest.mark.parametrize("arch, qtype", CASES)
+def test_conversion_equals_llama_cpp(all_converted, arch, qtype):
+    mine, theirs = describe(all_converted[arch, qtype]), REFS[arch]["types"][qtype]
     assert mine["metadata"] == theirs["metadata"]
     assert [(t["name"], t["shape"], t["type"]) for t in mine["tensors"]] == [
         (t["name"], t["shape"], t["type"]) for t in theirs["tensors"]
@@ -75,14 +91,15 @@ def test_conversion_equals_llama_cpp(converted, qtype):
     assert [t["sha256"] for t in mine["tensors"]] == [t["sha256"] for t in theirs["tensors"]]
 
 
-@pytest.mark.parametrize("qtype", TYPES)
-def test_logits_match_llama_cpp(converted, qtype):
+@pytest.mark.parametrize("arch, qtype", CASES)
+def test_logits_match_llama_cpp(all_converted, arch, qtype):
     import cera
 
-    ids, hf = REF["ids"], np.array(REF["hf_logits_last"])
-    llama = np.array(REF["types"][qtype]["llama_logits_last"])
-    with cera.load(converted[qtype], device="cpu", threads=2, quiet=True) as model:
-        assert model.tokenize(REF["prompt"]) == ids  # the converted tokenizer tokenizes as transformers' does
+    ref = REFS[arch]
+    ids, hf = ref["ids"], np.array(ref["hf_logits_last"])
+    llama = np.array(ref["types"][qtype]["llama_logits_last"])
+    with cera.load(all_converted[arch, qtype], device="cpu", threads=2, quiet=True) as model:
+        assert model.tokenize(ref["prompt"]) == ids  # the converted tokenizer tokenizes as transformers' does
         session = model.new_session(n_ctx=128)
         session.append_tokens(ids)
         logits = np.asarray(session.evaluate(), dtype=np.float64).reshape(-1)

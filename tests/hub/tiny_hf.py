@@ -1,10 +1,11 @@
-"""The tiny random-weight llama-architecture SafeTensors repository of the conversion tests.
+"""The tiny random-weight SafeTensors repositories of the conversion tests (llama, qwen2,
+qwen3 architectures).
 
-Its text files (config.json, tokenizer.json, ...) are in ``data/tiny-llama/``, as HF
+Their text files (config.json, tokenizer.json, ...) are in ``data/tiny-<arch>/``, as HF
 transformers saved them (``reference/make_tiny_llama.py`` made them). Its weights are made
 here from a seeded generator, in bfloat16, so the tests need neither torch nor a stored
 copy: ``reference/make_tiny_llama.py`` loads these same arrays into transformers'
-LlamaForCausalLM, saves it with ``save_pretrained`` (two shards), and records each tensor's
+LlamaForCausalLM (Qwen2ForCausalLM, Qwen3ForCausalLM), saves it with ``save_pretrained`` (two shards), and records each tensor's
 SHA-256, which the tests check their regenerated files against.
 """
 
@@ -18,10 +19,15 @@ import numpy as np
 
 DATA = Path(__file__).parent / "data" / "tiny-llama"
 SEED = 19
+ARCHS = ("llama", "qwen2", "qwen3")
 
 
-def config() -> dict:
-    return json.loads((DATA / "config.json").read_text())
+def data_dir(arch: str = "llama") -> Path:
+    return DATA.parent / f"tiny-{arch}"
+
+
+def config(arch: str = "llama") -> dict:
+    return json.loads((data_dir(arch) / "config.json").read_text())
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
@@ -30,9 +36,9 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def weights() -> dict[str, np.ndarray]:
+def weights(arch: str = "llama") -> dict[str, np.ndarray]:
     """HF tensor name -> bfloat16 bits (uint16), in HF's (out, in) layout."""
-    c = config()
+    c = config(arch)
     rng = np.random.default_rng(SEED)
     d, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     hd = d // c["num_attention_heads"]
@@ -56,6 +62,12 @@ def weights() -> dict[str, np.ndarray]:
         out[p + "mlp.gate_proj.weight"] = mat(f, d, d**-0.5)
         out[p + "mlp.up_proj.weight"] = mat(f, d, d**-0.5)
         out[p + "mlp.down_proj.weight"] = mat(d, f, f**-0.5)
+        if arch == "qwen2":  # biases on q, k and v
+            for proj, n in (("q", d), ("k", kv), ("v", kv)):
+                out[p + f"self_attn.{proj}_proj.bias"] = to_bf16(0.1 * rng.standard_normal(n, dtype=np.float32))
+        if arch == "qwen3":  # RMS norms of queries and keys, per head
+            out[p + "self_attn.q_norm.weight"] = norm(hd)
+            out[p + "self_attn.k_norm.weight"] = norm(hd)
     out["model.norm.weight"] = norm(d)
     out["lm_head.weight"] = mat(v, d, 2 * d**-0.5)
     return out
@@ -77,16 +89,17 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: str = "
             f.write(b)
 
 
-def write_repo(folder: Path) -> dict[str, Path]:
-    """The repository's files in ``folder`` (weights in the two shards transformers made)."""
+def write_repo(folder: Path, arch: str = "llama") -> dict[str, Path]:
+    """The repository's files in ``folder`` (weights in the shards transformers made)."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {}
-    for p in sorted(DATA.iterdir()):
+    data = data_dir(arch)
+    for p in sorted(data.iterdir()):
         if p.is_file():
             (folder / p.name).write_bytes(p.read_bytes())
             files[p.name] = folder / p.name
-    index = json.loads((DATA / "model.safetensors.index.json").read_text())
-    w = weights()
+    index = json.loads((data / "model.safetensors.index.json").read_text())
+    w = weights(arch)
     shards: dict[str, dict] = {}
     for name, shard in index["weight_map"].items():
         shards.setdefault(shard, {})[name] = w[name]

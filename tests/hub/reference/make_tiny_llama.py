@@ -1,24 +1,26 @@
-"""Make the tiny llama-architecture SafeTensors repository and what llama.cpp makes of it.
+"""Make a tiny SafeTensors repository (llama, qwen2 or qwen3) and what llama.cpp makes of it.
 
 Two stages, each in the Python that has its tools:
 
-1. ``--stage hf`` (a venv with torch 2.13.0 CPU, transformers 4.57.6 (the version llama.cpp's
+1. ``--stage hf [--arch llama|qwen2|qwen3]`` (a venv with torch 2.13.0 CPU, transformers 4.57.6 (the version llama.cpp's
    converter pins), tokenizers, safetensors, sentencepiece, numpy):
    trains a 512-token byte-level BPE tokenizer (Llama 3's pre-tokenizer) on text made
-   here, builds LlamaForCausalLM from ``config``, loads the weights of ``tiny_hf.weights()``
+   here (Qwen 2's pre-tokenizer for qwen2/qwen3), builds the transformers model from ``config_for``, loads the weights of ``tiny_hf.weights()``
    into it, saves it with ``save_pretrained`` (bfloat16, two shards) into ``--work``, copies
    the text files to ``data/tiny-llama/``, records the SHA-256 of each saved tensor, and
    converts the folder with llama.cpp's ``convert_hf_to_gguf.py`` (from the
    llama-cpp-python 0.3.36 sdist: ``--sdist``) to an F32 GGUF, with transformers' logits.
    The tokenizer is not one llama.cpp's converter knows by hash, so its pre-tokenizer name
-   is given as ``llama-bpe`` (the name llama.cpp uses for this pre-tokenizer).
+   is given (``llama-bpe`` or ``qwen2``, the names llama.cpp uses for these pre-tokenizers).
 2. ``--stage llama`` (cera's venv, with llama-cpp-python 0.3.36): quantizes that GGUF with
    llama.cpp's own quantizer (``llama_model_quantize``, what ``llama-quantize`` runs) to
    each type, and writes ``tiny-llama.json``: per type the metadata, the tensor layout
-   (name, shape, type) and each tensor's SHA-256, and llama.cpp's logits for a prompt.
+   (name, shape, type) and each tensor's SHA-256, and llama.cpp's logits for a prompt
+   (``tiny-<arch>.json``).
 
-    /tmp/venv-ref/bin/python tests/hub/reference/make_tiny_llama.py --stage hf --work /tmp/tiny --sdist llama_cpp_python-0.3.36.tar.gz
-    .venv/bin/python tests/hub/reference/make_tiny_llama.py --stage llama --work /tmp/tiny
+    /tmp/venv-ref/bin/python tests/hub/reference/make_tiny_llama.py --stage hf --arch qwen2 --work /tmp/tiny \
+        --sdist llama_cpp_python-0.3.36.tar.gz   # pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36
+    .venv/bin/python tests/hub/reference/make_tiny_llama.py --stage llama --arch qwen2 --work /tmp/tiny
 """
 
 from __future__ import annotations
@@ -37,7 +39,28 @@ sys.path.insert(0, str(HERE.parent))
 
 import tiny_hf  # noqa: E402
 
-OUT = HERE / "tiny-llama.json"
+ARCHS = {
+    "llama": ("LlamaForCausalLM", "llama", "LlamaConfig", "LlamaForCausalLM", "llama-bpe"),
+    "qwen2": ("Qwen2ForCausalLM", "qwen2", "Qwen2Config", "Qwen2ForCausalLM", "qwen2"),
+    "qwen3": ("Qwen3ForCausalLM", "qwen3", "Qwen3Config", "Qwen3ForCausalLM", "qwen2"),
+}
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def out_path(arch: str) -> Path:
+    return HERE / f"tiny-{arch}.json"
+
+
+def config_for(arch: str) -> dict:
+    hf_arch, model_type = ARCHS[arch][:2]
+    c = dict(CONFIG, architectures=[hf_arch], model_type=model_type)
+    if arch == "qwen2":
+        c.update(attention_bias=True, use_sliding_window=False)
+    if arch == "qwen3":
+        c.update(head_dim=64, use_sliding_window=False)
+    return c
 PROMPT = "The quick brown fox jumps over the lazy dog. def main():"
 TYPES = ["F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S"]
 LLAMA3_SPLIT = (
@@ -69,7 +92,7 @@ def corpus() -> list[str]:
     return [zen, PROMPT, inspect.getsource(textwrap), inspect.getsource(string)]
 
 
-def stage_hf(work: Path, sdist: Path) -> None:
+def stage_hf(work: Path, sdist: Path, arch: str) -> None:
     import numpy as np
     import torch
     import transformers
@@ -81,7 +104,7 @@ def stage_hf(work: Path, sdist: Path) -> None:
     specials = ["<|begin|>", "<|eot|>", "<|start|>", "<|end|>"]
     tok = Tokenizer(models.BPE(byte_fallback=False))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT if arch == "llama" else QWEN2_SPLIT), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
     ])  # fmt: skip
     tok.decoder = decoders.ByteLevel()
@@ -92,22 +115,23 @@ def stage_hf(work: Path, sdist: Path) -> None:
                                                        special_tokens=[("<|begin|>", 0)])  # fmt: skip
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin|>", eos_token="<|eot|>",
                                                 add_bos_token=True, chat_template=CHAT_TEMPLATE)  # fmt: skip
-    config = transformers.LlamaConfig(**{k: v for k, v in CONFIG.items() if k not in ("architectures", "model_type")})
+    cfg = config_for(arch)
+    config = getattr(transformers, ARCHS[arch][2])(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
-    (work / "config.json").write_text(json.dumps(CONFIG))
-    tiny_hf.DATA.mkdir(parents=True, exist_ok=True)
-    (tiny_hf.DATA / "config.json").write_text(json.dumps(CONFIG, indent=2))
-    weights = tiny_hf.weights()
+    model = getattr(transformers, ARCHS[arch][3])(config).to(torch.bfloat16)
+    data = tiny_hf.data_dir(arch)
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "config.json").write_text(json.dumps(cfg, indent=2))
+    weights = tiny_hf.weights(arch)
     state = {n: torch.from_numpy(w.astype(np.int16).view(np.int16)).view(torch.bfloat16) for n, w in weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=True)
     model.save_pretrained(hf, max_shard_size="1500KB", safe_serialization=True)
     fast.save_pretrained(hf)
-    for p in sorted(tiny_hf.DATA.iterdir()):
+    for p in sorted(data.iterdir()):
         p.unlink()
     for p in sorted(hf.iterdir()):
         if not p.name.endswith(".safetensors"):
-            shutil.copy(p, tiny_hf.DATA / p.name)
+            shutil.copy(p, data / p.name)
     from safetensors.torch import load_file
 
     saved = {}
@@ -115,6 +139,7 @@ def stage_hf(work: Path, sdist: Path) -> None:
         saved.update({n: t.view(torch.int16).numpy().view(np.uint16) for n, t in load_file(str(p)).items()})
     shas = {n: hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() for n, a in sorted(saved.items())}
     assert shas == tiny_hf.tensor_sha256(weights), "transformers saved other values than tiny_hf made"
+    assert not missing and not unexpected
     ids = fast(PROMPT)["input_ids"]
     with torch.no_grad():
         logits = model.float()(torch.tensor([ids])).logits[0].numpy()
@@ -125,17 +150,17 @@ def stage_hf(work: Path, sdist: Path) -> None:
                    or m.name.startswith((root + "conversion/", root + "gguf-py/"))]  # fmt: skip
         t.extractall(work, members=members)
     llama_dir = work / root
-    f32 = work / "tiny-llama-F32.gguf"
+    f32 = work / f"tiny-{arch}-F32.gguf"
     runner = (
         "import sys, runpy\n"
         f"sys.path.insert(0, {str(llama_dir / 'gguf-py')!r}); sys.path.insert(0, {str(llama_dir)!r})\n"
         "import conversion.base as base\n"
-        "base.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'llama-bpe'\n"
+        f"base.TextModel.get_vocab_base_pre = lambda self, tokenizer: {ARCHS[arch][4]!r}\n"
         f"sys.argv = ['convert_hf_to_gguf.py', {str(hf)!r}, '--outtype', 'f32', '--outfile', {str(f32)!r}]\n"
         f"runpy.run_path({str(llama_dir / 'convert_hf_to_gguf.py')!r}, run_name='__main__')\n"
     )
     subprocess.run([sys.executable, "-c", runner], check=True)
-    (work / "hf-stage.json").write_text(json.dumps({
+    (work / f"hf-stage-{arch}.json").write_text(json.dumps({
         "prompt": PROMPT, "hf_ids": ids, "hf_logits_last": [round(float(v), 5) for v in logits[-1]],
         "tensor_sha256": shas, "transformers": transformers.__version__, "torch": torch.__version__,
         "tokenizer_vocab": tok.get_vocab_size(),
@@ -178,13 +203,13 @@ def llama_logits(path: Path, ids: list[int]) -> list[float]:
     return out
 
 
-def stage_llama(work: Path) -> None:
+def stage_llama(work: Path, arch: str) -> None:
     import ctypes
 
     import llama_cpp
 
-    hf = json.loads((work / "hf-stage.json").read_text())
-    f32 = work / "tiny-llama-F32.gguf"
+    hf = json.loads((work / f"hf-stage-{arch}.json").read_text())
+    f32 = work / f"tiny-{arch}-F32.gguf"
     result = {
         "made_by": "tests/hub/reference/make_tiny_llama.py (llama.cpp's convert_hf_to_gguf.py --outtype f32, then "
                    "llama_model_quantize, from llama-cpp-python 0.3.36)",
@@ -194,7 +219,7 @@ def stage_llama(work: Path) -> None:
         "types": {},
     }  # fmt: skip
     for name in TYPES:
-        out = f32 if name == "F32" else work / f"tiny-llama-{name}.gguf"
+        out = f32 if name == "F32" else work / f"tiny-{arch}-{name}.gguf"
         if name != "F32":
             params = llama_cpp.llama_model_quantize_default_params()
             params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}")
@@ -205,7 +230,7 @@ def stage_llama(work: Path) -> None:
         entry["llama_logits_last"] = llama_logits(out, hf["hf_ids"])
         result["types"][name] = entry
         print(name, "done", flush=True)
-    OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    out_path(arch).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
 
 
 def main() -> None:
@@ -213,11 +238,12 @@ def main() -> None:
     ap.add_argument("--stage", choices=["hf", "llama"], required=True)
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--sdist", type=Path)
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="llama")
     args = ap.parse_args()
     if args.stage == "hf":
-        stage_hf(args.work, args.sdist)
+        stage_hf(args.work, args.sdist, args.arch)
     else:
-        stage_llama(args.work)
+        stage_llama(args.work, args.arch)
 
 
 if __name__ == "__main__":

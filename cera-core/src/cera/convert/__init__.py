@@ -277,9 +277,10 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
             (f"{arch}.attention.head_count", n_head, V.UINT32),
             (f"{arch}.attention.head_count_kv", n_kv, V.UINT32),
             (f"{arch}.rope.freq_base", float(config.get("rope_theta", 10000.0)), V.FLOAT32),
-            (f"{arch}.attention.layer_norm_rms_epsilon", float(config.get("rms_norm_eps", 1e-6)), V.FLOAT32),
-            (f"{arch}.attention.key_length", head_dim, V.UINT32),
-            (f"{arch}.attention.value_length", head_dim, V.UINT32)]  # fmt: skip
+            (f"{arch}.attention.layer_norm_rms_epsilon", float(config.get("rms_norm_eps", 1e-6)), V.FLOAT32)]  # fmt: skip
+    if arch == "llama" or config.get("head_dim"):  # llama.cpp's converter: llama always, others when given
+        meta += [(f"{arch}.attention.key_length", head_dim, V.UINT32),
+                 (f"{arch}.attention.value_length", head_dim, V.UINT32)]  # fmt: skip
     if arch == "llama":
         meta += [(f"{arch}.vocab_size", int(config["vocab_size"]), V.UINT32),
                  (f"{arch}.rope.dimension_count", head_dim, V.UINT32)]  # fmt: skip
