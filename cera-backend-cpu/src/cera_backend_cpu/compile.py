@@ -201,7 +201,9 @@ class CpuExecutable(Executable):
         if node.op in ("add", "mul"):
             a, b = node.args
             if isinstance(b, WeightRef):
-                return b.shape[0] == a.shape[-1] and int(np.prod(b.shape)) == a.shape[-1]
+                if b.shape[0] == a.shape[-1] and int(np.prod(b.shape)) == a.shape[-1]:
+                    return True
+                return self._broadcast_weight(a, b) is not None
             return tuple(b.shape) == tuple(a.shape) or (b.size == a.shape[-1] and b.shape[-1] == a.shape[-1])
         if node.op in ("rms_norm", "layer_norm"):
             return all(not isinstance(w, Tensor) or (w.size == node.args[0].shape[-1]) for w in node.args[1:])
@@ -262,6 +264,11 @@ class CpuExecutable(Executable):
             code = 0 if op == "add" else 1
             if isinstance(b, Tensor) and tuple(b.shape) == tuple(a.shape):
                 rc = lib.cera_plan_binary(plan, code, self.ptr(a), self.ptr(b), 0, self.ptr(out), 1, a.size)
+            elif isinstance(b, WeightRef) and int(np.prod(b.shape)) != a.shape[-1]:
+                row = self._broadcast_weight(a, b)  # e.g. one value per head over [n, heads, dim]
+                self._keep.append(row)
+                rc = lib.cera_plan_binary(plan, code, self.ptr(a), ffi.from_buffer("float[]", row), 0, self.ptr(out),
+                                          a.shape[0], row.size)  # fmt: skip
             else:
                 n = a.shape[-1]
                 rc = lib.cera_plan_binary(plan, code, self.ptr(a), self.operand(b), 0, self.ptr(out), a.size // n, n)
@@ -343,6 +350,18 @@ class CpuExecutable(Executable):
         a.rows = ffi.from_buffer("int64_t[]", rows)
         a.slots, a.starts = self._slots_p, self._starts_p
         return lib.cera_plan_attention(plan, a)
+
+    def _broadcast_weight(self, a: Tensor, b: WeightRef):
+        """A weight operand that broadcasts over all but the first axis of ``a`` (Mamba-2's
+        D per head, its norm weights per group), spelled out as one row of a's trailing
+        size; None if it does not broadcast so."""
+        if a.ndim < 2 or not self._contiguous(a):
+            return None
+        try:
+            row = np.broadcast_to(self.weights[b.name].dense().reshape(b.numpy_shape), tuple(a.shape[1:]))
+        except ValueError:
+            return None
+        return np.ascontiguousarray(row, np.float32).ravel()
 
     def _seq_rows(self):
         """The batch's (first row, rows) per sequence, as C wants them (kept alive)."""

@@ -43,7 +43,7 @@ from .state import AttentionKV, ShortConv
 
 T = MODEL_TENSOR
 NORM_PLACEMENTS = ("pre", "sandwich", "post")
-MIXERS = ("attention", "shortconv")
+MIXERS = ("attention", "shortconv", "ssm")  # "ssm": a state-space mixer the family provides
 
 
 @attrs.frozen
@@ -172,7 +172,7 @@ class DecoderModel(Model):
         post = c.norm in ("post", "sandwich")
         self.layers = [
             DecoderLayer(
-                attn=AttentionWeights.load(w, i) if c.mixer(i) == "attention" else ShortConvWeights.load(w, i),
+                attn=self.load_mixer(w, i),
                 ffn=self.load_ffn(w, i),
                 attn_norm=w[tensor_name(T.ATTN_NORM, i)] if pre else None,
                 ffn_norm=w[tensor_name(T.FFN_NORM, i)] if pre else None,
@@ -189,6 +189,13 @@ class DecoderModel(Model):
             AttentionSpec(scale=1.0 if c.q_scale is not None else c.attention_scale, window=c.windows[i], softcap=c.attn_softcap)
             for i in range(c.n_layer)
         ]
+
+    def load_mixer(self, w: Weights, i: int):
+        """Layer i's token-mixer weights: attention or a short convolution (a family with
+        other mixers loads those here, and overrides `declare_state` and `mixer`)."""
+        if self.config.mixer(i) == "attention":
+            return AttentionWeights.load(w, i)
+        return ShortConvWeights.load(w, i)
 
     def load_ffn(self, w: Weights, i: int):
         """Layer i's feed-forward weights (a family with expert layers loads those here)."""

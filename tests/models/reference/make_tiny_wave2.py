@@ -37,6 +37,7 @@ CHATML = (
 
 # Parameter names (substrings) by what they do, across the wave-2 families.
 QK_NAMES = ("q_proj", "k_proj")
+# Mamba's in_proj feeds the scan; its out_proj writes into the residual stream (above)
 RESIDUAL_NAMES = ("o_proj", "down_proj", "out_proj", ".w2.")  # write into the residual stream
 
 
@@ -54,6 +55,11 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
             noise = torch.randn(param.shape, generator=gen)
             if "expert_bias" in name:
                 param.copy_(0.05 * noise)
+            elif name.endswith("A_log"):  # Mamba-2: decay rates exp(A_log) in [1, 16], as HF initialises them
+                param.copy_(torch.log(1.0 + 15.0 * torch.rand(param.shape, generator=gen)))
+            elif name.endswith("dt_bias"):  # softplus(dt_bias) between ~0.001 and 0.1, as HF's init
+                dt = torch.exp(torch.rand(param.shape, generator=gen) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+                param.copy_(dt + torch.log(-torch.expm1(-dt)))
             elif param.dim() == 1:
                 param.copy_(1.0 + 0.1 * noise)
             elif "embed_tokens" in name:
@@ -67,6 +73,44 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
                 if any(k in name for k in RESIDUAL_NAMES):
                     gain = res_gain
                 param.copy_(noise * gain / math.sqrt(param.shape[1]))
+
+
+def hf_greedy(model, ids: list[int], n: int) -> tuple[list[int], list[float]]:
+    """make_tiny_models.hf_greedy without a cache: each step re-runs the whole sequence.
+    The wave-2 families keep recurrent state in caches of their own kinds (Mamba's
+    cache_params, hybrid caches) that the generic past_key_values loop does not drive;
+    a full pass per step needs none and is cheap at this size."""
+    import numpy as np
+
+    seq, out_ids, margins = list(ids), [], []
+    with torch.no_grad():
+        for _ in range(n):
+            row = model(torch.tensor([seq]), use_cache=False).logits[0, -1].double().numpy()
+            top = np.sort(row)[-2:]
+            margins.append(float(top[1] - top[0]))
+            out_ids.append(int(np.argmax(row)))
+            seq.append(out_ids[-1])
+    return out_ids, margins
+
+
+def grouped_gated_norm(group_size: int):
+    """Make transformers' Mamba-2 gated RMS norm normalise each group of ``group_size``
+    channels on its own, as Mamba-2 defines it (mamba_ssm's RMSNormGated with
+    group_size = d_inner / n_groups, which llama.cpp follows). transformers' pure-PyTorch
+    path (the one that runs without the CUDA kernels) normalises over all of d_inner,
+    which differs whenever n_groups > 1."""
+    from transformers.models.mamba2 import modeling_mamba2 as mm
+
+    def forward(self, hidden_states, gate=None):
+        dtype = hidden_states.dtype
+        h = hidden_states.to(torch.float32)
+        if gate is not None:
+            h = h * torch.nn.functional.silu(gate.to(torch.float32))
+        g = h.view(*h.shape[:-1], -1, group_size)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * g.view(h.shape).to(dtype)
+
+    mm.MambaRMSNormGated.forward = forward
 
 
 def family_specs() -> dict[str, dict]:
@@ -88,6 +132,37 @@ def family_specs() -> dict[str, dict]:
                       "with per-head QK-norm and NeoX RoPE, final norm token_embd_norm, tied embeddings, "
                       "ChatML chat template"),
         ),
+        "mamba2": dict(
+            cls="Mamba2ForCausalLM", pre="gpt-2",
+            tokenizer=chat_bpe,
+            config=transformers.Mamba2Config(
+                hidden_size=64, state_size=16, num_hidden_layers=3, expand=2, head_dim=16, num_heads=8, n_groups=2,
+                conv_kernel=4, use_conv_bias=True, use_bias=False, chunk_size=32, layer_norm_epsilon=1e-5,
+                tie_word_embeddings=False, bos_token_id=0, eos_token_id=2, pad_token_id=0,
+            ),
+            patch=lambda: grouped_gated_norm(64),
+            features=("3 Mamba-2 layers: d_inner 128 in 8 heads of 16, 2 groups of d_state 16 (grouped gated RMS "
+                      "norm), conv kernel 4 with bias, untied output; prompts longer than the HF chunk size 32. "
+                      "transformers' gated norm patched to normalise per group (grouped_gated_norm)"),
+        ),
+        "granitehybrid": dict(
+            cls="GraniteMoeHybridForCausalLM", pre="gpt-2",
+            tokenizer=chat_bpe,
+            config=transformers.GraniteMoeHybridConfig(
+                hidden_size=64, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-6,
+                layer_types=["mamba", "attention", "mamba", "attention"], mamba_n_heads=8, mamba_d_head=16,
+                mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=32,
+                num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=48,
+                embedding_multiplier=12.0, attention_multiplier=0.15, residual_multiplier=0.22, logits_scaling=2.0,
+                position_embedding_type="nope", tie_word_embeddings=True, bos_token_id=0, eos_token_id=2,
+                pad_token_id=0,
+            ),
+            res_gains=(6.0, 20.0),  # residual_multiplier 0.22 shrinks what each block adds
+            features=("Mamba-2 layers 0 and 2 (8 heads of 16, one group, d_state 16) and GQA 4/2 attention layers 1 "
+                      "and 3 without position encoding; 4 experts (2 per token, softmax, renormalised) plus a shared "
+                      "expert; granite multipliers (embedding 12, attention 0.15, residual 0.22, logits / 2); tied"),
+        ),
     }
 
 
@@ -97,11 +172,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     M.init_weights = init_weights  # build() calls the module's init_weights
+    M.hf_greedy = hf_greedy
     specs = family_specs()
     names = args.only.split(",") if args.only else list(specs)
     with tempfile.TemporaryDirectory() as tmp:
         llama_dir = M.extract_converter(Path(tmp) / "sdist")
         for name in names:
+            if "patch" in specs[name]:
+                specs[name]["patch"]()
             M.build(name, specs[name], llama_dir, Path(tmp) / "hf")
     return 0
 

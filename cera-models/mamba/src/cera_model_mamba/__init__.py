@@ -1,0 +1,1 @@
+"""cera model families: mamba2, granitehybrid."""
