@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"a GGUF path or cera bundle name; repeat for several (default: {', '.join(DEFAULT_MODELS)})",
     )
     ap.add_argument("--threads", type=int, default=2, help="threads for both engines (default 2)")
+    ap.add_argument(
+        "--device",
+        choices=("cpu", "vulkan"),
+        default="cpu",
+        help="cpu (default), or vulkan: cera's Vulkan backend against llama.cpp with every layer offloaded to its "
+        "GPU backend (llama-cpp-python built with -DGGML_VULKAN=ON); the CPU-only figures (Python overhead, "
+        "read bandwidth) are skipped",
+    )
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions per engine and test (default 5)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs per engine before the timed ones (default 1)")
     ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma-separated tests (default {DEFAULT_TESTS})")
@@ -144,6 +152,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, name) < 0:
             ap.error(f"--{name.replace('_', '-')} must not be negative")
     args.models = args.models or list(DEFAULT_MODELS)
+    if args.device != "cpu":  # both measure the CPU's kernels and memory
+        args.overhead_tokens = 0
+        args.bandwidth_mib = 0
     return args
 
 
@@ -393,8 +404,8 @@ def bench_model(source: str, args, read_bw: dict | None, log) -> dict:
 
     path = hub.resolve(source, quiet=True)
     log(f"\n== {source}: {path}")
-    cera_engine = CeraEngine(str(path), args.threads)
-    llama_engine = LlamaCppEngine(str(path), args.threads)
+    cera_engine = CeraEngine(str(path), args.threads, device=args.device)
+    llama_engine = LlamaCppEngine(str(path), args.threads, gpu=args.device != "cpu")
     engines = {"cera": cera_engine, "llama.cpp": llama_engine}
     try:
         if cera_engine.n_vocab != llama_engine.n_vocab:

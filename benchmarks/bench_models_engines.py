@@ -82,11 +82,11 @@ class CeraEngine:
 
     name = "cera"
 
-    def __init__(self, path: str, threads: int):
+    def __init__(self, path: str, threads: int, device: str = "cpu"):
         import cera
 
         t0 = time.perf_counter()
-        self.loaded = cera.load(path, device="cpu", threads=threads, quiet=True)
+        self.loaded = cera.load(path, device=device, threads=threads if device == "cpu" else None, quiet=True)
         self.load_seconds = time.perf_counter() - t0
         self.threads = threads
         self.n_vocab = int(self.loaded.model.n_vocab)
@@ -189,11 +189,13 @@ class LlamaCppEngine:
 
     name = "llama.cpp"
 
-    def __init__(self, path: str, threads: int):
+    def __init__(self, path: str, threads: int, gpu: bool = False):
         L = _llama_init()
         self.L = L
         self.threads = threads
         mparams = L.llama_model_default_params()
+        if gpu:  # every layer offloaded to llama.cpp's GPU backend (llama-bench's -ngl 99)
+            mparams.n_gpu_layers = 999
         self.model_params = _struct_record(mparams)
         _llama_log.clear()
         t0 = time.perf_counter()

@@ -273,7 +273,7 @@ class VulkanBackend(Backend):
     # -- compiling -----------------------------------------------------------------------------
 
     def compile_key(self) -> tuple:
-        return (self.device_index, self.profile)
+        return (self.device_index,)  # ``profile`` is read by each run: no recompiling
 
     def compile(self, graph, weights, state):
         from .compile import VulkanExecutable

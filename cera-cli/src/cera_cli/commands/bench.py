@@ -77,8 +77,9 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("--spec", is_flag=True, help="tg tests decode with speculative decoding (prompt lookup; greedy).")
 @click.option("-P", "--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoding at once in tg tests (aggregate tokens/s).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@click.option("--profile", is_flag=True, help="Also time every kernel of one decoded token (backends with a kernel profile: vulkan).")
 def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_prompt, n_gen, depth, reps, kv_type,
-              spec, parallel, as_json):  # fmt: skip
+              spec, parallel, as_json, profile):  # fmt: skip
     """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
     import numpy as np
 
@@ -120,5 +121,37 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
         if not as_json:
             r = results[-1]
             click.echo(f"{loaded.name:40.40s} {loaded.backend.name:6s} {name:12s} {r['median_tok_s']:10.2f} ± {r['stdev_tok_s']:.2f} tok/s")
+    kernels = _kernel_profile(loaded, rng) if profile else None
     if as_json:
-        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "parallel": parallel, "kv_type": kv_type, "kv_bytes": kv_bytes, "results": results}, indent=2))
+        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "parallel": parallel, "kv_type": kv_type, "kv_bytes": kv_bytes, "results": results, "kernel_profile": kernels}, indent=2))
+    elif kernels is not None:
+        total = sum(k["ns"] for k in kernels)
+        click.echo(f"kernels of one decoded token ({sum(k['count'] for k in kernels)} dispatches, {total / 1e3:.1f} us on the device):")
+        for k in kernels:
+            click.echo(f"  {k['kernel']:28s} {k['count']:5d} x {k['ns'] / 1e3:10.1f} us  {100 * k['ns'] / max(total, 1):5.1f} %")
+
+
+def _kernel_profile(loaded, rng) -> list[dict]:
+    """Per-kernel device time of one decode step, from the backend's timestamp queries."""
+    from cera.graph import ARGMAX, Layout
+    from cera.runtime import SeqStep
+
+    backend = loaded.backend
+    if not hasattr(backend, "profile"):
+        raise click.UsageError(f"backend {backend.name!r} has no kernel profile (--profile needs the vulkan backend)")
+    session = loaded.new_session(n_ctx=64, n_batch=64, kv_type=KV_TYPE)
+    session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=16).tolist())
+    session.evaluate()
+    state = session.state
+    exe = loaded.runner.executable(Layout((1,)), ARGMAX, state)
+    backend.profile = True
+    try:
+        loaded.runner.forward(state, [SeqStep(session.slot, [1], [16])], ARGMAX)
+    finally:
+        backend.profile = False
+    by: dict = {}
+    for name, ns in exe.profile():
+        k = by.setdefault(name, {"kernel": name, "count": 0, "ns": 0})
+        k["count"] += 1
+        k["ns"] += ns
+    return sorted(by.values(), key=lambda k: -k["ns"])
