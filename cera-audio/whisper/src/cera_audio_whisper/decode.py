@@ -195,7 +195,9 @@ class WindowDecoder:
             cands = []
             for b, (toks, score) in enumerate(beams):
                 lp = log_softmax(self._masked(rows[b], toks))
-                top = np.argsort(-lp, kind="stable")[: K + 1]
+                k = min(K + 1, len(lp))
+                top = np.argpartition(-lp, k - 1)[:k]
+                top = top[np.lexsort((top, -lp[top]))]  # best first, lower id first on a tie
                 for t in top:
                     if np.isfinite(lp[t]):
                         cands.append((score + float(lp[t]), b, int(t)))

@@ -98,10 +98,11 @@ class TimestampRules(Processor):
                 # last one ended (strictly later unless it closes a pair)
                 floor = stamps[-1] if (last >= ts and penultimate < ts) else stamps[-1] + 1
                 x[ts:floor] = NEG
-        lp = log_softmax(x)
-        ts_lp = lp[ts:]
-        finite = ts_lp[np.isfinite(ts_lp)]
-        if len(finite):
-            ts_total = np.log(np.sum(np.exp(finite - finite.max()))) + finite.max()
-            if ts_total > np.max(lp[:ts]):
+        # The timestamps' total probability against the likeliest text token: the softmax's
+        # normaliser is common to both, so logits compare as log-probabilities do.
+        stamps_x = x[ts:].astype(np.float64)
+        top = stamps_x.max()
+        if np.isfinite(top):
+            total = top + np.log(np.sum(np.exp(stamps_x - top)))
+            if total > np.max(x[:ts]):
                 x[:ts] = NEG
