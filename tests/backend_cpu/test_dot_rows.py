@@ -50,7 +50,10 @@ def _ks(t):
     return (256, 512, 1024 + 32) if t in LEGACY else (256, 512, 1024)
 
 
-@pytest.mark.parametrize("t", LEGACY + KQUANTS)
+# IQ4_NL is the exception: llama.cpp sums one activation row (vec_dot) in two sets of float
+# lanes and two or more (tinyBLAS) in one, so a plain product of a few rows follows the
+# latter; the per_row products of a decode batch (below) still give the one-row bits.
+@pytest.mark.parametrize("t", [t for t in LEGACY + KQUANTS if t != "IQ4_NL"])
 def test_rows_of_a_product_equal_their_one_row_products(backends, t):
     rng = np.random.default_rng(sum(map(ord, t)))
     for k in _ks(t):

@@ -37,6 +37,8 @@ static const cera_gemm_format FORMATS[T_COUNT] = {
     [T_Q5_1] = {GEMM_MIN, 32, 32, -1, 31},
     [T_Q8_0] = {GEMM_OFFSET, 32, 32, 7, 255},
     [T_IQ4_NL] = {GEMM_OFFSET, 32, 32, 7, 241},
+    [T_Q2_K] = {GEMM_K_MIN, 256, 16, -1, 3},
+    [T_Q3_K] = {GEMM_K_OFFSET, 256, 16, 2, 7},
     [T_Q4_K] = {GEMM_K_MIN, 256, 32, -1, 15},
     [T_Q5_K] = {GEMM_K_MIN, 256, 32, -1, 31},
     [T_Q6_K] = {GEMM_K_OFFSET, 256, 16, 5, 63},
@@ -155,6 +157,37 @@ static void unpack_row(int t, const void *row, int64_t K, uint8_t *u, float *d, 
                     u[256 * i + 64 * j + 32 + l] = (uint8_t)((q[l] >> 4) | h1);
                 }
             }
+        }
+        return;
+    }
+    case T_Q2_K: {
+        for (int64_t i = 0; i < K / QK_K; i++) {
+            const block_q2_K *b = (const block_q2_K *)row + i;
+            d[i] = f16_to_f32(b->d);
+            m[i] = f16_to_f32(b->dmin);
+            for (int k = 0; k < 16; k++) {
+                sc[16 * i + k] = b->scales[k] & 0xF;
+                mn[16 * i + k] = b->scales[k] >> 4;
+            }
+            for (int half = 0; half < 2; half++)
+                for (int j = 0; j < 4; j++)
+                    for (int l = 0; l < 32; l++)
+                        u[256 * i + 128 * half + 32 * j + l] = (uint8_t)((b->qs[32 * half + l] >> (2 * j)) & 3);
+        }
+        return;
+    }
+    case T_Q3_K: { /* values + 4: the low 2 bits, plus 4 where the high bit is set */
+        for (int64_t i = 0; i < K / QK_K; i++) {
+            const block_q3_K *b = (const block_q3_K *)row + i;
+            d[i] = f16_to_f32(b->d);
+            int8_t s16[16];
+            q3k_scales(b->scales, s16);
+            for (int k = 0; k < 16; k++) sc[16 * i + k] = s16[k];
+            for (int half = 0; half < 2; half++)
+                for (int j = 0; j < 4; j++)
+                    for (int l = 0; l < 32; l++)
+                        u[256 * i + 128 * half + 32 * j + l] =
+                            (uint8_t)(((b->qs[32 * half + l] >> (2 * j)) & 3) | (((b->hmask[l] >> (4 * half + j)) & 1) << 2));
         }
         return;
     }

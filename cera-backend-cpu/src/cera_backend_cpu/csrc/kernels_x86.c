@@ -103,7 +103,6 @@
         k->dot4[T_Q5_0] = dot4_q5_0_##V;                       \
         k->dot4[T_Q5_1] = dot4_q5_1_##V;                       \
         k->dot4[T_Q8_0] = dot4_q8_0_##V;                       \
-        k->dot4[T_IQ4_NL] = dot4_iq4_nl_##V;                   \
         k->dot4[T_Q4_K] = dot4_q4_K_##V;                       \
         k->dot4[T_Q5_K] = dot4_q5_K_##V;                       \
         k->dot4[T_Q6_K] = dot4_q6_K_##V;                       \
@@ -112,7 +111,7 @@
         k->dotm[T_Q5_0] = dotm_q5_0_##V;                       \
         k->dotm[T_Q5_1] = dotm_q5_1_##V;                       \
         k->dotm[T_Q8_0] = dotm_q8_0_##V;                       \
-        k->dotm[T_IQ4_NL] = dotm_iq4_nl_##V;                   \
+        k->dotm[T_IQ4_NL] = dotm_iq4_nl_tb_##V;                \
         k->dotm[T_Q4_K] = dotm_q4_K_##V;                       \
         k->dotm[T_Q5_K] = dotm_q5_K_##V;                       \
         k->dotm[T_Q6_K] = dotm_q6_K_##V;                       \

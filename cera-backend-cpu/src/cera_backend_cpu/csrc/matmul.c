@@ -57,8 +57,15 @@ typedef struct {
     int64_t glu_stride;
     const cera_gemm_format *gemm[CERA_MAX_PRODUCTS]; /* member's many-row format, or NULL */
     const cera_gemm_act *gact[CERA_MAX_PRODUCTS];    /* its prepared activation rows */
+    int one_row;                                     /* per_row == CERA_ROWS_ONE */
     atomic_llong next;
 } mm_job;
+
+/* Whether the kernels' dotm of type t computes what their dot does. Not for IQ4_NL:
+ * llama.cpp sums one activation row (vec_dot) in two sets of lanes and several (tinyBLAS)
+ * in one, and dotm follows the latter, so rows that must keep the one-row arithmetic take
+ * dot there. */
+static int dotm_is_dot(int t) { return t != T_IQ4_NL; }
 
 /* Rows [t0, t0 + rows) of member i (rows <= R) for every activation row, through the
  * many-row microkernel (gemm.c); a short tile goes through a buffer, so that every row of
@@ -100,7 +107,7 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
         if (*gs)
             for (; rg < r1; rg += R) gemm_tile(job, i, rg, r1 - rg < R ? (int)(r1 - rg) : R, *gs);
     }
-    cera_dotm_fn dotm = job->M > 1 ? job->k->dotm[p->wtype] : NULL;
+    cera_dotm_fn dotm = job->M > 1 && (!job->one_row || dotm_is_dot(p->wtype)) ? job->k->dotm[p->wtype] : NULL;
     for (int64_t m0 = 0; m0 < job->M && rg < r1; m0 += TILE_COLS) {
         const int64_t m1 = m0 + TILE_COLS < job->M ? m0 + TILE_COLS : job->M;
         if (dotm) {
@@ -235,6 +242,7 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
     job.glu_op = glu_op;
     job.glu_out = glu_out;
     job.glu_stride = glu_stride;
+    job.one_row = per_row == CERA_ROWS_ONE;
     /* activation formats, and the microkernel layouts each needs */
     quant_job qj[MAX_ACTS];
     int n_acts = 0;
@@ -322,7 +330,7 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
          * M <= TILE_COLS activation rows */
         int one_pass = M <= TILE_COLS;
         for (int j = i; j < (glu_op >= 0 ? 2 : i + 1); j++)
-            one_pass = one_pass && !job.gemm[j] && ctx->k.dotm[mem[j].wtype];
+            one_pass = one_pass && !job.gemm[j] && ctx->k.dotm[mem[j].wtype] && (!job.one_row || dotm_is_dot(mem[j].wtype));
         int64_t chunk;
         if (M == 1) {
             /* decode: about 4 chunks per thread, at least 16 rows each */
