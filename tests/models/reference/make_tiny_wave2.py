@@ -38,7 +38,7 @@ CHATML = (
 # Parameter names (substrings) by what they do, across the wave-2 families.
 QK_NAMES = ("q_proj", "k_proj")
 # Mamba's in_proj feeds the scan; its out_proj writes into the residual stream (above)
-RESIDUAL_NAMES = ("o_proj", "down_proj", "out_proj", ".w2.")  # write into the residual stream
+RESIDUAL_NAMES = ("o_proj", "down_proj", "out_proj", ".w2.", "output_linear")  # write into the residual stream
 
 
 def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float, res_gain: float) -> None:
@@ -66,8 +66,9 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
                 param.copy_(noise * (out_gain / math.sqrt(hidden) if tied else 1.0))
             elif name.startswith("lm_head"):
                 param.copy_(noise * out_gain / math.sqrt(param.shape[1]))
-            elif param.dim() == 3:  # depthwise conv [channels, 1, kernel]
-                param.copy_(noise / math.sqrt(param.shape[-1]))
+            elif param.dim() == 3:  # depthwise conv [channels, 1, kernel], or experts [n, out, in]
+                gain = res_gain if any(k in name for k in RESIDUAL_NAMES) else 1.0
+                param.copy_(noise * gain / math.sqrt(param.shape[-1]))
             else:
                 gain = qk_gain if any(k in name for k in QK_NAMES) else 1.0
                 if any(k in name for k in RESIDUAL_NAMES):
@@ -158,7 +159,7 @@ def family_specs() -> dict[str, dict]:
                 position_embedding_type="nope", tie_word_embeddings=True, bos_token_id=0, eos_token_id=2,
                 pad_token_id=0,
             ),
-            res_gains=(6.0, 20.0),  # residual_multiplier 0.22 shrinks what each block adds
+            res_gains=(20.0, 60.0),  # residual_multiplier 0.22 shrinks what each block adds
             features=("Mamba-2 layers 0 and 2 (8 heads of 16, one group, d_state 16) and GQA 4/2 attention layers 1 "
                       "and 3 without position encoding; 4 experts (2 per token, softmax, renormalised) plus a shared "
                       "expert; granite multipliers (embedding 12, attention 0.15, residual 0.22, logits / 2); tied"),

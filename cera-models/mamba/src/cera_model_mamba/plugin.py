@@ -8,3 +8,5 @@ CERA_PLUGIN_API = ">=2,<3"
 @cera.hookimpl
 def cera_register_models(register):
     register(cera.ModelFamily(name="mamba2", architectures=("mamba2",), factory="cera_model_mamba.mamba2:Mamba2Model"))
+    register(cera.ModelFamily(name="granitehybrid", architectures=("granitehybrid",),
+                              factory="cera_model_mamba.granitehybrid:GraniteHybridModel"))  # fmt: skip
