@@ -110,5 +110,17 @@ def test_added_paths_and_clear_errors(llm_home, smollm2_path, tmp_path):
     broken = run_llm("-m", "cera/bad", "hi")
     assert broken.returncode == 1
     assert "Error: cera: " in broken.stderr and "bad magic" in broken.stderr and "Traceback" not in broken.stderr
-    schema = run_llm("-m", "cera", "hi", "--schema", "name str")
-    assert schema.returncode == 1 and "does not support schemas" in schema.stderr
+
+
+def test_schema_constrains_the_reply_to_json_of_that_shape(llm_home, smollm2_path):
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    r = run_llm("-m", "cera", "Invent a person.", "--schema", json.dumps(schema), "-o", "temperature", "0")
+    assert r.returncode == 0, r.stderr
+    value = json.loads(r.stdout)
+    assert set(value) == {"name", "age"}
+    assert isinstance(value["name"], str) and len(value["name"]) <= 24 and isinstance(value["age"], int)

@@ -130,6 +130,13 @@ def _load(source: str):
         return _loaded[path]
 
 
+def _say(chat, text: str, options):
+    """Add a user message and stream the reply: cera's chat coordinator takes the message
+    with `reply`; the earlier `Chat` took it in `stream`."""
+    reply = getattr(chat, "reply", None)
+    return reply(text, options) if reply is not None else chat.stream(text, options)
+
+
 def _text_of(message) -> str:
     from llm.parts import TextPart
 
@@ -138,9 +145,10 @@ def _text_of(message) -> str:
 
 class CeraModel(llm.Model):
     can_stream = True
-    # cera's JSON-Schema constraint and tool calling are other issues of cera (13, 14);
-    # until they land, llm refuses --schema and tools for these models with its own message.
-    supports_schema = False
+    # --schema: cera's JSON-Schema constraint (cera.grammar) masks every token that would
+    # leave the schema, so the reply is JSON of that shape. Tool calling is not released in
+    # cera yet: llm refuses tools for these models with its own message.
+    supports_schema = True
     supports_tools = False
 
     class Options(llm.Options):
@@ -214,14 +222,17 @@ class CeraModel(llm.Model):
         greedy = values.get("temperature", 0.8) == 0
         seed = None if greedy else (o.seed if o.seed is not None and o.seed >= 0 else secrets.randbelow(2**32))
         values["seed"] = seed
+        if prompt.schema:
+            values["json_schema"] = prompt.schema
         messages = self._messages(prompt, conversation)
         if not messages or messages[-1]["role"] != "user":
             raise llm.ModelError("cera needs a user message to answer")
         try:
             options = GenerateOptions(**values)
             chat = self._chat(conversation.id if conversation is not None else None, o.ctx_size)
+            # the whole conversation as llm has it: the session keeps what still matches
             chat.messages = messages[:-1]
-            for chunk in chat.stream(messages[-1]["content"], options):
+            for chunk in _say(chat, messages[-1]["content"], options):
                 yield chunk
         except CeraError as e:
             raise llm.ModelError(f"cera: {e}") from e

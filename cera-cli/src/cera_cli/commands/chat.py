@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from ..conversation import messages_of, prompt_length, say, set_messages
 from ..options import (
     Console,
     context_hint,
@@ -113,18 +114,13 @@ class ChatLoop:
 
     # -- the context ----------------------------------------------------------------------
 
-    def _start(self) -> int:
+    @staticmethod
+    def _start(msgs) -> int:
         """Index of the first message that may be dropped (after the system message)."""
-        msgs = self.conversation.messages
         return 1 if msgs and msgs[0]["role"] == "system" else 0
 
-    def _tokens_with(self, text: str) -> int:
-        msgs = self.conversation.messages
-        msgs.append({"role": "user", "content": text})
-        try:
-            return len(self.conversation.prompt_tokens())
-        finally:
-            msgs.pop()
+    def _tokens_with(self, msgs, text: str) -> int:
+        return prompt_length(self.conversation, msgs + [{"role": "user", "content": text}])
 
     def make_room(self, text: str) -> bool:
         """Drop the oldest exchanges until this message and room for a reply fit the
@@ -133,21 +129,22 @@ class ChatLoop:
         limit = self.options.max_tokens
         # Room kept for the reply; with --context-shift the session makes room as it writes.
         reserve = 0 if self.options.context_shift else min(limit if limit else n_ctx // 4, n_ctx // 2)
-        msgs = self.conversation.messages
+        msgs = messages_of(self.conversation)
         dropped = 0
-        while self._tokens_with(text) + reserve > n_ctx and len(msgs) > self._start():
-            start = self._start()
+        while self._tokens_with(msgs, text) + reserve > n_ctx and len(msgs) > self._start(msgs):
+            start = self._start(msgs)
             del msgs[start]
-            if len(msgs) > start and msgs[start]["role"] != "user":
-                del msgs[start]  # the reply of the dropped message goes with it
+            while len(msgs) > start and msgs[start]["role"] != "user":
+                del msgs[start]  # the reply (and any tool turns) of the dropped message go with it
             dropped += 1
         if dropped:
+            set_messages(self.conversation, msgs)
             self.dropped += dropped
             self.console.note(
                 f"cera: the context ({n_ctx} tokens) is full: dropped the {dropped} oldest exchange"
                 f"{'s' if dropped > 1 else ''} to make room ({self.dropped} so far); {context_hint(self.session)} to keep more"
             )
-        need = self._tokens_with(text)
+        need = self._tokens_with(msgs, text)
         if need + (1 if self.options.context_shift else reserve) > n_ctx:
             self.console.note(
                 f"cera: this message is {need} tokens with the conversation's start and the reply needs room too, "
@@ -164,7 +161,7 @@ class ChatLoop:
         shifted = self.session.n_shifted
         out = sys.stdout
         with StopOnInterrupt(self.session):
-            for chunk in self.conversation.stream(text, self.options):
+            for chunk in say(self.conversation, text, self.options):
                 out.write(chunk)
                 out.flush()
         out.write("\n")
@@ -213,13 +210,13 @@ class ChatLoop:
     def clear(self) -> None:
         from cera.chat import Chat
 
-        msgs = self.conversation.messages
+        msgs = messages_of(self.conversation)
         system = msgs[0]["content"] if msgs and msgs[0]["role"] == "system" else None
         self.session.reset()
         self.conversation = Chat(self.session, system=system)
 
     def system(self, text: str) -> None:
-        msgs = self.conversation.messages
+        msgs = messages_of(self.conversation)
         has = bool(msgs) and msgs[0]["role"] == "system"
         if not text:
             self.console.note(f"cera: system message: {msgs[0]['content']}" if has else "cera: no system message")
@@ -228,6 +225,7 @@ class ChatLoop:
             msgs[0]["content"] = text
         else:
             msgs.insert(0, {"role": "system", "content": text})
+        set_messages(self.conversation, msgs)
         self.console.note("cera: system message set (the next turn evaluates the conversation again)")
 
     def save(self, arg: str) -> None:
@@ -241,7 +239,7 @@ class ChatLoop:
         except CeraError as e:
             self.console.note(f"cera: {e}")
             return
-        n = sum(1 for m in self.conversation.messages if m["role"] == "user")
+        n = sum(1 for m in messages_of(self.conversation) if m["role"] == "user")
         self.console.note(f"cera: saved the conversation ({n} message{'s' if n != 1 else ''}) to {arg}")
 
     def load(self, arg: str) -> None:
@@ -269,7 +267,7 @@ class ChatLoop:
             self.console.note(f"cera: cannot load {arg}: {e}")
             return
         self.conversation = conversation
-        n = sum(1 for m in conversation.messages if m["role"] == "user")
+        n = sum(1 for m in messages_of(conversation) if m["role"] == "user")
         self.console.note(f"cera: loaded {arg}: {n} message{'s' if n != 1 else ''}, {self.session.n_tokens} tokens evaluated")
 
 

@@ -75,11 +75,11 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     if use_chat:
         from cera.chat import Chat
 
+        from ..conversation import messages_of, prompt_length, say
+
         conversation = Chat(session, system=system)
-        conversation.messages.append({"role": "user", "content": text})
-        n_prompt = len(conversation.prompt_tokens())
-        conversation.messages.pop()
-        chunks = conversation.stream(text, options)
+        n_prompt = prompt_length(conversation, messages_of(conversation) + [{"role": "user", "content": text}])
+        chunks = say(conversation, text, options)
     else:
         if system:
             raise click.UsageError("--system needs --chat (a raw prompt has no system turn)")
