@@ -21,7 +21,7 @@
 #endif
 
 typedef struct {
-    int avx2, fma, f16c, avx512, avx512vnni, neon_dotprod;
+    int avx2, fma, f16c, avx512, avx512vnni, avx512bf16, neon_dotprod;
 } cpu_features;
 
 static cpu_features detect(void) {
@@ -48,6 +48,8 @@ static cpu_features detect(void) {
                   avx512vl = (b >> 31) & 1;
         f.avx512 = f.avx2 && os_avx512 && avx512f && avx512dq && avx512bw && avx512vl;
         f.avx512vnni = f.avx512 && ((c >> 11) & 1);
+        __cpuid_count(7, 1, a, b, c, d);
+        f.avx512bf16 = f.avx512 && ((a >> 5) & 1);
     }
 #elif defined(__aarch64__)
 #if defined(__APPLE__)
@@ -171,6 +173,7 @@ cera_ctx *cera_ctx_new(int n_threads, const char *name, char *err, int err_len) 
     ctx->lock = mu;
     cera_kernels_init_scalar(&ctx->k);
     if (v->init) v->init(&ctx->k);
+    if (detect().avx512bf16) cera_kernels_bf16_dp(&ctx->k);
     ctx->k.name = v->name;
     ctx->pool = cera_pool_new(n_threads);
     if (!ctx->pool) {

@@ -310,6 +310,8 @@ int cera_kernels_init_avx2(cera_kernels *k);
 int cera_kernels_init_avx512(cera_kernels *k);
 int cera_kernels_init_avx512vnni(cera_kernels *k);
 int cera_kernels_init_neon(cera_kernels *k);
+/* On a CPU with AVX512_BF16: BF16 products as llama.cpp's build for it (vdpbf16ps). */
+void cera_kernels_bf16_dp(cera_kernels *k);
 
 /* The scalar activation quantizers, shared by every variant (a SIMD quantizer must
  * produce the same bytes). */

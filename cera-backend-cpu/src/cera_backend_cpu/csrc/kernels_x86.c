@@ -98,6 +98,10 @@
         k->dot[T_Q4_K] = dot_q4_K_##V;                         \
         k->dot[T_Q5_K] = dot_q5_K_##V;                         \
         k->dot[T_Q6_K] = dot_q6_K_##V;                         \
+        k->dotm[T_F32] = dotm_f32_##V;                         \
+        k->dotm[T_F16] = dotm_f16_##V;                         \
+        k->dotm[T_BF16] = dotm_bf16_##V;                       \
+        k->dotm_rows[T_F32] = k->dotm_rows[T_F16] = k->dotm_rows[T_BF16] = 4; \
         k->dot4[T_Q4_0] = dot4_q4_0_##V;                       \
         k->dot4[T_Q4_1] = dot4_q4_1_##V;                       \
         k->dot4[T_Q5_0] = dot4_q5_0_##V;                       \
@@ -151,10 +155,23 @@ X86_INIT(avx2)
 X86_INIT(avx512)
 X86_INIT(avx512vnni)
 
+/* llama.cpp built for a CPU with AVX512_BF16 takes vdpbf16ps for BF16 weights: the
+ * 512-bit variants follow it there (dispatch.c asks the CPU). */
+void cera_kernels_bf16_dp(cera_kernels *k) {
+    if (k->dot[T_BF16] == dot_bf16_avx512) {
+        k->dot[T_BF16] = dot_bf16_dp_avx512;
+        k->dotm[T_BF16] = dotm_bf16_dp_avx512;
+    } else if (k->dot[T_BF16] == dot_bf16_avx512vnni) {
+        k->dot[T_BF16] = dot_bf16_dp_avx512vnni;
+        k->dotm[T_BF16] = dotm_bf16_dp_avx512vnni;
+    }
+}
+
 #else /* not x86-64 with GCC or clang */
 
 int cera_kernels_init_avx2(cera_kernels *k) { (void)k; return 0; }
 int cera_kernels_init_avx512(cera_kernels *k) { (void)k; return 0; }
 int cera_kernels_init_avx512vnni(cera_kernels *k) { (void)k; return 0; }
+void cera_kernels_bf16_dp(cera_kernels *k) { (void)k; }
 
 #endif

@@ -65,7 +65,11 @@ typedef struct {
  * llama.cpp sums one activation row (vec_dot) in two sets of lanes and several (tinyBLAS)
  * in one, and dotm follows the latter, so rows that must keep the one-row arithmetic take
  * dot there. */
-static int dotm_is_dot(int t) { return t != T_IQ4_NL; }
+static int dotm_is_dot(int t) { return t != T_IQ4_NL && t != T_F32 && t != T_F16 && t != T_BF16; }
+
+/* Float weights: dotm is llama.cpp's tinyBLAS, which takes products of a multiple of 4
+ * weight rows only (vec_dot does the others). */
+static int dotm_takes(int t, int64_t N) { return !(t == T_F32 || t == T_F16 || t == T_BF16) || N % 4 == 0; }
 
 /* Rows [t0, t0 + rows) of member i (rows <= R) for every activation row, through the
  * many-row microkernel (gemm.c); a short tile goes through a buffer, so that every row of
@@ -107,7 +111,8 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
         if (*gs)
             for (; rg < r1; rg += R) gemm_tile(job, i, rg, r1 - rg < R ? (int)(r1 - rg) : R, *gs);
     }
-    cera_dotm_fn dotm = job->M > 1 && (!job->one_row || dotm_is_dot(p->wtype)) ? job->k->dotm[p->wtype] : NULL;
+    cera_dotm_fn dotm = job->M > 1 && (!job->one_row || dotm_is_dot(p->wtype)) && dotm_takes(p->wtype, p->N)
+                            ? job->k->dotm[p->wtype] : NULL;
     for (int64_t m0 = 0; m0 < job->M && rg < r1; m0 += TILE_COLS) {
         const int64_t m1 = m0 + TILE_COLS < job->M ? m0 + TILE_COLS : job->M;
         if (dotm) {
@@ -330,7 +335,8 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
          * M <= TILE_COLS activation rows */
         int one_pass = M <= TILE_COLS;
         for (int j = i; j < (glu_op >= 0 ? 2 : i + 1); j++)
-            one_pass = one_pass && !job.gemm[j] && ctx->k.dotm[mem[j].wtype] && (!job.one_row || dotm_is_dot(mem[j].wtype));
+            one_pass = one_pass && !job.gemm[j] && ctx->k.dotm[mem[j].wtype] && (!job.one_row || dotm_is_dot(mem[j].wtype)) &&
+                       dotm_takes(mem[j].wtype, mem[j].N);
         int64_t chunk;
         if (M == 1) {
             /* decode: about 4 chunks per thread, at least 16 rows each */
