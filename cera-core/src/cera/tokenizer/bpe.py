@@ -55,6 +55,10 @@ class BPEEncoder:
         return tuple(out)
 
     def _merge(self, word: str) -> list[str]:
+        # The queue holds one int per candidate merge, rank << 32 | left: the same order as
+        # (rank, left) tuples at a fraction of their memory. An entry is checked when it
+        # comes out: the symbols at `left` and after it still merge with that rank (a rank
+        # names exactly one pair), or the entry is stale and skipped.
         ranks = self.merges
         texts = list(word)
         n = len(texts)
@@ -63,19 +67,25 @@ class BPEEncoder:
         prv = list(range(-1, n - 1))
         heap = []
         for i in range(n - 1):
-            pair = texts[i] + texts[i + 1]
             r = ranks.get(texts[i] + " " + texts[i + 1])
             if r is not None:
-                heap.append((r, i, i + 1, pair))
+                heap.append(r << 32 | i)
         if not heap:
             return texts
         heapq.heapify(heap)
         pop, push = heapq.heappop, heapq.heappush
+        low = (1 << 32) - 1
         while heap:
-            _, left, right, pair = pop(heap)
-            lt, rt = texts[left], texts[right]
-            if not lt or not rt or lt + rt != pair:
+            key = pop(heap)
+            left = key & low
+            right = nxt[left]
+            lt = texts[left]
+            if right < 0 or not lt:
+                continue
+            rt = texts[right]
+            if ranks.get(lt + " " + rt) != key >> 32:
                 continue  # stale: one side has changed since this pair was queued
+            pair = lt + rt
             texts[left] = pair
             texts[right] = ""
             after = nxt[right]
@@ -86,11 +96,11 @@ class BPEEncoder:
             if before >= 0:
                 r = ranks.get(texts[before] + " " + pair)
                 if r is not None:
-                    push(heap, (r, before, left, texts[before] + pair))
+                    push(heap, r << 32 | before)
             if after >= 0:
                 r = ranks.get(pair + " " + texts[after])
                 if r is not None:
-                    push(heap, (r, left, after, pair + texts[after]))
+                    push(heap, r << 32 | left)
         return [t for t in texts if t]
 
     def _bytes(self, symbol: str) -> list[int]:

@@ -18,10 +18,15 @@ class SPMEncoder:
         self.token_to_id = token_to_id
         self.scores = scores.tolist() if hasattr(scores, "tolist") else list(scores)
         self._byte_ids: dict[int, int] = {}
+        # Each token's place in score order (highest first, equal scores sharing one), so a
+        # queue entry is one int, place << 32 | left: the order of (-score, left) tuples at
+        # a fraction of their memory on long texts.
+        order = {sc: k for k, sc in enumerate(sorted(set(self.scores), reverse=True))}
+        self.place = [order[sc] for sc in self.scores]
 
     def encode(self, text: str, out: list[int]) -> None:
         t2i = self.token_to_id
-        scores = self.scores
+        place = self.place
         texts = list(text)
         n = len(texts)
         if n == 0:
@@ -31,17 +36,22 @@ class SPMEncoder:
         prv = list(range(-1, n - 1))
         heap = []
         for i in range(n - 1):
-            pair = texts[i] + texts[i + 1]
-            tid = t2i.get(pair)
+            tid = t2i.get(texts[i] + texts[i + 1])
             if tid is not None:
-                # max-heap on score, then the leftmost; the pair text validates the entry
-                heap.append((-scores[tid], i, i + 1, pair))
+                heap.append(place[tid] << 32 | i)
         heapq.heapify(heap)
         pop, push = heapq.heappop, heapq.heappush
+        low = (1 << 32) - 1
         while heap:
-            _, left, right, pair = pop(heap)
-            lt, rt = texts[left], texts[right]
-            if not lt or not rt or len(lt) + len(rt) != len(pair):
+            key = pop(heap)
+            left = key & low
+            right = nxt[left]
+            lt = texts[left]
+            if right < 0 or not lt:
+                continue
+            pair = lt + texts[right]
+            tid = t2i.get(pair)
+            if tid is None or place[tid] != key >> 32:
                 continue  # one side was merged since this pair was queued
             texts[left] = pair
             texts[right] = ""
@@ -51,15 +61,13 @@ class SPMEncoder:
                 prv[after] = left
             before = prv[left]
             if before >= 0:
-                cand = texts[before] + pair
-                tid = t2i.get(cand)
+                tid = t2i.get(texts[before] + pair)
                 if tid is not None:
-                    push(heap, (-scores[tid], before, left, cand))
+                    push(heap, place[tid] << 32 | before)
             if after >= 0:
-                cand = pair + texts[after]
-                tid = t2i.get(cand)
+                tid = t2i.get(pair + texts[after])
                 if tid is not None:
-                    push(heap, (-scores[tid], left, after, cand))
+                    push(heap, place[tid] << 32 | left)
         append = out.append
         i = 0
         while i >= 0:

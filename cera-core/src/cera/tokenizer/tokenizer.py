@@ -454,28 +454,46 @@ def _unescape_rwkv(text: str) -> bytes:
 
 
 class _RWKVEncoder:
-    """RWKV "world" tokenizer: greedy longest match over the unescaped token bytes."""
+    """RWKV "world" tokenizer: greedy longest match over the unescaped token bytes.
+
+    A byte trie, as llama.cpp's: each position costs at most the longest token's length.
+    A token that unescapes to nothing can never be matched (it would match forever without
+    moving on), nor can one longer than `MAX_MATCH_BYTES` (no real vocabulary has one)."""
+
+    MAX_MATCH_BYTES = 1024
 
     def __init__(self, vocab: Vocab):
         self.unk = vocab.special["unk"]
-        self.tokens: dict[bytes, int] = {}
+        self.trie: dict = {}
         for i, t in enumerate(vocab.tokens):
-            self.tokens[_unescape_rwkv(t)] = i
-        self.lengths = sorted({len(b) for b in self.tokens}, reverse=True)
+            b = _unescape_rwkv(t)
+            if not b or len(b) > self.MAX_MATCH_BYTES:
+                continue
+            node = self.trie
+            for c in b:
+                node = node.setdefault(c, {})
+            node[-1] = i  # the last token with these bytes wins, as in llama.cpp's trie
 
     def encode(self, text: str, out: list[int]) -> None:
         data = text.encode("utf-8", "surrogatepass")
         pos, n = 0, len(data)
+        trie = self.trie
         while pos < n:
-            for ln in self.lengths:
-                if pos + ln <= n:
-                    tid = self.tokens.get(data[pos : pos + ln])
-                    if tid is not None:
-                        out.append(tid)
-                        pos += ln
-                        break
+            node = trie
+            best = best_len = 0
+            k = pos
+            while k < n:
+                node = node.get(data[k])
+                if node is None:
+                    break
+                k += 1
+                tid = node.get(-1)
+                if tid is not None:
+                    best, best_len = tid, k - pos
+            if best_len:
+                out.append(best)
+                pos += best_len
             else:
                 if self.unk is not None:
                     out.append(self.unk)
                 pos += 1
-

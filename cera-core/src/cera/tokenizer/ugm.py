@@ -16,6 +16,7 @@ from ..errors import TokenizerError
 from .vocab import ATTR_NORMAL, ATTR_UNUSED, ATTR_USER_DEFINED, Vocab
 
 _SPACE = "\u2581".encode()
+MAX_MATCH_BYTES = 1024
 
 
 def _utf8_len(b: int) -> int:
@@ -52,18 +53,30 @@ class UGMEncoder:
         self.user_scores = {i: 0.0 for b, i in self.tokens.items() if b in self.user_defined}
         # float arithmetic, as llama.cpp computes it
         self.unknown_score = float(np.float32(min_score) - np.float32(10.0))
-        self.token_lengths = sorted({len(b) for b in self.tokens})
+        # Tokens longer than MAX_MATCH_BYTES are never matched: no real vocabulary has one,
+        # and a hostile file's would make every position of the text cost that much.
+        self.token_lengths = sorted({len(b) for b in self.tokens if len(b) <= MAX_MATCH_BYTES})
         # llama.cpp's user-defined matcher returns the longest stretch that follows a path
-        # of its trie, whether or not that path spells a whole token: keep every prefix.
-        self.user_prefixes = {b[:k] for b in self.user_defined for k in range(1, len(b) + 1)}
-        self.user_lengths = sorted({len(b) for b in self.user_prefixes}, reverse=True)
+        # of its trie, whether or not that path spells a whole token: a trie of their bytes
+        # (its size is the tokens' total length, where a set of every prefix would be its square).
+        self.user_trie: dict = {}
+        for b in self.user_defined:
+            node = self.user_trie
+            for c in b[:MAX_MATCH_BYTES]:
+                node = node.setdefault(c, {})
 
     # -- normalisation ----------------------------------------------------------------
 
     def _normalize_prefix(self, data: bytes, off: int) -> tuple[bytes, int]:
-        for n in self.user_lengths:
-            if off + n <= len(data) and data[off : off + n] in self.user_prefixes:
-                return data[off : off + n], n
+        node = self.user_trie
+        n = 0
+        while off + n < len(data):
+            node = node.get(data[off + n])
+            if node is None:
+                break
+            n += 1
+        if n:
+            return data[off : off + n], n
         best_len = 0
         best_off = 0
         xcda = self.xcda
@@ -79,7 +92,7 @@ class UGMEncoder:
                 return (v >> 10) << ((v & (1 << 9)) >> 6)
 
             idx = base(node(0))
-            for p in range(off, len(data)):
+            for p in range(off, min(len(data), off + MAX_MATCH_BYTES)):
                 c = data[p]
                 if c == 0:
                     break

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from . import unicode as uc
 
+# Tokens longer than this are never matched (no real vocabulary has one; a hostile file's
+# would make every position cost that much).
+MAX_MATCH_CHARS = 1024
+
 
 def _is_chinese(cp: int) -> bool:
     return (
@@ -32,6 +36,9 @@ class WPMEncoder:
         self.lowercase = lowercase
         self.strip_accents = strip_accents
         self.cache: dict[str, tuple[int, ...]] = {}
+        # As llama.cpp: a match is tried from the longest token length down, not from the
+        # end of the word, so a long word costs its length times this, not its square.
+        self.max_len = min(max((len(t) for t in token_to_id), default=1), MAX_MATCH_CHARS)
 
     def words(self, text: str) -> list[str]:
         cats = uc.category_bytes()
@@ -65,6 +72,8 @@ class WPMEncoder:
             ids = self.cache.get(word)
             if ids is None:
                 ids = self._word(word)
+                if len(self.cache) > 200_000:
+                    self.cache.clear()
                 self.cache[word] = ids
             out.extend(ids)
 
@@ -76,7 +85,7 @@ class WPMEncoder:
         i = 0
         while i < n:
             # the longest token starting at i
-            j = n
+            j = min(n, i + self.max_len)
             while j > i:
                 tid = t2i.get(w[i:j])
                 if tid is not None:
