@@ -12,8 +12,6 @@ from cera.testing import conformance
 from .conftest import needs_vulkan
 
 TINY = sorted((Path(__file__).resolve().parent.parent / "models" / "reference" / "tiny").glob("tiny-*.gguf"))
-# hybrid and mixture-of-experts families use ops this backend does not have yet
-NOT_YET = {"tiny-lfm2"}
 
 
 def _cases():
@@ -31,10 +29,33 @@ def test_op(vulkan, case):
 
 
 @needs_vulkan
+@pytest.mark.parametrize("case", [c for c in _cases() if c.op == "linear" and "x" not in c.name.split(",")[-1]], ids=str)
+def test_tiled_products(case):
+    """The tiled kernel of many-row products (a GPU's choice) on every weight type, also
+    on a software adapter, whose own choice is the row kernel."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    b = VulkanBackend()
+    b.tiled = True
+    conformance.check_op(b, case)
+
+
+@needs_vulkan
 @pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
 def test_tiny_family(vulkan, path):
-    if path.stem in NOT_YET:
-        pytest.skip(f"{path.stem} uses ops (conv1d_causal, moe) the Vulkan backend does not have yet")
+    from cera.engine import model_ops, read_model
+    from cera.errors import CeraError
+    from cera.gguf import GGUFFile
+    from cera.plugins import get_manager
+
+    try:
+        with GGUFFile(path) as g:
+            _, model, _ = read_model(g, get_manager())
+            missing = vulkan.missing_ops(model_ops(model, 64))
+    except CeraError as e:
+        pytest.skip(f"{path.stem}: {e}")
+    if missing:
+        pytest.skip(f"{path.stem} uses ops {missing} the Vulkan backend does not have yet")
     # F32 weights and f32 arithmetic throughout; the reference uses float64 and the gemma
     # families' GELU through ggml's f16 table is the largest term (conformance.TOL_F16_TABLE)
     conformance.check_model(vulkan, path, tolerance=conformance.TOL_F16_TABLE)

@@ -214,6 +214,9 @@ class VulkanBackend(Backend):
         self.device_index = device_index
         self.memory_limit = memory_limit
         self.profile = bool(profile)
+        # products of many rows: None chooses (tiled on GPUs, row kernels on software
+        # adapters); True/False forces it (tests run the tiled kernel on lavapipe)
+        self.tiled: bool | None = None
         self._ctx = None
         found = gpu.adapters()
         if not found:
@@ -273,7 +276,7 @@ class VulkanBackend(Backend):
     # -- compiling -----------------------------------------------------------------------------
 
     def compile_key(self) -> tuple:
-        return (self.device_index,)  # ``profile`` is read by each run: no recompiling
+        return (self.device_index, self.tiled)  # ``profile`` is read by each run: no recompiling
 
     def compile(self, graph, weights, state):
         from .compile import VulkanExecutable

@@ -258,7 +258,12 @@ class VulkanExecutable(Executable):
         # A software adapter (lavapipe) runs a workgroup barrier as a switch between
         # fibres: the barrier-free matvec, 8 rows per pass over the weights, is faster
         # there, and computes every row as a one-row product (so any row mode holds).
-        if K % wgsl.TK or self.ctx.software:
+        if K % wgsl.TK:
+            return False
+        force = self.backend.tiled
+        if force is not None:
+            return force and self.row_mode != 1
+        if self.ctx.software:
             return False
         if self.row_mode == 1:
             return False

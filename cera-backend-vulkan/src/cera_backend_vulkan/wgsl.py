@@ -395,59 +395,60 @@ TM, TN, TK = 64, 64, 32  # the tiled product's tile: rows x features x depth
 def matmul(ggml_type: str) -> str:
     """y = x W^T (+ bias) (+ residual) for many rows: a 64x64 tile of y per workgroup of
     256 threads, each computing 4x4 of it; x and the decoded weights pass through shared
-    memory 32 columns at a time. P as `matvec` (0-11); K must be a multiple of 32."""
+    memory 32 columns at a time. The 4x4 accumulators and the operands are named scalars
+    (generated unrolled): an indexed private array would go to local memory on some GPUs.
+    P as `matvec` (0-11); K must be a multiple of 32."""
+    S = TK + 1
+    acc_decl = "".join(f"    var c{i}{j} = 0.0;\n" for i in range(4) for j in range(4))
+    inner = "".join(f"            let x{i} = xs[(ty * 4u + {i}u) * {S}u + k];\n" for i in range(4))
+    inner += "".join(f"            let w{j} = ws[(tx * 4u + {j}u) * {S}u + k];\n" for j in range(4))
+    inner += "".join(f"            c{i}{j} = fma(x{i}, w{j}, c{i}{j});\n" for i in range(4) for j in range(4))
+    stores = ""
+    for i in range(4):
+        for j in range(4):
+            stores += f"    store(m0 + ty * 4u + {i}u, n0 + tx * 4u + {j}u, c{i}{j});\n"
     return HEADER + ARENA_F32 + weight_lib(ggml_type, "W0", 2) + f"""
-var<workgroup> xs: array<f32, {TM * (TK + 1)}>;
-var<workgroup> ws: array<f32, {TN * (TK + 1)}>;
+var<workgroup> xs: array<f32, {TM * S}>;
+var<workgroup> ws: array<f32, {TN * S}>;
+fn store(m: u32, n: u32, v: f32) {{
+    if (m >= P(2u) || n >= P(1u)) {{ return; }}
+    let col = n + P(10u);
+    var y = v;
+    if (P(7u) != 0u) {{ y += A[P(7u) - 1u + col]; }}
+    if (P(8u) != 0u) {{ y += A[P(8u) - 1u + m * P(9u) + col]; }}
+    A[P(5u) + m * P(6u) + col] = y;
+}}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
     let K = P(0u); let N = P(1u); let M = P(2u);
+    let xo = P(3u); let xstride = P(4u); let wrow = P(11u);
     let n0 = wid.x * {TN}u; let m0 = wid.y * {TM}u;
     let tx = t & 15u; let ty = t >> 4u;
-    var acc: array<f32, 16>;
-    for (var i = 0u; i < 16u; i++) {{ acc[i] = 0.0; }}
+{acc_decl}
     // the weight group this thread decodes: feature n0 + (t >> 2), columns 8 (t & 3)
     let wn = t >> 2u; let wg = t & 3u;
+    let wvalid = n0 + wn < N;
+    let wbase = (n0 + wn) * wrow;
+    // the x values this thread loads: column t & 31, rows (t >> 5) + 8 i
+    let xc = t & 31u; let xr = t >> 5u;
     for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
         for (var i = 0u; i < 8u; i++) {{
-            let e = t + i * 256u;
-            let r = e >> 5u; let c = e & 31u;
+            let r = xr + 8u * i;
             var v = 0.0;
-            if (m0 + r < M) {{ v = A[P(3u) + (m0 + r) * P(4u) + k0 + c]; }}
-            xs[r * {TK + 1}u + c] = v;
+            if (m0 + r < M) {{ v = A[xo + (m0 + r) * xstride + k0 + xc]; }}
+            xs[r * {S}u + xc] = v;
         }}
         var w = V8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (n0 + wn < N) {{ w = dq8_W0((n0 + wn) * P(11u), k0 / 8u + wg); }}
-        let wo = wn * {TK + 1}u + wg * 8u;
+        if (wvalid) {{ w = dq8_W0(wbase, k0 / 8u + wg); }}
+        let wo = wn * {S}u + wg * 8u;
         ws[wo] = w.a.x; ws[wo + 1u] = w.a.y; ws[wo + 2u] = w.a.z; ws[wo + 3u] = w.a.w;
         ws[wo + 4u] = w.b.x; ws[wo + 5u] = w.b.y; ws[wo + 6u] = w.b.z; ws[wo + 7u] = w.b.w;
         workgroupBarrier();
         for (var k = 0u; k < {TK}u; k++) {{
-            var xv: array<f32, 4>; var wv: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {{
-                xv[i] = xs[(ty * 4u + i) * {TK + 1}u + k];
-                wv[i] = ws[(tx * 4u + i) * {TK + 1}u + k];
-            }}
-            for (var i = 0u; i < 4u; i++) {{
-                for (var j = 0u; j < 4u; j++) {{ acc[i * 4u + j] = fma(xv[i], wv[j], acc[i * 4u + j]); }}
-            }}
-        }}
+{inner}        }}
         workgroupBarrier();
     }}
-    for (var i = 0u; i < 4u; i++) {{
-        let m = m0 + ty * 4u + i;
-        if (m >= M) {{ continue; }}
-        for (var j = 0u; j < 4u; j++) {{
-            let n = n0 + tx * 4u + j;
-            if (n >= N) {{ continue; }}
-            let col = n + P(10u);
-            var y = acc[i * 4u + j];
-            if (P(7u) != 0u) {{ y += A[P(7u) - 1u + col]; }}
-            if (P(8u) != 0u) {{ y += A[P(8u) - 1u + m * P(9u) + col]; }}
-            A[P(5u) + m * P(6u) + col] = y;
-        }}
-    }}
-}}
+{stores}}}
 """
 
 
@@ -519,16 +520,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 """
 
 
+NORM_WG = 256
+
+
 def norm() -> str:
     """rms_norm (P(0) = 0) and layer_norm (1) of rows: one workgroup a row. P: 1 rows,
     2 row length, 3 x offset, 4 out offset, 5 weight offset + 1, 6 bias offset + 1, 7 eps.
     Sums in f32 over the workgroup's tree."""
     return HEADER + ARENA_F32 + GRID + f"""
-var<workgroup> red: array<f32, {WG}>;
+var<workgroup> red: array<f32, {NORM_WG}>;
 fn wsum(v: f32, t: u32) -> f32 {{
     red[t] = v;
     workgroupBarrier();
-    for (var s = {WG // 2}u; s > 0u; s >>= 1u) {{
+    for (var s = {NORM_WG // 2}u; s > 0u; s >>= 1u) {{
         if (t < s) {{ red[t] += red[t + s]; }}
         workgroupBarrier();
     }}
@@ -536,7 +540,7 @@ fn wsum(v: f32, t: u32) -> f32 {{
     workgroupBarrier();
     return r;
 }}
-@compute @workgroup_size({WG})
+@compute @workgroup_size({NORM_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
     let r = wg_linear(wid, nwg);
     if (r >= P(1u)) {{ return; }}
@@ -545,14 +549,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var mean = 0.0;
     if (P(0u) == 1u) {{
         var s = 0.0;
-        for (var i = t; i < n; i += {WG}u) {{ s += A[x + i]; }}
+        for (var i = t; i < n; i += {NORM_WG}u) {{ s += A[x + i]; }}
         mean = wsum(s, t) / f32(n);
     }}
     var q = 0.0;
-    for (var i = t; i < n; i += {WG}u) {{ let d = A[x + i] - mean; q += d * d; }}
+    for (var i = t; i < n; i += {NORM_WG}u) {{ let d = A[x + i] - mean; q += d * d; }}
     let inv = inverseSqrt(wsum(q, t) / f32(n) + PF(7u));
     let o = P(4u) + r * n;
-    for (var i = t; i < n; i += {WG}u) {{
+    for (var i = t; i < n; i += {NORM_WG}u) {{
         var y = (A[x + i] - mean) * inv;
         if (P(5u) != 0u) {{ y *= A[P(5u) - 1u + i]; }}
         if (P(6u) != 0u) {{ y += A[P(6u) - 1u + i]; }}

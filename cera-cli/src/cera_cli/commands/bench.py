@@ -122,31 +122,40 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
             r = results[-1]
             click.echo(f"{loaded.name:40.40s} {loaded.backend.name:6s} {name:12s} {r['median_tok_s']:10.2f} ± {r['stdev_tok_s']:.2f} tok/s")
     kernels = _kernel_profile(loaded, rng) if profile else None
+    prompt_kernels = _kernel_profile(loaded, rng, max(n_prompt)) if profile and max(n_prompt) > 1 else None
     if as_json:
         click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "parallel": parallel, "kv_type": kv_type, "kv_bytes": kv_bytes, "results": results, "kernel_profile": kernels}, indent=2))
-    elif kernels is not None:
-        total = sum(k["ns"] for k in kernels)
-        click.echo(f"kernels of one decoded token ({sum(k['count'] for k in kernels)} dispatches, {total / 1e3:.1f} us on the device):")
-        for k in kernels:
-            click.echo(f"  {k['kernel']:28s} {k['count']:5d} x {k['ns'] / 1e3:10.1f} us  {100 * k['ns'] / max(total, 1):5.1f} %")
+    else:
+        for what, ks in (("one decoded token", kernels), (f"a prompt pass of {max(n_prompt)} tokens", prompt_kernels)):
+            if ks is None:
+                continue
+            total = sum(k["ns"] for k in ks)
+            click.echo(f"kernels of {what} ({sum(k['count'] for k in ks)} dispatches, {total / 1e3:.1f} us on the device, "
+                       f"each timed in a pass of its own):")  # fmt: skip
+            for k in ks:
+                click.echo(f"  {k['kernel']:28s} {k['count']:5d} x {k['ns'] / 1e3:10.1f} us  {100 * k['ns'] / max(total, 1):5.1f} %")
 
 
-def _kernel_profile(loaded, rng) -> list[dict]:
-    """Per-kernel device time of one decode step, from the backend's timestamp queries."""
+def _kernel_profile(loaded, rng, n_tokens: int = 1) -> list[dict]:
+    """Per-kernel device time of one pass of ``n_tokens`` (1: a decode step after 16
+    tokens), from the backend's timestamp queries."""
     from cera.graph import ARGMAX, Layout
     from cera.runtime import SeqStep
 
     backend = loaded.backend
     if not hasattr(backend, "profile"):
         raise click.UsageError(f"backend {backend.name!r} has no kernel profile (--profile needs the vulkan backend)")
-    session = loaded.new_session(n_ctx=64, n_batch=64, kv_type=KV_TYPE)
+    session = loaded.new_session(n_ctx=n_tokens + 64, n_batch=max(64, n_tokens), kv_type=KV_TYPE)
     session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=16).tolist())
     session.evaluate()
     state = session.state
-    exe = loaded.runner.executable(Layout((1,)), ARGMAX, state)
+    ids = rng.integers(0, loaded.model.n_vocab, size=n_tokens).tolist()
+    layout = Layout((n_tokens,), prompt_rows=n_tokens >= 64)
+    exe = loaded.runner.executable(layout, ARGMAX, state)
     backend.profile = True
     try:
-        loaded.runner.forward(state, [SeqStep(session.slot, [1], [16])], ARGMAX)
+        loaded.runner.forward(state, [SeqStep(session.slot, ids, range(16, 16 + n_tokens))], ARGMAX,
+                              prompt_rows=n_tokens >= 64)  # fmt: skip
     finally:
         backend.profile = False
     by: dict = {}
