@@ -8,9 +8,11 @@
  * vec_dot_type for f16 keys) and runs an online softmax in f32.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "encoder.h"
 #include "internal.h"
 
 #ifndef M_PI
@@ -23,7 +25,6 @@ uint16_t cera_gelu_table[65536];
 
 static const float GELU_COEF_A = 0.044715f;
 static const float SQRT_2_OVER_PI = 0.79788456080286535587989211986876f;
-static const float SQRT_2_INV = 0.70710678118654752440084436210484f;
 
 /* ggml_gelu_f32 as GCC compiles it for llama.cpp (-ffp-contract=fast, the GNU default,
  * on FMA hardware): the inner 1 + a*x*x is one fused multiply-add. Unfused, about one
@@ -177,7 +178,35 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
 
 /* -- activations ---------------------------------------------------------------------------- */
 
+/* gelu_erf (encoder.c's vectorised form) over many values (an encoder's activations) is
+ * split over the pool: the same bits on any thread. */
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t n;
+    atomic_llong next;
+} gelu_erf_job;
+
+#define GELU_ERF_CHUNK 16384
+
+static void gelu_erf_task(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    gelu_erf_job *j = arg;
+    for (;;) {
+        const int64_t i0 = atomic_fetch_add(&j->next, GELU_ERF_CHUNK);
+        if (i0 >= j->n) break;
+        const int64_t i1 = i0 + GELU_ERF_CHUNK < j->n ? i0 + GELU_ERF_CHUNK : j->n;
+        cera_gelu_erf_rows(j->x + i0, j->y + i0, i1 - i0);
+    }
+}
+
 int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n) {
+    if (op == 2 && n >= 4 * GELU_ERF_CHUNK && ctx->n_threads > 1) {
+        gelu_erf_job j = {x, y, n, 0};
+        cera_pool_run(ctx->pool, gelu_erf_task, &j, ctx->n_threads);
+        return CERA_OK;
+    }
     switch (op) {
     case 0: /* the row length is not known here: every value takes the vector formula */
         ctx->k.silu_rows(n, n, x, NULL, y);
@@ -186,7 +215,7 @@ int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n) {
         for (int64_t i = 0; i < n; i++) y[i] = gelu_lookup(x[i]);
         return CERA_OK;
     case 2:
-        for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT_2_INV));
+        cera_gelu_erf_rows(x, y, n);
         return CERA_OK;
     case 3:
         for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
