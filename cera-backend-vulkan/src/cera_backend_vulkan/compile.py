@@ -87,13 +87,24 @@ class VulkanExecutable(Executable):
         self._lock = threading.Lock()
         self.place = placements(graph)
         steps = plan_steps(graph, fuse=True)
-        self.offsets, act_bytes = arena_layout(graph, steps, self.place)
         self.consumers: dict[int, int] = {}
         for node in graph.nodes:
             for t in node.tensors:
                 self.consumers[t.id] = self.consumers.get(t.id, 0) + 1
         for t in graph.outputs.values():
             self.consumers[t.id] = self.consumers.get(t.id, 0) + 1
+        # rms_norms that move into the next step's products kernel: that kernel reads the
+        # norm's input, so for the memory plan the two steps are one (the input must not
+        # share memory with the products' outputs)
+        self._fused_norm: dict[int, object] = {}  # products step index -> the rms_norm node it absorbs
+        planned: list[Step] = []
+        for i, step in enumerate(steps):
+            if i > 0 and self._can_fuse_norm(steps[i - 1], step):
+                self._fused_norm[i] = steps[i - 1].nodes[0]
+                planned[-1] = Step(steps[i - 1].nodes + step.nodes, step.glu, step.residual)
+                continue
+            planned.append(step)
+        self.offsets, act_bytes = arena_layout(graph, planned, self.place)
 
         # the io region: inputs, then the sequence table
         layout = graph.layout
@@ -114,7 +125,11 @@ class VulkanExecutable(Executable):
         self.dispatches: list[Dispatch] = []
         self._wrote_pos = False
 
-        for step in steps:
+        absorbed = {id(n) for n in self._fused_norm.values()}
+        for i, step in enumerate(steps):
+            if id(step.nodes[0]) in absorbed:
+                continue
+            self._norm_now = self._fused_norm.get(i)
             self._lower(step)
 
         size_words = self._const_at
@@ -271,6 +286,20 @@ class VulkanExecutable(Executable):
             return True
         return M > wgsl.MV_ROWS
 
+    def _can_fuse_norm(self, step: Step, nxt: Step) -> bool:
+        """An rms_norm whose output only the next step's products read, run by the
+        row kernel: its normalisation moves into that kernel (wgsl.matvec's ``norm``)."""
+        node = step.nodes[0]
+        if node.op != "rms_norm" or len(step.nodes) != 1 or not nxt.is_products:
+            return False
+        x, w = node.args[0], node.args[1]
+        if isinstance(w, Tensor) or not self.contiguous(x) or nxt.nodes[0].args[0] is not node.out:
+            return False
+        if self.consumers.get(node.out.id, 0) != len(nxt.nodes) or node.out.id in {t.id for t in self.graph.outputs.values()}:
+            return False
+        K = x.shape[-1]
+        return not self._tiled(x.size // K, K) and K % 8 == 0
+
     @staticmethod
     def _mv_rows(M: int) -> int:
         return 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else wgsl.MV_ROWS
@@ -284,9 +313,16 @@ class VulkanExecutable(Executable):
     def _products(self, step: Step) -> None:
         first = step.nodes[0]
         x = first.args[0]
+        norm = getattr(self, "_norm_now", None)
+        nparams: list = []
+        if norm is not None:
+            x = norm.args[0]
+            w = norm.args[1]
+            nparams = [self.operand(w) + 1 if w is not None else 0, f32_bits(norm.attrs["eps"])]
         K = x.shape[-1]
         M = x.size // K
         xs = self.stride(x)
+        fuse = norm is not None
         if K % 8:
             raise UnsupportedOperation(f"backend 'vulkan': products with rows of {K} values (a multiple of 8 is needed)")
         tiled = self._tiled(M, K)
@@ -307,9 +343,9 @@ class VulkanExecutable(Executable):
             kind = glu.attrs["kind"]
             types = (g.ggml_type, u.ggml_type)
             for (r0, rows, bo, bs), (_, _, uo, us) in zip(self._weight_chunks(g, N), self._weight_chunks(u, N), strict=True):
-                params = [K, rows, M, self.off(x), xs, self.off(glu.out), N, 0, 0, 0, r0, g.row_bytes, u.row_bytes]
+                params = [K, rows, M, self.off(x), xs, self.off(glu.out), N, 0, 0, 0, r0, g.row_bytes, u.row_bytes] + nparams
                 R, sg, per = self._mv_rows(M), self.ctx.subgroups, self._mv_per()
-                self._emit(("matvec", types, kind, R, sg, per), lambda: wgsl.matvec(types, kind, sg, R, per), params,
+                self._emit(("matvec", types, kind, R, sg, per, fuse), lambda: wgsl.matvec(types, kind, sg, R, per, fuse), params,
                            -(-rows // per),
                            binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
         else:
@@ -325,15 +361,15 @@ class VulkanExecutable(Executable):
                     res, res_stride = self.off(residual[2]) + 1, residual[2].shape[-1]
                 b = self.operand(bias) + 1 if bias is not None else 0
                 for r0, rows, bo, bs in self._weight_chunks(w, N):
-                    params = [K, rows, M, self.off(x), xs, self.off(out), N, b, res, res_stride, r0, w.row_bytes]
+                    params = [K, rows, M, self.off(x), xs, self.off(out), N, b, res, res_stride, r0, w.row_bytes, 0] + nparams
                     if tiled:
                         self._emit(("matmul", w.ggml_type), lambda t=w.ggml_type: wgsl.matmul(t), params,
                                    (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
                                    label=f"matmul {w.ggml_type}")  # fmt: skip
                     else:
                         R, sg, per = self._mv_rows(M), self.ctx.subgroups, self._mv_per()
-                        self._emit(("matvec", (w.ggml_type,), None, R, sg, per),
-                                   lambda t=w.ggml_type, R=R, sg=sg, per=per: wgsl.matvec((t,), None, sg, R, per),
+                        self._emit(("matvec", (w.ggml_type,), None, R, sg, per, fuse),
+                                   lambda t=w.ggml_type, R=R, sg=sg, per=per, fuse=fuse: wgsl.matvec((t,), None, sg, R, per, fuse),
                                    params, -(-rows // per),
                                    binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
             if glu is not None:

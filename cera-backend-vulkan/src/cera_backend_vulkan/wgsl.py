@@ -295,7 +295,8 @@ MV_ROWS = 8  # activation rows a matvec dispatch multiplies per pass over the we
 MV_WG = 128  # threads of a matvec workgroup
 
 
-def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1) -> str:
+def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1,
+           norm: bool = False) -> str:  # fmt: skip
     """y = x W^T for a few rows of x. With subgroups, each subgroup computes one output
     feature (lane l takes groups of 8 columns l, l + lanes, ...; `subgroupAdd` sums the
     lanes) and a workgroup holds several: no barrier anywhere. Without, a workgroup per
@@ -307,7 +308,12 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Tru
     P: 0 K, 1 N (features in this chunk), 2 M rows, 3 x offset, 4 x row stride, 5 y
     offset, 6 y row stride, 7 bias offset + 1 (0: none), 8 residual offset + 1 (0: none),
     9 residual row stride, 10 first feature of the chunk (added to y's column), 11 weight
-    row bytes, 12 second weight row bytes (glu)."""
+    row bytes, 12 second weight row bytes (glu).
+
+    ``norm``: x is the input of an rms_norm that only these products read (fused: one
+    dispatch less a layer): each row's 1/rms is summed by the subgroup first, x is
+    multiplied by the norm weight (P 13: its offset + 1; 0 none) as it is read, and the
+    sums are scaled by 1/rms (P 14: eps)."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     n_w = len(types)
     R = rows
@@ -319,6 +325,9 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Tru
         fma += f"                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;\n"
         fma += "                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);\n"
         fma += "                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);\n"
+        if norm:
+            fma += "                let xa = xa0 * nwa; let xb = xb0 * nwb;\n"
+            fma = fma.replace("let xa = vec4<f32>(A[xo]", "let xa0 = vec4<f32>(A[xo]").replace("let xb = vec4<f32>(A[xo + 4u]", "let xb0 = vec4<f32>(A[xo + 4u]")
         for i in range(n_w):
             fma += f"                a{i}_{r} += dot(xa, w{i}.a) + dot(xb, w{i}.b);\n"
         fma += "            }\n"
@@ -365,11 +374,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let first = t == 0u;
 """
         lane0 = "t"
+    red_fn = "subgroupAdd(q)" if subgroups else "wsum(q, t)"
+    prologue = ""
+    nw_load = ""
+    if norm:
+        for r in range(R):
+            prologue += f"""        var inv{r} = 1.0;
+        if ({r}u < nr) {{
+            var q = 0.0;
+            for (var g = {lane0}; g < K / 8u; g += step) {{
+                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;
+                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
+                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
+                q += dot(xa, xa) + dot(xb, xb);
+            }}
+            q = {red_fn};
+            inv{r} = inverseSqrt(q / f32(K) + PF(14u));
+        }}
+"""
+        nw_load = """            var nwa = vec4<f32>(1.0); var nwb = vec4<f32>(1.0);
+            if (P(13u) != 0u) {
+                let no = P(13u) - 1u + g * 8u;
+                nwa = vec4<f32>(A[no], A[no + 1u], A[no + 2u], A[no + 3u]);
+                nwb = vec4<f32>(A[no + 4u], A[no + 5u], A[no + 6u], A[no + 7u]);
+            }
+"""
     stores = ""
     for r in range(R):
-        s1 = f"let s1 = a1_{r};" if n_w > 1 else ""
+        s1 = f"let s1 = a1_{r}{f' * inv{r}' if norm else ''};" if n_w > 1 else ""
         stores += f"""        if ({r}u < nr && first) {{
-            var s0 = a0_{r};
+            var s0 = a0_{r}{f' * inv{r}' if norm else ''};
             {s1}
             if (P(7u) != 0u) {{ s0 += A[P(7u) - 1u + col]; }}
             var y = {act};
@@ -381,8 +415,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let col = n + P(10u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
-{decl}        for (var g = {lane0}; g < K / 8u; g += step) {{
-{deq}{fma}        }}
+{decl}{prologue}        for (var g = {lane0}; g < K / 8u; g += step) {{
+{deq}{nw_load}{fma}        }}
 {reduce}{stores}    }}
 {"  }" if subgroups else ""}
 }}
