@@ -54,7 +54,8 @@ BROKEN = {
         HEADER + "import click\n@cera.hookimpl\ndef cera_register_commands(register):\n    register(click.Command('inspect'))\n",
     ),
 }
-# Loaded after tp-good (a later PYTHONPATH entry), so the conflict is deterministic.
+# Listed first on PYTHONPATH, yet tp-good keeps the contested name: plugins register in order
+# of their names (tp-good < tp-zdup), never in the order they are discovered.
 DUPLICATE = HEADER + """
 @cera.hookimpl
 def cera_register_backends(register):
@@ -87,7 +88,7 @@ def sites(tmp_path_factory) -> list[Path]:
     write_dist(first, "tp-good", "1.0.0", {"tp-good": "tp_good"}, {"tp_good": GOOD, "tp_tripwire": TRIPWIRE})
     for name, (mod, source) in BROKEN.items():
         write_dist(first, name, "0.1", {name: mod}, {mod: source})
-    write_dist(second, "tp-dup", "0.2", {"tp-dup": "tp_dup"}, {"tp_dup": DUPLICATE})
+    write_dist(first, "tp-zdup", "0.2", {"tp-zdup": "tp_zdup"}, {"tp_zdup": DUPLICATE})
     return [first, second]
 
 
@@ -141,7 +142,7 @@ def test_json_reports_good_and_broken_plugins(sites):
         "tp-old-api": "targets plugin API '>=3,<4' but this cera-core provides API 2; upgrade the plugin or cera-core",
         "tp-no-api": "does not declare CERA_PLUGIN_API (the plugin-API versions it supports, e.g. '>=2,<3')",
         "tp-cmd-clash": "registers command 'inspect', which is reserved by cera-cli (a built-in command)",
-        "tp-dup": "registers architecture 'tp-arch', which plugin 'tp-good' already registered",
+        "tp-zdup": "registers architecture 'tp-arch', which plugin 'tp-good' already registered",
     }
     for name, error in expected_errors.items():
         entry = plugins[name]
@@ -190,7 +191,7 @@ def test_table_lists_plugins_backends_and_errors(sites):
     assert "  tp-offline  not usable here: tp-offline needs a device this machine lacks" in lines
     errors = lines[lines.index("Errors (these plugins were skipped; everything else works):") + 1 :]
     assert "  tp-broken-import (tp-broken-import 0.1): import of 'tp_broken_import' failed: RuntimeError: this plugin is broken on purpose" in errors
-    assert any(e.startswith("  tp-dup (tp-dup 0.2): registers architecture 'tp-arch'") for e in errors)
+    assert any(e.startswith("  tp-zdup (tp-zdup 0.2): registers architecture 'tp-arch'") for e in errors)
 
 
 def test_allowlist_and_no_plugins_switch(sites):
@@ -199,7 +200,7 @@ def test_allowlist_and_no_plugins_switch(sites):
     only = json.loads(cera(["plugins", "--json"], sites, {"CERA_PLUGINS": "tp-good,tp-old-api"}).stdout)
     assert [(e["name"], e["status"]) for e in only] == [("tp-good", "ok"), ("tp-old-api", "error")]
     text = cera(["plugins"], sites, {"CERA_PLUGINS": "tp-good,tp-typo"}).stdout
-    assert "Not loaded because CERA_PLUGINS does not name them: " in text and "tp-dup" in text
+    assert "Not loaded because CERA_PLUGINS does not name them: " in text and "tp-zdup" in text
     assert "CERA_PLUGINS names tp-typo, which match no installed plugin or distribution." in text
     text = cera(["--no-plugins", "plugins"], sites).stdout
     assert text.startswith("No plugins loaded: plugins are disabled")

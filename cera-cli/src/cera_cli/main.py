@@ -64,14 +64,20 @@ def _disable_plugins() -> None:
     _plugins.set_manager(_plugins.PluginManager(allow=set()))
 
 
-def _plugin_commands() -> dict:
-    return plugin_manager().commands
+def _plugin_commands(timeout: float | None = None) -> dict:
+    return _plugins.get_manager(timeout).commands
+
+
+# `cera --help` lists plugin commands, which needs their plugins imported: it waits this
+# long for them (imports run in parallel) and lists the slower ones' names as not shown,
+# so a plugin that takes seconds to import cannot make the help slow.
+HELP_PLUGIN_WAIT_S = 0.15
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         names = [n for n in BUILTIN_COMMANDS if _exists(n)]
-        names += [n for n in _plugin_commands() if n not in BUILTIN_COMMANDS]
+        names += [n for n in _plugin_commands(HELP_PLUGIN_WAIT_S) if n not in BUILTIN_COMMANDS]
         return sorted(names)
 
     def get_command(self, ctx, name):
@@ -87,7 +93,7 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx, formatter):
         rows = []
-        plugin_cmds = _plugin_commands()
+        plugin_cmds = _plugin_commands(HELP_PLUGIN_WAIT_S)
         for name in self.list_commands(ctx):
             if name in BUILTIN_COMMANDS:
                 rows.append((name, BUILTIN_HELP.get(name, "")))
@@ -97,6 +103,13 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+        slow = [r.name for r in _plugins.get_manager().records if r.error and "did not finish within" in r.error]
+        if slow:
+            formatter.write_paragraph()
+            formatter.write_text(
+                f"Not listed: the commands of plugin(s) {', '.join(slow)}, still importing after "
+                f"{HELP_PLUGIN_WAIT_S:g} s (`cera plugins` waits for them and says more)."
+            )
 
 
 def _exists(name: str) -> bool:

@@ -141,10 +141,15 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
                 raise
             except (BackendUnavailable, PluginError) as e:
                 reason = str(e)
+            except (Exception, SystemExit) as e:  # the plugin's own failure: pass over it under auto
+                reason = f"starting it failed: {type(e).__name__}: {e}"
         if reason is None:
             return backend, notes
         if backend is not None:
-            backend.close()
+            try:
+                backend.close()
+            except Exception:  # noqa: BLE001 - a backend passed over must not abort the choice
+                pass
         if explicit:
             raise BackendUnavailable(f"backend {spec.name!r} cannot run {gguf.path.name}: {reason}")
         reasons.append(f"{spec.name}: {reason}")

@@ -65,12 +65,31 @@ class BackendSpec:
     placeholder: bool = False
 
     def unavailable_reason(self) -> str | None:
+        """None if the backend's availability check passes, else why not. The check is the
+        plugin's code: it runs with a time limit (`PROBE_TIMEOUT_S`), and whatever it raises
+        or a hang is the reason, so a broken check cannot take `cera plugins` or loading down.
+        The answer is kept: a check that hangs costs its time once."""
         if self.available is None:
             return None
+        cached = _probe_results.get(id(self))
+        if cached is not None and cached[0] is self:
+            return cached[1]
+        from . import timelimit
+
         try:
-            return self.available()
-        except Exception as e:  # a broken check must not take the listing down
-            return f"availability check failed: {type(e).__name__}: {e}"
+            reason = timelimit.call(self.available, seconds=PROBE_TIMEOUT_S, name=f"cera-probe:{self.name}")
+        except timelimit.TimedOut:
+            reason = f"availability check did not finish within {PROBE_TIMEOUT_S:g} s"
+        except timelimit.Failed as e:
+            reason = f"availability check failed: {e}"
+        if reason is not None and not isinstance(reason, str):
+            reason = f"availability check returned {type(reason).__name__}, not None or a reason"
+        _probe_results[id(self)] = (self, reason)
+        return reason
+
+
+PROBE_TIMEOUT_S = 5.0
+_probe_results: dict[int, tuple[BackendSpec, str | None]] = {}
 
 
 @attrs.frozen
