@@ -218,11 +218,14 @@ class LoadedModel:
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
         return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch)
 
-    def chat(self, system: str | None = None, **session_options):
-        """A chat on a fresh session, using the model's chat template."""
-        from .chat import Chat
+    def chat(self, system: str | None = None, tools=None, *, tool_format=None, allow_reevaluation: bool = False,
+             **session_options):  # fmt: skip
+        """A chat coordinator (`cera.chat.ChatSession`) on a fresh session, with the model's
+        chat template; ``tools`` are OpenAI-style function specs."""
+        from .chat import ChatSession
 
-        return Chat(self.new_session(**session_options), system=system)
+        return ChatSession(self.new_session(**session_options), system=system, tools=tools, tool_format=tool_format,
+                           allow_reevaluation=allow_reevaluation)  # fmt: skip
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)

@@ -37,6 +37,7 @@ class GenerationSummary:
     drafted: int = 0  # speculative decoding: draft tokens verified
     accepted: int = 0  # ... and kept
     incomplete: bool = False  # cut short (length, cancel, context, stop string) before a grammar could end
+    stop_token: int | None = None  # the token that ended it (FinishReason.STOP_TOKEN), not in `tokens`
 
     @property
     def acceptance_rate(self) -> float:

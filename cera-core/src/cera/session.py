@@ -367,6 +367,7 @@ class Session:
             n_prompt = len(self.pending)
             t0 = time.perf_counter()
             reason = None
+            stop_token = None
             if self.pending:
                 # the prompt's last position always returns all logits: any sampler can start
                 if not self._evaluate(LAST_LOGITS):
@@ -402,6 +403,7 @@ class Session:
                         self._drop_cells_from(at)
                         self.last = {"argmax": token}
                     reason = FinishReason.STOP_TOKEN
+                    stop_token = token
                     break
                 generated.append(token)
                 if logprob is not None:
@@ -465,6 +467,7 @@ class Session:
                 drafted=spec.drafted if spec else 0,
                 accepted=spec.accepted if spec else 0,
                 incomplete=reason != FinishReason.GRAMMAR and any(p.incomplete() for p in sampler.processors),
+                stop_token=stop_token,
             )
             self.last_summary = summary
             yield EndEvent(summary, tail)
