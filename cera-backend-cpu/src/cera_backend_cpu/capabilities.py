@@ -20,6 +20,14 @@ TENSOR_TYPES = (
     "Q5_K",
     "Q6_K",
     "IQ4_NL",
+    "IQ4_XS",
+    "IQ3_S",
+    "IQ3_XXS",
+    "IQ2_S",
+    "IQ2_XS",
+    "IQ2_XXS",
+    "IQ1_M",
+    "IQ1_S",
 )
 
 # The ops of cera.ops this backend implements: in C, or on the host between C segments

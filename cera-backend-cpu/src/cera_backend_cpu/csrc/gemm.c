@@ -42,6 +42,15 @@ static const cera_gemm_format FORMATS[T_COUNT] = {
     [T_Q4_K] = {GEMM_K_MIN, 256, 32, -1, 15},
     [T_Q5_K] = {GEMM_K_MIN, 256, 32, -1, 31},
     [T_Q6_K] = {GEMM_K_OFFSET, 256, 16, 5, 63},
+    /* the IQ formats as llama.cpp's tiled kernel takes them: signed values + 128 */
+    [T_IQ4_XS] = {GEMM_K_OFFSET, 256, 32, 7, 255},
+    [T_IQ3_S] = {GEMM_K_OFFSET, 256, 32, 7, 255},
+    [T_IQ3_XXS] = {GEMM_K_OFFSET, 256, 32, 7, 255},
+    [T_IQ2_S] = {GEMM_K_OFFSET, 256, 16, 7, 255},
+    [T_IQ2_XS] = {GEMM_K_OFFSET, 256, 16, 7, 255},
+    [T_IQ2_XXS] = {GEMM_K_OFFSET, 256, 32, 7, 255},
+    [T_IQ1_M] = {GEMM_K_OFFSET, 256, 16, 7, 255},
+    [T_IQ1_S] = {GEMM_K_OFFSET, 256, 32, 7, 255},
 };
 
 const cera_gemm_format *cera_gemm_format_of(int wtype, const cera_kernels *k) {
@@ -210,6 +219,22 @@ static void unpack_row(int t, const void *row, int64_t K, uint8_t *u, float *d, 
         return;
     }
     default:
+        if (cera_is_iq256(t)) {
+            /* llama.cpp's tiled IQ unpacking: the block scale times the constant its dot
+             * applies at the end (IQ2: 1/8, IQ3_XXS: 1/4, IQ1: 1/8 with values 8 grid + delta),
+             * the integer sub-block scales of the dot */
+            const int sb = FORMATS[t].sb;
+            const float f = t == T_IQ3_XXS ? 0.25f : t == T_IQ3_S || t == T_IQ4_XS ? 1.0f : 0.125f;
+            const int iq1 = t == T_IQ1_S || t == T_IQ1_M;
+            cera_iq_block b;
+            for (int64_t i = 0; i < K / QK_K; i++) {
+                cera_iq_unpack(t, row, i, &b);
+                d[i] = b.d * f;
+                for (int j = 0; j < QK_K / sb; j++) sc[QK_K / sb * i + j] = b.sc[j * sb / 16];
+                for (int k = 0; k < QK_K; k++)
+                    u[QK_K * i + k] = (uint8_t)((iq1 ? 8 * b.w[k] + b.dsign[k] : b.w[k]) + 128);
+            }
+        }
         return;
     }
 }

@@ -43,7 +43,15 @@ enum {
     T_Q5_K = 13,
     T_Q6_K = 14,
     T_Q8_K = 15,
+    T_IQ2_XXS = 16,
+    T_IQ2_XS = 17,
+    T_IQ3_XXS = 18,
+    T_IQ1_S = 19,
     T_IQ4_NL = 20,
+    T_IQ3_S = 21,
+    T_IQ2_S = 22,
+    T_IQ4_XS = 23,
+    T_IQ1_M = 29,
     T_BF16 = 30,
     T_COUNT = 40,
 };
@@ -64,6 +72,15 @@ typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } b
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } block_q6_K;
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+/* the IQ formats (256 values; grids in iq_tables.h) */
+typedef struct { uint16_t d; uint16_t qs[QK_K / 8]; } block_iq2_xxs;
+typedef struct { uint16_t d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; } block_iq2_xs;
+typedef struct { uint16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t scales[QK_K / 32]; } block_iq2_s;
+typedef struct { uint16_t d; uint8_t qs[3 * QK_K / 8]; } block_iq3_xxs;
+typedef struct { uint16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t signs[QK_K / 8]; uint8_t scales[QK_K / 64]; } block_iq3_s;
+typedef struct { uint16_t d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; } block_iq1_s;
+typedef struct { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; } block_iq1_m;
+typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1");
@@ -78,6 +95,31 @@ _Static_assert(sizeof(block_q4_K) == 144, "q4_K");
 _Static_assert(sizeof(block_q5_K) == 176, "q5_K");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K");
+_Static_assert(sizeof(block_iq2_xxs) == 66, "iq2_xxs");
+_Static_assert(sizeof(block_iq2_xs) == 74, "iq2_xs");
+_Static_assert(sizeof(block_iq2_s) == 82, "iq2_s");
+_Static_assert(sizeof(block_iq3_xxs) == 98, "iq3_xxs");
+_Static_assert(sizeof(block_iq3_s) == 110, "iq3_s");
+_Static_assert(sizeof(block_iq1_s) == 50, "iq1_s");
+_Static_assert(sizeof(block_iq1_m) == 56, "iq1_m");
+_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs");
+
+/* An IQ super-block unpacked (quants.c): per value the signed integer weight of ggml's dot
+ * (grid value with its sign; IQ4_XS the non-linear level) and, for IQ1_S / IQ1_M, the sign
+ * of the delta; per 16 values the integer scale ggml's dot multiplies by and the float
+ * scale dequantization multiplies by; d as stored. */
+typedef struct {
+    int8_t w[QK_K];
+    int8_t dsign[QK_K];
+    int32_t sc[QK_K / 16];
+    float db[QK_K / 16];
+    float d;
+} cera_iq_block;
+/* Whether t is one of the IQ formats of 256 values; unpack block i of a row of them. */
+int cera_is_iq256(int t);
+void cera_iq_unpack(int t, const void *row, int64_t i, cera_iq_block *b);
+/* ggml's x86 dot of one IQ row with a Q8_K row (the lane layout of its AVX2 code), shared by every variant */
+void cera_dot_iq(int t, int64_t n, const void *w, const void *a, float *s);
 
 /* The 16 non-linear levels of IQ4_NL (ggml-common.h kvalues_iq4nl). */
 extern const int8_t cera_kvalues_iq4nl[16];

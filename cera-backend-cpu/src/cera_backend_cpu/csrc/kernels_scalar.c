@@ -277,6 +277,17 @@ static void dot_f32(int64_t n, const void *w, const void *a, float *s) { *s = do
 static void dot_f16(int64_t n, const void *w, const void *a, float *s) { *s = dot_f16_f16(n, w, a); }
 static void dot_bf16(int64_t n, const void *w, const void *a, float *s) { *s = dot_bf16_bf16(n, w, a); }
 
+#define DOT_IQ(NAME, T) static void NAME(int64_t n, const void *w, const void *a, float *s) { cera_dot_iq(T, n, w, a, s); }
+DOT_IQ(dot_iq2_xxs, T_IQ2_XXS)
+DOT_IQ(dot_iq2_xs, T_IQ2_XS)
+DOT_IQ(dot_iq2_s, T_IQ2_S)
+DOT_IQ(dot_iq3_xxs, T_IQ3_XXS)
+DOT_IQ(dot_iq3_s, T_IQ3_S)
+DOT_IQ(dot_iq1_s, T_IQ1_S)
+DOT_IQ(dot_iq1_m, T_IQ1_M)
+DOT_IQ(dot_iq4_xs, T_IQ4_XS)
+#undef DOT_IQ
+
 static void quant_f32(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
 
 static void quant_f16(const float *x, void *vy, int64_t n) {
@@ -424,6 +435,15 @@ void cera_kernels_init_scalar(cera_kernels *k) {
     k->dot[T_Q4_K] = dot_q4_K;
     k->dot[T_Q5_K] = dot_q5_K;
     k->dot[T_Q6_K] = dot_q6_K;
+    /* the IQ formats: ggml's x86 order in every variant (see cera_dot_iq) */
+    k->dot[T_IQ2_XXS] = dot_iq2_xxs;
+    k->dot[T_IQ2_XS] = dot_iq2_xs;
+    k->dot[T_IQ2_S] = dot_iq2_s;
+    k->dot[T_IQ3_XXS] = dot_iq3_xxs;
+    k->dot[T_IQ3_S] = dot_iq3_s;
+    k->dot[T_IQ1_S] = dot_iq1_s;
+    k->dot[T_IQ1_M] = dot_iq1_m;
+    k->dot[T_IQ4_XS] = dot_iq4_xs;
     k->quant[ACT_F32] = quant_f32;
     k->quant[ACT_F16] = quant_f16;
     k->quant[ACT_BF16] = quant_bf16;

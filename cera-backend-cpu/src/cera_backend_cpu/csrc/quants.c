@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "internal.h"
+#include "iq_tables.h"
 
 const int8_t cera_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
@@ -199,6 +200,223 @@ static void dq_q6_K(const void *src, float *y, int64_t n) {
     }
 }
 
+/* -- the IQ formats -------------------------------------------------------------------------- */
+
+int cera_is_iq256(int t) {
+    return t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ2_S || t == T_IQ3_XXS || t == T_IQ3_S || t == T_IQ1_S ||
+           t == T_IQ1_M || t == T_IQ4_XS;
+}
+
+/* 8 grid values (8 or 4 + 4) with the signs of the bits of sbits */
+static void iq_put8(int8_t *w, const int8_t *g0, const int8_t *g1, unsigned sbits) {
+    for (int j = 0; j < 8; j++) {
+        const int v = j < 4 || !g1 ? g0[j] : g1[j - 4];
+        w[j] = (int8_t)((sbits >> j) & 1 ? -v : v);
+    }
+}
+
+/* The float scale of the gguf package's dequantization, from the stored 4-bit scale ls:
+ * d * (0.5 + ls) * f in that order (IQ2: f = 0.25, IQ3_XXS: 0.5) */
+static float iq_db_half(float d, int ls, float f) { return d * (0.5f + (float)ls) * f; }
+
+void cera_iq_unpack(int t, const void *row, int64_t i, cera_iq_block *b) {
+    memset(b->dsign, 1, sizeof b->dsign);
+    switch (t) {
+    case T_IQ2_XXS: {
+        const block_iq2_xxs *x = (const block_iq2_xxs *)row + i;
+        b->d = f16_to_f32(x->d);
+        const uint8_t *q = (const uint8_t *)x->qs;
+        for (int ib = 0; ib < 8; ib++, q += 8) {
+            uint32_t aux;
+            memcpy(&aux, q + 4, 4);
+            const int ls = (int)(aux >> 28);
+            for (int l = 0; l < 4; l++)
+                iq_put8(b->w + 32 * ib + 8 * l, cera_iq2xxs_grid[q[l]], NULL, cera_iq2_ksigns[(aux >> (7 * l)) & 127]);
+            b->sc[2 * ib] = b->sc[2 * ib + 1] = 2 * ls + 1;
+            b->db[2 * ib] = b->db[2 * ib + 1] = iq_db_half(b->d, ls, 0.25f);
+        }
+        return;
+    }
+    case T_IQ2_XS: {
+        const block_iq2_xs *x = (const block_iq2_xs *)row + i;
+        b->d = f16_to_f32(x->d);
+        for (int g = 0; g < 32; g++)
+            iq_put8(b->w + 8 * g, cera_iq2xs_grid[x->qs[g] & 511], NULL, cera_iq2_ksigns[x->qs[g] >> 9]);
+        for (int s = 0; s < 16; s++) {
+            const int ls = (x->scales[s / 2] >> (4 * (s % 2))) & 0xF;
+            b->sc[s] = 2 * ls + 1;
+            b->db[s] = iq_db_half(b->d, ls, 0.25f);
+        }
+        return;
+    }
+    case T_IQ2_S: {
+        const block_iq2_s *x = (const block_iq2_s *)row + i;
+        b->d = f16_to_f32(x->d);
+        for (int g = 0; g < 32; g++) {
+            const int idx = x->qs[g] | (((x->qh[g / 4] >> (2 * (g % 4))) & 3) << 8);
+            iq_put8(b->w + 8 * g, cera_iq2s_grid[idx], NULL, x->qs[32 + g]);
+        }
+        for (int s = 0; s < 16; s++) {
+            const int ls = (x->scales[s / 2] >> (4 * (s % 2))) & 0xF;
+            b->sc[s] = 2 * ls + 1;
+            b->db[s] = iq_db_half(b->d, ls, 0.25f);
+        }
+        return;
+    }
+    case T_IQ3_XXS: {
+        const block_iq3_xxs *x = (const block_iq3_xxs *)row + i;
+        b->d = f16_to_f32(x->d);
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t aux;
+            memcpy(&aux, x->qs + 64 + 4 * ib, 4);
+            const int ls = (int)(aux >> 28);
+            const uint8_t *q = x->qs + 8 * ib;
+            for (int l = 0; l < 4; l++)
+                iq_put8(b->w + 32 * ib + 8 * l, cera_iq3xxs_grid[q[2 * l]], cera_iq3xxs_grid[q[2 * l + 1]],
+                        cera_iq2_ksigns[(aux >> (7 * l)) & 127]);
+            b->sc[2 * ib] = b->sc[2 * ib + 1] = 2 * ls + 1;
+            b->db[2 * ib] = b->db[2 * ib + 1] = iq_db_half(b->d, ls, 0.5f);
+        }
+        return;
+    }
+    case T_IQ3_S: {
+        const block_iq3_s *x = (const block_iq3_s *)row + i;
+        b->d = f16_to_f32(x->d);
+        for (int g = 0; g < 32; g++) {
+            const int i0 = 2 * g, i1 = 2 * g + 1;
+            const int idx0 = x->qs[i0] | (((x->qh[i0 / 8] >> (i0 % 8)) & 1) << 8);
+            const int idx1 = x->qs[i1] | (((x->qh[i1 / 8] >> (i1 % 8)) & 1) << 8);
+            iq_put8(b->w + 8 * g, cera_iq3s_grid[idx0], cera_iq3s_grid[idx1], x->signs[g]);
+        }
+        for (int s = 0; s < 8; s++) {
+            const int ls = (x->scales[s / 2] >> (4 * (s % 2))) & 0xF;
+            b->sc[2 * s] = b->sc[2 * s + 1] = 1 + 2 * ls;
+            b->db[2 * s] = b->db[2 * s + 1] = b->d * (float)(1 + 2 * ls);
+        }
+        return;
+    }
+    case T_IQ1_S: {
+        const block_iq1_s *x = (const block_iq1_s *)row + i;
+        b->d = f16_to_f32(x->d);
+        for (int ib = 0; ib < 8; ib++) {
+            const unsigned h = x->qh[ib];
+            for (int l = 0; l < 4; l++)
+                iq_put8(b->w + 32 * ib + 8 * l, cera_iq1s_grid[x->qs[4 * ib + l] | (((h >> (3 * l)) & 7) << 8)], NULL, 0);
+            memset(b->dsign + 32 * ib, h & 0x8000 ? -1 : 1, 32);
+            const int ls = 2 * ((h >> 12) & 7) + 1;
+            b->sc[2 * ib] = b->sc[2 * ib + 1] = ls;
+            b->db[2 * ib] = b->db[2 * ib + 1] = b->d * (float)ls;
+        }
+        return;
+    }
+    case T_IQ1_M: {
+        const block_iq1_m *x = (const block_iq1_m *)row + i;
+        uint16_t sc[4];
+        memcpy(sc, x->scales, 8);
+        const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+        b->d = f16_to_f32(dh);
+        for (int g = 0; g < 32; g++) {
+            const unsigned h = (x->qh[g / 2] >> (4 * (g % 2))) & 0xF;
+            iq_put8(b->w + 8 * g, cera_iq1s_grid[x->qs[g] | ((h & 7) << 8)], NULL, 0);
+            memset(b->dsign + 8 * g, h & 8 ? -1 : 1, 8);
+        }
+        for (int s = 0; s < 16; s++) {
+            const int ls = 2 * ((sc[s / 4] >> (3 * (s % 4))) & 7) + 1;
+            b->sc[s] = ls;
+            b->db[s] = b->d * (float)ls;
+        }
+        return;
+    }
+    case T_IQ4_XS: {
+        const block_iq4_xs *x = (const block_iq4_xs *)row + i;
+        b->d = f16_to_f32(x->d);
+        for (int s = 0; s < 8; s++) {
+            const int ls = (((x->scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((x->scales_h >> (2 * s)) & 3) << 4)) - 32;
+            b->sc[2 * s] = b->sc[2 * s + 1] = ls;
+            b->db[2 * s] = b->db[2 * s + 1] = b->d * (float)ls;
+            for (int j = 0; j < 16; j++) {
+                b->w[32 * s + j] = cera_kvalues_iq4nl[x->qs[16 * s + j] & 0xF];
+                b->w[32 * s + 16 + j] = cera_kvalues_iq4nl[x->qs[16 * s + j] >> 4];
+            }
+        }
+        return;
+    }
+    default:
+        memset(b, 0, sizeof *b);
+    }
+}
+
+/* As the gguf package: y = db * w (its sign flip is exact), IQ1: dl * (grid + delta) */
+static void dq_iq(int t, const void *src, float *y, int64_t n) {
+    cera_iq_block b;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        cera_iq_unpack(t, src, i, &b);
+        if (t == T_IQ1_S || t == T_IQ1_M)
+            for (int k = 0; k < QK_K; k++) y[k] = b.db[k / 16] * ((float)b.w[k] + (b.dsign[k] < 0 ? -0.125f : 0.125f));
+        else
+            for (int k = 0; k < QK_K; k++) y[k] = b.db[k / 16] * (float)b.w[k];
+    }
+}
+#define DQ_IQ(NAME, T) static void NAME(const void *src, float *y, int64_t n) { dq_iq(T, src, y, n); }
+DQ_IQ(dq_iq2_xxs, T_IQ2_XXS)
+DQ_IQ(dq_iq2_xs, T_IQ2_XS)
+DQ_IQ(dq_iq2_s, T_IQ2_S)
+DQ_IQ(dq_iq3_xxs, T_IQ3_XXS)
+DQ_IQ(dq_iq3_s, T_IQ3_S)
+DQ_IQ(dq_iq1_s, T_IQ1_S)
+DQ_IQ(dq_iq1_m, T_IQ1_M)
+DQ_IQ(dq_iq4_xs, T_IQ4_XS)
+#undef DQ_IQ
+
+/* hsum_float_8: ((4+0)+(6+2)) + ((5+1)+(7+3)) */
+static float hsum8(const float *v) { return ((v[4] + v[0]) + (v[6] + v[2])) + ((v[5] + v[1]) + (v[7] + v[3])); }
+
+/* ggml's x86 (AVX2, and so AVX-512) vec_dot of the IQ formats: per super-block eight int32
+ * lanes, lane k the scaled integer dot of values 4k..4k+3 of every 32 (integer sums, so
+ * the order within them is free), added to eight float lanes with one fused multiply-add
+ * by d = d_w * d_a; hsum_float_8 at the end, times the format's constant. IQ1_S adds its
+ * deltas (one per 32 values, from the activation's 16-value sums) in one float; IQ1_M in a
+ * second set of lanes. */
+void cera_dot_iq(int t, int64_t n, const void *w, const void *a, float *s) {
+    const block_q8_K *y = a;
+    float acc[8] = {0}, acc2[8] = {0}, acc1 = 0.0f;
+    cera_iq_block b;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        cera_iq_unpack(t, w, i, &b);
+        int32_t lanes[8] = {0}, lanes2[8] = {0};
+        for (int c = 0; c < 8; c++)
+            for (int k = 0; k < 8; k++) {
+                const int p = 32 * c + 4 * k;
+                int32_t v = 0, v2 = 0;
+                for (int u = 0; u < 4; u++) {
+                    v += b.w[p + u] * y[i].qs[p + u];
+                    v2 += b.dsign[p + u] * y[i].qs[p + u];
+                }
+                lanes[k] += b.sc[p / 16] * v;
+                lanes2[k] += b.sc[p / 16] * v2;
+            }
+        const float d = b.d * y[i].d;
+        for (int k = 0; k < 8; k++) acc[k] = fmaf(d, (float)lanes[k], acc[k]);
+        if (t == T_IQ1_M)
+            for (int k = 0; k < 8; k++) acc2[k] = fmaf(d, (float)lanes2[k], acc2[k]);
+        if (t == T_IQ1_S) {
+            int32_t sumi1 = 0;
+            for (int ib = 0; ib < 8; ib++)
+                sumi1 += (y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1]) * b.dsign[32 * ib] * b.sc[2 * ib];
+            acc1 = fmaf(d, (float)sumi1, acc1);
+        }
+    }
+    switch (t) {
+    case T_IQ2_XXS:
+    case T_IQ2_XS:
+    case T_IQ2_S: *s = 0.125f * hsum8(acc); return;
+    case T_IQ3_XXS: *s = 0.25f * hsum8(acc); return;
+    case T_IQ1_S: *s = fmaf(0.125f, acc1, hsum8(acc)); return; /* GCC fuses hsum + delta * acc1 */
+    case T_IQ1_M: *s = fmaf(0.125f, hsum8(acc2), hsum8(acc)); return;
+    default: *s = hsum8(acc); return;
+    }
+}
+
 /* -- activation quantizers --------------------------------------------------------------- */
 
 void cera_quant_q8_0_scalar(const float *x, void *vy, int64_t n) {
@@ -280,6 +498,14 @@ const cera_type_traits cera_types[T_COUNT] = {
     [T_Q4_K] = {1, QK_K, sizeof(block_q4_K), ACT_Q8_K, dq_q4_K},
     [T_Q5_K] = {1, QK_K, sizeof(block_q5_K), ACT_Q8_K, dq_q5_K},
     [T_Q6_K] = {1, QK_K, sizeof(block_q6_K), ACT_Q8_K, dq_q6_K},
+    [T_IQ2_XXS] = {1, QK_K, sizeof(block_iq2_xxs), ACT_Q8_K, dq_iq2_xxs},
+    [T_IQ2_XS] = {1, QK_K, sizeof(block_iq2_xs), ACT_Q8_K, dq_iq2_xs},
+    [T_IQ2_S] = {1, QK_K, sizeof(block_iq2_s), ACT_Q8_K, dq_iq2_s},
+    [T_IQ3_XXS] = {1, QK_K, sizeof(block_iq3_xxs), ACT_Q8_K, dq_iq3_xxs},
+    [T_IQ3_S] = {1, QK_K, sizeof(block_iq3_s), ACT_Q8_K, dq_iq3_s},
+    [T_IQ1_S] = {1, QK_K, sizeof(block_iq1_s), ACT_Q8_K, dq_iq1_s},
+    [T_IQ1_M] = {1, QK_K, sizeof(block_iq1_m), ACT_Q8_K, dq_iq1_m},
+    [T_IQ4_XS] = {1, QK_K, sizeof(block_iq4_xs), ACT_Q8_K, dq_iq4_xs},
 };
 
 int cera_type_supported(int t) { return t >= 0 && t < T_COUNT && cera_types[t].supported; }
