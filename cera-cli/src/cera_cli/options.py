@@ -40,14 +40,8 @@ def model_options(func):
     @click.option("--quant", default=None, metavar="TYPE", help="Quantization to pick from a repo or bundle (Q4_K_M, Q8_0, ...); a SafeTensors repo is converted to it.")
     @click.option("--revision", default=None, metavar="REV", help="Branch, tag or commit of the Hugging Face repo.")
     @click.option("--bundle-id", "bundle_id", default=None, metavar="NAME", help="A bundle of the catalogue (`cera bundles list`); with --quant.")
-    @click.option("--hf", "hf_repo", default=None, metavar="ORG/REPO", help="Hugging Face repo to take the model from (same as -m ORG/REPO).")
-    @click.option("--quant", default=None, metavar="TYPE", help="Quantization to pick from a repo or bundle (Q4_K_M, Q8_0, ...); a SafeTensors repo is converted to it.")
-    @click.option("--revision", default=None, metavar="REV", help="Branch, tag or commit of the Hugging Face repo.")
-    @click.option("--bundle-id", "bundle_id", default=None, metavar="NAME", help="A bundle of the catalogue (`cera bundles list`); with --quant.")
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        kwargs["model"] = model_source(kwargs.get("model"), kwargs.pop("hf_repo"), kwargs.pop("quant"),
-                                       kwargs.pop("revision"), kwargs.pop("bundle_id"))  # fmt: skip
         kwargs["model"] = model_source(kwargs.get("model"), kwargs.pop("hf_repo"), kwargs.pop("quant"),
                                        kwargs.pop("revision"), kwargs.pop("bundle_id"))  # fmt: skip
         if kwargs.get("verbose") and kwargs.get("quiet"):
@@ -222,35 +216,6 @@ def context_hint(session) -> str:
 def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
     sys.stderr.flush()
-
-
-def model_source(model: str | None, hf: str | None, quant: str | None, revision: str | None,
-                 bundle_id: str | None) -> str | None:  # fmt: skip
-    """One source string in `cera.hub.resolve`'s syntax from -m and --hf/--quant/--revision/--bundle-id."""
-    given = [o for o, v in (("-m", model), ("--hf", hf), ("--bundle-id", bundle_id)) if v]
-    if len(given) > 1:
-        raise click.UsageError(f"give one of {', '.join(given)}")
-    if bundle_id:
-        if revision:
-            raise click.UsageError("--revision is for Hugging Face repos, not bundles")
-        return f"bundle:{bundle_id}" + (f":{quant}" if quant else "")
-    source = hf or model
-    if not (quant or revision):
-        return source
-    if source is None:
-        raise click.UsageError("--quant and --revision need a model: -m ORG/REPO, --hf ORG/REPO or --bundle-id NAME")
-    from cera.hub import HubSource, parse_source
-
-    parsed = parse_source(source)
-    if parsed is None:
-        if revision:
-            raise click.UsageError(f"--revision needs a Hugging Face repo (ORG/REPO), not {source!r}")
-        return f"{source}:{quant}"
-    if (quant and parsed.quant and quant.upper() != parsed.quant.upper()) or (
-        revision and parsed.revision and revision != parsed.revision
-    ):
-        raise click.UsageError(f"{source!r} already names its quant or revision; give it once")
-    return str(HubSource(parsed.repo, revision or parsed.revision, quant or parsed.quant))
 
 
 def model_source(model: str | None, hf: str | None, quant: str | None, revision: str | None,
