@@ -7,8 +7,10 @@ tests/core/test_reference_backend.py. Here: the CPU backend against transformers
 logits and greedy tokens, sequences decoded together against each alone (each has its
 own slot of conv/SSM state), and refusal of metadata keys a family does not read.
 
-Stated tolerance against transformers: 1e-2 absolute on logits of magnitude ~10 (the
-CPU backend keeps keys and values in f16, as llama.cpp; transformers computes in float32).
+Stated tolerance against transformers: 1e-2 absolute on logits of magnitude ~10, with
+f32 keys and values (transformers computes in float32; with llama.cpp's f16 cache both
+cera and llama.cpp move by up to ~0.1 on these files); 5e-2 for gemma, whose GELU goes
+through ggml's f16 table as in llama.cpp.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import cera
 from cera.errors import ModelConfigError
 
 TINY = Path(__file__).parent / "reference" / "tiny"
-FAMILIES = ["lfm2", "mamba2", "granitehybrid"]
+FAMILIES = ["lfm2", "mamba2", "granitehybrid", "qwen3moe", "gemma", "smollm3"]
 FAMILIES = [f for f in FAMILIES if (TINY / f"tiny-{f}.gguf").exists()]
 TOLERANCE = 1e-2
+# GELU goes through ggml's f16 table (as llama.cpp computes it), transformers' is exact
+TOLERANCES = {"gemma": 5e-2}
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "audio"))
 from gguf_edit import rewrite  # noqa: E402
@@ -49,7 +53,7 @@ def test_cpu_logits_and_greedy_tokens_match_transformers(name):
     loaded = _load(name)
     worst = 0.0
     for case in _cases(name):
-        s = loaded.new_session(n_ctx=512)
+        s = loaded.new_session(n_ctx=512, kv_type="f32")
         s.append_tokens(case["prompt_tokens"])
         logits = s.evaluate()
         top = case["hf_last_prompt_position_top10"]
@@ -64,7 +68,7 @@ def test_cpu_logits_and_greedy_tokens_match_transformers(name):
         assert got == want[: len(got)], case["id"]
         if len(got) < n:  # stopped on an end-of-generation token, transformers' next one
             assert loaded.tokenizer.is_eog(want[len(got)]), case["id"]
-    assert worst <= TOLERANCE, f"{name}: max |logit - transformers| = {worst:.3g}"
+    assert worst <= TOLERANCES.get(name, TOLERANCE), f"{name}: max |logit - transformers| = {worst:.3g}"
 
 
 @pytest.mark.parametrize("name", FAMILIES)

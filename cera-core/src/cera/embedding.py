@@ -80,7 +80,7 @@ def embed(loaded, texts: str | Iterable[str], pooling: str | None = None, normal
         steps = []
         for s in seqs:
             steps.append(SeqStep(state.acquire(), s, range(len(s))))
-        result = loaded.runner.forward(state, steps, wanted, prompt_rows=True)
+        result = loaded.runner.forward(state, steps, wanted)
         if pooling == "mean":
             vectors = list(result["pooled"])
         elif pooling == "last":

@@ -37,6 +37,10 @@ CHATML = (
 
 # Parameter names (substrings) by what they do, across the wave-2 families.
 QK_NAMES = ("q_proj", "k_proj")
+# MoE routers: decisive routing, so that float rounding (f16 caches) rarely flips an
+# expert choice between engines (a flip moves logits by whole units)
+ROUTER_NAMES = ("mlp.gate.weight", "feed_forward.gate.weight")  # (granitehybrid was made without)
+ROUTER_GAIN = 6.0
 # Mamba's in_proj feeds the scan; its out_proj writes into the residual stream (above)
 RESIDUAL_NAMES = ("o_proj", "down_proj", "out_proj", ".w2.", "output_linear")  # write into the residual stream
 
@@ -73,6 +77,8 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
                 gain = qk_gain if any(k in name for k in QK_NAMES) else 1.0
                 if any(k in name for k in RESIDUAL_NAMES):
                     gain = res_gain
+                if any(name.endswith(k) for k in ROUTER_NAMES):
+                    gain = ROUTER_GAIN
                 param.copy_(noise * gain / math.sqrt(param.shape[1]))
 
 
@@ -145,6 +151,40 @@ def family_specs() -> dict[str, dict]:
             features=("3 Mamba-2 layers: d_inner 128 in 8 heads of 16, 2 groups of d_state 16 (grouped gated RMS "
                       "norm), conv kernel 4 with bias, untied output; prompts longer than the HF chunk size 32. "
                       "transformers' gated norm patched to normalise per group (grouped_gated_norm)"),
+        ),
+        "qwen3moe": dict(
+            cls="Qwen3MoeForCausalLM", pre="qwen2",
+            tokenizer=("bpe", dict(vocab_size=512, specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                   regex=M.QWEN2_REGEX, roles=dict(eos_token="<|endoftext|>", pad_token="<|endoftext|>"))),
+            config=transformers.Qwen3MoeConfig(
+                **M.COMMON, num_hidden_layers=3, head_dim=32, rope_theta=1_000_000.0, num_experts=4,
+                num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                mlp_only_layers=[], tie_word_embeddings=False, bos_token_id=None, eos_token_id=0, pad_token_id=0,
+            ),
+            features=("qwen3 attention (QK-norm, head_dim 32, GQA 4/2) with 4 experts of 32 per layer, 2 per token, "
+                      "softmax router, weights renormalised (norm_topk_prob, as llama.cpp always does); untied"),
+        ),
+        "gemma": dict(
+            cls="GemmaForCausalLM", pre=None,
+            tokenizer=("spm", dict(vocab_size=512, add_dummy_prefix=False,
+                                   ids=dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>",
+                                            eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>"),
+                                   special_symbols=("<start_of_turn>", "<end_of_turn>"))),
+            config=transformers.GemmaConfig(
+                **M.COMMON, num_hidden_layers=3, head_dim=32, hidden_activation="gelu_pytorch_tanh",
+                tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+            ),
+            features=("Gemma 1: embedding scaled by sqrt(hidden), (1+w) RMSNorm, GeGLU, head_dim 32, GQA 4/2, "
+                      "query scaled by 1/sqrt(head_dim), tied embeddings"),
+        ),
+        "smollm3": dict(
+            cls="SmolLM3ForCausalLM", pre="gpt-2",
+            tokenizer=chat_bpe,
+            config=transformers.SmolLM3Config(
+                **M.COMMON, num_hidden_layers=4, rope_theta=10000.0, tie_word_embeddings=True,
+                bos_token_id=0, eos_token_id=2, pad_token_id=0,
+            ),
+            features="llama with no RoPE in every fourth layer (layer 3 of 4: NoPE), GQA 4/2, tied embeddings",
         ),
         "granitehybrid": dict(
             cls="GraniteMoeHybridForCausalLM", pre="gpt-2",

@@ -9,5 +9,8 @@ CERA_PLUGIN_API = ">=2,<3"
 def cera_register_models(register):
     register(cera.ModelFamily(name="llama", architectures=("llama",), factory="cera_model_llama.llama:LlamaModel"))
     register(
+        cera.ModelFamily(name="smollm3", architectures=("smollm3",), factory="cera_model_llama.smollm3:SmolLM3Model")
+    )
+    register(
         cera.ModelFamily(name="granite", architectures=("granite",), factory="cera_model_llama.granite:GraniteModel")
     )
