@@ -39,28 +39,13 @@ from enum import Enum
 
 import attrs
 
-from .errors import CeraError
+from .chat_prompt import ChatError, ChatPrompt, template_call
+from .chat_prompt import message as as_message
 from .events import EndEvent, GenerationSummary
 from .options import GenerateOptions, make_options
 from .sink import FinishReason, Sink
-from .tools import (
-    ReasoningDelta,
-    ReplySplitter,
-    TextDelta,
-    ToolCall,
-    ToolCallEvent,
-    ToolCallFailed,
-    ToolError,
-    call_constraint,
-    format_for,
-    normalize_choice,
-    normalize_tools,
-)
+from .tools import ReasoningDelta, ReplySplitter, TextDelta, ToolCall, ToolCallEvent, ToolCallFailed, normalize_tools
 from .tools.base import ParseFailure
-
-
-class ChatError(CeraError):
-    """A chat used in a way its phase does not allow, or a message it cannot take."""
 
 
 class PhaseError(ChatError):
@@ -73,9 +58,6 @@ class Phase(str, Enum):
     GENERATING = "generating"
     TURN_COMPLETE = "turn complete"
     INTERRUPTED = "interrupted"
-
-
-ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
 @attrs.frozen
@@ -125,105 +107,21 @@ class ChatCheckpoint:
     state: dict
 
 
-class _BanTokens:
-    """A sampling processor that rules tokens out (tool_choice "none": no call marker)."""
-
-    def __init__(self, ids):
-        self.ids = list(ids)
-
-    def apply(self, c, history) -> None:
-        import numpy as np
-
-        if c.full:
-            c.logits[self.ids] = -np.inf
-        else:
-            keep = ~np.isin(c.ids, self.ids)
-            c.ids, c.values = c.ids[keep], c.values[keep]
-
-    def accept(self, token: int) -> None:
-        pass
-
-    def finished(self) -> bool:
-        return False
-
-    def incomplete(self) -> bool:
-        return False
-
-
-def _message(m, role: str = "user") -> dict:
-    if isinstance(m, str):
-        return {"role": role, "content": m}
-    if not isinstance(m, dict):
-        raise ChatError(f"a message is a string or a dict with 'role' and 'content', got {type(m).__name__}")
-    r = m.get("role")
-    if r not in ROLES:
-        raise ChatError(f"a message's role must be one of {', '.join(ROLES)}, got {r!r}")
-    m = dict(m)
-    content = m.get("content")
-    if content is None:
-        m["content"] = ""
-    elif not isinstance(content, str):
-        if isinstance(content, list):  # OpenAI content parts: the text parts, joined
-            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            if len(texts) != len(content):
-                raise ChatError("only text content parts are supported (no images or audio in chat messages)")
-            m["content"] = "".join(texts)
-        else:
-            raise ChatError(f"a message's content must be a string, got {type(content).__name__}")
-    if r == "assistant" and m.get("tool_calls"):
-        m["tool_calls"] = [_template_call(c) for c in m["tool_calls"]]
-    return m
-
-
-def _template_call(c) -> dict:
-    """A call as chat templates read it: OpenAI's shape with the arguments as an object."""
-    if isinstance(c, ToolCall):
-        return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-    if not isinstance(c, dict):
-        raise ChatError(f"a tool call is a dict like OpenAI's, got {type(c).__name__}")
-    fn = c.get("function", c)
-    args = fn.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            raise ChatError(f"tool call {fn.get('name')!r}: arguments are not JSON: {e.msg}") from None
-    return {"id": c.get("id") or "", "type": "function", "function": {"name": fn.get("name"), "arguments": args}}
-
-
 class ChatSession:
     """A conversation on a `cera.session.Session` (see the module docstring)."""
 
     def __init__(self, session, system: str | None = None, tools=None, *, template=None, tool_format=None,
                  allow_reevaluation: bool = False):  # fmt: skip
-        from .template_profile import TemplateProfileError, profile
-
         self.session = session
         self.tokenizer = session.tokenizer
-        self.template = template or session.loaded.chat_template
         self.allow_reevaluation = allow_reevaluation
-        try:
-            self.profile = profile(self.template, self.tokenizer)
-        except TemplateProfileError:
-            if not allow_reevaluation:
-                raise
-            self.profile = None
-        if tool_format is None:
-            tool_format = (
-                format_for(session.loaded)
-                if template is None
-                else format_for(architecture=session.loaded.architecture, template=self.template.source)
-            )
-        elif isinstance(tool_format, str):
-            from .tools import by_name
-
-            tool_format = by_name(tool_format)
-        if self.profile is not None and not self.profile.renders_tools and tool_format.name != "generic":
-            from .tools import Generic
-
-            tool_format = Generic()  # cera describes the tools itself, so the model answers in its form
-        self.tool_format = tool_format
-        self._tools = normalize_tools(tools)
+        self.prompt = ChatPrompt(session.loaded, tools, template=template, tool_format=tool_format,
+                                 allow_reevaluation=allow_reevaluation)  # fmt: skip
+        self.template, self.profile, self.tool_format = (
+            self.prompt.template,
+            self.prompt.profile,
+            self.prompt.tool_format,
+        )
         self._history: list[dict] = []  # messages whose text is in the session
         self._pending: list[dict] = [{"role": "system", "content": system}] if system else []
         self._rendered: str | None = None  # the render the session holds (up to a generation prompt)
@@ -255,15 +153,15 @@ class ChatSession:
 
     @property
     def tools(self) -> tuple:
-        return self._tools
+        return self.prompt.tools
 
     @tools.setter
     def tools(self, tools) -> None:
         """New tools change the prompt's tool list: the next turn re-evaluates from there."""
         new = normalize_tools(tools)
-        if new != self._tools:
+        if new != self.prompt.tools:
             self._need_phase_not(Phase.GENERATING, "change the tools")
-            self._tools = new
+            self.prompt.tools = new
             self._resync = True
 
     def _need_phase_not(self, phase, what):
@@ -274,7 +172,7 @@ class ChatSession:
 
     def ingest(self, message, role: str = "user") -> None:
         """Add a message (a string is a ``role`` message, by default the user's)."""
-        m = _message(message, role)
+        m = as_message(message, role)
         self._need_phase_not(Phase.GENERATING, "add a message")
         if m["role"] == "tool":
             self._tool_message(m)
@@ -313,7 +211,7 @@ class ChatSession:
             return {"role": "assistant", "content": r["text"]}  # the template shows calls only as written
         msg = {"role": "assistant", "content": parsed.content}
         if parsed.calls:
-            msg["tool_calls"] = [_template_call(c) for c in parsed.calls]
+            msg["tool_calls"] = [template_call(c) for c in parsed.calls]
         return msg
 
     # -- history ------------------------------------------------------------------------------
@@ -323,7 +221,7 @@ class ChatSession:
         nothing is re-evaluated; otherwise the next turn evaluates from the first token
         that differs."""
         self._need_phase_not(Phase.GENERATING, "replace the history")
-        msgs = [_message(m) for m in messages]
+        msgs = [as_message(m) for m in messages]
         self._close_reply()
         held = self.messages
         if msgs[: len(held)] == held:
@@ -364,7 +262,7 @@ class ChatSession:
             "phase": self._phase.value,
             "open_calls": dict(self._open_calls),
             "reply": reply,
-            "tools": [t.to_openai() for t in self._tools],
+            "tools": [t.to_openai() for t in self.prompt.tools],
         }
 
     def _set_state(self, state: dict) -> None:
@@ -374,7 +272,7 @@ class ChatSession:
         self._resync = state["resync"]
         self._phase = Phase(state["phase"])
         self._open_calls = dict(state["open_calls"])
-        self._tools = normalize_tools(state.get("tools") or [])
+        self.prompt.tools = normalize_tools(state.get("tools") or [])
         self._reply = None
         if state.get("reply") is not None:
             self._reply = self._new_reply()
@@ -413,45 +311,14 @@ class ChatSession:
 
     # -- rendering ------------------------------------------------------------------------------
 
-    def _view(self, messages: list[dict]) -> tuple[list[dict], list | None]:
-        """The messages and tools as this template can render them: tools described in the
-        system message when the template does not list them, tool results as user messages
-        when it has no tool role."""
-        p, tools = self.profile, self._tools
-        out = [dict(m) for m in messages]
-        if p is not None and not p.renders_tool_role:
-            for i, m in enumerate(out):
-                if m["role"] == "tool":
-                    out[i] = {
-                        "role": "user",
-                        "content": f"[result of {m.get('name', 'the tool')} ({m.get('tool_call_id', '')})]\n{m['content']}",
-                    }
-        if not tools:
-            return out, None
-        if p is not None and p.renders_tools:
-            return out, [t.to_openai() for t in tools]
-        text = self.tool_format.system_prompt(tools) or _generic_tools_prompt(tools)
-        if out and out[0]["role"] == "system":
-            out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{text}"}
-        else:
-            out.insert(0, {"role": "system", "content": text})
-        return out, None
-
     def render(self, messages=None, add_generation_prompt: bool = True) -> str:
-        view, tools = self._view(self.messages if messages is None else messages)
-        return self.template.render(view, add_generation_prompt=add_generation_prompt, tools=tools)
-
-    def _encode_prompt(self, text: str) -> list[int]:
-        tok = self.tokenizer
-        bos_text = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
-        if tok.add_bos and bos_text and text.startswith(bos_text):
-            text = text[len(bos_text) :]  # the tokenizer adds BOS itself; don't double it
-        return tok.encode(text, add_special=True, parse_special=True)
+        """The conversation (or ``messages``) as the template renders it for this chat."""
+        return self.prompt.render(self.messages if messages is None else messages, add_generation_prompt)
 
     def prompt_tokens(self) -> list[int]:
         """The whole conversation so far with a generation prompt, tokenized (as a fresh
         session would evaluate it)."""
-        return self._encode_prompt(self.render())
+        return self.prompt.encode(self.render())
 
     def _sync_prompt(self) -> int:
         """Put the waiting messages and the generation prompt into the session; returns the
@@ -462,7 +329,7 @@ class ChatSession:
         new = self.render(history + self._pending, add_generation_prompt=True)
         prev = self._rendered
         if prev is None or self._resync or self.profile is None or not s.tokens and not s.pending:
-            reused = s.sync_tokens(self._encode_prompt(new))
+            reused = s.sync_tokens(self.prompt.encode(new))
         elif new == prev:  # the prompt is in already (a retry after a call that wrote nothing)
             reused = len(s.tokens)
         else:
@@ -506,41 +373,21 @@ class ChatSession:
 
     def _resync_ids(self, new: str) -> list[int]:
         s = self.session
-        s.sync_tokens(self._encode_prompt(new))
+        s.sync_tokens(self.prompt.encode(new))
         ids, s.pending = list(s.pending), []
         return ids
 
     # -- replies --------------------------------------------------------------------------------
 
-    def _new_reply(self) -> dict:
-        return {
-            "text": "",
-            "tokens": [],
-            "splitter": ReplySplitter(self.tool_format, self._tools, calls=bool(self._tools)),
-        }
+    def _new_reply(self, calls: bool = True) -> dict:
+        return {"text": "", "tokens": [], "splitter": self.prompt.splitter(calls)}
 
     def _feed(self, reply: dict, text: str) -> list:
         reply["text"] += text
         return reply["splitter"].feed(text)
 
     def _options(self, options, kw, tool_choice, constrain_tools):
-        options = make_options(options, kw)
-        choice = normalize_choice(tool_choice, self._tools)
-        constraint = call_constraint(self.tool_format, self._tools, choice, self.tokenizer, constrain_tools)
-        processors = []
-        if constraint is not None:
-            if options.constrained:
-                raise ToolError(
-                    "tool calls are constrained by their own grammar; give no other grammar or schema with them"
-                )
-            options = attrs.evolve(options, grammar=constraint)
-        if choice == "none" and self._tools:
-            from .tools.base import special_token_id
-
-            tid = special_token_id(self.tool_format.start, self.tokenizer)
-            if tid is not None:
-                processors.append(_BanTokens([tid]))
-        return options, processors, choice
+        return self.prompt.turn(make_options(options, kw), tool_choice, constrain_tools)
 
     def stream(self, options: GenerateOptions | None = None, *, tool_choice="auto", constrain_tools: bool = False,
                **kw) -> Iterator[TextDelta | ReasoningDelta | ToolCallEvent | ToolCallFailed | TurnEnd]:  # fmt: skip
@@ -565,7 +412,7 @@ class ChatSession:
             continuing = self._phase == Phase.INTERRUPTED
             if not continuing:
                 self.last_reused = self._sync_prompt()
-                self._reply = self._new_reply()
+                self._reply = self._new_reply(calls=choice != "none")
                 self._open_calls = {}
             held = len(self.session.tokens) + len(self.session.pending)
             self._phase = Phase.GENERATING
@@ -573,7 +420,7 @@ class ChatSession:
 
     def _generate(self, options, processors, held, continuing):
         s, reply = self.session, self._reply
-        markers = self.tool_format.marker_ids(self.tokenizer) if self._tools else {}
+        markers = self.prompt.marker_ids()
         ok = False
         events = s.events(options, processors=processors)
         try:
@@ -675,12 +522,6 @@ def _peek(reply: dict):
     probe.feed(reply["text"])
     probe.finish()
     return probe.result()
-
-
-def _generic_tools_prompt(tools) -> str:
-    from .tools import Generic
-
-    return Generic().system_prompt(tools)
 
 
 Chat = ChatSession  # the name of earlier releases

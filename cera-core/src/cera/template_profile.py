@@ -56,7 +56,23 @@ def _try(template, messages, **kw) -> str | None:
 
 def profile(template, tokenizer) -> TemplateProfile:
     """The template's profile (see the module docstring); `TemplateProfileError` when a
-    reply cannot be continued by appending the next messages."""
+    reply cannot be continued by appending the next messages. Found once per template and
+    tokenizer (a server asks for it on every request)."""
+    cached = getattr(template, "_cera_profile", None)
+    if cached is not None and cached[0] is tokenizer:
+        if isinstance(cached[1], Exception):
+            raise cached[1]
+        return cached[1]
+    try:
+        found = _probe(template, tokenizer)
+    except TemplateProfileError as e:
+        template._cera_profile = (tokenizer, e)
+        raise
+    template._cera_profile = (tokenizer, found)
+    return found
+
+
+def _probe(template, tokenizer) -> TemplateProfile:
     label = f"the chat template{template._label()}"
     user = {"role": "user", "content": PROBE_USER}
     reply = {"role": "assistant", "content": PROBE_REPLY}
