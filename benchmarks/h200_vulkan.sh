@@ -64,6 +64,7 @@ stamp "tests done"
 for m in /tmp/models/*.gguf; do
     cera bench -m "$m" --device vulkan -p 512 -n 128 -r ${REPS:-3} --profile 2>&1 | grep -v "^$" | tee -a "$OUT/cera_bench.txt"
 done
+for m in /tmp/models/*.gguf; do python3 benchmarks/vulkan_decode_split.py "$m" | tee -a "$OUT/decode_split.txt"; done
 stamp "cera benches done"
 
 if [ "$MODE" = full ]; then

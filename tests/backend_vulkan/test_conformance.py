@@ -41,6 +41,22 @@ def test_tiled_products(case):
 
 
 @needs_vulkan
+@pytest.mark.parametrize("kernel", ["workgroup", "subgroup"])
+@pytest.mark.parametrize("case", [c for c in _cases() if c.op == "linear" and c.name.endswith(("1]", "1x1x1]"))], ids=str)
+def test_row_kernels(case, kernel):
+    """Both row kernels of few-row products (a workgroup per feature, as GPUs run them;
+    a subgroup per feature, as software adapters do) on every weight type, whichever this
+    adapter would choose."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    b = VulkanBackend()
+    if kernel == "subgroup" and not b.ctx.subgroups:
+        pytest.skip("this adapter has no subgroup operations")
+    b.row_kernel = kernel
+    conformance.check_op(b, case)
+
+
+@needs_vulkan
 @pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
 def test_tiny_family(vulkan, path):
     from cera.engine import model_ops, read_model

@@ -217,6 +217,9 @@ class VulkanBackend(Backend):
         # products of many rows: None chooses (tiled on GPUs, row kernels on software
         # adapters); True/False forces it (tests run the tiled kernel on lavapipe)
         self.tiled: bool | None = None
+        # products of a few rows: "workgroup" (a workgroup per output feature: GPUs) or
+        # "subgroup" (a subgroup per feature, no barriers: software adapters); None chooses
+        self.row_kernel: str | None = None
         self._ctx = None
         found = gpu.adapters()
         if not found:
@@ -276,7 +279,7 @@ class VulkanBackend(Backend):
     # -- compiling -----------------------------------------------------------------------------
 
     def compile_key(self) -> tuple:
-        return (self.device_index, self.tiled)  # ``profile`` is read by each run: no recompiling
+        return (self.device_index, self.tiled, self.row_kernel)  # ``profile`` is read by each run: no recompiling
 
     def compile(self, graph, weights, state):
         from .compile import VulkanExecutable

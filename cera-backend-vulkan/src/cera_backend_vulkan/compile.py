@@ -32,7 +32,7 @@ import numpy as np
 from cera.backend import Executable, StepInputs
 from cera.errors import SessionError, ShapeError, UnsupportedOperation
 from cera.graph import Graph, Tensor, WeightRef
-from cera.planning import Step, arena_layout, is_view, placements, plan_steps
+from cera.planning import Step, arena_layout, placements, plan_steps
 
 from . import wgsl
 
@@ -163,6 +163,7 @@ class VulkanExecutable(Executable):
         self._static_bgs = None
         self._state_bgs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last_profile: list[tuple[str, float]] = []
+        self.timing = (0.0, 0.0)
 
     # -- memory ----------------------------------------------------------------------------------
 
@@ -300,15 +301,20 @@ class VulkanExecutable(Executable):
         K = x.shape[-1]
         return not self._tiled(x.size // K, K) and K % 8 == 0
 
+    @property
+    def _mv_sg(self) -> int:
+        """On a software adapter with subgroups: features per workgroup of the barrier-free
+        matvec (a subgroup each); else 0 (a workgroup per feature)."""
+        if not self.ctx.subgroups:
+            return 0
+        force = self.backend.row_kernel
+        if (force or ("subgroup" if self.ctx.software else "workgroup")) != "subgroup":
+            return 0
+        return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
+
     @staticmethod
     def _mv_rows(M: int) -> int:
         return 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else wgsl.MV_ROWS
-
-    def _mv_per(self) -> int:
-        """Output features per matvec workgroup: one per subgroup."""
-        if not self.ctx.subgroups:
-            return 1
-        return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
     def _products(self, step: Step) -> None:
         first = step.nodes[0]
@@ -344,9 +350,14 @@ class VulkanExecutable(Executable):
             types = (g.ggml_type, u.ggml_type)
             for (r0, rows, bo, bs), (_, _, uo, us) in zip(self._weight_chunks(g, N), self._weight_chunks(u, N), strict=True):
                 params = [K, rows, M, self.off(x), xs, self.off(glu.out), N, 0, 0, 0, r0, g.row_bytes, u.row_bytes] + nparams
-                R, sg, per = self._mv_rows(M), self.ctx.subgroups, self._mv_per()
-                self._emit(("matvec", types, kind, R, sg, per, fuse), lambda: wgsl.matvec(types, kind, sg, R, per, fuse), params,
-                           -(-rows // per),
+                R, sg = self._mv_rows(M), self.ctx.subgroups
+                if self._mv_sg:
+                    per = self._mv_sg
+                    self._emit(("matvec_sg", types, kind, R, per, fuse), lambda: wgsl.matvec_sg(types, kind, True, R, per, fuse),
+                               params, -(-rows // per),
+                               binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
+                    continue
+                self._emit(("matvec", types, kind, R, sg, fuse), lambda: wgsl.matvec(types, kind, sg, R, fuse), params, rows,
                            binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
         else:
             for i, node in enumerate(step.nodes):
@@ -367,10 +378,16 @@ class VulkanExecutable(Executable):
                                    (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
                                    label=f"matmul {w.ggml_type}")  # fmt: skip
                     else:
-                        R, sg, per = self._mv_rows(M), self.ctx.subgroups, self._mv_per()
-                        self._emit(("matvec", (w.ggml_type,), None, R, sg, per, fuse),
-                                   lambda t=w.ggml_type, R=R, sg=sg, per=per, fuse=fuse: wgsl.matvec((t,), None, sg, R, per, fuse),
-                                   params, -(-rows // per),
+                        R, sg = self._mv_rows(M), self.ctx.subgroups
+                        if self._mv_sg:
+                            per = self._mv_sg
+                            self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse),
+                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse: wgsl.matvec_sg((t,), None, True, R, per, fuse),
+                                       params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+                            continue
+                        self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse),
+                                   lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse: wgsl.matvec((t,), None, sg, R, fuse),
+                                   params, rows,
                                    binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
             if glu is not None:
                 self._op_glu(glu)
@@ -639,6 +656,7 @@ class VulkanExecutable(Executable):
         profile = self.backend.profile if profile is None else profile
         ctx = self.ctx
         with ctx.lock, self._lock:
+            t0 = time.perf_counter()
             bgs = self._bind_groups(state)
             ctx.queue.write_buffer(self.arena, 0, self._io(inputs))
             enc = ctx.device.create_command_encoder()
@@ -657,6 +675,7 @@ class VulkanExecutable(Executable):
                 cp.end()
             for _name, (first, count, at, *_rest) in self.out_spans.items():
                 enc.copy_buffer_to_buffer(self.arena, first * 4, self.readback, at, count * 4)
+            t1 = time.perf_counter()
             ctx.queue.submit([enc.finish()])
             ctx.n_dispatch += len(self.dispatches)
             self.readback.map_sync(ctx.wgpu.MapMode.READ)
@@ -666,6 +685,8 @@ class VulkanExecutable(Executable):
                 self.readback.unmap()
             if qs is not None:
                 self._read_profile(qs)
+            # host time recording the pass, and from the submission to the read-back
+            self.timing = (t1 - t0, time.perf_counter() - t1)
         out = {}
         for name, (_first, count, at, shape, (s, last), dtype) in self.out_spans.items():
             flat = np.frombuffer(raw, dtype, count=count, offset=at)
@@ -706,4 +727,3 @@ class VulkanExecutable(Executable):
 
 
 __all__ = ["VulkanExecutable", "grid", "state_geometry"]
-_ = (time, is_view)

@@ -295,9 +295,137 @@ MV_ROWS = 8  # activation rows a matvec dispatch multiplies per pass over the we
 MV_WG = 128  # threads of a matvec workgroup
 
 
-def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1,
+def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1,
            norm: bool = False) -> str:  # fmt: skip
-    """y = x W^T for a few rows of x. With subgroups, each subgroup computes one output
+    """y = x W^T for a few rows of x: one workgroup of 128 threads per output feature,
+    thread t taking the groups of 8 columns t, t + 128, ... (several warps per row keep
+    enough loads in flight to hide memory latency), then one sum over the workgroup
+    (`subgroupAdd` and one shared-memory step with subgroups, a tree without). ``rows``
+    activation rows share each decoded weight group; every row's sum runs in the same
+    order whatever ``rows`` and M are, so a row of a batch is bit for bit its one-row
+    product. With two weights and ``glu``, y = act(x Wg^T) * (x Wu^T).
+
+    P: 0 K, 1 N (features in this chunk), 2 M rows, 3 x offset, 4 x row stride, 5 y
+    offset, 6 y row stride, 7 bias offset + 1 (0: none), 8 residual offset + 1 (0: none),
+    9 residual row stride, 10 first feature of the chunk (added to y's column), 11 weight
+    row bytes, 12 second weight row bytes (glu).
+
+    ``norm``: x is the input of an rms_norm that only these products read (fused: one
+    dispatch less a layer): each row's 1/rms is summed first, x is multiplied by the norm
+    weight (P 13: its offset + 1; 0 none) as it is read, and the sums are scaled by 1/rms
+    (P 14: eps)."""
+    libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
+    n_w = len(types)
+    R = rows
+    decl = "".join(f"        var a{i}_{r} = 0.0;\n" for i in range(n_w) for r in range(R))
+    deq = "".join(f"            let w{i} = dq8_W{i}(n * P({11 + i}u), g);\n" for i in range(n_w))
+    fma = ""
+    for r in range(R):
+        xa, xb = ("xa0", "xb0") if norm else ("xa", "xb")
+        fma += f"            if ({r}u < nr) {{\n"
+        fma += f"                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;\n"
+        fma += f"                let {xa} = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);\n"
+        fma += f"                let {xb} = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);\n"
+        if norm:
+            fma += "                let xa = xa0 * nwa; let xb = xb0 * nwb;\n"
+        for i in range(n_w):
+            fma += f"                a{i}_{r} += dot(xa, w{i}.a) + dot(xb, w{i}.b);\n"
+        fma += "            }\n"
+    act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
+    if subgroups:
+        # the subgroups' sums meet in shared memory, added in subgroup order
+        reducer = f"""
+var<workgroup> part: array<f32, {MV_WG}>;
+fn wsum(v: f32, t: u32, sgs: u32) -> f32 {{
+    let s = subgroupAdd(v);
+    if (t % sgs == 0u) {{ part[t / sgs] = s; }}
+    workgroupBarrier();
+    var r = 0.0;
+    for (var i = 0u; i < {MV_WG}u / sgs; i++) {{ r += part[i]; }}
+    workgroupBarrier();
+    return r;
+}}
+"""
+        builtins = ", @builtin(subgroup_size) sgs: u32"
+        call = "wsum({v}, t, sgs)"
+    else:
+        reducer = f"""
+var<workgroup> part: array<f32, {MV_WG}>;
+fn wsum(v: f32, t: u32) -> f32 {{
+    part[t] = v;
+    workgroupBarrier();
+    for (var s = {MV_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ part[t] += part[t + s]; }}
+        workgroupBarrier();
+    }}
+    let r = part[0];
+    workgroupBarrier();
+    return r;
+}}
+"""
+        builtins = ""
+        call = "wsum({v}, t)"
+    reduce = "".join(f"        a{i}_{r} = {call.format(v=f'a{i}_{r}')};\n" for i in range(n_w) for r in range(R))
+    prologue = ""
+    nw_load = ""
+    if norm:
+        for r in range(R):
+            prologue += f"""        var inv{r} = 1.0;
+        if ({r}u < nr) {{
+            var q = 0.0;
+            for (var g = t; g < K / 8u; g += {MV_WG}u) {{
+                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;
+                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
+                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
+                q += dot(xa, xa) + dot(xb, xb);
+            }}
+            q = {call.format(v="q")};
+            inv{r} = inverseSqrt(q / f32(K) + PF(14u));
+        }}
+"""
+        nw_load = """            var nwa = vec4<f32>(1.0); var nwb = vec4<f32>(1.0);
+            if (P(13u) != 0u) {
+                let no = P(13u) - 1u + g * 8u;
+                nwa = vec4<f32>(A[no], A[no + 1u], A[no + 2u], A[no + 3u]);
+                nwb = vec4<f32>(A[no + 4u], A[no + 5u], A[no + 6u], A[no + 7u]);
+            }
+"""
+    stores = ""
+    for r in range(R):
+        sc = f" * inv{r}" if norm else ""
+        s1 = f"let s1 = a1_{r}{sc};" if n_w > 1 else ""
+        stores += f"""        if ({r}u < nr && t == 0u) {{
+            var s0 = a0_{r}{sc};
+            {s1}
+            if (P(7u) != 0u) {{ s0 += A[P(7u) - 1u + col]; }}
+            var y = {act};
+            if (P(8u) != 0u) {{ y += A[P(8u) - 1u + (m0 + {r}u) * P(9u) + col]; }}
+            A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
+        }}
+"""
+    return HEADER + ARENA_F32 + GRID + ACTIVATIONS + libs + reducer + f"""
+@compute @workgroup_size({MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{builtins}) {{
+    let n = wg_linear(wid, nwg);
+    if (n >= P(1u)) {{ return; }}
+    let K = P(0u); let M = P(2u);
+    let col = n + P(10u);
+    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
+        let nr = min({R}u, M - m0);
+{decl}{prologue}        for (var g = t; g < K / 8u; g += {MV_WG}u) {{
+{deq}{nw_load}{fma}        }}
+{reduce}{stores}    }}
+}}
+"""
+
+
+def matvec_sg(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1,
+           norm: bool = False) -> str:  # fmt: skip
+    """The matvec for software adapters (lavapipe), where a workgroup barrier is a switch
+    between fibres: each subgroup computes one output feature alone, no barrier at all.
+    Otherwise as `matvec`.
+
+    With subgroups, each subgroup computes one output
     feature (lane l takes groups of 8 columns l, l + lanes, ...; `subgroupAdd` sums the
     lanes) and a workgroup holds several: no barrier anywhere. Without, a workgroup per
     feature sums through shared memory. ``rows`` activation rows share each decoded

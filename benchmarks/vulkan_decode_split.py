@@ -1,0 +1,43 @@
+"""Where a decoded token's time goes on the Vulkan backend: recording its compute pass
+(host, Python), and from the submission to the read-back (the device's work plus the
+round trip), averaged over decode steps of a greedy loop.
+
+    python benchmarks/vulkan_decode_split.py MODEL [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import cera
+from cera.graph import ARGMAX, Layout
+from cera.runtime import SeqStep
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--tokens", type=int, default=64)
+    args = ap.parse_args()
+    m = cera.load(args.model, device="vulkan", quiet=True)
+    st = m.runner.new_state(args.tokens + 32)
+    slot = st.acquire()
+    m.runner.forward(st, [SeqStep(slot, list(range(1, 17)), range(16))], ARGMAX)
+    exe = m.runner.executable(Layout((1,)), ARGMAX, st)
+    rec, wait, total = [], [], []
+    tok = 1
+    for p in range(16, 16 + args.tokens):
+        t = time.perf_counter()
+        tok = int(m.runner.forward(st, [SeqStep(slot, [tok], [p])], ARGMAX)["argmax"][0])
+        total.append(time.perf_counter() - t)
+        rec.append(exe.timing[0])
+        wait.append(exe.timing[1])
+    med = statistics.median
+    print(f"{m.name}: {len(exe.dispatches)} dispatches; per token (median ms): total {1e3 * med(total):.3f}, "
+          f"recording {1e3 * med(rec):.3f}, submit to read-back {1e3 * med(wait):.3f}; {1 / med(total):.1f} tok/s greedy")
+
+
+if __name__ == "__main__":
+    main()
