@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -55,6 +56,9 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
     tied = model.config.tie_word_embeddings
     hidden = model.config.hidden_size
     with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if name.endswith("expert_bias"):  # a buffer in transformers 5's LFM2-MoE
+                buf.copy_(0.05 * torch.randn(buf.shape, generator=gen))
         for name, param in model.named_parameters():
             noise = torch.randn(param.shape, generator=gen)
             if "expert_bias" in name:
@@ -186,6 +190,22 @@ def family_specs() -> dict[str, dict]:
             ),
             features="llama with no RoPE in every fourth layer (layer 3 of 4: NoPE), GQA 4/2, tied embeddings",
         ),
+        **({"lfm2moe": dict(
+            cls="Lfm2MoeForCausalLM", pre="gpt-2",
+            tokenizer=chat_bpe,
+            config=transformers.Lfm2MoeConfig(
+                hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=1024, norm_eps=1e-5, num_hidden_layers=4,
+                rope_theta=1_000_000.0, conv_L_cache=3, conv_bias=False, num_dense_layers=1, num_experts=4,
+                num_experts_per_tok=2, use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=1.0,
+                layer_types=["conv", "full_attention", "conv", "full_attention"],
+                tie_word_embeddings=True, bos_token_id=0, eos_token_id=2, pad_token_id=0,
+            ),
+            features=("LFM2 layers (conv 0 and 2, attention 1 and 3) with a dense feed-forward in layer 0 and 4 experts "
+                      "of 32 in layers 1-3: sigmoid router, 2 per token chosen with a per-expert selection bias, "
+                      "weights renormalised; tied embeddings. Built with transformers 5 (4.57.6 has no LFM2-MoE), "
+                      "converted with 4.57.6 (CONVERT_PYTHON)"),
+        )} if hasattr(transformers, "Lfm2MoeConfig") else {}),
         "granitehybrid": dict(
             cls="GraniteMoeHybridForCausalLM", pre="gpt-2",
             tokenizer=chat_bpe,
@@ -214,6 +234,16 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     M.init_weights = init_weights  # build() calls the module's init_weights
     M.hf_greedy = hf_greedy
+    if os.environ.get("CONVERT_PYTHON"):
+        # transformers 5 builds LFM2-MoE; the converter runs where its pinned 4.57.6 is
+        real_run = M.subprocess.run
+
+        def run(cmd, *a, **kw):
+            if cmd and cmd[0] == sys.executable:
+                cmd = [os.environ["CONVERT_PYTHON"], *cmd[1:]]
+            return real_run(cmd, *a, **kw)
+
+        M.subprocess.run = run
     specs = family_specs()
     names = args.only.split(",") if args.only else list(specs)
     with tempfile.TemporaryDirectory() as tmp:
