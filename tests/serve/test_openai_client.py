@@ -114,7 +114,9 @@ def test_chat_streaming_matches_non_streaming_and_reports_usage(server):
 
 def test_logprobs_rank_tokens_as_llama_cpp_does(server, loaded, reference):
     case = reference["en_story"]
-    r = server.client().completions.create(model="x", prompt=case["prompt_tokens"], max_tokens=1, temperature=0, logprobs=5)
+    r = server.client().completions.create(
+        model="x", prompt=case["prompt_tokens"], max_tokens=1, temperature=0, logprobs=5
+    )
     top = r.choices[0].logprobs.top_logprobs[0]
     step = case["steps"][0]["top10"]
     assert r.choices[0].logprobs.token_logprobs[0] == max(top.values()) <= 0.0
@@ -132,7 +134,9 @@ def test_logprobs_rank_tokens_as_llama_cpp_does(server, loaded, reference):
 
 def test_stop_seed_and_n(server):
     client = server.client()
-    r = client.completions.create(model="x", prompt="One, two, three, four,", max_tokens=20, temperature=0, stop=[" six"])
+    r = client.completions.create(
+        model="x", prompt="One, two, three, four,", max_tokens=20, temperature=0, stop=[" six"]
+    )
     assert " six" not in r.choices[0].text and r.choices[0].finish_reason == "stop"
     a = client.completions.create(model="x", prompt="Once", max_tokens=12, temperature=1.0, seed=7, n=2)
     b = client.completions.create(model="x", prompt="Once", max_tokens=12, temperature=1.0, seed=7, n=2)
@@ -145,7 +149,15 @@ def test_stop_seed_and_n(server):
         ({"temperature": 5}, 400, "temperature"),
         ({"max_tokens": 100000}, 400, "context holds 512"),
         ({"stop": 3}, 400, "stop"),
-        ({"response_format": {"type": "json_object"}}, 400, "response_format"),
+        ({"response_format": {"type": "xml"}}, 400, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400, "json_schema.schema"),
+        ({"tools": [{"type": "function", "function": {"name": "9x"}}]}, 400, "name '9x'"),
+        ({"tool_choice": "required"}, 400, "tool_choice needs tools"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "g"},
+            400,
+            "'g', which is not one of the tools",
+        ),
     ],
 )
 def test_errors_are_openai_shaped(server, kwargs, status, text):
@@ -217,7 +229,9 @@ def test_a_client_that_disconnects_cancels_its_sequence(loaded):
 def test_32_concurrent_streams_each_get_the_tokens_they_get_alone(server):
     client = server.client()
     prompts = [f"Write one sentence about the number {i}." for i in range(32)]
-    alone = [client.completions.create(model="x", prompt=p, max_tokens=12, temperature=0).choices[0].text for p in prompts]
+    alone = [
+        client.completions.create(model="x", prompt=p, max_tokens=12, temperature=0).choices[0].text for p in prompts
+    ]
     got: list = [None] * 32
 
     def work(i):

@@ -215,34 +215,64 @@ def generation_options(data: dict, n_prompt: int, n_ctx: int):
         raise APIError(400, str(e)) from None
 
 
-def chat_prompt(loaded, data: dict) -> list[int]:
+def chat_prompt(loaded, data: dict):
+    """The request's messages (and tools) as prompt tokens, through the model's chat
+    template (`cera.chat_prompt`); returns (tokens, the ChatPrompt)."""
+    from cera.chat_prompt import ChatPrompt, message
     from cera.errors import CeraError
+    from cera.tools import ToolError
 
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise APIError(400, "'messages' must be a non-empty list of {role, content} objects", param="messages")
     clean = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise APIError(400, f"messages[{i}] must be an object with a 'role'", param="messages")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            if len(texts) != len(content):
-                raise APIError(400, f"messages[{i}]: only text content parts are supported", param="messages")
-            content = "".join(texts)
-        if content is not None and not isinstance(content, str):
-            raise APIError(400, f"messages[{i}].content must be a string", param="messages")
-        clean.append({**m, "content": content or ""})
-    tok = loaded.tokenizer
+        try:
+            clean.append(message(m))
+        except CeraError as e:
+            raise APIError(400, f"messages[{i}]: {e}", param="messages") from None
     try:
-        text = loaded.chat_template.render(clean, add_generation_prompt=True, tools=data.get("tools"))
+        prompt = ChatPrompt(loaded, data.get("tools"), allow_reevaluation=True)
+    except ToolError as e:
+        raise APIError(400, str(e), param="tools") from None
+    except CeraError as e:
+        raise APIError(400, f"the chat template cannot be used: {e}", param="messages") from None
+    try:
+        return prompt.encode(prompt.render(clean)), prompt
     except CeraError as e:
         raise APIError(400, f"the chat template cannot render these messages: {e}", param="messages") from None
-    bos_text = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
-    if tok.add_bos and bos_text and text.startswith(bos_text):
-        text = text[len(bos_text) :]
-    return tok.encode(text, add_special=True, parse_special=True)
+
+
+def response_format(options, data: dict):
+    """OpenAI's response_format as cera's constraint options: json_object (any JSON
+    object), json_schema (its schema; strict or not, the output follows it)."""
+    fmt = data.get("response_format")
+    if fmt is None:
+        return options
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return options
+    if kind == "json_object":
+        return attrs.evolve(options, json=True)
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise APIError(
+                400,
+                "response_format json_schema needs json_schema.schema, a JSON Schema object",
+                param="response_format",
+            )
+        from cera.errors import CeraError
+        from cera.grammar import Constraint
+
+        try:
+            constraint = Constraint.json_schema(schema)
+            constraint.compile()  # a schema cera cannot enforce is the client's error, said now
+        except CeraError as e:
+            raise APIError(400, f"response_format: {e}", param="response_format") from None
+        return attrs.evolve(options, grammar=constraint)
+    raise APIError(400, "response_format.type must be 'text', 'json_object' or 'json_schema'", param="response_format")
 
 
 def completion_prompt(loaded, data: dict) -> list[int]:
@@ -263,10 +293,11 @@ class Generation:
     """One sequence: a scheduler session generating in a worker thread, its events handed
     to the event loop through a queue."""
 
-    def __init__(self, server: Server, prompt: list[int], options):
+    def __init__(self, server: Server, prompt: list[int], options, processors=()):
         self.server = server
         self.prompt = prompt
         self.options = options
+        self.processors = list(processors)
         self.queue: asyncio.Queue = asyncio.Queue()
         self.session = None
         self.cancelled = threading.Event()
@@ -284,7 +315,7 @@ class Generation:
             if self.cancelled.is_set():
                 session.cancel()
             session.append_tokens(self.prompt)
-            for event in session.events(self.options):
+            for event in session.events(self.options, processors=self.processors):
                 put(event)
         except Exception as e:  # noqa: BLE001 - the handler turns it into an error response
             put(e)
@@ -312,10 +343,13 @@ class Generation:
 
 
 def _error_from(e: Exception) -> APIError:
-    from cera.errors import ContextFull, InvalidOptions, SessionError
+    from cera.errors import ContextFull, GrammarError, InvalidOptions, SessionError
+    from cera.tools import ToolError
 
     if isinstance(e, APIError):
         return e
+    if isinstance(e, (ToolError, GrammarError)):
+        return APIError(400, str(e))
     if isinstance(e, ContextFull):
         return APIError(400, str(e), code="context_length_exceeded")
     if isinstance(e, (InvalidOptions, SessionError)):
@@ -337,6 +371,8 @@ def _logprob_entry(loaded, token: int, logprob, top) -> dict:
 
 
 def create_app(config: ServerConfig) -> Starlette:
+    from cera.errors import CeraError
+
     server = Server(config)
 
     def authorized(request: Request) -> None:
@@ -435,16 +471,30 @@ def create_app(config: ServerConfig) -> Starlette:
     async def _generate(request: Request, chat: bool) -> Response:
         data = await read_json(request)
         loaded = server.loaded
-        if data.get("tools") and not _tools_supported():
-            raise APIError(400, "tool calling is not available in this cera version", param="tools", code="unsupported")
-        if data.get("response_format") not in (None, {"type": "text"}):
-            raise APIError(400, "response_format other than text is not available in this cera version",
-                           param="response_format", code="unsupported")  # fmt: skip
-        prompt = chat_prompt(loaded, data) if chat else completion_prompt(loaded, data)
+        reader = None  # a chat's ChatPrompt: the tool format, the reply splitter
+        if chat:
+            prompt, reader = chat_prompt(loaded, data)
+        else:
+            if data.get("tools"):
+                raise APIError(400, "tools are for /v1/chat/completions", param="tools")
+            prompt = completion_prompt(loaded, data)
         bad = [t for t in prompt if not 0 <= t < loaded.model.n_vocab]
         if bad:
             raise APIError(400, f"token ids {bad[:5]} are outside the vocabulary", param="prompt")
-        options = generation_options(data, len(prompt), server.scheduler.state.n_ctx)
+        options = response_format(generation_options(data, len(prompt), server.scheduler.state.n_ctx), data)
+        processors, choice = [], "none"
+        if reader is not None and reader.tools:
+            # calls are held to the declared tools and their schemas once one starts (lazily,
+            # under "auto"); "constrain_tools": false (an extension) leaves them free
+            constrain = data.get("constrain_tools", True)
+            if not isinstance(constrain, bool):
+                raise APIError(400, "'constrain_tools' must be true or false", param="constrain_tools")
+            try:
+                options, processors, choice = reader.turn(options, data.get("tool_choice"), constrain)
+            except CeraError as e:
+                raise APIError(400, str(e), param="tool_choice") from None
+        elif data.get("tool_choice") not in (None, "none", "auto"):
+            raise APIError(400, "tool_choice needs tools", param="tool_choice")
         n = _num(data, "n", 1, int, 1, 8)
         stream = bool(data.get("stream", False))
         if stream and n > 1:
@@ -453,24 +503,29 @@ def create_app(config: ServerConfig) -> Starlette:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         loop = asyncio.get_running_loop()
+        markers = reader.marker_ids() if reader is not None else {}
 
         def options_for(i: int):
             return options if i == 0 or options.seed is None else attrs.evolve(options, seed=options.seed + i)
 
+        def splitter():
+            return reader.splitter(calls=choice != "none") if reader is not None else None
+
         if stream:
             await server.slot()
-            gen = Generation(server, prompt, options)
+            gen = Generation(server, prompt, options, processors)
             gen.start(loop)
             return StreamingResponse(
-                _stream(gen, request, rid, created, chat, include_usage, len(prompt)),
+                _stream(gen, request, rid, created, chat, include_usage, len(prompt), splitter(), markers),
                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
             )  # fmt: skip
 
         async def one(i: int) -> dict:
             await server.slot()
-            gen = Generation(server, prompt, options_for(i))
+            gen = Generation(server, prompt, options_for(i), processors)
             gen.start(loop)
             tokens, logprobs, text, summary = [], [], [], None
+            split = splitter()
             try:
                 async for ev in gen.events():
                     if hasattr(ev, "summary"):
@@ -478,7 +533,7 @@ def create_app(config: ServerConfig) -> Starlette:
                         text.append(ev.text)
                     else:
                         tokens.append(ev.id)
-                        text.append(ev.text)
+                        text.append(markers.get(ev.id, ev.text))
                         if options.logprobs:
                             logprobs.append(_logprob_entry(loaded, ev.id, ev.logprob, ev.top_logprobs))
                         if await request.is_disconnected():
@@ -489,16 +544,22 @@ def create_app(config: ServerConfig) -> Starlette:
                 gen.cancel()  # a request that failed or went away: stop its sequence
             server.metrics.tokens(len(prompt), len(tokens))
             reason = FINISH.get(summary.finish_reason.value, "stop")
-            return {"index": i, "text": "".join(text), "finish_reason": reason, "n": len(tokens),
-                    "logprobs": logprobs if options.logprobs else None}  # fmt: skip
+            out = {"index": i, "text": "".join(text), "finish_reason": reason, "n": len(tokens),
+                   "logprobs": logprobs if options.logprobs else None}  # fmt: skip
+            if split is not None:
+                split.feed(out["text"])
+                split.finish()
+                out["reply"] = split.result()
+                if out["reply"].calls:
+                    out["finish_reason"] = "tool_calls"
+            return out
 
         results = await asyncio.gather(*(one(i) for i in range(n)))
         usage = {"prompt_tokens": len(prompt), "completion_tokens": sum(r["n"] for r in results)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if chat:
             choices = [
-                {"index": r["index"], "message": {"role": "assistant", "content": r["text"]},
-                 "finish_reason": r["finish_reason"],
+                {"index": r["index"], "message": _message(r), "finish_reason": r["finish_reason"],
                  "logprobs": {"content": r["logprobs"]} if r["logprobs"] is not None else None}
                 for r in results
             ]  # fmt: skip
@@ -514,8 +575,11 @@ def create_app(config: ServerConfig) -> Starlette:
                              "choices": choices, "usage": usage})  # fmt: skip
 
     async def _stream(gen: Generation, request: Request, rid: str, created: int, chat: bool, include_usage: bool,
-                      n_prompt: int):  # fmt: skip
+                      n_prompt: int, split=None, markers=None):  # fmt: skip
+        from cera.tools import ReasoningDelta, TextDelta, ToolCallEvent, ToolCallFailed
+
         obj = "chat.completion.chunk" if chat else "text_completion"
+        markers = markers or {}
 
         def chunk(delta: dict | None, text: str | None, reason: str | None, logprobs=None) -> str:
             if chat:
@@ -525,6 +589,23 @@ def create_app(config: ServerConfig) -> Starlette:
             body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": [choice]}
             return f"data: {json.dumps(body)}\n\n"
 
+        n_calls = 0
+
+        def reply_chunks(events):
+            """Chunks for what the splitter made of the text: content, reasoning, calls."""
+            nonlocal n_calls
+            for e in events:
+                if isinstance(e, TextDelta):
+                    yield chunk({"content": e.text}, e.text, None)
+                elif isinstance(e, ReasoningDelta):
+                    yield chunk({"reasoning_content": e.text}, None, None)
+                elif isinstance(e, ToolCallEvent):
+                    call = {"index": n_calls, **e.call.to_openai()}
+                    n_calls += 1
+                    yield chunk({"tool_calls": [call]}, None, None)
+                elif isinstance(e, ToolCallFailed):  # what the model wrote stays visible, as text
+                    yield chunk({"content": e.failure.raw}, e.failure.raw, None)
+
         n_tokens = 0
         first = time.perf_counter()
         try:
@@ -532,9 +613,12 @@ def create_app(config: ServerConfig) -> Starlette:
                 yield chunk({"role": "assistant", "content": ""}, None, None)
             async for ev in gen.events():
                 if hasattr(ev, "summary"):
-                    if ev.text:
+                    if split is not None:
+                        for c in reply_chunks(split.feed(ev.text) + split.finish()):
+                            yield c
+                    elif ev.text:
                         yield chunk({"content": ev.text}, ev.text, None)
-                    reason = FINISH.get(ev.summary.finish_reason.value, "stop")
+                    reason = "tool_calls" if n_calls else FINISH.get(ev.summary.finish_reason.value, "stop")
                     yield chunk({}, "", reason)
                     continue
                 if n_tokens == 0:
@@ -544,7 +628,12 @@ def create_app(config: ServerConfig) -> Starlette:
                 if gen.options.logprobs:
                     entry = _logprob_entry(server.loaded, ev.id, ev.logprob, ev.top_logprobs)
                     lp = {"content": [entry]} if chat else _completion_logprobs([entry])
-                if ev.text or lp:
+                if split is not None:
+                    for c in reply_chunks(split.feed(markers.get(ev.id, ev.text))):
+                        yield c
+                    if lp:
+                        yield chunk({}, None, None, lp)
+                elif ev.text or lp:
                     yield chunk({"content": ev.text}, ev.text, None, lp)
                 if await request.is_disconnected():
                     gen.cancel()
@@ -590,12 +679,24 @@ def create_app(config: ServerConfig) -> Starlette:
     return app
 
 
-def _tools_supported() -> bool:
-    try:
-        import cera.tools  # noqa: F401 - the tool-calling issue's module
-    except ImportError:
-        return False
-    return True
+def _message(r: dict) -> dict:
+    """A chat choice's message: the text, and the calls the reply made (OpenAI's shape). A
+    call that did not parse stays in the content as the model wrote it, and is listed in
+    ``tool_call_errors`` (an extension) with the reason."""
+    reply = r.get("reply")
+    if reply is None:
+        return {"role": "assistant", "content": r["text"]}
+    content = reply.content
+    if reply.failures:
+        content = "\n".join([content] * bool(content) + [f.raw for f in reply.failures])
+    msg = {"role": "assistant", "content": content if content or not reply.calls else None}
+    if reply.calls:
+        msg["tool_calls"] = [c.to_openai() for c in reply.calls]
+    if reply.reasoning:
+        msg["reasoning_content"] = reply.reasoning
+    if reply.failures:
+        msg["tool_call_errors"] = [{"raw": f.raw, "reason": f.reason} for f in reply.failures]
+    return msg
 
 
 def _completion_logprobs(entries) -> dict | None:
