@@ -162,7 +162,7 @@ def test_revisions_branches_tags_commits(hub):
 
 
 def test_split_gguf_downloads_every_part_and_loads(hub, tmp_path, smollm2_path):
-    from conftest import write_split
+    from split_gguf import write_split
 
     from cera.gguf import GGUFFile
 

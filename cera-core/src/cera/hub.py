@@ -46,7 +46,7 @@ from .errors import DownloadError, ModelNotFound
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # The Hub's API answers in well under a second; an endpoint that has not answered in this
 # long is treated as unreachable (connection refused fails at once).
-API_TIMEOUT_S = float(os.environ.get("CERA_HUB_TIMEOUT", "10"))
+API_TIMEOUT_S = float(os.environ.get("CERA_HUB_TIMEOUT", "5"))
 READ_TIMEOUT_S = 60.0
 RESUME_ATTEMPTS = 3  # in one run, after a connection cut mid-file
 CHUNK = 1 << 20
