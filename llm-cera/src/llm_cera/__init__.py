@@ -16,7 +16,6 @@ first prompt, once per process.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 from collections import OrderedDict
@@ -232,8 +231,7 @@ class CeraModel(llm.Model):
             chat = self._chat(conversation.id if conversation is not None else None, o.ctx_size)
             # the whole conversation as llm has it: the session keeps what still matches
             chat.messages = messages[:-1]
-            for chunk in _say(chat, messages[-1]["content"], options):
-                yield chunk
+            yield from _say(chat, messages[-1]["content"], options)
         except CeraError as e:
             raise llm.ModelError(f"cera: {e}") from e
         s = chat.session.last_summary
