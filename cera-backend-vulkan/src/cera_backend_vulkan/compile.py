@@ -313,6 +313,12 @@ class VulkanExecutable(Executable):
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
     @staticmethod
+    def _mv_feats(R: int) -> int:
+        """Output features a workgroup of the GPU row kernel computes (sharing x's loads):
+        4 for one or two rows, 1 beyond (registers: rows x features sums)."""
+        return 4 if R <= 2 else 1
+
+    @staticmethod
     def _mv_rows(M: int) -> int:
         return 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else wgsl.MV_ROWS
 
@@ -357,7 +363,9 @@ class VulkanExecutable(Executable):
                                params, -(-rows // per),
                                binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                self._emit(("matvec", types, kind, R, sg, fuse), lambda: wgsl.matvec(types, kind, sg, R, fuse), params, rows,
+                F = self._mv_feats(R)
+                self._emit(("matvec", types, kind, R, sg, fuse, F), lambda: wgsl.matvec(types, kind, sg, R, fuse, F), params,
+                           -(-rows // F),
                            binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
         else:
             for i, node in enumerate(step.nodes):
@@ -385,9 +393,10 @@ class VulkanExecutable(Executable):
                                        lambda t=w.ggml_type, R=R, per=per, fuse=fuse: wgsl.matvec_sg((t,), None, True, R, per, fuse),
                                        params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
                             continue
-                        self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse),
-                                   lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse: wgsl.matvec((t,), None, sg, R, fuse),
-                                   params, rows,
+                        F = self._mv_feats(R)
+                        self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse, F),
+                                   lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse, F=F: wgsl.matvec((t,), None, sg, R, fuse, F),
+                                   params, -(-rows // F),
                                    binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
             if glu is not None:
                 self._op_glu(glu)

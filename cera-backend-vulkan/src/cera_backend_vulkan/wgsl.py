@@ -296,7 +296,7 @@ MV_WG = 128  # threads of a matvec workgroup
 
 
 def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1,
-           norm: bool = False) -> str:  # fmt: skip
+           norm: bool = False, feats: int = 1) -> str:  # fmt: skip
     """y = x W^T for a few rows of x: one workgroup of 128 threads per output feature,
     thread t taking the groups of 8 columns t, t + 128, ... (several warps per row keep
     enough loads in flight to hide memory latency), then one sum over the workgroup
@@ -313,12 +313,16 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Tru
     ``norm``: x is the input of an rms_norm that only these products read (fused: one
     dispatch less a layer): each row's 1/rms is summed first, x is multiplied by the norm
     weight (P 13: its offset + 1; 0 none) as it is read, and the sums are scaled by 1/rms
-    (P 14: eps)."""
+    (P 14: eps).
+
+    ``feats`` output features per workgroup share each load of x (decode: x would
+    otherwise be read once per feature, several times the weights' bytes)."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     n_w = len(types)
     R = rows
-    decl = "".join(f"        var a{i}_{r} = 0.0;\n" for i in range(n_w) for r in range(R))
-    deq = "".join(f"            let w{i} = dq8_W{i}(n * P({11 + i}u), g);\n" for i in range(n_w))
+    F = feats
+    decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
+    deq = "".join(f"            let w{i}_{j} = dq8_W{i}(n{j} * P({11 + i}u), g);\n" for i in range(n_w) for j in range(F))
     fma = ""
     for r in range(R):
         xa, xb = ("xa0", "xb0") if norm else ("xa", "xb")
@@ -329,7 +333,8 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Tru
         if norm:
             fma += "                let xa = xa0 * nwa; let xb = xb0 * nwb;\n"
         for i in range(n_w):
-            fma += f"                a{i}_{r} += dot(xa, w{i}.a) + dot(xb, w{i}.b);\n"
+            for j in range(F):
+                fma += f"                a{i}_{r}_{j} += dot(xa, w{i}_{j}.a) + dot(xb, w{i}_{j}.b);\n"
         fma += "            }\n"
     act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
     if subgroups:
@@ -365,7 +370,7 @@ fn wsum(v: f32, t: u32) -> f32 {{
 """
         builtins = ""
         call = "wsum({v}, t)"
-    reduce = "".join(f"        a{i}_{r} = {call.format(v=f'a{i}_{r}')};\n" for i in range(n_w) for r in range(R))
+    reduce = "".join(f"        a{i}_{r}_{j} = {call.format(v=f'a{i}_{r}_{j}')};\n" for i in range(n_w) for r in range(R) for j in range(F))
     prologue = ""
     nw_load = ""
     if norm:
@@ -392,10 +397,12 @@ fn wsum(v: f32, t: u32) -> f32 {{
 """
     stores = ""
     for r in range(R):
-        sc = f" * inv{r}" if norm else ""
-        s1 = f"let s1 = a1_{r}{sc};" if n_w > 1 else ""
-        stores += f"""        if ({r}u < nr && t == 0u) {{
-            var s0 = a0_{r}{sc};
+        for j in range(F):
+            sc = f" * inv{r}" if norm else ""
+            s1 = f"let s1 = a1_{r}_{j}{sc};" if n_w > 1 else ""
+            stores += f"""        if ({r}u < nr && t == 0u && nn{j} < P(1u)) {{
+            let col = nn{j} + P(10u);
+            var s0 = a0_{r}_{j}{sc};
             {s1}
             if (P(7u) != 0u) {{ s0 += A[P(7u) - 1u + col]; }}
             var y = {act};
@@ -403,13 +410,14 @@ fn wsum(v: f32, t: u32) -> f32 {{
             A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
         }}
 """
+    # features past the end are decoded at the last one (in bounds) and not stored
+    nn = "".join(f"    let nn{j} = nbase + {j}u;\n    let n{j} = min(nn{j}, P(1u) - 1u);\n" for j in range(F))
     return HEADER + ARENA_F32 + GRID + ACTIVATIONS + libs + reducer + f"""
 @compute @workgroup_size({MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{builtins}) {{
-    let n = wg_linear(wid, nwg);
-    if (n >= P(1u)) {{ return; }}
-    let K = P(0u); let M = P(2u);
-    let col = n + P(10u);
+    let nbase = wg_linear(wid, nwg) * {F}u;
+    if (nbase >= P(1u)) {{ return; }}
+{nn}    let K = P(0u); let M = P(2u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
 {decl}{prologue}        for (var g = t; g < K / 8u; g += {MV_WG}u) {{
