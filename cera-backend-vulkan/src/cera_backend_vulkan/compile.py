@@ -506,7 +506,7 @@ class VulkanExecutable(Executable):
                   self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
                   int(spec.window or 0), 1, 0, 0]  # fmt: skip
         kind = self.kv_type
-        self._emit(("attention", kind, dv), lambda: wgsl.attention(kind, dv), params, n * heads, binds=kvb,
+        self._emit(("attention", kind, dv, dk), lambda: wgsl.attention(kind, dv, dk), params, n * heads, binds=kvb,
                    label="attention")  # fmt: skip
 
     def _op_attention_full(self, node) -> None:
@@ -520,7 +520,7 @@ class VulkanExecutable(Executable):
         params = [n, heads, nkv, dk, dv, self.off(q), self.off(node.out), 0, self.seq_off, self.n_seq,
                   self.off(self.graph.inputs["positions"]), 0, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
                   int(spec.window or 0), int(spec.causal), self.off(k), self.off(v)]  # fmt: skip
-        self._emit(("attention", "act", dv), lambda: wgsl.attention("act", dv), params, n * heads, label="attention_full")
+        self._emit(("attention", "act", dv, dk), lambda: wgsl.attention("act", dv, dk), params, n * heads, label="attention_full")
 
     def _op_softmax(self, node) -> None:
         x = node.args[0]

@@ -838,7 +838,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 """
 
 
-def attention(kv: str, dv: int) -> str:
+def attention(kv: str, dv: int, dk: int = 0) -> str:
     """Attention of each (query row, head) over the visible cells of its sequence: one
     workgroup of 64 threads per pair, 64 cells at a time, online softmax in f32. ``kv``:
     "f16" / "f32" (the state's cache, positions from the state) or "act" (keys and
@@ -889,6 +889,26 @@ fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
         vbase = "((slot * nkv + g) * cap + c % cap) * dv"
         cpos = "POS[slot * P(11u) + c]"
     causal = "P(15u) != 0u" if kv == "act" else "true"
+    # the key loop with the head size baked in: unrolled by the compiler, its loads
+    # issued together instead of one round trip each
+    if dk and dk % 8 == 0:
+        kloop = f"""                for (var e = 0u; e < {dk}u; e += 8u) {{
+                    let k0 = kval(kb, e); let k1 = kval(kb, e + 2u); let k2 = kval(kb, e + 4u); let k3 = kval(kb, e + 6u);
+                    d += qs[e] * k0.x + qs[e + 1u] * k0.y + qs[e + 2u] * k1.x + qs[e + 3u] * k1.y
+                       + qs[e + 4u] * k2.x + qs[e + 5u] * k2.y + qs[e + 6u] * k3.x + qs[e + 7u] * k3.y;
+                }}
+"""
+    else:
+        kloop = f"""                for (var e = 0u; e < dk; e += {kstep}u) {{
+                    let kv2 = kval(kb, e);
+                    d += qs[e] * kv2.x + qs[e + 1u] * kv2.y;
+                }}
+"""
+    vunroll = ""
+    for q in range(4):
+        vunroll += f"""                        {{ let pj = sc[j + {q}u]; let c = c0 + j + {q}u;
+                          a += select(0.0, pj * vval({vbase}, e), pj != 0.0); }}
+"""
     return HEADER + ARENA_U32 + GRID + SEQ_FN + binds + f"""
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> sc: array<f32, 64>;
@@ -932,10 +952,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (vis) {{
                 let kb = {kbase};
                 var d = 0.0;
-                for (var e = 0u; e < dk; e += {kstep}u) {{
-                    let kv2 = kval(kb, e);
-                    d += qs[e] * kv2.x + qs[e + 1u] * kv2.y;
-                }}
+{kloop}
                 d *= scale;
                 if (cap_s > 0.0) {{
                     let u = d / cap_s;
@@ -963,12 +980,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 let e = t + 64u * i;
                 if (e < dv) {{
                     var a = acc[i] * alpha;
-                    for (var j = 0u; j < cnt; j++) {{
+                    // four cells an iteration: independent loads in flight; a masked
+                    // cell (weight 0) adds nothing even if its value is not finite
+                    var j = 0u;
+                    for (; j + 4u <= cnt; j += 4u) {{
+{vunroll}                    }}
+                    for (; j < cnt; j++) {{
                         let pj = sc[j];
-                        if (pj != 0.0) {{
-                            let c = c0 + j;
-                            a += pj * vval({vbase}, e);
-                        }}
+                        let c = c0 + j;
+                        a += select(0.0, pj * vval({vbase}, e), pj != 0.0);
                     }}
                     acc[i] = a;
                 }}
