@@ -97,11 +97,17 @@ class VulkanExecutable(Executable):
         # norm's input, so for the memory plan the two steps are one (the input must not
         # share memory with the products' outputs)
         self._fused_norm: dict[int, object] = {}  # products step index -> the rms_norm node it absorbs
+        # and rope nodes that share the previous rope's dispatch (queries and keys)
+        self._rope_pair: set[int] = set()
         planned: list[Step] = []
         for i, step in enumerate(steps):
             if i > 0 and self._can_fuse_norm(steps[i - 1], step):
                 self._fused_norm[i] = steps[i - 1].nodes[0]
                 planned[-1] = Step(steps[i - 1].nodes + step.nodes, step.glu, step.residual)
+                continue
+            if i > 0 and id(steps[i - 1].nodes[0]) not in self._rope_pair and self._rope_pairs(steps[i - 1], step):
+                self._rope_pair.add(id(step.nodes[0]))
+                planned[-1] = Step(planned[-1].nodes + step.nodes)
                 continue
             planned.append(step)
         self.offsets, act_bytes = arena_layout(graph, planned, self.place)
@@ -286,6 +292,16 @@ class VulkanExecutable(Executable):
         if self.row_mode == 2:
             return True
         return M > wgsl.MV_ROWS
+
+    def _rope_pairs(self, step: Step, nxt: Step) -> bool:
+        """Two rotations in a row at the same positions with the same spec and head size
+        (a layer's queries and keys): one dispatch."""
+        a, b = step.nodes[0], nxt.nodes[0]
+        if len(step.nodes) != 1 or len(nxt.nodes) != 1 or a.op != "rope" or b.op != "rope":
+            return False
+        if step.glu or step.residual or a.args[1] is not b.args[1] or a.attrs["spec"] != b.attrs["spec"]:
+            return False
+        return a.args[0].shape[2] == b.args[0].shape[2] and b.args[0] is not a.out and self.contiguous(a.args[0]) and self.contiguous(b.args[0])
 
     def _can_fuse_norm(self, step: Step, nxt: Step) -> bool:
         """An rms_norm whose output only the next step's products read, run by the
@@ -480,7 +496,15 @@ class VulkanExecutable(Executable):
             ff = self.const(np.asarray(spec.freq_factors, np.float32), key=("ff", spec.freq_factors)) + 1
         params = [n * heads, heads, dim, self.off(x), self.off(node.out), self.off(pos), spec.n_dims, int(spec.neox),
                   f32_bits(spec.base), f32_bits(spec.freq_scale), f32_bits(spec.ext_factor), f32_bits(spec.attn_factor),
-                  f32_bits(spec.beta_fast), f32_bits(spec.beta_slow), spec.n_ctx_orig, ff]  # fmt: skip
+                  f32_bits(spec.beta_fast), f32_bits(spec.beta_slow), spec.n_ctx_orig, ff, n * heads, 1, 0, 0]  # fmt: skip
+        if id(node) in self._rope_pair:
+            # the second of a pair (see _rope_pairs): it joins the previous dispatch
+            last = self.dispatches[-1]
+            assert last.key == ("rope",) and last.params[0] == last.params[16]
+            last.params[0] += n * heads
+            last.params[17:20] = [heads, self.off(x), self.off(node.out)]
+            last.groups = grid(last.params[0])
+            return
         self._emit(("rope",), wgsl.rope, params, n * heads, label="rope")
 
     def _op_attention(self, node) -> None:

@@ -747,12 +747,20 @@ fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
 }
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let rh = wg_linear(wid, nwg);
+    // a second tensor (the keys, after the queries) may share the dispatch: P 16 the
+    // first tensor's rows x heads, 17 the second's heads, 18/19 its input/output offsets
+    var rh = wg_linear(wid, nwg);
     if (rh >= P(0u)) { return; }
-    let row = rh / P(1u);
     let dim = P(2u);
-    let x = P(3u) + rh * dim;
-    let o = P(4u) + rh * dim;
+    var row = rh / P(1u);
+    var x = P(3u) + rh * dim;
+    var o = P(4u) + rh * dim;
+    if (rh >= P(16u)) {
+        rh -= P(16u);
+        row = rh / P(17u);
+        x = P(18u) + rh * dim;
+        o = P(19u) + rh * dim;
+    }
     let nd = P(6u);
     for (var j = nd + t; j < dim; j += 64u) { A[o + j] = A[x + j]; }
     let pos = f32(bitcast<i32>(A[P(5u) + row]));
