@@ -93,3 +93,22 @@ def test_embeddings_match_llama_cpp_live(nomic):
         llm.close()
     got = nomic.embed(texts)
     assert ((got * want).sum(axis=1)).min() >= MIN_COSINE
+
+
+def test_decoder_hidden_states_match_llama_cpp():
+    """A decoder (the tiny LFM2) as an embedder: per token (llama.cpp's pooling none: the
+    hidden state after the final norm), mean- and last-pooled, against llama.cpp's vectors
+    (reference/embeddings/tiny-lfm2.json). Both keep keys and values in f16."""
+    rec = json.loads((REFERENCE / "tiny-lfm2.json").read_text())
+    path = Path(__file__).parent / "reference" / "tiny" / rec["model"]["file"]
+    with cera.load(str(path), device="cpu", threads=2, quiet=True) as loaded:
+        texts = [c["text"] for c in rec["cases"]]
+        per_token = loaded.embed(texts, pooling="none", normalize=False)
+        mean = loaded.embed(texts, normalize=False)  # a decoder's default pooling
+        last = loaded.embed(texts, pooling="last", normalize=False)
+    for i, case in enumerate(rec["cases"]):
+        want = np.array(case["none"])
+        assert per_token[i].shape == want.shape
+        np.testing.assert_allclose(per_token[i], want, rtol=0, atol=5e-3 * np.abs(want).max())
+        np.testing.assert_allclose(mean[i], case["mean"], rtol=0, atol=1e-3)
+        np.testing.assert_allclose(last[i], case["last"], rtol=0, atol=5e-3 * np.abs(want).max())

@@ -74,6 +74,33 @@ def run(name: str, path: Path) -> dict:
     }
 
 
+DECODER_TEXTS = ["The quick brown fox jumps over the lazy dog.", "def add(a, b):\n    return a + b", "hello"]
+
+
+def run_decoder(name: str, path: Path) -> dict:
+    """A decoder's hidden states after the final norm, as llama.cpp gives them with
+    pooling none (one vector per token), mean and last, not normalised."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    from llamacpp_driver import sha256_of
+
+    out = {"format": "cera-llamacpp-embeddings/1",
+           "model": {"name": name, "file": path.name, "sha256": sha256_of(path)},
+           "llama_cpp": {"llama_cpp_python": llama_cpp.__version__},
+           "settings": {"n_ctx": 512, "n_threads": 2, "normalize": False,
+                        "api": "llama_cpp.Llama(embedding=True, pooling_type=...).embed(text, normalize=False)"},
+           "cases": [{"text": t} for t in DECODER_TEXTS]}  # fmt: skip
+    for pooling, kind in (("none", llama_cpp.LLAMA_POOLING_TYPE_NONE), ("mean", llama_cpp.LLAMA_POOLING_TYPE_MEAN),
+                          ("last", llama_cpp.LLAMA_POOLING_TYPE_LAST)):  # fmt: skip
+        llm = Llama(model_path=str(path), embedding=True, n_threads=2, n_ctx=512, pooling_type=kind, verbose=False)
+        for case in out["cases"]:
+            vec = np.asarray(llm.embed(case["text"], normalize=False), np.float64)
+            case[pooling] = np.round(vec, 6).tolist()
+        llm.close()
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated model names")
@@ -81,6 +108,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
     only = set(args.only.split(",")) if args.only else None
+    for name in ("tiny-lfm2",):
+        if not only or name in only:
+            out = Path(args.out) / f"{name}.json"
+            out.write_text(json.dumps(run_decoder(name, HERE / "tiny" / f"{name}.gguf")) + "\n")
+            print(f"{name}: wrote {out}", flush=True)
     for name, path in sources(only):
         record = run(name, path)
         out = Path(args.out) / f"{name}.json"
