@@ -54,20 +54,23 @@ def _fp16(v: np.ndarray) -> np.ndarray:
     return v.astype(np.float16)
 
 
+def _seqsum(a: np.ndarray) -> np.ndarray:
+    """Row sums added left to right in float32, as llama.cpp's loops add (numpy's sum is
+    pairwise and would round differently)."""
+    cols = np.ascontiguousarray(a.T) if a.shape[1] >= 32 else a.T  # whichever numpy walks faster
+    total = cols[0].astype(f32)
+    for c in cols[1:]:
+        total += c
+    return total
+
+
 def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
     """Scale and minimum per row of ``x`` (rows of 32) by llama.cpp's make_qkx2_quants:
     the levels L in [0, nmax] and the (scale, -min) lowering the weighted squared error."""
-    n = x.shape[1]
-    mn = x[:, 0].copy()
-    mx = x[:, 0].copy()
-    sum_w = w[:, 0].copy()
-    sum_x = sum_w * x[:, 0]
-    for i in range(1, n):
-        xi = x[:, i]
-        mn = np.where(xi < mn, xi, mn)
-        mx = np.where(xi > mx, xi, mx)
-        sum_w = sum_w + w[:, i]
-        sum_x = sum_x + w[:, i] * xi
+    mn = x.min(axis=1)
+    mx = x.max(axis=1)
+    sum_w = _seqsum(w)
+    sum_x = _seqsum(w * x)
     mn = np.where(mn > 0, f32(0), mn)
     mn0 = mn
     flat = mx == mn
@@ -75,24 +78,18 @@ def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: flo
     iscale = f32(nmax) / rng
     scale = f32(1) / iscale
     L = np.clip(_nearest_int(iscale[:, None] * (x - mn[:, None])), 0, nmax)
-    best = np.zeros_like(mn)
-    for i in range(n):
-        diff = scale * L[:, i].astype(f32) + mn - x[:, i]
-        best = best + w[:, i] * (diff * diff)
+    diff = scale[:, None] * L.astype(f32) + mn[:, None] - x
+    best = _seqsum(w * (diff * diff))
     for step in range(nstep + 1):
         # llama.cpp divides by (max - min) with the best min found so far
         rng = np.where(flat, f32(1), mx - mn)
         isc = (f32(rmin) + f32(rdelta) * f32(step) + f32(nmax)) / rng
         La = np.clip(_nearest_int(isc[:, None] * (x - mn[:, None])), 0, nmax)
         Lf = La.astype(f32)
-        sum_l = np.zeros_like(mn)
-        sum_l2 = np.zeros_like(mn)
-        sum_xl = np.zeros_like(mn)
-        for i in range(n):
-            wl = w[:, i] * Lf[:, i]
-            sum_l = sum_l + wl
-            sum_l2 = sum_l2 + wl * Lf[:, i]
-            sum_xl = sum_xl + wl * x[:, i]
+        wl = w * Lf
+        sum_l = _seqsum(wl)
+        sum_l2 = _seqsum(wl * Lf)
+        sum_xl = _seqsum(wl * x)
         D = sum_w * sum_l2 - sum_l * sum_l
         ok = D > 0
         Ds = np.where(ok, D, f32(1))
@@ -101,10 +98,8 @@ def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: flo
         pos = this_min > 0
         this_min = np.where(pos, f32(0), this_min)
         this_scale = np.where(pos, sum_xl / np.where(sum_l2 == 0, f32(1), sum_l2), this_scale)
-        cur = np.zeros_like(mn)
-        for i in range(n):
-            diff = this_scale * Lf[:, i] + this_min - x[:, i]
-            cur = cur + w[:, i] * (diff * diff)
+        diff = this_scale[:, None] * Lf + this_min[:, None] - x
+        cur = _seqsum(w * (diff * diff))
         better = ok & (cur < best)
         L = np.where(better[:, None], La, L)
         best = np.where(better, cur, best)
@@ -130,9 +125,7 @@ def _k_scales_mins(x: np.ndarray, nmax: int, rmin: float, nstep: int, strategy: 
     nb = x.shape[0]
     sub = x.reshape(nb * 8, 32)
     if strategy == "search":
-        sum_x2 = np.zeros(nb * 8, dtype=f32)
-        for i in range(32):
-            sum_x2 = sum_x2 + sub[:, i] * sub[:, i]
+        sum_x2 = _seqsum(sub * sub)
         av_x = np.sqrt(sum_x2 / f32(32))
         weights = (av_x[:, None] + np.abs(sub)).astype(f32)
         scales, mins, _ = _make_qkx2(sub, weights, nmax, rmin, 0.1, nstep)
@@ -179,9 +172,7 @@ def _make_qkx2_levels_for_zero(sub, nmax, rmin, nstep, dsub):
     levels = np.zeros(sub.shape, dtype=np.int32)
     if zero.any():
         xs = sub[zero]
-        sum_x2 = np.zeros(xs.shape[0], dtype=f32)
-        for i in range(32):
-            sum_x2 = sum_x2 + xs[:, i] * xs[:, i]
+        sum_x2 = _seqsum(xs * xs)
         av_x = np.sqrt(sum_x2 / f32(32))
         weights = (av_x[:, None] + np.abs(xs)).astype(f32)
         _, _, L = _make_qkx2(xs, weights, nmax, rmin, 0.1, nstep)
@@ -215,44 +206,44 @@ def _q5_k(x: np.ndarray, strategy: str) -> np.ndarray:
 
 def _make_qx(x: np.ndarray, nmax: int, search: bool) -> np.ndarray:
     """llama.cpp's make_qx_quants with weights x^2 (rmse_type 1): the signed scale per row."""
-    n = x.shape[1]
-    amax = np.zeros(x.shape[0], dtype=f32)
-    mx = np.zeros(x.shape[0], dtype=f32)
-    for i in range(n):
-        ax = np.abs(x[:, i])
-        bigger = ax > amax
-        amax = np.where(bigger, ax, amax)
-        mx = np.where(bigger, x[:, i], mx)
+    scale, _ = _qx_search(x, nmax, search)
+    return scale
+
+
+def _qx_search(x: np.ndarray, nmax: int, search: bool):
+    """make_qx_quants for rows of ``x``: (scale, levels + nmax). Where several entries tie
+    for the largest magnitude, C keeps the first; argmax does too."""
+    ax = np.abs(x)
+    first = ax.argmax(axis=1)
+    amax = ax[np.arange(x.shape[0]), first]
+    mx = x[np.arange(x.shape[0]), first]
     zero = amax < f32(1e-15)
     mx_s = np.where(zero, f32(1), mx)
     iscale = f32(-nmax) / mx_s
+    L = np.clip(_nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
     if not search:
-        return np.where(zero, f32(0), f32(1) / iscale)
+        return np.where(zero, f32(0), f32(1) / iscale), np.where(zero[:, None], 0, L + nmax)
+    w = x * x
 
-    def sums(isc):
-        sumlx = np.zeros_like(amax)
-        suml2 = np.zeros_like(amax)
-        for i in range(n):
-            xi = x[:, i]
-            lv = np.clip(_nearest_int(isc * xi), -nmax, nmax - 1).astype(f32)
-            w = xi * xi
-            sumlx = sumlx + w * xi * lv
-            suml2 = suml2 + w * lv * lv
-        return sumlx, suml2
+    def sums(lv):
+        lf = lv.astype(f32)
+        return _seqsum(w * x * lf), _seqsum(w * lf * lf)
 
-    sumlx, suml2 = sums(iscale)
+    sumlx, suml2 = sums(L)
     scale = np.where(suml2 != 0, sumlx / np.where(suml2 != 0, suml2, f32(1)), f32(0))
     best = scale * sumlx
     for step in range(-9, 10):
         if step == 0:
             continue
         isc = -(f32(nmax) + f32(0.1) * f32(step)) / mx_s
-        sumlx, suml2 = sums(isc)
+        lv = np.clip(_nearest_int(isc[:, None] * x), -nmax, nmax - 1)
+        sumlx, suml2 = sums(lv)
         better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
         new_scale = sumlx / np.where(suml2 > 0, suml2, f32(1))
+        L = np.where(better[:, None], lv, L)
         scale = np.where(better, new_scale, scale)
         best = np.where(better, new_scale * sumlx, best)
-    return np.where(zero, f32(0), scale).astype(f32)
+    return np.where(zero, f32(0), scale).astype(f32), np.where(zero[:, None], 0, L + nmax)
 
 
 def _q6_k(x: np.ndarray, strategy: str) -> np.ndarray:
@@ -299,41 +290,4 @@ def _q6_k(x: np.ndarray, strategy: str) -> np.ndarray:
 
 def _q6_levels(sub: np.ndarray, search: bool) -> np.ndarray:
     """The levels make_qx_quants leaves for each 16-value row (kept where a scale rounds to 0)."""
-    n = sub.shape[1]
-    nmax = 32
-    amax = np.zeros(sub.shape[0], dtype=f32)
-    mx = np.zeros(sub.shape[0], dtype=f32)
-    for i in range(n):
-        ax = np.abs(sub[:, i])
-        bigger = ax > amax
-        amax = np.where(bigger, ax, amax)
-        mx = np.where(bigger, sub[:, i], mx)
-    zero = amax < f32(1e-15)
-    mx_s = np.where(zero, f32(1), mx)
-    iscale = f32(-nmax) / mx_s
-    L = np.clip(_nearest_int(iscale[:, None] * sub), -nmax, nmax - 1) + nmax
-    if search:
-        def sums(isc):
-            lv = np.clip(_nearest_int(isc[:, None] * sub), -nmax, nmax - 1)
-            sumlx = np.zeros_like(amax)
-            suml2 = np.zeros_like(amax)
-            for i in range(n):
-                w = sub[:, i] * sub[:, i]
-                lf = lv[:, i].astype(f32)
-                sumlx = sumlx + w * sub[:, i] * lf
-                suml2 = suml2 + w * lf * lf
-            return lv, sumlx, suml2
-
-        _, sumlx, suml2 = sums(iscale)
-        scale = np.where(suml2 != 0, sumlx / np.where(suml2 != 0, suml2, f32(1)), f32(0))
-        best = scale * sumlx
-        for step in range(-9, 10):
-            if step == 0:
-                continue
-            isc = -(f32(nmax) + f32(0.1) * f32(step)) / mx_s
-            lv, sumlx, suml2 = sums(isc)
-            better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-            L = np.where(better[:, None], lv + nmax, L)
-            new_scale = sumlx / np.where(suml2 > 0, suml2, f32(1))
-            best = np.where(better, new_scale * sumlx, best)
-    return np.where(zero[:, None], 0, L)
+    return _qx_search(sub, 32, search)[1]
