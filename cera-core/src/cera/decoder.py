@@ -91,7 +91,16 @@ def read_decoder_config(gguf, family: str, neox: bool = False) -> tuple[DecoderC
     n_embd = hp.req(K.LLM.EMBEDDING_LENGTH)
     n_head = hp.req(K.Attention.HEAD_COUNT)
     if n_layer < 1 or n_embd < 1 or n_head < 1:
-        raise ModelConfigError(f"{gguf.path}: block_count, embedding_length and head_count must be positive")
+        raise ModelConfigError(
+            f"{gguf.path}: {hp.key('block_count')} ({n_layer}), {hp.key('embedding_length')} ({n_embd}) and "
+            f"{hp.key('attention.head_count')} ({n_head}) must be positive"
+        )
+    # Every layer has tensors of its own: more layers than tensors is a lie (and would size
+    # per-layer tables from it).
+    if n_layer > len(gguf.tensors):
+        raise ModelConfigError(
+            f"{gguf.path}: {hp.key('block_count')} is {n_layer}, but the file has only {len(gguf.tensors)} tensors"
+        )
     # one KV head count for all layers, or one per layer (0: a layer that does not attend)
     kv_heads = tuple(hp.per_layer(K.Attention.HEAD_COUNT_KV, n_layer, n_head))
     n_head_kv = max(kv_heads)
@@ -101,18 +110,45 @@ def read_decoder_config(gguf, family: str, neox: bool = False) -> tuple[DecoderC
     head_dim_v = hp.opt(K.Attention.VALUE_LENGTH, head_dim, int)
     n_rot = hp.opt(K.Rope.DIMENSION_COUNT, head_dim, int)
     if n_head % n_head_kv:
-        raise ModelConfigError(f"{gguf.path}: {n_head} attention heads cannot be grouped onto {n_head_kv} KV heads")
+        raise ModelConfigError(
+            f"{gguf.path}: {hp.key('attention.head_count')} ({n_head}) attention heads cannot be grouped onto "
+            f"{hp.key('attention.head_count_kv')} ({n_head_kv}) KV heads"
+        )
+    if head_dim < 1 or head_dim_v < 1:
+        raise ModelConfigError(
+            f"{gguf.path}: a head dimension of {head_dim} (keys) / {head_dim_v} (values): "
+            f"{hp.key('attention.key_length')}/{hp.key('attention.value_length')}, or "
+            f"{hp.key('embedding_length')} ({n_embd}) over {hp.key('attention.head_count')} ({n_head}), must be positive"
+        )
+    if n_rot < 0 or n_rot > head_dim or n_rot % 2:
+        raise ModelConfigError(
+            f"{gguf.path}: {hp.key('rope.dimension_count')} is {n_rot}; it must be even and at most the head "
+            f"dimension {head_dim}"
+        )
     tokens = gguf.get("tokenizer.ggml.tokens")
     n_vocab = hp.opt(K.LLM.VOCAB_SIZE, len(tokens) if tokens is not None else 0, int)
     scale = hp.opt(K.Attention.SCALE, 0.0, float)
+    n_ff = hp.req(K.LLM.FEED_FORWARD_LENGTH)
+    n_ctx_train = hp.opt(K.LLM.CONTEXT_LENGTH, 0, int)
+    eps = hp.req(K.Attention.LAYERNORM_RMS_EPS, float)
+    if n_ff < 1:
+        raise ModelConfigError(f"{gguf.path}: {hp.key('feed_forward_length')} is {n_ff}; it must be positive")
+    if not 0 <= n_ctx_train < 2**31:  # positions are int32
+        raise ModelConfigError(f"{gguf.path}: {hp.key('context_length')} is {n_ctx_train}; it must be in [0, 2^31)")
+    if not eps > 0:
+        raise ModelConfigError(
+            f"{gguf.path}: {hp.key('attention.layer_norm_rms_epsilon')} is {eps}; it must be positive"
+        )
+    if scale < 0:
+        raise ModelConfigError(f"{gguf.path}: {hp.key('attention.scale')} is {scale}; it must not be negative")
     config = DecoderConfig(
         n_layer=n_layer,
         n_embd=n_embd,
-        n_ff=hp.req(K.LLM.FEED_FORWARD_LENGTH),
+        n_ff=n_ff,
         n_vocab=n_vocab,
-        n_ctx_train=hp.opt(K.LLM.CONTEXT_LENGTH, 0, int),
+        n_ctx_train=n_ctx_train,
         attn=AttentionShape(n_head, n_head_kv, head_dim, head_dim_v),
-        eps=hp.req(K.Attention.LAYERNORM_RMS_EPS, float),
+        eps=eps,
         rope=read_rope(hp, n_rot, neox=neox),
         windows=(None,) * n_layer,
         attention_scale=scale if scale else 1.0 / math.sqrt(head_dim),

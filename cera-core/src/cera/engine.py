@@ -25,7 +25,9 @@ from .errors import (
     BackendUnavailable,
     CeraError,
     InvalidOptions,
+    ModelConfigError,
     PluginError,
+    ShapeError,
     UnsupportedOperation,
     UnsupportedTensorType,
 )
@@ -271,11 +273,73 @@ def read_model(gguf: GGUFFile, manager: PluginManager):
             f"family {family.name!r} ({family.factory}) has no read_config: it was written for an older "
             f"plugin API (see examples/cera-model-example for the current Model interface)"
         )
-    config = read_config(gguf)
+    config = _family_step(gguf, family, "reading its hyperparameters", read_config, gguf)
     weights = Weights.from_gguf(gguf)
-    model = model_cls(config, weights)
+    model = _family_step(gguf, family, "binding its tensors", model_cls, config, weights)
     weights.check_all_used(family.name)
+    # Every op's shapes, checked now on symbolic graphs (no weight is read): hyperparameters
+    # that do not fit each other or the tensors are refused at load, naming them, instead of
+    # failing at the first token.
+    _family_step(gguf, family, "building its graphs", model_ops, model)
+    check_vocabulary(gguf, model)
     return family, model, weights
+
+
+def check_vocabulary(gguf: GGUFFile, model) -> None:
+    """Token ids run from the tokenizer through the embedding table to the output head and
+    back: every id the tokenizer makes must have an embedding row (the kernels index the
+    table with it) and every id the head can choose must be one the tokenizer knows."""
+    tokens = gguf.get("tokenizer.ggml.tokens")
+    n_tokens = len(tokens) if isinstance(tokens, list) else 0
+    n_head = int(getattr(model, "n_vocab", 0) or 0)
+    embd = gguf.tensors.get("token_embd.weight")
+    n_embd_rows = embd.shape[1] if embd is not None and len(embd.shape) >= 2 else None
+    if n_tokens and n_head and n_head != n_tokens:
+        raise ModelConfigError(
+            f"{gguf.path}: the output head has {n_head} rows but the vocabulary (tokenizer.ggml.tokens) has "
+            f"{n_tokens} tokens; they must be the same"
+        )
+    if n_embd_rows is not None and n_embd_rows < max(n_head, n_tokens):
+        raise ModelConfigError(
+            f"{gguf.path}: the embedding table (token_embd.weight) has {n_embd_rows} rows for a vocabulary of "
+            f"{max(n_head, n_tokens)} tokens"
+        )
+
+
+def hparams_summary(gguf: GGUFFile, limit: int = 900) -> str:
+    """The file's `{arch}.*` values, compactly (arrays by length): what an error about
+    inconsistent hyperparameters shows."""
+    try:
+        prefix = gguf.architecture + "."
+    except CeraError:
+        return "(no architecture)"
+    parts = []
+    for key, value in gguf.metadata.items():
+        if key.startswith(prefix):
+            shown = f"[{len(value)} values]" if hasattr(value, "__len__") and not isinstance(value, str) else repr(value)
+            parts.append(f"{key}={shown}")
+    text = ", ".join(parts)
+    return text if len(text) <= limit else text[:limit] + ", ..."
+
+
+def _family_step(gguf: GGUFFile, family, what: str, fn, *args):
+    """A step of the family's code on this file's metadata: errors of arithmetic, indexing
+    or shapes that the file's values cause become a ModelConfigError that names the file
+    and lists its hyperparameters (the family's own checks name the key)."""
+    try:
+        return fn(*args)
+    except ShapeError as e:
+        raise ModelConfigError(
+            f"{gguf.path}: the file's hyperparameters do not fit its tensors ({what} for the {family.name} family: "
+            f"{e}); its hyperparameters: {hparams_summary(gguf)}"
+        ) from e
+    except CeraError:
+        raise
+    except (ArithmeticError, IndexError, ValueError, KeyError) as e:
+        raise ModelConfigError(
+            f"{gguf.path}: the {family.name} family failed on this file's hyperparameters while {what} "
+            f"({type(e).__name__}: {e}); its hyperparameters: {hparams_summary(gguf)}"
+        ) from e
 
 
 def load(

@@ -38,6 +38,7 @@ class GenerationSummary:
     accepted: int = 0  # ... and kept
     incomplete: bool = False  # cut short (length, cancel, context, stop string) before a grammar could end
     stop_token: int | None = None  # the token that ended it (FinishReason.STOP_TOKEN), not in `tokens`
+    error: str | None = None  # why it ended with FinishReason.ERROR (e.g. non-finite logits, naming the step)
 
     @property
     def acceptance_rate(self) -> float:

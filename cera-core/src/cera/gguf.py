@@ -17,6 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import struct
 from pathlib import Path
 from typing import Any
@@ -193,18 +194,33 @@ class GGUFFile:
         from .errors import ModelNotFound
 
         try:
-            fd = open(self.path, "rb")
+            # Non-blocking, so that opening a FIFO with no writer returns at once (and is then
+            # refused below) instead of waiting forever for one.
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
             raise ModelNotFound(f"{self.path}: no such file") from None
         except IsADirectoryError:
             raise InvalidModelFile(self.path, None, "is a directory, not a GGUF file") from None
         except OSError as e:  # permission denied, ...
             raise ModelNotFound(f"{self.path}: cannot open: {e.strerror or e}") from None
-        with fd:
-            size = os.fstat(fd.fileno()).st_size
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise InvalidModelFile(self.path, None, "is a directory, not a GGUF file")
+            if not stat.S_ISREG(st.st_mode):
+                raise InvalidModelFile(
+                    self.path, None, "is not a regular file (a pipe, socket or device); cera maps model files, "
+                    "so give it a file on disk"
+                )  # fmt: skip
+            size = st.st_size
             if size == 0:
                 raise InvalidModelFile(self.path, 0, "file is empty")
-            self._map = mmap.mmap(fd.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as e:
+                raise InvalidModelFile(self.path, None, f"cannot be memory-mapped: {e}") from None
+        finally:
+            os.close(fd)
         self.file_size = size
         self.metadata: dict[str, Any] = {}
         self.value_types: dict[str, GGUFValueType] = {}
@@ -303,7 +319,8 @@ class GGUFFile:
             n_dims = cur.u32(f"dimension count of tensor {name!r}")
             if n_dims > MAX_DIMS:
                 cur.fail(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS} allowed)", at)
-            dims = tuple(cur.u64(f"dimension of tensor {name!r}") for _ in range(n_dims))
+            # ggml gives a tensor of no dimensions one element (every ne[i] defaults to 1)
+            dims = tuple(cur.u64(f"dimension of tensor {name!r}") for _ in range(n_dims)) or (1,)
             type_at = cur.pos
             raw_type = cur.u32(f"type of tensor {name!r}")
             try:

@@ -10,6 +10,7 @@ wrong tokens that look right.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,10 @@ class HParams:
         if kind is float:
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise ModelConfigError(f"{self.gguf.path}: {key} should be a number, got {value!r}")
-            return float(value)
+            value = float(value)
+            if not math.isfinite(value):  # no hyperparameter is meant to be NaN or infinite
+                raise ModelConfigError(f"{self.gguf.path}: {key} is {value}; it must be a finite number")
+            return value
         if kind is bool:
             if not isinstance(value, (bool, np.bool_)):
                 raise ModelConfigError(f"{self.gguf.path}: {key} should be a boolean, got {value!r}")
@@ -98,6 +102,10 @@ class HParams:
         if isinstance(value, np.ndarray):
             if len(value) != n_layers:
                 raise ModelConfigError(f"{self.gguf.path}: {key} has {len(value)} entries for {n_layers} layers")
+            if value.dtype.kind not in "iuf" or (kind is int and value.dtype.kind == "f"):
+                raise ModelConfigError(f"{self.gguf.path}: {key} should be an array of numbers, got {value.dtype}")
+            if value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise ModelConfigError(f"{self.gguf.path}: {key} holds non-finite values; they must be finite")
             return [kind(v) for v in value]
         return [self._convert(suffix, value, kind)] * n_layers
 

@@ -231,9 +231,13 @@ def read_rope(
         raise ModelConfigError(
             f"{hp.gguf.path}: {hp.key('rope.scaling.type')} is {scaling!r}; cera knows {', '.join(ROPE_SCALING_TYPES)}"
         )
+    if not train_base > 0:
+        raise ModelConfigError(f"{hp.gguf.path}: {hp.key('rope.freq_base')} is {train_base}; it must be positive")
     factor = hp.opt("rope.scaling.factor", 0.0, float)
     if factor == 0.0:
         factor = hp.opt("rope.scale_linear", 0.0, float)
+    if factor < 0:
+        raise ModelConfigError(f"{hp.gguf.path}: {hp.key('rope.scaling.factor')} is {factor}; it must not be negative")
     scale_train = 1.0 if factor == 0.0 else 1.0 / factor
     if scaling == "none":
         scale_train = 1.0

@@ -33,6 +33,7 @@ from .options import GenerateOptions, make_options
 from .runtime import SeqStep
 from .sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K, Candidates, Sampler, log_softmax_at
 from .sink import FinishReason, Sink
+from .state import StateNotRewindable
 
 __all__ = ["Checkpoint", "GenerateOptions", "GenerationSummary", "Session"]
 
@@ -80,6 +81,10 @@ class _StopStrings:
 _OUTPUTS = {NEEDS_ARGMAX: Outputs(("argmax",)), NEEDS_LOGITS: LAST_LOGITS}
 PROMPT_ROWS = 64  # from this many tokens a prompt is evaluated with the prompt kernels throughout
 MAX_SNAPSHOTS = 4
+# Greedy decoding reads back one integer per token; every this many tokens it reads the
+# logits instead, so that a model computing NaN or infinities is noticed (the prompt's
+# last position, and every step of sampling, are always checked).
+FINITE_CHECK_EVERY = 16
 
 
 class Session:
@@ -368,6 +373,7 @@ class Session:
             t0 = time.perf_counter()
             reason = None
             stop_token = None
+            error = None
             if self.pending:
                 # the prompt's last position always returns all logits: any sampler can start
                 if not self._evaluate(LAST_LOGITS):
@@ -394,6 +400,14 @@ class Session:
                     token = queued.pop(0)
                     at = len(self.tokens) - len(queued) - 1  # its cell
                 else:
+                    broken = _not_finite(self.last)
+                    if broken:
+                        error = (
+                            f"the model's logits at step {len(generated)} (position {len(self.tokens) - 1}) are not "
+                            f"finite ({broken}): its weights or hyperparameters are broken"
+                        )
+                        reason = FinishReason.ERROR
+                        break
                     history = self.tokens + self.pending
                     token = sampler.choose(_candidates(self.last), history)
                     at = None
@@ -447,7 +461,10 @@ class Session:
                     if queued is not None:
                         continue
                     queued = []
-                if not self._evaluate(want):
+                step_want = want
+                if needs == NEEDS_ARGMAX and not options.wants_logprobs and len(generated) % FINITE_CHECK_EVERY == 0:
+                    step_want = LAST_LOGITS  # the periodic look at the logits (FINITE_CHECK_EVERY)
+                if not self._evaluate(step_want):
                     reason = FinishReason.CANCELLED
             tail = ""
             if reason != FinishReason.STOP_STRING:
@@ -468,6 +485,7 @@ class Session:
                 accepted=spec.accepted if spec else 0,
                 incomplete=reason != FinishReason.GRAMMAR and any(p.incomplete() for p in sampler.processors),
                 stop_token=stop_token,
+                error=error,
             )
             self.last_summary = summary
             yield EndEvent(summary, tail)
@@ -486,6 +504,8 @@ class Session:
                 if event.text:
                     sink.on_text(event.text)
                 summary = event.summary
+        if summary.error:
+            sink.on_error(summary.error)
         sink.on_finish(summary.finish_reason)
         return summary
 
@@ -645,16 +665,19 @@ def guarded(events, sink: Sink | None = None):
         if sink is not None:
             sink.on_finish(FinishReason.CANCELLED)
         raise
-    except CeraError:
+    except CeraError as e:
         if sink is not None:
+            sink.on_error(str(e))
             sink.on_finish(FinishReason.ERROR)
         raise
     except MemoryError as e:
         if sink is not None:
+            sink.on_error(f"out of memory during generation: {e}")
             sink.on_finish(FinishReason.ERROR)
         raise ResourceExhausted(f"out of memory during generation: {e}") from e
     except Exception as e:
         if sink is not None:
+            sink.on_error(f"generation failed: {type(e).__name__}: {e}")
             sink.on_finish(FinishReason.ERROR)
         raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
 
@@ -669,6 +692,21 @@ def _row0(out: dict) -> dict:
     if "top_k_ids" in out:
         last["top_k"] = (out["top_k_ids"][-1].astype(np.int64), out["top_k_values"][-1].astype(np.float64))
     return last
+
+
+def _not_finite(last: dict | None) -> str | None:
+    """What is wrong with the logits (or top-k values) read back, or None: they are finite,
+    or only an argmax was read back."""
+    values = last.get("logits") if last else None
+    if values is None and last and "top_k" in last:
+        values = last["top_k"][1]
+    if values is None:
+        return None
+    finite = np.isfinite(values)
+    if finite.all():
+        return None
+    nan = int(np.isnan(values).sum())
+    return f"{nan} NaN and {values.size - int(finite.sum()) - nan} infinite of {values.size} values"
 
 
 def _has(last: dict, needs: int) -> bool:

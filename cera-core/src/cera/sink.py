@@ -30,6 +30,9 @@ class Sink:
     def on_audio(self, frames) -> None:  # audio-out models
         pass
 
+    def on_error(self, message: str) -> None:
+        """Why generation is about to finish with FinishReason.ERROR."""
+
     def on_finish(self, reason: FinishReason) -> None:
         pass
 
@@ -41,12 +44,16 @@ class CollectingSink(Sink):
         self.tokens: list[int] = []
         self.chunks: list[str] = []
         self.reason: FinishReason | None = None
+        self.error: str | None = None
 
     def on_token(self, token_id: int) -> None:
         self.tokens.append(token_id)
 
     def on_text(self, text: str) -> None:
         self.chunks.append(text)
+
+    def on_error(self, message: str) -> None:
+        self.error = message
 
     def on_finish(self, reason: FinishReason) -> None:
         self.reason = reason

@@ -97,6 +97,10 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     out.write("\n")
     out.flush()
     summary = session.last_summary
+    if summary.finish_reason.value == "error":  # non-finite logits: what was printed is all there is
+        from cera.errors import GenerationError
+
+        raise GenerationError(summary.error or "generation ended with an error")
     if summary.incomplete:  # a grammar or schema's value cut short: stdout is not a whole value
         click.echo(
             f"cera: the output is incomplete: generation stopped ({summary.finish_reason.value}) before the "

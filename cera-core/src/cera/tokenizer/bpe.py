@@ -106,7 +106,7 @@ class BPEEncoder:
     def _bytes(self, symbol: str) -> list[int]:
         # A symbol that is no token: each of its UTF-8 bytes, as a byte token where one exists.
         out = []
-        for b in symbol.encode("utf-8", "surrogateescape"):
+        for b in symbol.encode("utf-8", "surrogatepass"):
             if self.byte_tokens_hex:
                 key = f"<0x{b:02X}>"
             else:

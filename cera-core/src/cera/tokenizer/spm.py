@@ -76,7 +76,7 @@ class SPMEncoder:
             if tid is not None:
                 append(tid)
             else:
-                for b in s.encode("utf-8", "surrogateescape"):
+                for b in s.encode("utf-8", "surrogatepass"):
                     append(self.byte_token(b))
             i = nxt[i]
 

@@ -1,0 +1,26 @@
+"""Fuzzing: every case in a forked child under a time and memory limit (harness.py).
+
+CI runs a few hundred cases of each kind; ``--run-slow`` runs the full counts (tens of
+thousands). ``CERA_FUZZ_WORKERS`` sets how many worker processes run cases (default 1 per
+pytest process), ``CERA_FUZZ_START`` moves the window of case numbers (to explore new
+cases; a case number reproduces its input exactly), and ``CERA_FUZZ_FINDINGS`` is where
+inputs that failed are kept.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from harness import Pool, pool_size
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with Pool(pool_size()) as p:
+        yield p
+
+
+def case_numbers(ci: int, slow: int, run_slow: bool, offset: int = 0) -> range:
+    start = int(os.environ.get("CERA_FUZZ_START", "0")) + offset
+    return range(start, start + (slow if run_slow else ci))
