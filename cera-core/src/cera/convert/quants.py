@@ -1,9 +1,10 @@
 """Quantizing float rows to GGML block types.
 
-Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (and F16, BF16) come from the `gguf` package, whose
-quantizers reproduce llama.cpp's reference ones (round to nearest, one scale per block
-from the block's extreme value). The `gguf` package has no K-quant quantizer; Q4_K, Q5_K
-and Q6_K are here, in two strategies:
+Q4_0, Q4_1, Q5_0 and Q5_1 are here, in llama.cpp's float32 arithmetic (round to nearest,
+one scale per block from the block's extreme value): the `gguf` package's quantizers
+compute in float64 and round differently where a value falls on a tie. Q8_0, F16 and BF16
+come from the `gguf` package. It has no K-quant quantizer; Q4_K, Q5_K and Q6_K are here,
+in two strategies:
 
 - ``search`` (the default): llama.cpp's reference quantizers. Each sub-block's scale (and
   minimum) is chosen by a search that lowers the weighted squared error of the rounded
@@ -35,6 +36,13 @@ def quantize(rows: np.ndarray, qtype: T, strategy: str = "search") -> np.ndarray
     rows = np.ascontiguousarray(rows, dtype=np.float32)
     if qtype == T.F32:
         return rows.view(np.uint8)
+    legacy = {T.Q4_0: (4, False), T.Q4_1: (4, True), T.Q5_0: (5, False), T.Q5_1: (5, True)}.get(qtype)
+    if legacy is not None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown quantization strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+        shape = rows.shape
+        out = _legacy(rows.reshape(-1, 32), *legacy)
+        return out.reshape(*shape[:-1], shape[-1] // 32 * GGML_QUANT_SIZES[qtype][1])
     k_quant = {T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k}.get(qtype)
     if k_quant is None:
         return gguf_quants.quantize(rows, qtype)
@@ -43,6 +51,42 @@ def quantize(rows: np.ndarray, qtype: T, strategy: str = "search") -> np.ndarray
     out = k_quant(blocks, strategy)
     type_size = GGML_QUANT_SIZES[qtype][1]
     return out.reshape(*shape[:-1], shape[-1] // QK_K * type_size)
+
+
+def _legacy(x: np.ndarray, bits: int, with_min: bool) -> np.ndarray:
+    """Q4_0/Q4_1/Q5_0/Q5_1 blocks of 32, as ggml's quantize_row_q*_ref computes them."""
+    nb = x.shape[0]
+    top = (1 << bits) - 1
+    if with_min:
+        idx = np.arange(nb)
+        mn = x[idx, x.argmin(axis=1)]  # the first of equal values (-0.0 vs 0.0), as C's loop keeps
+        d = (x[idx, x.argmax(axis=1)] - mn) / f32(top)
+        id_ = np.where(d != 0, f32(1) / np.where(d != 0, d, f32(1)), f32(0)).astype(f32)
+        v = (x - mn[:, None]) * id_[:, None] + f32(0.5)
+        q = v.astype(np.int32)  # C's cast: toward zero (v >= 0 here)
+        if bits == 4:
+            q = np.minimum(q, 15)
+        with np.errstate(over="ignore"):  # a huge minimum is inf in fp16, as in ggml
+            head = [d.astype(np.float16).view(np.uint8).reshape(nb, 2), mn.astype(np.float16).view(np.uint8).reshape(nb, 2)]
+    else:
+        first = np.abs(x).argmax(axis=1)  # the first of equal magnitudes, as C's strict < keeps
+        mx = x[np.arange(nb), first]
+        mx = np.where(np.abs(mx) > 0, mx, f32(0))  # C's max stays +0.0 for a block of zeros
+        d = (mx / f32(-(1 << (bits - 1)))).astype(f32)
+        id_ = np.where(d != 0, f32(1) / np.where(d != 0, d, f32(1)), f32(0)).astype(f32)
+        v = x * id_[:, None] + f32(1 << (bits - 1)) + f32(0.5)
+        q = np.minimum(v.astype(np.int32).astype(np.int8), top).astype(np.int32)
+        head = [d.astype(np.float16).view(np.uint8).reshape(nb, 2)]
+    q = q.astype(np.uint8)
+    lo, hi = q[:, :16], q[:, 16:]
+    qs = (lo & 0xF) | ((hi & 0xF) << 4)
+    if bits == 4:
+        return np.concatenate(head + [qs], axis=1)
+    qh = np.zeros(nb, dtype=np.uint32)
+    for j in range(16):
+        qh |= ((lo[:, j].astype(np.uint32) >> 4) & 1) << j
+        qh |= ((hi[:, j].astype(np.uint32) >> 4) & 1) << (j + 16)
+    return np.concatenate(head + [qh.view(np.uint8).reshape(nb, 4), qs], axis=1)
 
 
 def _nearest_int(v: np.ndarray) -> np.ndarray:
