@@ -365,6 +365,16 @@ class VulkanExecutable(Executable):
             glu is not None and not tiled and all(n.args[2] is None for n in step.nodes)
             and self.consumers.get(step.nodes[0].out.id, 0) == 1 and self.consumers.get(step.nodes[1].out.id, 0) == 1
         )  # fmt: skip
+        segments = (
+            glu is None and not tiled and not self._mv_sg and 1 < len(step.nodes) <= 4
+            and self._mv_feats(self._mv_rows(M)) > 1
+            and all(len(self.weights[n.args[1].name].shape) == 2
+                    and len(self._weight_chunks(self.weights[n.args[1].name], self.weights[n.args[1].name].shape[1])) == 1
+                    for n in step.nodes)
+        )  # fmt: skip
+        if segments:
+            self._segments(step, x, K, M, xs, residual, nparams, fuse)
+            return
         if fuse_glu:
             g, u = (self.weights[n.args[1].name] for n in step.nodes)
             N = g.shape[1]
@@ -418,6 +428,35 @@ class VulkanExecutable(Executable):
                 self._op_glu(glu)
             if step.residual is not None and residual is None:
                 self._op_add(step.residual[0])
+
+    def _segments(self, step, x, K, M, xs, residual, nparams, fuse) -> None:
+        """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments."""
+        R = self._mv_rows(M)
+        F = self._mv_feats(R)
+        params = [K, 0, M, self.off(x), xs, 0, 0, 0, 0, 0, 0, 0, 0] + (nparams or [0, 0])
+        params += [0] * (wgsl.SEG_BASE - len(params))
+        binds, types, at = [], [], 0
+        for i, node in enumerate(step.nodes):
+            _, wref, bias = node.args
+            w = self.weights[wref.name]
+            N = w.shape[1]
+            out, res, res_stride = node.out, 0, 0
+            if residual is not None and residual[1] == i:
+                out = residual[0].out
+                res, res_stride = self.off(residual[2]) + 1, residual[2].shape[-1]
+            b = self.operand(bias) + 1 if bias is not None else 0
+            params += [at, N, self.off(out), N, b, w.row_bytes, res, res_stride]
+            binds.append(("w", w, 0, w.buffer.size))
+            types.append(w.ggml_type)
+            at += -(-N // F) * F
+        params[1] = at
+        types = tuple(types)
+        sg = self.ctx.subgroups
+        self._emit(("matvec_seg", types, R, sg, fuse, F), lambda: wgsl.matvec_segments(types, sg, R, fuse, F), params,
+                   at // F, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
+                   label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
+        if residual is None and step.residual is not None:
+            self._op_add(step.residual[0])
 
     def _elementwise(self, node, code: int, count: int, a_off: int, b_off: int = 0, b_len: int = 1, kind: int = 0,
                      f: float = 0.0, row: int = 1, a_stride: int = 1) -> None:  # fmt: skip

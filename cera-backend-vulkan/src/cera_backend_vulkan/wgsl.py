@@ -427,6 +427,128 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 """
 
 
+SEG_BASE = 20  # matvec_segments: parameters of segment s start at P(SEG_BASE + 8 s)
+
+
+def matvec_segments(types: tuple[str, ...], subgroups: bool = True, rows: int = 1, norm: bool = False,
+                    feats: int = 4) -> str:  # fmt: skip
+    """Several products of one input in one dispatch (a layer's Q, K and V): the weights'
+    output features laid end to end, each weight's run starting at a multiple of
+    ``feats`` so a workgroup never straddles two. As `matvec` otherwise (per feature the
+    same sums in the same order). P: 0 K, 1 features in all (padded), 2 M, 3 x offset, 4 x
+    row stride, 13/14 norm as `matvec`; per segment s at P(20 + 8 s): first feature, N, y
+    offset, y row stride, bias offset + 1, weight row bytes, residual offset + 1,
+    residual row stride."""
+    libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
+    R, F = rows, feats
+    cases = "".join(f"        case {i}u: {{ return dq8_W{i}(base, g); }}\n" for i in range(len(types) - 1))
+    last = len(types) - 1
+    pick = f"""
+fn dq8_seg(seg: u32, base: u32, g: u32) -> V8 {{
+    switch seg {{
+{cases}        default: {{ return dq8_W{last}(base, g); }}
+    }}
+}}
+"""
+    decl = "".join(f"        var a{r}_{j} = 0.0;\n" for r in range(R) for j in range(F))
+    deq = "".join(f"            let w{j} = dq8_seg(seg, n{j} * P(sb + 5u), g);\n" for j in range(F))
+    fma = ""
+    for r in range(R):
+        xa, xb = ("xa0", "xb0") if norm else ("xa", "xb")
+        fma += f"            if ({r}u < nr) {{\n"
+        fma += f"                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;\n"
+        fma += f"                let {xa} = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);\n"
+        fma += f"                let {xb} = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);\n"
+        if norm:
+            fma += "                let xa = xa0 * nwa; let xb = xb0 * nwb;\n"
+        for j in range(F):
+            fma += f"                a{r}_{j} += dot(xa, w{j}.a) + dot(xb, w{j}.b);\n"
+        fma += "            }\n"
+    if subgroups:
+        reducer = f"""
+var<workgroup> part: array<f32, {MV_WG}>;
+fn wsum(v: f32, t: u32, sgs: u32) -> f32 {{
+    let s = subgroupAdd(v);
+    if (t % sgs == 0u) {{ part[t / sgs] = s; }}
+    workgroupBarrier();
+    var r = 0.0;
+    for (var i = 0u; i < {MV_WG}u / sgs; i++) {{ r += part[i]; }}
+    workgroupBarrier();
+    return r;
+}}
+"""
+        builtins, call = ", @builtin(subgroup_size) sgs: u32", "wsum({v}, t, sgs)"
+    else:
+        reducer = f"""
+var<workgroup> part: array<f32, {MV_WG}>;
+fn wsum(v: f32, t: u32) -> f32 {{
+    part[t] = v;
+    workgroupBarrier();
+    for (var s = {MV_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ part[t] += part[t + s]; }}
+        workgroupBarrier();
+    }}
+    let r = part[0];
+    workgroupBarrier();
+    return r;
+}}
+"""
+        builtins, call = "", "wsum({v}, t)"
+    reduce = "".join(f"        a{r}_{j} = {call.format(v=f'a{r}_{j}')};\n" for r in range(R) for j in range(F))
+    prologue, nw_load = "", ""
+    if norm:
+        for r in range(R):
+            prologue += f"""        var inv{r} = 1.0;
+        if ({r}u < nr) {{
+            var q = 0.0;
+            for (var g = t; g < K / 8u; g += {MV_WG}u) {{
+                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;
+                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
+                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
+                q += dot(xa, xa) + dot(xb, xb);
+            }}
+            q = {call.format(v="q")};
+            inv{r} = inverseSqrt(q / f32(K) + PF(14u));
+        }}
+"""
+        nw_load = """            var nwa = vec4<f32>(1.0); var nwb = vec4<f32>(1.0);
+            if (P(13u) != 0u) {
+                let no = P(13u) - 1u + g * 8u;
+                nwa = vec4<f32>(A[no], A[no + 1u], A[no + 2u], A[no + 3u]);
+                nwb = vec4<f32>(A[no + 4u], A[no + 5u], A[no + 6u], A[no + 7u]);
+            }
+"""
+    stores = ""
+    for r in range(R):
+        for j in range(F):
+            sc = f" * inv{r}" if norm else ""
+            stores += f"""        if ({r}u < nr && t == 0u && nn{j} < P(sb + 1u)) {{
+            var y = a{r}_{j}{sc};
+            if (P(sb + 4u) != 0u) {{ y += A[P(sb + 4u) - 1u + nn{j}]; }}
+            if (P(sb + 6u) != 0u) {{ y += A[P(sb + 6u) - 1u + (m0 + {r}u) * P(sb + 7u) + nn{j}]; }}
+            A[P(sb + 2u) + (m0 + {r}u) * P(sb + 3u) + nn{j}] = y;
+        }}
+"""
+    segsel = "".join(f"    if (nbase >= P({SEG_BASE + 8 * i}u)) {{ seg = {i}u; }}\n" for i in range(1, len(types)))
+    nn = "".join(f"    let nn{j} = nloc + {j}u;\n    let n{j} = min(nn{j}, P(sb + 1u) - 1u);\n" for j in range(F))
+    return HEADER + ARENA_F32 + GRID + libs + pick + reducer + f"""
+@compute @workgroup_size({MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{builtins}) {{
+    let nbase = wg_linear(wid, nwg) * {F}u;
+    if (nbase >= P(1u)) {{ return; }}
+    var seg = 0u;
+{segsel}    let sb = {SEG_BASE}u + 8u * seg;
+    let nloc = nbase - P(sb);
+{nn}    let K = P(0u); let M = P(2u);
+    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
+        let nr = min({R}u, M - m0);
+{decl}{prologue}        for (var g = t; g < K / 8u; g += {MV_WG}u) {{
+{deq}{nw_load}{fma}        }}
+{reduce}{stores}    }}
+}}
+"""
+
+
 def matvec_sg(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1,
            norm: bool = False) -> str:  # fmt: skip
     """The matvec for software adapters (lavapipe), where a workgroup barrier is a switch
