@@ -18,9 +18,15 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+# Vulkan headers and glslc for llama.cpp's build: Debian trixie's (1.4.309, shaderc 2025.2:
+# cooperative-matrix shaders); bookworm's glslc where trixie's does not run
 mkdir -p /opt/vk && for f in .dev/debs/*.deb; do dpkg -x "$f" /opt/vk; done
 export PATH=/opt/vk/usr/bin:$PATH
 export LD_LIBRARY_PATH=/opt/vk/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+if ! glslc --version >/dev/null 2>&1; then
+    for f in .dev/debs-bookworm/*.deb; do dpkg -x "$f" /opt/vk; done
+fi
+glslc --version 2>&1 | head -1
 if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
@@ -34,7 +40,7 @@ stamp "installed"
 if [ "$MODE" = full ]; then
     # llama.cpp's Vulkan build, in the background while the tests run
     (cd /tmp && tar xJf "$REPO/.dev/lcp.tar.xz" && cd llama_cpp_python-0.3.36 && \
-     CMAKE_ARGS="-DGGML_VULKAN=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_MTMD=OFF -DGGML_NATIVE=ON \
+     CMAKE_ARGS="-DGGML_VULKAN=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_MTMD=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
        -DVulkan_INCLUDE_DIR=/opt/vk/usr/include -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
        -DVulkan_GLSLC_EXECUTABLE=/opt/vk/usr/bin/glslc" CMAKE_BUILD_PARALLEL_LEVEL=16 \
      python3 -m pip install --no-index --no-deps --no-build-isolation --target /tmp/llama -v . ) >"$OUT/llama_build.log" 2>&1 &
