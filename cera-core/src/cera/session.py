@@ -85,6 +85,12 @@ MAX_SNAPSHOTS = 4
 # logits instead, so that a model computing NaN or infinities is noticed (the prompt's
 # last position, and every step of sampling, are always checked).
 FINITE_CHECK_EVERY = 16
+# A prompt evaluated for generation goes in passes sized to take about this long, so that
+# cancel() takes effect within about that time (a pass is one call into the backend that
+# nothing interrupts); never below CANCEL_MIN_CHUNK tokens, where the prompt kernels are
+# still efficient, nor above n_batch. How a prompt is cut does not change its results.
+CANCEL_LATENCY_S = 0.25
+CANCEL_MIN_CHUNK = 128
 
 
 class Session:
@@ -177,11 +183,14 @@ class Session:
     def evaluate(self) -> np.ndarray | None:
         """Run the queued tokens through the model; returns the last token's logits."""
         with self._lock:
-            if self.pending:
-                if self._evaluate(LAST_LOGITS):
-                    self._store_prefix()
-            elif self.last is not None and "logits" not in self.last:
-                self._refresh_last(LAST_LOGITS)
+            try:
+                if self.pending:
+                    if self._evaluate(LAST_LOGITS):
+                        self._store_prefix()
+                elif self.last is not None and "logits" not in self.last:
+                    self._refresh_last(LAST_LOGITS)
+            finally:
+                self._cancel.clear()  # see events()
             return None if self.last is None else self.last.get("logits")
 
     @property
@@ -225,9 +234,10 @@ class Session:
         if self.prefix_cache is not None and self.tokens and not self.pending:
             self.prefix_cache.store(self)
 
-    def _evaluate(self, final: Outputs) -> bool:
+    def _evaluate(self, final: Outputs, responsive: bool = False) -> bool:
         """Evaluate the queue in chunks; the last chunk returns ``final``. False when
-        cancelled between chunks (what was evaluated stays)."""
+        cancelled between chunks (what was evaluated stays). ``responsive``: chunks sized
+        by time (CANCEL_LATENCY_S) rather than n_batch alone."""
         held = len(self.tokens)
         if self.prefix_cache is not None and len(self.pending) > 1:
             self._use_prefix_cache()
@@ -240,15 +250,20 @@ class Session:
                 f"{len(self.tokens)} tokens in the context plus {len(self.pending)} new ones exceed "
                 f"its size of {self.n_ctx}; start a new session with a larger n_ctx or reset this one"
             )
+        size = min(self.n_batch, CANCEL_MIN_CHUNK) if responsive else self.n_batch
         while self.pending:
             if self._cancel.is_set():
                 return False
-            chunk = self.pending[: self.n_batch]
+            chunk = self.pending[:size]
             last = len(chunk) == len(self.pending)
+            t0 = time.perf_counter()
             try:
                 out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
             except MemoryError as e:
                 raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
+            if responsive:
+                rate = len(chunk) / max(time.perf_counter() - t0, 1e-6)
+                size = max(min(int(rate * CANCEL_LATENCY_S), self.n_batch), min(self.n_batch, CANCEL_MIN_CHUNK))
             self.tokens.extend(chunk)
             del self.pending[: len(chunk)]
             self.n_evaluated += len(chunk)
@@ -346,12 +361,14 @@ class Session:
         try:
             yield from self._events(options, processors)
         finally:
+            # Cleared when a generation ends, not when one starts: a cancel() that comes just
+            # before generate() cancels that generation instead of being lost.
+            self._cancel.clear()
             if self.scheduler is not None:
                 self.scheduler.generating(self, False)
 
     def _events(self, options: GenerateOptions, processors):
         with self._lock:
-            self._cancel.clear()
             eog = set(self.tokenizer.eog_ids) | set(options.stop_tokens)
             if options.ignore_eos:
                 eog = set(options.stop_tokens)
@@ -376,7 +393,7 @@ class Session:
             error = None
             if self.pending:
                 # the prompt's last position always returns all logits: any sampler can start
-                if not self._evaluate(LAST_LOGITS):
+                if not self._evaluate(LAST_LOGITS, responsive=True):
                     reason = FinishReason.CANCELLED
                 else:
                     self._store_prefix()
@@ -525,7 +542,9 @@ class Session:
     # -- control ------------------------------------------------------------------------------
 
     def cancel(self) -> None:
-        """Stop the current evaluation or generation at the next chunk or token. Thread-safe."""
+        """Stop the current evaluation or generation at the next chunk or token (a long
+        prompt's chunks take about CANCEL_LATENCY_S); with none running, the next one stops
+        before it starts. Thread-safe."""
         self._cancel.set()
 
     def reset(self) -> None:
