@@ -174,6 +174,10 @@ cera_ctx *cera_ctx_new(int n_threads, const char *name, char *err, int err_len) 
     cera_kernels_init_scalar(&ctx->k);
     if (v->init) v->init(&ctx->k);
     if (detect().avx512bf16) cera_kernels_bf16_dp(&ctx->k);
+    {
+        const char *rp = getenv("CERA_CPU_LLAMA_REPACK");
+        ctx->k.llama_repack = rp && *rp && strcmp(rp, "0") != 0;
+    }
     ctx->k.name = v->name;
     ctx->pool = cera_pool_new(n_threads);
     if (!ctx->pool) {

@@ -120,6 +120,8 @@ int cera_is_iq256(int t);
 void cera_iq_unpack(int t, const void *row, int64_t i, cera_iq_block *b);
 /* ggml's x86 dot of one IQ row with a Q8_K row (the lane layout of its AVX2 code), shared by every variant */
 void cera_dot_iq(int t, int64_t n, const void *w, const void *a, float *s);
+/* One output of llama.cpp's repacked Q4_0 / IQ4_NL product (quants.c; see matmul.c). */
+float cera_dot_repack(int t, int64_t n, const void *w, const void *a);
 
 /* The 16 non-linear levels of IQ4_NL (ggml-common.h kvalues_iq4nl). */
 extern const int8_t cera_kvalues_iq4nl[16];
@@ -342,6 +344,9 @@ struct cera_kernels {
     void (*gemm_f32)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                      float *C, int64_t ldc);
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    /* reproduce llama.cpp as shipped, weight repacking on ($CERA_CPU_LLAMA_REPACK=1): Q4_0 and
+     * IQ4_NL products of a multiple of 8 weight rows take its repacked arithmetic (matmul.c) */
+    int llama_repack;
 };
 
 /* Fill a table with the portable scalar kernels. */

@@ -97,8 +97,22 @@ static void gemm_tile(const mm_job *job, int i, int64_t t0, int rows, cera_gemm_
 }
 
 /* Rows [r0, r1) of member i for every activation row, then its epilogue. */
+/* Whether member p runs as llama.cpp's repacked kernels do (cera_kernels.llama_repack):
+ * x86 llama.cpp repacks Q4_0 and IQ4_NL weights of a multiple of 8 rows. */
+static int repacked(const cera_kernels *k, const cera_product *p) {
+    return k->llama_repack && (p->wtype == T_Q4_0 || p->wtype == T_IQ4_NL) && p->N % 8 == 0;
+}
+
 static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_gemm_scratch **gs) {
     const cera_product *p = &job->mem[i];
+    if (repacked(job->k, p)) {
+        const char *act = job->act[job->act_of[i]];
+        const int64_t arb = job->act_row_bytes[job->act_of[i]];
+        for (int64_t m = 0; m < job->M; m++)
+            for (int64_t r = r0; r < r1; r++)
+                p->y[m * p->y_stride + r] = cera_dot_repack(p->wtype, job->K, (const char *)p->w + r * p->w_row_bytes, act + m * arb);
+        goto epilogue;
+    }
     cera_dot_fn dot = job->k->dot[p->wtype];
     cera_dot4_fn dot4 = job->k->dot4[p->wtype];
     const char *w = p->w;
@@ -139,6 +153,7 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
             for (; r < r1; r++) dot(job->K, w + r * p->w_row_bytes, a, &y[r]);
         }
     }
+epilogue:
     for (int64_t m = 0; m < job->M; m++) {
         float *y = p->y + m * p->y_stride;
         if (p->bias)
@@ -275,6 +290,7 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
         if (f && (per_row == CERA_ROWS_ONE ||
                   (per_row != CERA_ROWS_PROMPT && M < (kquant ? GEMM_MIN_ROWS_KQUANT : GEMM_MIN_ROWS))))
             f = NULL;
+        if (repacked(&ctx->k, &mem[i])) f = NULL;
         job.gemm[i] = f;
         prep_of[i] = -1;
         if (f) {

@@ -417,6 +417,26 @@ void cera_dot_iq(int t, int64_t n, const void *w, const void *a, float *s) {
     }
 }
 
+/* llama.cpp's repacked Q4_0 / IQ4_NL products on x86 (its default: weights of a multiple
+ * of 8 rows interleaved 8 by 8, gemv / gemm q4_0_8x8_q8_0): every output is one float
+ * chain over the blocks, acc = fma(block's integer dot, d_w * d_a, acc), for any number
+ * of activation rows. */
+float cera_dot_repack(int t, int64_t n, const void *vw, const void *va) {
+    const block_q8_0 *a = va;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) {
+        const block_q4_0 *b = (const block_q4_0 *)vw + i; /* IQ4_NL blocks have the same layout */
+        int sumi = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            const int lo = t == T_IQ4_NL ? cera_kvalues_iq4nl[b->qs[j] & 0xF] : (b->qs[j] & 0xF) - 8;
+            const int hi = t == T_IQ4_NL ? cera_kvalues_iq4nl[b->qs[j] >> 4] : (b->qs[j] >> 4) - 8;
+            sumi += lo * a[i].qs[j] + hi * a[i].qs[j + QK / 2];
+        }
+        acc = fmaf((float)sumi, f16_to_f32(b->d) * f16_to_f32(a[i].d), acc);
+    }
+    return acc;
+}
+
 /* -- activation quantizers --------------------------------------------------------------- */
 
 void cera_quant_q8_0_scalar(const float *x, void *vy, int64_t n) {
