@@ -25,6 +25,7 @@ from ..options import (
     model_options,
     sampling_options,
 )
+from ..tools_cli import describe_call, tool_options
 
 HELP = """Commands:
   /system [TEXT]  show the system message, or set it (the conversation goes on)
@@ -59,11 +60,11 @@ class LineReader:
         except OSError:
             pass  # no history yet
 
-    def read(self) -> str | None:
+    def read(self, prompt: str = "> ") -> str | None:
         """The next line, or None at the end of input (Ctrl-D). Ctrl-C raises KeyboardInterrupt."""
         if self.interactive:
             try:
-                return input("> ")
+                return input(prompt)
             except EOFError:
                 return None
         line = sys.stdin.readline()
@@ -101,7 +102,8 @@ class StopOnInterrupt:
 
 
 class ChatLoop:
-    def __init__(self, loaded, session, system, options, console: Console, kv_type: str):
+    def __init__(self, loaded, session, system, options, console: Console, kv_type: str, tools=None,
+                 tool_choice: str = "auto", constrain_tools: bool = False, read_line=None):  # fmt: skip
         from cera.chat import Chat
 
         self.loaded = loaded
@@ -109,7 +111,10 @@ class ChatLoop:
         self.options = options
         self.console = console
         self.kv_type = kv_type
-        self.conversation = Chat(session, system=system)
+        self.tools = tools
+        self.tool_choice, self.constrain_tools = tool_choice, constrain_tools
+        self.read_line = read_line  # asks the user for a tool's result
+        self.conversation = Chat(session, system=system, tools=tools)
         self.dropped = 0  # exchanges dropped for room, in all
 
     # -- the context ----------------------------------------------------------------------
@@ -161,9 +166,12 @@ class ChatLoop:
         shifted = self.session.n_shifted
         out = sys.stdout
         with StopOnInterrupt(self.session):
-            for chunk in say(self.conversation, text, self.options):
-                out.write(chunk)
-                out.flush()
+            if self.tools:
+                self.tool_turns(text)
+            else:
+                for chunk in say(self.conversation, text, self.options):
+                    out.write(chunk)
+                    out.flush()
         out.write("\n")
         out.flush()
         s = self.session.last_summary
@@ -183,6 +191,40 @@ class ChatLoop:
             f"[{s.n_prompt_tokens} new prompt tokens ({self.conversation.last_reused} reused), "
             f"{s.n_generated} generated at {s.tokens_per_second:.1f} tok/s]"
         )
+
+    def tool_turns(self, text: str) -> None:
+        """A message, and the replies that follow while the model calls tools: each call is
+        shown and its result asked for (an empty answer, or the end of input, stops)."""
+        from cera.chat import Phase, TurnEnd
+        from cera.tools import ReasoningDelta, TextDelta, ToolCallEvent, ToolCallFailed
+
+        out = sys.stdout
+        self.conversation.ingest(text)
+        while True:
+            calls = []
+            for ev in self.conversation.stream(
+                self.options, tool_choice=self.tool_choice, constrain_tools=self.constrain_tools
+            ):
+                if isinstance(ev, (TextDelta, ReasoningDelta)):
+                    out.write(ev.text)
+                    out.flush()
+                elif isinstance(ev, ToolCallEvent):
+                    calls.append(ev.call)
+                    out.write(f"\n[call {describe_call(ev.call)}]")
+                    out.flush()
+                elif isinstance(ev, ToolCallFailed):
+                    self.console.note(f"\ncera: a tool call did not parse ({ev.failure.reason}): {ev.failure.raw}")
+                elif isinstance(ev, TurnEnd) and ev.result.phase != Phase.TURN_COMPLETE:
+                    calls = []  # a cut reply's calls are not answered
+            if not calls:
+                return
+            out.write("\n")
+            for call in calls:
+                result = self.read_line(f"result of {call.name} ({call.id})> ") if self.read_line else None
+                if not result:
+                    self.console.note("cera: no result given; the calls stay unanswered (the next message goes on)")
+                    return
+                self.conversation.ingest_tool_response(call.id, result)
 
     # -- commands -------------------------------------------------------------------------
 
@@ -213,7 +255,7 @@ class ChatLoop:
         msgs = messages_of(self.conversation)
         system = msgs[0]["content"] if msgs and msgs[0]["role"] == "system" else None
         self.session.reset()
-        self.conversation = Chat(self.session, system=system)
+        self.conversation = Chat(self.session, system=system, tools=self.tools)
 
     def system(self, text: str) -> None:
         msgs = messages_of(self.conversation)
@@ -257,27 +299,39 @@ class ChatLoop:
             if (n_ctx, kv_type) != (self.session.n_ctx, self.session.state.kv_type) and isinstance(n_ctx, int):
                 # the file's state has its own shape: continue it in a session of that shape
                 fresh = self.loaded.new_session(n_ctx=n_ctx, kv_type=kv_type)
-                conversation = Chat.load(fresh, path)
+                conversation = Chat.load(fresh, path, tools=self.tools)
                 self.session.close()
                 self.session = fresh
                 self.console.note(f"cera: {arg} was saved with -c {n_ctx} --kv-type {kv_type}; continuing with those")
             else:
-                conversation = Chat.load(self.session, path)
+                conversation = Chat.load(self.session, path, tools=self.tools)
         except CeraError as e:
             self.console.note(f"cera: cannot load {arg}: {e}")
             return
         self.conversation = conversation
         n = sum(1 for m in messages_of(conversation) if m["role"] == "user")
-        self.console.note(f"cera: loaded {arg}: {n} message{'s' if n != 1 else ''}, {self.session.n_tokens} tokens evaluated")
+        self.console.note(
+            f"cera: loaded {arg}: {n} message{'s' if n != 1 else ''}, {self.session.n_tokens} tokens evaluated"
+        )
 
 
 @click.command("chat")
 @model_options
 @sampling_options
 @click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message.")
-@click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision.")
-@click.option("--prompt-cache", "prompt_cache", type=click.Path(file_okay=False), default=None, help="Directory of a prompt cache shared across runs (the chat keeps it warm in memory too).")
-def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, system, kv_type, prompt_cache, **kw):
+@click.option(
+    "--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision."
+)
+@click.option(
+    "--prompt-cache",
+    "prompt_cache",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory of a prompt cache shared across runs (the chat keeps it warm in memory too).",
+)
+@tool_options
+def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, system, kv_type, prompt_cache, tools,
+             tool_choice, constrain_tools, **kw):  # fmt: skip
     """Chat with a model. Each turn evaluates only the new messages; /help lists the
     commands (/system, /clear, /save, /load)."""
     options = generate_options(kw)
@@ -288,14 +342,25 @@ def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, sys
     if loaded.chat_template.is_fallback:
         console.note(f"cera: {loaded.name} has no chat template; using the generic fallback template")
     session = loaded.new_session(n_ctx=ctx_size, kv_type=kv_type)
-    loop = ChatLoop(loaded, session, system, options, console, kv_type)
     interactive = sys.stdin.isatty()
+    reader = LineReader(interactive)
+
+    def read_result(prompt: str) -> str | None:
+        if interactive:
+            return reader.read(prompt)
+        sys.stdout.write(prompt)
+        line = reader.read()
+        sys.stdout.write((line or "") + "\n")
+        return line
+
+    loop = ChatLoop(
+        loaded, session, system, options, console, kv_type, tools, tool_choice, constrain_tools, read_result
+    )
     if interactive:
         console.note(
             f"cera chat with {loaded.name} ({describe_seed(options)}, context {session.n_ctx} tokens). "
             "/help lists the commands; Ctrl-C stops a reply, Ctrl-D quits."
         )
-    reader = LineReader(interactive)
     try:
         while True:
             try:

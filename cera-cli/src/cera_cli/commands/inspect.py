@@ -124,6 +124,7 @@ def inspect_report(path: Path, manager) -> dict:
             "tokenizer_pre": meta.get("tokenizer.ggml.pre"),
             "vocab_size": len(tokens) if isinstance(tokens, list) else None,
             "chat_template": isinstance(meta.get("tokenizer.chat_template"), str),
+            "tool_call_format": _tool_format(architecture, meta.get("tokenizer.chat_template")),
             "tensor_count": len(g.tensors),
             "tensor_types": {
                 name: {"count": counts[name], "bytes": nbytes[name]} for name in sorted(counts, key=lambda n: -nbytes[n])
@@ -136,6 +137,15 @@ def inspect_report(path: Path, manager) -> dict:
             # Backends the loader would admit, best first (the --device auto order).
             "runs_on": [b["name"] for b in backends if b["admission"] is None],
         }
+
+
+def _tool_format(architecture, template) -> dict:
+    """How the model writes tool calls (cera.tools): from the template's markers, else the
+    architecture's usual format when the template renders tools, else the generic JSON one."""
+    from cera.tools import format_for
+
+    fmt = format_for(architecture=architecture or "", template=template if isinstance(template, str) else "")
+    return {"name": fmt.name, "description": fmt.description}
 
 
 def _int_or_none(v):
@@ -186,6 +196,8 @@ def _print_report(r: dict) -> None:
         tok += f", {r['vocab_size']:,} tokens"
     row("tokenizer", tok)
     row("chat template", "present" if r["chat_template"] else "none")
+    tf = r["tool_call_format"]
+    row("tool calls", tf["description"] + ("" if tf["name"] != "generic" else " (cera describes the tools to the model)"))
     row("tensors", str(r["tensor_count"]))
     for type_name, v in r["tensor_types"].items():
         click.echo(f"  {type_name:<8}{v['count']:>6}  {_human_bytes(v['bytes']):>10}")

@@ -15,6 +15,7 @@ from ..options import (
     model_options,
     sampling_options,
 )
+from ..tools_cli import run_turn, tool_options
 
 
 def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) -> str:
@@ -47,7 +48,9 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
 @model_options
 @sampling_options
 @click.argument("words", nargs=-1, metavar="[PROMPT]...")
-@click.option("-p", "--prompt", default=None, help="The prompt ('-' reads it from stdin). It may also follow the options.")
+@click.option(
+    "-p", "--prompt", default=None, help="The prompt ('-' reads it from stdin). It may also follow the options."
+)
 @click.option("-f", "--file", "file", default=None, help="Read the prompt from a file ('-': stdin).")
 @click.option(
     "--chat/--raw", "chat", default=None,
@@ -55,11 +58,20 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
     "continues the text as written. Default: --chat when the file has a template.",
 )  # fmt: skip
 @click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message (chat mode).")
-@click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision.")
-@click.option("--prompt-cache", "prompt_cache", type=click.Path(file_okay=False), default=None, help="Directory of a prompt cache: a later run whose prompt starts the same evaluates only the rest.")
+@click.option(
+    "--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision."
+)
+@click.option(
+    "--prompt-cache",
+    "prompt_cache",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory of a prompt cache: a later run whose prompt starts the same evaluates only the rest.",
+)
 @click.option("--no-timings", is_flag=True, help="Do not print the summary (timings, seed) to stderr.")
+@tool_options
 def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, words, prompt, file, chat, system,
-            kv_type, prompt_cache, no_timings, **kw):  # fmt: skip
+            kv_type, prompt_cache, no_timings, tools, tool_choice, constrain_tools, **kw):  # fmt: skip
     """Generate text from a prompt: cera run -m MODEL "PROMPT". Only the generated text goes
     to stdout; notes and the summary (timings, the seed that repeats the run) go to stderr."""
     options = generate_options(kw)
@@ -69,17 +81,18 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)
     use_chat = chat if chat is not None else not loaded.chat_template.is_fallback
+    if tools and chat is False:
+        raise click.UsageError("--tools needs --chat: calls are rendered through the chat template")
+    use_chat = use_chat or bool(tools)
     if use_chat and chat is None:
         console.detail("cera: chat mode (the file has a chat template; --raw continues the text as written)")
     session = loaded.new_session(n_ctx=ctx_size, kv_type=kv_type)
     if use_chat:
-        from cera.chat import Chat
+        from cera.chat import ChatSession
 
-        from ..conversation import messages_of, prompt_length, say
-
-        conversation = Chat(session, system=system)
-        n_prompt = prompt_length(conversation, messages_of(conversation) + [{"role": "user", "content": text}])
-        chunks = say(conversation, text, options)
+        conversation = ChatSession(session, system=system, tools=tools)
+        n_prompt = len(conversation.prompt.prompt_ids([*conversation.messages, {"role": "user", "content": text}]))
+        chunks = conversation.reply(text, options) if not tools else None
     else:
         if system:
             raise click.UsageError("--system needs --chat (a raw prompt has no system turn)")
@@ -91,11 +104,15 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
             f"or shorten the prompt"
         )
     out = sys.stdout
-    for chunk in chunks:
-        out.write(chunk)
+    if tools:  # stdout carries the calls' JSON array alone; the text goes to stderr
+        console.detail(f"cera: tool calls in the {conversation.tool_format.name} format")
+        run_turn(conversation, text, options, tool_choice, constrain_tools)
+    else:
+        for chunk in chunks:
+            out.write(chunk)
+            out.flush()
+        out.write("\n")
         out.flush()
-    out.write("\n")
-    out.flush()
     summary = session.last_summary
     if summary.finish_reason.value == "error":  # non-finite logits: what was printed is all there is
         from cera.errors import GenerationError
@@ -104,10 +121,13 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     if summary.incomplete:  # a grammar or schema's value cut short: stdout is not a whole value
         click.echo(
             f"cera: the output is incomplete: generation stopped ({summary.finish_reason.value}) before the "
-            f"grammar or schema was satisfied; raise -n/--max-tokens", err=True,
+            f"grammar or schema was satisfied; raise -n/--max-tokens",
+            err=True,
         )
     if summary.finish_reason.value == "context" and not options.context_shift:
-        console.note(f"cera: the context ({session.n_ctx} tokens) is full: the text was cut; {context_hint(session)} or add --context-shift")
+        console.note(
+            f"cera: the context ({session.n_ctx} tokens) is full: the text was cut; {context_hint(session)} or add --context-shift"
+        )
     if session.n_shifted:
         console.note(f"cera: --context-shift dropped {session.n_shifted} of the oldest tokens to go on")
     if no_timings:
