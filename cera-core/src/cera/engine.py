@@ -122,6 +122,7 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
     for spec in candidates:
         reason = admission(spec, gguf, ops)
         backend = None
+        software = False
         if reason is None:
             try:
                 factory = load_factory(spec.factory)
@@ -139,6 +140,7 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
                         reason = info.reason or "probe reports it unusable"
                 if reason is None and not explicit and backend.probe().software:
                     reason = f"{backend.probe().device} computes on the CPU (software emulation); ask for it by name to use it"
+                    software = True
             except InvalidOptions:
                 raise
             except (BackendUnavailable, PluginError) as e:
@@ -155,7 +157,7 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
         if explicit:
             raise BackendUnavailable(f"backend {spec.name!r} cannot run {gguf.path.name}: {reason}")
         reasons.append(f"{spec.name}: {reason}")
-        if not spec.placeholder:
+        if not spec.placeholder and not software:  # passing over an emulated GPU is expected: no note on every run
             notes.append(reasons[-1])
     raise BackendUnavailable(f"no installed backend can run {gguf.path.name}: " + "; ".join(reasons))
 
