@@ -93,3 +93,21 @@ def test_transcriber_interface_streams_and_cancels(tiny_q8, reference):
         list(it)
     with pytest.raises(AudioError, match="int16"):
         list(tr.transcribe(np.zeros(16000, np.int16)))
+
+
+def test_vad_chunks_keep_the_recording_times(tmp_path, reference):
+    import soundfile as sf
+
+    # 3 s of silence, the fox clip, 4 s of silence, the numbers clip
+    fox, numbers = clip("fox"), clip("numbers")
+    gap1, gap2 = np.zeros(3 * 16000, np.float32), np.zeros(4 * 16000, np.float32)
+    sf.write(tmp_path / "gaps.wav", np.concatenate([gap1, fox, gap2, numbers]), 16000)
+    doc = json.loads(cera("transcribe", "--audio", tmp_path / "gaps.wav", "--vad", "--json", "--beam", "1").stdout)
+    segs = doc["segments"]
+    numbers_at = (len(gap1) + len(fox) + len(gap2)) / 16000
+    assert 2.4 <= segs[0]["start"] <= 3.6  # the speech starts after the first silence (0.4 s padding)
+    later = [s for s in segs if "oranges" in s["text"]]
+    assert later and later[0]["end"] > numbers_at  # the numbers clip is placed after both silences
+    want = words(" ".join(r["text"] for c in ("fox", "numbers")
+                          for r in reference["models"]["faster-whisper-tiny.en"]["greedy"][c]["segments"]))  # fmt: skip
+    assert edit_distance(words(" ".join(s["text"] for s in segs)), want) <= 0.2 * len(want)

@@ -116,3 +116,35 @@ def test_greedy_equal_live_faster_whisper(tiny_f32):
     for name in ("question", "slow"):
         theirs, _ = fw.transcribe(clip(name), beam_size=1, language="en")
         assert [s.tokens for s in transcribe(tiny_f32, name, beam_size=1)] == [tuple(s.tokens) for s in theirs]
+
+
+def test_initial_prompt_tokens_equal_faster_whisper(tiny_f32, reference):
+    ref = reference["models"]["faster-whisper-tiny.en"]["initial_prompt"]["segments"]
+    segs = transcribe(tiny_f32, "fox", beam_size=1, initial_prompt="The quick brown fox jumps over the lazy dog.")
+    check_same(segs, ref)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["german", "spanish"])
+def test_detected_language_and_translation_equal_faster_whisper_base(base_f32, reference, name):
+    entry = reference["models"]["faster-whisper-base"]
+    tr = Transcription(base_f32, clip(name), TranscribeOptions(language=None, beam_size=1))
+    assert tr.language == entry["auto"][name]["language"]
+    check_same(list(tr), entry["auto"][name]["segments"])
+    tr = Transcription(base_f32, clip(name), TranscribeOptions(language=None, beam_size=1, task="translate"))
+    check_same(list(tr), entry["translate"][name]["segments"])
+
+
+def test_temperature_fallback_and_sampling(tiny_q8, reference):
+    x = clip("fox")
+    want = words("".join(r["text"] for r in reference["models"]["faster-whisper-tiny.en"]["greedy"]["fox"]["segments"]))
+    # a log-probability threshold no decode can meet: every temperature is tried, the best
+    # decode (by average log-probability) is kept and reported with the last temperature
+    opts = TranscribeOptions(language="en", beam_size=1, best_of=2, temperatures=(0.0, 0.5, 1.0), log_prob_threshold=0.0,
+                             no_speech_threshold=None, seed=1)  # fmt: skip
+    segs = list(Transcription(tiny_q8, x, opts))
+    assert segs and all(s.temperature == 1.0 for s in segs)
+    # sampled at a low temperature, the words stay close to the greedy ones
+    segs = list(Transcription(tiny_q8, x, TranscribeOptions(language="en", beam_size=1, temperatures=(0.2,), seed=3)))
+    assert all(s.temperature == 0.2 for s in segs)
+    assert edit_distance(words("".join(s.text for s in segs)), want) <= 0.4 * len(want)

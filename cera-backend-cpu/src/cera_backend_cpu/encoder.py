@@ -63,6 +63,7 @@ def lower_encoder_op(exe, plan, node) -> int:
         a.q, a.out = exe.ptr(q_or_k), exe.ptr(out)
         a.n_heads, a.n_kv_heads, a.k_dim, a.v_dim = q_or_k.shape[1], decl.n_kv_heads, decl.k_dim, decl.v_dim
         a.max_len, a.scale = decl.max_len, float(spec.scale)
+        a.shared = int(bool(node.attrs.get("shared", False)))
         fn = lib.cera_plan_cross_attention
     else:  # store_cross
         k, v, _ = node.args

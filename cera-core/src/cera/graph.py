@@ -421,11 +421,12 @@ class GraphBuilder:
     def store_cross(self, k: Tensor, v: Tensor, state: StateRef) -> Tensor:
         return self._node("store_cross", (k, v, state))
 
-    def cross_attention(self, q: Tensor, state: StateRef, spec: AttentionSpec) -> Tensor:
+    def cross_attention(self, q: Tensor, state: StateRef, spec: AttentionSpec, shared: bool = False) -> Tensor:
+        """``shared``: all sequences of the batch read the first one's memory (see the op)."""
         decl = state.decl
         if decl.k_dim != q.shape[2] or q.shape[1] % decl.n_kv_heads:
             raise ShapeError(f"cross_attention: q {q.shape} against memory of {decl.n_kv_heads} heads x {decl.k_dim}")
-        t = self._node("cross_attention", (q, state), spec=spec)
+        t = self._node("cross_attention", (q, state), spec=spec, shared=bool(shared))
         t.shape = (q.shape[0], q.shape[1] * decl.v_dim)
         return t
 

@@ -528,13 +528,16 @@ def store_cross(ctx, k, v, state):
     return np.zeros((0,), np.float32)
 
 
-@op("cross_attention", "q:tensor state:state", "spec", state_kind="cross")
-def cross_attention(ctx, q, state, *, spec):
+@op("cross_attention", "q:tensor state:state", "spec shared", state_kind="cross")
+def cross_attention(ctx, q, state, *, spec, shared=False):
     """Attend each query ``[n, heads, dk]`` over all of its sequence's cross-attention
-    memory (`store_cross`), unmasked. Returns ``[n, heads * dv]``."""
+    memory (`store_cross`), unmasked. Returns ``[n, heads * dv]``. ``shared``: every
+    sequence of the batch reads the memory of the batch's first sequence (the hypotheses
+    of a beam search over one source, which need their own caches but not copies of the
+    memory)."""
     outs = []
     for s, (r0, n) in enumerate(ctx.groups):
-        mem = ctx.state.cross(state, int(ctx.slots[s]))
+        mem = ctx.state.cross(state, int(ctx.slots[0 if shared else s]))
         k, v = mem.read()
         outs.append(_attend(_f64(q[r0 : r0 + n]), k, v, np.ones((n, k.shape[0]), bool), spec))
     return np.concatenate(outs).astype(np.float32)

@@ -1,8 +1,9 @@
 """Decoding one 30 s window: greedy, beam search, and sampling at a temperature.
 
-The encoder's memory is stored once (slot 0) and copied to the other slots a search
-uses (beams, samples); each step runs the decoder on one new token per live hypothesis
-as one batch (`cera.runtime.Runner.forward`), and the rules of `rules.py` mask the logits
+The encoder's memory is stored once (slot 0); the other slots a search uses (beams,
+samples) hold only their hypotheses' caches and read slot 0's memory (the decoder's
+cross-attention is shared within a batch). Each step runs the decoder on one new token
+per live hypothesis as one batch (`cera.runtime.Runner.forward`), and the rules of `rules.py` mask the logits
 before a token is chosen. Log-probabilities are those of the masked logits (as
 CTranslate2 and Whisper score hypotheses).
 
@@ -26,8 +27,8 @@ LOGITS = Outputs(("logits",))
 
 
 # -- the state's slots ------------------------------------------------------------------------
-# Beams and samples share the window's memory and the prompt's cache, so slots are copied
-# rather than recomputed. These touch only a `cera.state.HostState`'s arrays.
+# Beams and samples start from the prompt's cache, so slots are copied rather than
+# recomputed. These touch only a `cera.state.HostState`'s arrays.
 
 
 def kv_reset(state, slot: int) -> None:
@@ -49,14 +50,6 @@ def kv_copy(state, src: list[int], dst: list[int]) -> None:
         state.v[i][d_idx, :, :n] = state.v[i][s_idx, :, :n]
     state.pos[d_idx, :n] = state.pos[s_idx, :n]
     state.n_filled[d_idx] = state.n_filled[s_idx]
-
-
-def cross_copy(state, src: int, dst: int) -> None:
-    for i in state.cross_k:
-        n = int(state.cross_len[i][src])
-        state.cross_k[i][dst, :n] = state.cross_k[i][src, :n]
-        state.cross_v[i][dst, :n] = state.cross_v[i][src, :n]
-        state.cross_len[i][dst] = n
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -141,13 +134,12 @@ class WindowDecoder:
         """best_of hypotheses sampled at ``temperature``; the one of best normalised score."""
         n = max(1, opts.best_of)
         at_sot, logits = self.prompt(state, prompt, sot_index)
-        for s in range(1, n):
-            cross_copy(state, 0, s)
         kv_copy(state, [0] * (n - 1), list(range(1, n)))
         hyps = [[] for _ in range(n)]
         scores = [0.0] * n
         done = [False] * n
         rows = [logits] * n
+        slot_of = list(range(n))  # the batch reads slot 0's memory: slot 0 always holds a live one
         pos = len(prompt)
         while not all(done):
             live, chosen = [], []
@@ -170,7 +162,12 @@ class WindowDecoder:
                 chosen.append(t)
             if not live:
                 break
-            out = self._step(state, live, chosen, [pos] * len(live))
+            if all(slot_of[i] != 0 for i in live):  # slot 0's hypothesis ended: move a live one in
+                kv_copy(state, [slot_of[live[0]]], [0])
+                slot_of[live[0]] = 0
+            order = sorted(range(len(live)), key=lambda j: slot_of[live[j]])
+            live, chosen = [live[j] for j in order], [chosen[j] for j in order]
+            out = self._step(state, [slot_of[i] for i in live], chosen, [pos] * len(live))
             for j, i in enumerate(live):
                 rows[i] = out[j]
             pos += 1
@@ -184,8 +181,6 @@ class WindowDecoder:
         result is the finished hypothesis of best score (sum / length ** length_penalty)."""
         K = opts.beam_size
         at_sot, logits = self.prompt(state, prompt, sot_index)
-        for s in range(1, K):
-            cross_copy(state, 0, s)
         beams: list[tuple[list[int], float]] = [([], 0.0)]
         rows = [logits]
         finished: list[tuple[list[int], float]] = []

@@ -215,7 +215,9 @@ class WhisperDecoder(_Whisper):
             x = g.add(x, self._linear(g, a, f"{p}.attn_out"))
             h = self._norm(g, x, f"{p}.cross_attn_norm")
             q = g.reshape(self._linear(g, h, f"{p}.cross_attn_q"), (n, heads, dh))
-            a = g.cross_attention(q, self.cross_refs[i], spec)
+            # several sequences in one pass are hypotheses (beams, samples) of one window:
+            # they read the memory of the first one's slot instead of copies of it
+            a = g.cross_attention(q, self.cross_refs[i], spec, shared=g.layout.n_seq > 1)
             x = g.add(x, self._linear(g, a, f"{p}.cross_attn_out"))
             x = self._mlp(g, x, p)
         x = g.output_rows(x)

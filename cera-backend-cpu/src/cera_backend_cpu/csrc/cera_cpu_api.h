@@ -324,6 +324,7 @@ typedef struct {
     int n_seq; /* at most 64 */
     const int64_t *rows;
     const int32_t *slots;
+    int shared; /* every sequence reads the memory of slots[0] (beams of one source) */
 } cera_cross_args;
 typedef struct {
     const float *k, *v;

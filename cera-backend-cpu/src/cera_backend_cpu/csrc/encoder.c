@@ -486,8 +486,11 @@ int cera_cross_attention_unlocked(cera_ctx *ctx, const cera_cross_args *a, void 
     p.v_stride = a->n_kv_heads * a->v_dim;
     p.scale = a->scale;
     int few = 1;
-    for (int s = 0; s < a->n_seq; s++) {
-        const int32_t slot = a->slots[s];
+    /* shared: the rows of all sequences (consecutive) attend over one memory, read once */
+    const int n_groups = a->shared ? 1 : a->n_seq;
+    p.n_seq = n_groups;
+    for (int s = 0; s < n_groups; s++) {
+        const int32_t slot = a->slots[a->shared ? 0 : s];
         if (slot < 0 || slot >= a->n_slots) return CERA_EINVAL;
         const int64_t n_keys = len[slot];
         if (n_keys <= 0 || n_keys > a->max_len) return CERA_EINVAL; /* no memory stored for the slot */
@@ -497,11 +500,11 @@ int cera_cross_attention_unlocked(cera_ctx *ctx, const cera_cross_args *a, void 
         seqs[s].v = vc + (size_t)slot * (size_t)(a->max_len * p.v_stride);
         seqs[s].out = a->out + r0 * a->n_heads * a->v_dim;
         seqs[s].r0 = r0;
-        seqs[s].rows = a->rows[2 * s + 1];
+        seqs[s].rows = a->shared ? a->rows[2 * (a->n_seq - 1)] + a->rows[2 * (a->n_seq - 1) + 1] - r0 : a->rows[2 * s + 1];
         seqs[s].n_keys = n_keys;
         if (seqs[s].rows >= FEW_ROWS) few = 0;
     }
-    if (few) return cross_few_rows(ctx, seqs, a->n_seq, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim, a->scale);
+    if (few) return cross_few_rows(ctx, seqs, n_groups, a->n_heads, a->n_kv_heads, a->k_dim, a->v_dim, a->scale);
     return run_problem(ctx, &p);
 }
 

@@ -371,6 +371,17 @@ def _all_cases() -> list[OpCase]:
     add(OpCase("cross_attention", "cross_attention", cross, (_emb(64), _emb(32, "k"), _emb(32, "v")),
                state=(CrossKV(2, 16, 16, max_len=32),), passes=((6,), (1,), (1,))))  # fmt: skip
 
+    def cross_shared(g, w, s):  # two sequences store their own memories; steps of both read the first's
+        n = g.layout.n_tokens
+        step = g.layout.seq_lens[0] == 1
+        if not step:
+            g.store_cross(g.reshape(_x(g, 32, "k"), (n, 2, 16)), g.reshape(_x(g, 32, "v"), (n, 2, 16)), s[0])
+        q = g.reshape(_x(g, 64), (n, 4, 16))
+        g.output("y", g.cross_attention(q, s[0], AttentionSpec(scale=0.25), shared=step))
+
+    add(OpCase("cross_attention[shared]", "cross_attention", cross_shared, (_emb(64), _emb(32, "k"), _emb(32, "v")),
+               state=(CrossKV(2, 16, 16, max_len=32),), passes=((6, 5), (1, 1), (1, 1))))  # fmt: skip
+
     def conv(g, w, s):
         g.output("y", g.conv1d_causal(_x(g, 24), w["c"], s[0]))
 
