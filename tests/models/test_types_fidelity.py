@@ -91,3 +91,28 @@ def test_stored_reference_is_what_llama_cpp_computes(type_name):
         assert tokens == case["tokens"], case["id"]
         for step, (top10, row) in enumerate(zip(case["top10"], rows, strict=True)):
             assert tf.top(row) == top10, (case["id"], step)
+
+
+@pytest.mark.parametrize("type_name", [pytest.param("Q4_0", id="Q4_0"), pytest.param("IQ4_NL", id="IQ4_NL", marks=pytest.mark.slow)])
+def test_repack_mode_equals_llama_cpp_as_shipped(type_name, monkeypatch):
+    """CERA_CPU_LLAMA_REPACK=1 against llama.cpp with its default weight repacking."""
+    monkeypatch.setenv("CERA_CPU_LLAMA_REPACK", "1")
+    path = quantized_files.make(type_name)
+    with cera.load(path, device="cpu", threads=tf.THREADS, quiet=True) as loaded:
+        if not _exact(loaded):
+            pytest.skip("the repacked arithmetic is that of llama.cpp's x86 AVX-512 build")
+        if HAVE_LLAMA_CPP:
+            runs = tf.llama_cpp_logits(path, repack=True)
+            ours = tf.cera_logits(loaded, {cid: tokens for cid, (tokens, _) in runs.items()})
+            for cid, (_, ref_rows) in runs.items():
+                for step, (ref, got) in enumerate(zip(ref_rows, ours[cid], strict=True)):
+                    assert np.array_equal(ref.view(np.uint32), got.view(np.uint32)), (cid, step, np.abs(ref - got).max())
+            return
+        stored = tf.load_stored(type_name, repack=True)
+        if stored is None or quantized_files.sha256(path) != stored["file_sha256"]:
+            pytest.skip("no stored repacked reference for this file and llama-cpp-python is not installed")
+        ours = tf.cera_logits(loaded, {c["id"]: c["tokens"] for c in stored["cases"]})
+        for case in stored["cases"]:
+            for step, (top10, got) in enumerate(zip(case["top10"], ours[case["id"]], strict=True)):
+                ids = [i for i, _ in top10]
+                assert np.array_equal(got[ids], np.array([v for _, v in top10], dtype=np.float32)), (case["id"], step)
