@@ -67,8 +67,14 @@ def run(name: str, path: Path) -> dict:
         "format": "cera-llamacpp-embeddings/1",
         "model": {"name": name, "file": path.name, "sha256": sha256_of(path), "size_bytes": path.stat().st_size},
         "llama_cpp": {"llama_cpp_python": llama_cpp.__version__},
-        "settings": {"n_ctx": 2048, "n_batch": 2048, "n_threads": 2, "pooling_type": pooling, "normalize": True,
-                     "api": "llama_cpp.Llama(embedding=True).embed(text, normalize=True)"},
+        "settings": {
+            "n_ctx": 2048,
+            "n_batch": 2048,
+            "n_threads": 2,
+            "pooling_type": pooling,
+            "normalize": True,
+            "api": "llama_cpp.Llama(embedding=True).embed(text, normalize=True)",
+        },
         "cases": cases,
         "seconds": round(time.time() - t0, 1),
     }
@@ -82,7 +88,6 @@ def run_decoder(name: str, path: Path) -> dict:
     pooling none (one vector per token), mean and last, not normalised."""
     import llama_cpp
     from llama_cpp import Llama
-
     from llamacpp_driver import sha256_of
 
     out = {"format": "cera-llamacpp-embeddings/1",

@@ -17,6 +17,7 @@ other names: LFM2's ``out_proj``/``w2`` write into the residual stream, its conv
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -206,6 +207,23 @@ def family_specs() -> dict[str, dict]:
                       "weights renormalised; tied embeddings. Built with transformers 5 (4.57.6 has no LFM2-MoE), "
                       "converted with 4.57.6 (CONVERT_PYTHON)"),
         )} if hasattr(transformers, "Lfm2MoeConfig") else {}),
+        "falcon-h1": dict(
+            cls="FalconH1ForCausalLM", pre="gpt-2",
+            tokenizer=chat_bpe,
+            config=transformers.FalconH1Config(
+                hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=1024, rms_norm_eps=1e-5,
+                rope_theta=100000.0, mamba_d_ssm=128, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1,
+                mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=32, mamba_rms_norm=True,
+                mamba_norm_before_gate=False, embedding_multiplier=1.5, lm_head_multiplier=0.8,
+                attention_in_multiplier=1.2, attention_out_multiplier=0.9, key_multiplier=0.7,
+                ssm_in_multiplier=1.1, ssm_out_multiplier=0.9, mlp_multipliers=[1.2, 0.8],
+                ssm_multipliers=[1.0, 1.1, 0.9, 1.2, 0.8], tie_word_embeddings=False,
+                bos_token_id=0, eos_token_id=2, pad_token_id=0,
+            ),
+            features=("attention (GQA 4/2, head_dim 16) and a Mamba-2 mixer (8 heads of 16, gated RMS norm) side by "
+                      "side in each of 3 layers; muP multipliers (folded into the weights by the converter); untied"),
+        ),
         "granitehybrid": dict(
             cls="GraniteMoeHybridForCausalLM", pre="gpt-2",
             tokenizer=chat_bpe,
@@ -244,6 +262,20 @@ def main(argv=None) -> int:
             return real_run(cmd, *a, **kw)
 
         M.subprocess.run = run
+        real_train = M.train_bpe
+
+        def train_bpe(out_dir, *a, **kw):
+            # transformers 5 names its fast tokenizer class TokenizersBackend, which 4.57.6
+            # does not know; the files are the same tokenizers JSON
+            n = real_train(out_dir, *a, **kw)
+            cfg = out_dir / "tokenizer_config.json"
+            data = json.loads(cfg.read_text())
+            if data.get("tokenizer_class") == "TokenizersBackend":
+                data["tokenizer_class"] = "PreTrainedTokenizerFast"
+                cfg.write_text(json.dumps(data, indent=1))
+            return n
+
+        M.train_bpe = train_bpe
     specs = family_specs()
     names = args.only.split(",") if args.only else list(specs)
     with tempfile.TemporaryDirectory() as tmp:
