@@ -211,7 +211,7 @@ class DecoderModel(Model):
                 attn=self.load_mixer(w, i),
                 ffn=self.load_ffn(w, i),
                 attn_norm=w[tensor_name(T.ATTN_NORM, i)] if pre else None,
-                ffn_norm=w[tensor_name(T.FFN_NORM, i)] if pre else None,
+                ffn_norm=w[self.ffn_norm_name(w, i)] if pre else None,
                 post_attn_norm=w[tensor_name(T.ATTN_POST_NORM, i)] if post else None,
                 post_ffw_norm=w[tensor_name(T.FFN_POST_NORM, i)] if post else None,
             )
@@ -232,6 +232,10 @@ class DecoderModel(Model):
         if self.config.mixer(i) == "attention":
             return AttentionWeights.load(w, i)
         return ShortConvWeights.load(w, i)
+
+    def ffn_norm_name(self, w: Weights, i: int) -> str:
+        """The name of layer i's feed-forward norm (falcon-h1 files store it without ".weight")."""
+        return tensor_name(T.FFN_NORM, i)
 
     def load_ffn(self, w: Weights, i: int):
         """Layer i's feed-forward weights (a family with expert layers loads those here)."""
