@@ -105,7 +105,9 @@ def vad_command(
     show_frames,
 ):
     """Detect speech in an audio file (Silero VAD); prints start and end seconds per segment."""
-    from cera.audio import SegmentParams, read_audio
+    import numpy as np
+
+    from cera.audio import SegmentParams, open_audio
     from cera.errors import AudioError
 
     given = {
@@ -140,22 +142,35 @@ def vad_command(
     vad = load_vad(model_path, sample_rate=wanted)
     # auto: keep the file's own rate where the model runs at it (no resampling), else the first.
     accepted = vad.sample_rates if wanted is None else [wanted]
-    clip = read_audio(audio_path, accepted, resample_ok=not no_resample)
-    if clip.sample_rate != vad.sample_rate:
-        vad = load_vad(model_path, sample_rate=clip.sample_rate)
-
-    probs = vad.probabilities(clip.samples)
-    segmenter = SpeechSegmenter(sample_rate=vad.sample_rate, frame_samples=vad.frame_samples, params=params)
-    segments = segmenter.push_many(probs) + segmenter.finish(len(clip.samples))
+    # The file goes through in blocks (read, downmixed, resampled, detected): memory does
+    # not grow with its length, only the per-frame probabilities do (one float per frame).
+    with open_audio(audio_path, accepted, resample_ok=not no_resample) as stream:
+        info = stream.info
+        if info.sample_rate != vad.sample_rate:
+            vad = load_vad(model_path, sample_rate=info.sample_rate)
+        segmenter = SpeechSegmenter(sample_rate=vad.sample_rate, frame_samples=vad.frame_samples, params=params)
+        vad.reset()
+        probs, segments, n_samples = [], [], 0
+        for block in stream:
+            n_samples += len(block)
+            p = vad.process(block)
+            probs.append(p)
+            segments += segmenter.push_many(p)
+        p = vad.flush()
+        probs.append(p)
+        segments += segmenter.push_many(p) + segmenter.finish(n_samples)
+        probs = np.concatenate(probs)
+    if n_samples < 2:
+        raise AudioError(f"{audio_path}: holds too few samples to be a recording")
 
     if as_json:
         doc = {
             "model": str(model_path),
             "audio": str(audio_path),
             "sample_rate": vad.sample_rate,
-            "source_sample_rate": clip.source_rate,
-            "source_channels": clip.source_channels,
-            "duration": len(clip.samples) / vad.sample_rate,
+            "source_sample_rate": info.source_rate,
+            "source_channels": info.source_channels,
+            "duration": n_samples / vad.sample_rate,
             "frame_samples": vad.frame_samples,
             "params": {
                 "threshold": params.threshold,

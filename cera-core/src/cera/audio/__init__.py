@@ -4,7 +4,8 @@
   VAD interface), loaded from GGUF files with `load_vad` / `load_component` through the
   components that plugins register with ``cera_register_audio``;
 - `read_audio`: audio files to mono float32 PCM at the rate a component needs (libsndfile
-  and libsoxr; install ``cera-core[audio]``);
+  and libsoxr; install ``cera-core[audio]``), and `open_audio` for the same in blocks, in
+  memory that does not grow with the file;
 - `Transcriber` (speech to text: whole recordings or chunks in, segments out) and
   `load_transcriber`;
 - `SegmentParams`, `SpeechSegmenter`, `speech_segments`: per-frame speech probabilities
@@ -16,7 +17,7 @@ Importing this package imports numpy only; soundfile and soxr load on first use.
 from __future__ import annotations
 
 from .component import StreamingAudioComponent, component_for, load_component
-from .io import AudioClip, choose_rate, read_audio, resample
+from .io import AudioClip, AudioInfo, AudioStream, choose_rate, open_audio, read_audio, resample
 from .pcm import as_pcm, downmix
 from .segments import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, speech_segments
 from .transcriber import Transcriber, TranscriptSegment, load_transcriber
@@ -24,6 +25,8 @@ from .vad import VoiceActivityDetector, load_vad
 
 __all__ = [
     "AudioClip",
+    "AudioInfo",
+    "AudioStream",
     "SegmentParams",
     "SpeechSegment",
     "SpeechSegmenter",
@@ -39,6 +42,7 @@ __all__ = [
     "load_component",
     "load_transcriber",
     "load_vad",
+    "open_audio",
     "read_audio",
     "resample",
     "speech_segments",
