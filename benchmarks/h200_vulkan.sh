@@ -8,7 +8,8 @@
 #           llama-cpp-python 0.3.36 sdist without its test models, docs and git history),
 #           skel/*.skel (benchmarks/gguf_skeleton.py skeleton of each real file)
 # Modes: "test" (tests and cera's own figures), "full" (also builds llama-cpp-python with
-# -DGGML_VULKAN=ON and runs bench_models.py --device vulkan).
+# -DGGML_VULKAN=ON and runs bench_models.py --device vulkan), "llama" (only the build and
+# bench_models.py).
 set -uo pipefail
 MODE=${1:-full}
 OUT=${OUT:-/tmp/out}
@@ -37,7 +38,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e ./cera-co
     $(for d in cera-models/*/; do [ -f "$d/pyproject.toml" ] && printf -- "-e ./%s " "$d"; done) -e ./cera-cli >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 stamp "installed"
 
-if [ "$MODE" = full ]; then
+if [ "$MODE" != test ]; then
     # llama.cpp's Vulkan build, in the background while the tests run
     (cd /tmp && tar xJf "$REPO/.dev/lcp.tar.xz" && cd llama_cpp_python-0.3.36 && \
      CMAKE_ARGS="-DGGML_VULKAN=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_MTMD=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
@@ -55,6 +56,7 @@ print(b.probe().device)
 print("subgroup size", b.ctx.subgroup_size, "max binding", b.ctx.max_binding)
 EOF
 
+if [ "$MODE" = llama ]; then SKIP_TESTS=1; fi
 mkdir -p /tmp/models
 pids=()
 for s in .dev/skel/${MODELS:-*}.skel; do
@@ -68,12 +70,13 @@ stamp "models written"
 stamp "tests done"
 
 for m in /tmp/models/*.gguf; do
+    [ "$MODE" = llama ] && break
     cera bench -m "$m" --device vulkan -p 512 -n 128 -r ${REPS:-3} --profile 2>&1 | grep -v "^$" | tee -a "$OUT/cera_bench.txt"
 done
-for m in /tmp/models/*.gguf; do python3 benchmarks/vulkan_decode_split.py "$m" | tee -a "$OUT/decode_split.txt"; done
+[ "$MODE" != llama ] && for m in /tmp/models/*.gguf; do python3 benchmarks/vulkan_decode_split.py "$m" | tee -a "$OUT/decode_split.txt"; done
 stamp "cera benches done"
 
-if [ "$MODE" = full ]; then
+if [ "$MODE" != test ]; then
     wait "$BUILD"; rc=$?
     stamp "llama build rc=$rc"
     tail -5 "$OUT/llama_build.log"
