@@ -33,7 +33,8 @@ import time
 
 import numpy as np
 
-TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+         "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")  # fmt: skip
 TARGET_TYPES = ("Q4_0", "Q4_K", "Q5_0", "Q6_K", "Q8_0")
 K = 4096
 
@@ -42,6 +43,8 @@ K = 4096
 F16_FIELDS = {
     "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "IQ4_NL": (0,),
     "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
+    "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_S": (0,), "IQ2_XS": (0,), "IQ2_XXS": (0,), "IQ1_S": (0,),
+    "IQ1_M": (),  # its f16 scale lies in the top nibbles of the scale words: cleared below (d = 0)
 }  # fmt: skip
 
 
@@ -64,6 +67,8 @@ def weight_bytes(t: str, n_rows: int, rng: np.random.Generator) -> np.ndarray:
         for off in F16_FIELDS[t]:
             scales = rng.uniform(1e-3, 1e-2, blocks.shape[:2]).astype(np.float16)
             blocks[..., off : off + 2] = scales.view(np.uint8).reshape(blocks.shape[:2] + (2,))
+        if t == "IQ1_M":
+            blocks[..., 49:56:2] &= 0x0F
         pattern = blocks.reshape(pattern_rows, row_bytes)
     out = np.empty((n_rows, row_bytes), np.uint8)
     for start in range(0, n_rows, pattern_rows):
