@@ -124,6 +124,17 @@ def test_tensor_shapes_that_do_not_fit_are_refused_at_load(tmp_path, dims):
     assert isinstance(err, (ModelConfigError, InvalidModelFile)), repr(err)
 
 
+@pytest.mark.parametrize("seed", ["tiny-lfm2", "tiny-gemma2", "tiny-olmo2"])
+def test_a_sliding_window_of_2_to_the_31_is_refused(tmp_path, seed):
+    """Found by the fuzzer (slow run, tiny-lfm2): the window reached the CPU backend's
+    compiler as an int32 and overflowed there, at the first token."""
+    path = TINY / f"{seed}.gguf"
+    arch = parse(path).arch
+    err = load_error(variant(tmp_path, kv={f"{arch}.attention.sliding_window": 1 << 31}, seed=path))
+    assert isinstance(err, ModelConfigError)
+    assert "2147483648" in str(err) and "[1, 2^31)" in str(err)
+
+
 def test_corrupted_weights_end_generation_with_an_error_naming_the_step(tmp_path):
     """Reproduction: NaN logits went unnoticed (greedy stopped silently or repeated a token;
     sampling raised a bare ValueError)."""

@@ -161,6 +161,10 @@ def read_sliding_windows(hp: HParams, n_layer: int, default_window: int | None, 
     """Per-layer windows from ``attention.sliding_window`` and its pattern key."""
     window = hp.opt(K.Attention.SLIDING_WINDOW, default_window or 0, int) or None
     pattern = hp.opt("attention.sliding_window_pattern", default_pattern, int)
+    if window is not None and not 0 < window < 2**31:  # a window sizes ring caches; positions are int32
+        raise ModelConfigError(f"{hp.gguf.path}: {hp.key('attention.sliding_window')} is {window}; it must be in [1, 2^31)")
+    if pattern < 0:
+        raise ModelConfigError(f"{hp.gguf.path}: {hp.key('attention.sliding_window_pattern')} is {pattern}")
     if window is None:
         return (None,) * n_layer
     return tuple(window if swa else None for swa in sliding_window_layers(n_layer, pattern))

@@ -60,6 +60,20 @@ class RopeSpec:
     beta_slow: float = 1.0
     n_ctx_orig: int = 0
 
+    def __attrs_post_init__(self):
+        # Checked here, where every family's RoPE passes: a file's values must not reach a
+        # kernel as NaN frequencies or a count that overflows its int32.
+        if not (isinstance(self.n_dims, int) and 0 <= self.n_dims < 2**31 and self.n_dims % 2 == 0):
+            raise ShapeError(f"rope: n_dims {self.n_dims} must be even and non-negative")
+        if not (math.isfinite(self.base) and self.base > 0 and math.isfinite(self.freq_scale) and self.freq_scale > 0):
+            raise ShapeError(f"rope: base {self.base} and frequency scale {self.freq_scale} must be positive numbers")
+        if not all(math.isfinite(v) for v in (self.ext_factor, self.attn_factor, self.beta_fast, self.beta_slow)):
+            raise ShapeError("rope: the YaRN factors must be finite")
+        if not 0 <= self.n_ctx_orig < 2**31:
+            raise ShapeError(f"rope: original context {self.n_ctx_orig} must be in [0, 2^31)")
+        if self.freq_factors is not None and not all(math.isfinite(v) and v != 0 for v in self.freq_factors):
+            raise ShapeError("rope: frequency factors must be finite and non-zero")
+
 
 @attrs.frozen
 class AttentionSpec:
@@ -77,6 +91,14 @@ class AttentionSpec:
     window: int | None = None
     softcap: float | None = None
     causal: bool = True
+
+    def __attrs_post_init__(self):
+        if not math.isfinite(self.scale):
+            raise ShapeError(f"attention: scale {self.scale} must be a finite number")
+        if self.window is not None and not 0 < self.window < 2**31:
+            raise ShapeError(f"attention: a sliding window of {self.window} must be in [1, 2^31)")
+        if self.softcap is not None and not (math.isfinite(self.softcap) and self.softcap >= 0):
+            raise ShapeError(f"attention: soft-cap {self.softcap} must be a non-negative number")
 
 
 UNARY_KINDS = ("silu", "gelu", "gelu_erf", "relu")
