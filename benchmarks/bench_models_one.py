@@ -37,8 +37,11 @@ def main() -> None:
             prefix, ids = test_ids(args.seed, name, test, engine.n_vocab)
             engine.run(test, prefix, ids)  # warm-up
             speeds = [test.n / engine.run(test, prefix, ids).seconds for _ in range(args.reps)]
-            print(f"{args.engine:9s} {name:45s} {test.name:8s} {statistics.median(speeds):10.1f} tok/s "
-                  f"(runs {', '.join(f'{s:.1f}' for s in speeds)})", flush=True)
+            print(
+                f"{args.engine:9s} {name:45s} {test.name:8s} {statistics.median(speeds):10.1f} tok/s "
+                f"(runs {', '.join(f'{s:.1f}' for s in speeds)})",
+                flush=True,
+            )
         engine.close()
     sys.stdout.flush()
 

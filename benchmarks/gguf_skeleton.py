@@ -76,7 +76,11 @@ def synth(skel: Path, out: Path, seed: int = 0) -> None:
                 data = (base + 0.02 * rng.standard_normal(count)).astype(np.float32).tobytes()
             elif kind in ("F16", "BF16"):
                 vals = (0.02 * rng.standard_normal(n // 2)).astype(np.float32)
-                data = vals.astype(np.float16).tobytes() if kind == "F16" else (vals.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+                data = (
+                    vals.astype(np.float16).tobytes()
+                    if kind == "F16"
+                    else (vals.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+                )
             else:
                 _, bsize = GGML_QUANT_SIZES[GGMLQuantizationType[kind]]
                 blocks = rng.integers(0, 256, (n // bsize, bsize), dtype=np.uint8)

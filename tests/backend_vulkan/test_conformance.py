@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from cera.testing import conformance
 
 from .conftest import needs_vulkan
@@ -29,7 +30,9 @@ def test_op(vulkan, case):
 
 
 @needs_vulkan
-@pytest.mark.parametrize("case", [c for c in _cases() if c.op == "linear" and "x" not in c.name.split(",")[-1]], ids=str)
+@pytest.mark.parametrize(
+    "case", [c for c in _cases() if c.op == "linear" and "x" not in c.name.split(",")[-1]], ids=str
+)
 def test_tiled_products(case):
     """The tiled kernel of many-row products (a GPU's choice) on every weight type, also
     on a software adapter, whose own choice is the row kernel."""
@@ -42,7 +45,9 @@ def test_tiled_products(case):
 
 @needs_vulkan
 @pytest.mark.parametrize("kernel", ["workgroup", "subgroup"])
-@pytest.mark.parametrize("case", [c for c in _cases() if c.op == "linear" and c.name.endswith(("1]", "1x1x1]"))], ids=str)
+@pytest.mark.parametrize(
+    "case", [c for c in _cases() if c.op == "linear" and c.name.endswith(("1]", "1x1x1]"))], ids=str
+)
 def test_row_kernels(case, kernel):
     """Both row kernels of few-row products (a workgroup per feature, as GPUs run them;
     a subgroup per feature, as software adapters do) on every weight type, whichever this

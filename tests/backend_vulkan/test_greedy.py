@@ -66,7 +66,9 @@ def _check_continuation(path, n):
         for i, (g, w, m) in enumerate(zip(got, want, margins, strict=False)):
             if m < MARGIN:
                 break
-            assert g == w, f"step {i}: vulkan {g} != cpu {w} although the CPU's margin is {m:.3f} (tokens {got} vs {want})"
+            assert g == w, (
+                f"step {i}: vulkan {g} != cpu {w} although the CPU's margin is {m:.3f} (tokens {got} vs {want})"
+            )
             compared += 1
         # fed the CPU's tokens, one decode step at a time (device argmax, one int32 read
         # back per step): every step with a clear choice must agree

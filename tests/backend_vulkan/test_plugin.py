@@ -52,6 +52,7 @@ def test_a_missing_tensor_type_is_refused_by_name(tmp_path):
     if WHY_NOT:
         pytest.skip(WHY_NOT)
     import numpy as np
+
     from cera.errors import UnsupportedTensorType
     from cera.gguf import GGUFFile
     from cera.testing.conformance import WeightSpec, write_weights

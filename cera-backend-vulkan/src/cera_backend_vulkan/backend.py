@@ -27,7 +27,13 @@ import attrs
 import numpy as np
 
 from cera.backend import Backend, BackendOptions, DeviceInfo, Weight
-from cera.errors import BackendUnavailable, ModelConfigError, ResourceExhausted, UnsupportedOperation, UnsupportedTensorType
+from cera.errors import (
+    BackendUnavailable,
+    ModelConfigError,
+    ResourceExhausted,
+    UnsupportedOperation,
+    UnsupportedTensorType,
+)
 from cera.state import HostState, kv_row_shape
 
 from . import device as gpu
@@ -122,7 +128,9 @@ class VulkanState(HostState):
         try:
             self.pos_buffer = ctx.buffer(self.pos.nbytes, label="cell positions")
         except gpu.BufferTooLarge as e:
-            raise ResourceExhausted(f"backend 'vulkan': the cell positions need {e.size} bytes, more than one buffer may hold") from None
+            raise ResourceExhausted(
+                f"backend 'vulkan': the cell positions need {e.size} bytes, more than one buffer may hold"
+            ) from None
         ctx.queue.write_buffer(self.pos_buffer, 0, self.pos)
 
     def _allocate(self, n_slots, dtype) -> None:
@@ -130,7 +138,9 @@ class VulkanState(HostState):
 
         for i, d in enumerate(self.decls):
             if d.kind != "kv":
-                raise UnsupportedOperation(f"backend 'vulkan' has no device storage for {d.kind!r} state yet (layer state {i})")
+                raise UnsupportedOperation(
+                    f"backend 'vulkan' has no device storage for {d.kind!r} state yet (layer state {i})"
+                )
             cap = ring_cells(d, self.n_ctx, self.n_batch, self.swa_full)
             if d.k_dim % 2 or d.v_dim % 2:
                 raise UnsupportedOperation(f"backend 'vulkan' needs even head dimensions, not {d.k_dim}/{d.v_dim}")
@@ -210,7 +220,9 @@ class VulkanBackend(Backend):
 
     def __init__(self, device_index: int = 0, memory_limit: int | None = None, profile: bool = False):
         if not isinstance(device_index, int) or device_index < 0:
-            raise BackendUnavailable(f"backend 'vulkan': device_index must be a non-negative integer, got {device_index!r}")
+            raise BackendUnavailable(
+                f"backend 'vulkan': device_index must be a non-negative integer, got {device_index!r}"
+            )
         self.device_index = device_index
         self.memory_limit = memory_limit
         self.profile = bool(profile)
@@ -228,7 +240,9 @@ class VulkanBackend(Backend):
                 "mesa-vulkan-drivers` gives a software one, lavapipe)"
             )
         if device_index >= len(found):
-            raise BackendUnavailable(f"backend 'vulkan' has {len(found)} adapter(s); device_index {device_index} does not exist")
+            raise BackendUnavailable(
+                f"backend 'vulkan' has {len(found)} adapter(s); device_index {device_index} does not exist"
+            )
         self.adapter = found[device_index]
 
     @property
@@ -268,7 +282,9 @@ class VulkanBackend(Backend):
         try:
             buf = ctx.buffer(nbytes + 4, label=name)
         except gpu.BufferTooLarge as e:
-            raise ResourceExhausted(f"backend 'vulkan': tensor {name!r} ({e.size} bytes) exceeds the adapter's largest buffer ({e.limit})") from None
+            raise ResourceExhausted(
+                f"backend 'vulkan': tensor {name!r} ({e.size} bytes) exceeds the adapter's largest buffer ({e.limit})"
+            ) from None
         pad = (-nbytes) % 4
         ctx.queue.write_buffer(buf, 0, raw if not pad else np.concatenate([raw, np.zeros(pad, np.uint8)]))
         return VulkanWeight(name, type_name, tuple(info.shape), data, buf, nbytes)

@@ -165,7 +165,9 @@ class VulkanExecutable(Executable):
             self.out_spans[name] = (first, count, rb, shape, strides, np.int32 if t.dtype == "i32" else np.float32)
             rb += -(-count * 4 // 8) * 8
         self.readback_bytes = max(16, rb)
-        self.readback = ctx.buffer(self.readback_bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, "outputs")
+        self.readback = ctx.buffer(
+            self.readback_bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, "outputs"
+        )
         self._static_bgs = None
         self._state_bgs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last_profile: list[tuple[str, float]] = []
@@ -301,7 +303,12 @@ class VulkanExecutable(Executable):
             return False
         if step.glu or step.residual or a.args[1] is not b.args[1] or a.attrs["spec"] != b.attrs["spec"]:
             return False
-        return a.args[0].shape[2] == b.args[0].shape[2] and b.args[0] is not a.out and self.contiguous(a.args[0]) and self.contiguous(b.args[0])
+        return (
+            a.args[0].shape[2] == b.args[0].shape[2]
+            and b.args[0] is not a.out
+            and self.contiguous(a.args[0])
+            and self.contiguous(b.args[0])
+        )
 
     def _can_fuse_norm(self, step: Step, nxt: Step) -> bool:
         """An rms_norm whose output only the next step's products read, run by the
@@ -312,7 +319,9 @@ class VulkanExecutable(Executable):
         x, w = node.args[0], node.args[1]
         if isinstance(w, Tensor) or not self.contiguous(x) or nxt.nodes[0].args[0] is not node.out:
             return False
-        if self.consumers.get(node.out.id, 0) != len(nxt.nodes) or node.out.id in {t.id for t in self.graph.outputs.values()}:
+        if self.consumers.get(node.out.id, 0) != len(nxt.nodes) or node.out.id in {
+            t.id for t in self.graph.outputs.values()
+        }:
             return False
         K = x.shape[-1]
         return not self._tiled(x.size // K, K) and K % 8 == 0
@@ -352,7 +361,9 @@ class VulkanExecutable(Executable):
         xs = self.stride(x)
         fuse = norm is not None
         if K % 8:
-            raise UnsupportedOperation(f"backend 'vulkan': products with rows of {K} values (a multiple of 8 is needed)")
+            raise UnsupportedOperation(
+                f"backend 'vulkan': products with rows of {K} values (a multiple of 8 is needed)"
+            )
         tiled = self._tiled(M, K)
         glu = step.glu
         residual = step.residual
@@ -380,17 +391,33 @@ class VulkanExecutable(Executable):
             N = g.shape[1]
             kind = glu.attrs["kind"]
             types = (g.ggml_type, u.ggml_type)
-            for (r0, rows, bo, bs), (_, _, uo, us) in zip(self._weight_chunks(g, N), self._weight_chunks(u, N), strict=True):
-                params = [K, rows, M, self.off(x), xs, self.off(glu.out), N, 0, 0, 0, r0, g.row_bytes, u.row_bytes] + nparams
+            for (r0, rows, bo, bs), (_, _, uo, us) in zip(
+                self._weight_chunks(g, N), self._weight_chunks(u, N), strict=True
+            ):
+                params = [
+                    K,
+                    rows,
+                    M,
+                    self.off(x),
+                    xs,
+                    self.off(glu.out),
+                    N,
+                    0,
+                    0,
+                    0,
+                    r0,
+                    g.row_bytes,
+                    u.row_bytes,
+                ] + nparams
                 R, sg = self._mv_rows(M), self.ctx.subgroups
                 if self._mv_sg:
                     per = self._mv_sg
-                    self._emit(("matvec_sg", types, kind, R, per, fuse), lambda: wgsl.matvec_sg(types, kind, True, R, per, fuse),
+                    self._emit(("matvec_sg", types, kind, R, per, fuse), lambda R=R, per=per: wgsl.matvec_sg(types, kind, True, R, per, fuse),
                                params, -(-rows // per),
                                binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
                 F = self._mv_feats(R)
-                self._emit(("matvec", types, kind, R, sg, fuse, F), lambda: wgsl.matvec(types, kind, sg, R, fuse, F), params,
+                self._emit(("matvec", types, kind, R, sg, fuse, F), lambda sg=sg, R=R, F=F: wgsl.matvec(types, kind, sg, R, fuse, F), params,
                            -(-rows // F),
                            binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
         else:
@@ -406,7 +433,21 @@ class VulkanExecutable(Executable):
                     res, res_stride = self.off(residual[2]) + 1, residual[2].shape[-1]
                 b = self.operand(bias) + 1 if bias is not None else 0
                 for r0, rows, bo, bs in self._weight_chunks(w, N):
-                    params = [K, rows, M, self.off(x), xs, self.off(out), N, b, res, res_stride, r0, w.row_bytes, 0] + nparams
+                    params = [
+                        K,
+                        rows,
+                        M,
+                        self.off(x),
+                        xs,
+                        self.off(out),
+                        N,
+                        b,
+                        res,
+                        res_stride,
+                        r0,
+                        w.row_bytes,
+                        0,
+                    ] + nparams
                     if tiled:
                         self._emit(("matmul", w.ggml_type), lambda t=w.ggml_type: wgsl.matmul(t), params,
                                    (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
@@ -583,7 +624,13 @@ class VulkanExecutable(Executable):
         params = [n, heads, nkv, dk, dv, self.off(q), self.off(node.out), 0, self.seq_off, self.n_seq,
                   self.off(self.graph.inputs["positions"]), 0, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
                   int(spec.window or 0), int(spec.causal), self.off(k), self.off(v)]  # fmt: skip
-        self._emit(("attention", "act", dv, dk), lambda: wgsl.attention("act", dv, dk), params, n * heads, label="attention_full")
+        self._emit(
+            ("attention", "act", dv, dk),
+            lambda: wgsl.attention("act", dv, dk),
+            params,
+            n * heads,
+            label="attention_full",
+        )
 
     def _op_softmax(self, node) -> None:
         x = node.args[0]
@@ -609,7 +656,9 @@ class VulkanExecutable(Executable):
     def _gather(self, node, table: np.ndarray, src_off: int = 0) -> None:
         t = self.const(table.astype(np.uint32), np.uint32)
         count = table.size
-        self._emit(("gather",), wgsl.gather, [count, self.off(node.out), src_off, t, 0], -(-count // 256), label=node.op)
+        self._emit(
+            ("gather",), wgsl.gather, [count, self.off(node.out), src_off, t, 0], -(-count // 256), label=node.op
+        )
 
     def _indices(self, t: Tensor) -> np.ndarray:
         """Arena element index of every value of t, row-major."""
@@ -711,7 +760,9 @@ class VulkanExecutable(Executable):
 
     def _check(self, state, inputs: StepInputs) -> None:
         if state_geometry(state) != self.geometry:
-            raise SessionError("this compiled graph was made for a state of another shape (context, slots or cache type)")
+            raise SessionError(
+                "this compiled graph was made for a state of another shape (context, slots or cache type)"
+            )
         if "embedding" in self.graph.ops_used():
             toks = np.asarray(inputs.tokens)
             vocab = min((w.shape[1] for n in self.graph.nodes if n.op == "embedding" for w in [self.weights[n.args[0].name]]),

@@ -26,7 +26,9 @@ def _wgpu():
     try:
         import wgpu
     except ImportError as e:  # pragma: no cover - the distribution depends on it
-        raise BackendUnavailable(f"backend 'vulkan' needs the wgpu package ({e}); pip install 'wgpu>=0.32,<0.33'") from None
+        raise BackendUnavailable(
+            f"backend 'vulkan' needs the wgpu package ({e}); pip install 'wgpu>=0.32,<0.33'"
+        ) from None
     return wgpu
 
 
@@ -70,7 +72,9 @@ class GpuContext:
                 "mesa-vulkan-drivers` gives a software one, lavapipe)"
             )
         if not 0 <= index < len(found):
-            raise BackendUnavailable(f"backend 'vulkan' has {len(found)} adapter(s); device_index {index} does not exist")
+            raise BackendUnavailable(
+                f"backend 'vulkan' has {len(found)} adapter(s); device_index {index} does not exist"
+            )
         self.wgpu = wgpu
         self.adapter = found[index]
         self.name = describe(self.adapter)
@@ -115,8 +119,12 @@ class GpuContext:
 fn main(@builtin(local_invocation_index) t: u32, @builtin(subgroup_size) s: u32) { if (t == 0u) { out[0] = s; } }
 """
         buf = self.device.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-        pipe = self.device.create_compute_pipeline(layout="auto", compute={"module": self.device.create_shader_module(code=code), "entry_point": "main"})
-        bg = self.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buf}}])
+        pipe = self.device.create_compute_pipeline(
+            layout="auto", compute={"module": self.device.create_shader_module(code=code), "entry_point": "main"}
+        )
+        bg = self.device.create_bind_group(
+            layout=pipe.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buf}}]
+        )
         enc = self.device.create_command_encoder()
         cp = enc.begin_compute_pass()
         cp.set_pipeline(pipe)

@@ -272,7 +272,12 @@ WG = 64  # threads of the row-wise kernels
 def embedding(ggml_type: str) -> str:
     """Rows of a table by token id. P: 0 ids offset, 1 n ids, 2 K, 3 out offset, 4 row
     bytes, 5 first row of this chunk of the table, 6 rows in the chunk."""
-    return HEADER + ARENA_U32 + GRID + weight_lib(ggml_type, "W0", 2) + f"""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + weight_lib(ggml_type, "W0", 2)
+        + f"""
 @compute @workgroup_size({WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
     let r = wg_linear(wid, nwg);
@@ -289,6 +294,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
 }}
 """
+    )
 
 
 MV_ROWS = 8  # activation rows a matvec dispatch multiplies per pass over the weights
@@ -322,7 +328,9 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Tru
     R = rows
     F = feats
     decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
-    deq = "".join(f"            let w{i}_{j} = dq8_W{i}(n{j} * P({11 + i}u), g);\n" for i in range(n_w) for j in range(F))
+    deq = "".join(
+        f"            let w{i}_{j} = dq8_W{i}(n{j} * P({11 + i}u), g);\n" for i in range(n_w) for j in range(F)
+    )
     fma = ""
     for r in range(R):
         xa, xb = ("xa0", "xb0") if norm else ("xa", "xb")
@@ -370,7 +378,12 @@ fn wsum(v: f32, t: u32) -> f32 {{
 """
         builtins = ""
         call = "wsum({v}, t)"
-    reduce = "".join(f"        a{i}_{r}_{j} = {call.format(v=f'a{i}_{r}_{j}')};\n" for i in range(n_w) for r in range(R) for j in range(F))
+    reduce = "".join(
+        f"        a{i}_{r}_{j} = {call.format(v=f'a{i}_{r}_{j}')};\n"
+        for i in range(n_w)
+        for r in range(R)
+        for j in range(F)
+    )
     prologue = ""
     nw_load = ""
     if norm:
@@ -412,7 +425,14 @@ fn wsum(v: f32, t: u32) -> f32 {{
 """
     # features past the end are decoded at the last one (in bounds) and not stored
     nn = "".join(f"    let nn{j} = nbase + {j}u;\n    let n{j} = min(nn{j}, P(1u) - 1u);\n" for j in range(F))
-    return HEADER + ARENA_F32 + GRID + ACTIVATIONS + libs + reducer + f"""
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + ACTIVATIONS
+        + libs
+        + reducer
+        + f"""
 @compute @workgroup_size({MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{builtins}) {{
     let nbase = wg_linear(wid, nwg) * {F}u;
@@ -425,6 +445,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {reduce}{stores}    }}
 }}
 """
+    )
 
 
 SEG_BASE = 20  # matvec_segments: parameters of segment s start at P(SEG_BASE + 8 s)
@@ -531,7 +552,14 @@ fn wsum(v: f32, t: u32) -> f32 {{
 """
     segsel = "".join(f"    if (nbase >= P({SEG_BASE + 8 * i}u)) {{ seg = {i}u; }}\n" for i in range(1, len(types)))
     nn = "".join(f"    let nn{j} = nloc + {j}u;\n    let n{j} = min(nn{j}, P(sb + 1u) - 1u);\n" for j in range(F))
-    return HEADER + ARENA_F32 + GRID + libs + pick + reducer + f"""
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + libs
+        + pick
+        + reducer
+        + f"""
 @compute @workgroup_size({MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{builtins}) {{
     let nbase = wg_linear(wid, nwg) * {F}u;
@@ -547,6 +575,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {reduce}{stores}    }}
 }}
 """
+    )
 
 
 def matvec_sg(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1,
@@ -585,7 +614,9 @@ def matvec_sg(types: tuple[str, ...], glu: str | None = None, subgroups: bool = 
         fma += "                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);\n"
         if norm:
             fma += "                let xa = xa0 * nwa; let xb = xb0 * nwb;\n"
-            fma = fma.replace("let xa = vec4<f32>(A[xo]", "let xa0 = vec4<f32>(A[xo]").replace("let xb = vec4<f32>(A[xo + 4u]", "let xb0 = vec4<f32>(A[xo + 4u]")
+            fma = fma.replace("let xa = vec4<f32>(A[xo]", "let xa0 = vec4<f32>(A[xo]").replace(
+                "let xb = vec4<f32>(A[xo + 4u]", "let xb0 = vec4<f32>(A[xo + 4u]"
+            )
         for i in range(n_w):
             fma += f"                a{i}_{r} += dot(xa, w{i}.a) + dot(xb, w{i}.b);\n"
         fma += "            }\n"
@@ -661,7 +692,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for r in range(R):
         s1 = f"let s1 = a1_{r}{f' * inv{r}' if norm else ''};" if n_w > 1 else ""
         stores += f"""        if ({r}u < nr && first) {{
-            var s0 = a0_{r}{f' * inv{r}' if norm else ''};
+            var s0 = a0_{r}{f" * inv{r}" if norm else ""};
             {s1}
             if (P(7u) != 0u) {{ s0 += A[P(7u) - 1u + col]; }}
             var y = {act};
@@ -669,7 +700,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
         }}
 """
-    return HEADER + ARENA_F32 + GRID + ACTIVATIONS + libs + head + f"""    let K = P(0u); let M = P(2u);
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + ACTIVATIONS
+        + libs
+        + head
+        + f"""    let K = P(0u); let M = P(2u);
     let col = n + P(10u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
@@ -679,6 +717,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {"  }" if subgroups else ""}
 }}
 """
+    )
 
 
 TM, TN, TK = 64, 64, 32  # the tiled product's tile: rows x features x depth
@@ -699,7 +738,11 @@ def matmul(ggml_type: str) -> str:
     for i in range(4):
         for j in range(4):
             stores += f"    store(m0 + ty * 4u + {i}u, n0 + tx * 4u + {j}u, c{i}{j});\n"
-    return HEADER + ARENA_F32 + weight_lib(ggml_type, "W0", 2) + f"""
+    return (
+        HEADER
+        + ARENA_F32
+        + weight_lib(ggml_type, "W0", 2)
+        + f"""
 var<workgroup> xs: array<f32, {TM * S}>;
 var<workgroup> ws: array<f32, {TN * S}>;
 fn store(m: u32, n: u32, v: f32) {{
@@ -742,6 +785,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }}
 {stores}}}
 """
+    )
 
 
 # The activations, in f32: silu and the tanh GELU as ggml defines them (ggml's CPU
@@ -780,7 +824,12 @@ def elementwise() -> str:
     6 copy of a row-strided view. P: 1 count, 2 out offset, 3 a offset, 4 b offset,
     5 b length (b broadcast: index mod its length), 8 row length, 9 a row stride
     (copy)."""
-    return HEADER + ARENA_F32 + GRID + ACTIVATIONS + """
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + ACTIVATIONS
+        + """
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = wg_linear(wid, nwg) * 256u + t;
@@ -810,6 +859,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     A[P(2u) + i] = y;
 }
 """
+    )
 
 
 NORM_WG = 256
@@ -819,7 +869,11 @@ def norm() -> str:
     """rms_norm (P(0) = 0) and layer_norm (1) of rows: one workgroup a row. P: 1 rows,
     2 row length, 3 x offset, 4 out offset, 5 weight offset + 1, 6 bias offset + 1, 7 eps.
     Sums in f32 over the workgroup's tree."""
-    return HEADER + ARENA_F32 + GRID + f"""
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + f"""
 var<workgroup> red: array<f32, {NORM_WG}>;
 fn wsum(v: f32, t: u32) -> f32 {{
     red[t] = v;
@@ -856,6 +910,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
 }}
 """
+    )
 
 
 def rope() -> str:
@@ -863,7 +918,11 @@ def rope() -> str:
     1 heads, 2 dim, 3 x offset, 4 out offset, 5 positions offset, 6 n_dims, 7 neox,
     8 base, 9 freq_scale, 10 ext_factor, 11 attn_factor, 12 beta_fast, 13 beta_slow,
     14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied."""
-    return HEADER + ARENA_U32 + GRID + """
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + """
 fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
     return n_dims * log(n_orig / (beta * 6.283185307179586)) / (2.0 * log(base));
 }
@@ -914,6 +973,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 """
+    )
 
 
 # The per-run sequence table in the arena (compile.py writes it): at P(seq) offset,
@@ -942,7 +1002,12 @@ def kv_store(kv_f16: bool) -> str:
         store_k = "K[base * dk + e] = A[P(4u) + (r * nh + h) * dk + e];"
         store_v = "V[base * dv + e] = A[P(5u) + (r * nh + h) * dv + e];"
         step = "1u"
-    return HEADER + ARENA_U32 + GRID + SEQ_FN + f"""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + f"""
 @group(0) @binding(2) var<storage, read_write> K: array<u32>;
 @group(0) @binding(3) var<storage, read_write> V: array<u32>;
 @group(0) @binding(4) var<storage, read_write> POS: array<i32>;
@@ -966,6 +1031,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
 }}
 """
+    )
 
 
 def attention(kv: str, dv: int, dk: int = 0) -> str:
@@ -1039,7 +1105,13 @@ fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
         vunroll += f"""                        {{ let pj = sc[j + {q}u]; let c = c0 + j + {q}u;
                           a += select(0.0, pj * vval({vbase}, e), pj != 0.0); }}
 """
-    return HEADER + ARENA_U32 + GRID + SEQ_FN + binds + f"""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + binds
+        + f"""
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> sc: array<f32, 64>;
 var<workgroup> u_lo: u32;
@@ -1134,12 +1206,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
 }}
 """
+    )
 
 
 def softmax() -> str:
     """Softmax of rows: one workgroup a row. P: 0 rows, 1 row length, 2 x offset, 3 out
     offset."""
-    return HEADER + ARENA_F32 + GRID + f"""
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + f"""
 var<workgroup> red: array<f32, {WG}>;
 @compute @workgroup_size({WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
@@ -1168,6 +1245,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var i = t; i < n; i += {WG}u) {{ A[o + i] = exp(A[x + i] - mx) * inv; }}
 }}
 """
+    )
 
 
 def select_top() -> str:
@@ -1176,7 +1254,11 @@ def select_top() -> str:
     ascending): ties go to the lower index, as the reference's stable sort. P: 0 rows,
     1 row length, 2 x offset, 3 out offset (ids, int32), 4 k, 5 values out offset + 1
     (take of the chosen ids, fused)."""
-    return HEADER + ARENA_U32 + GRID + """
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + """
 var<workgroup> bv: array<f32, 256>;
 var<workgroup> bi: array<u32, 256>;
 fn better(v: f32, i: u32, w: f32, j: u32) -> bool { return v > w || (v == w && i < j); }
@@ -1214,6 +1296,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 """
+    )
 
 
 def gather() -> str:
@@ -1221,7 +1304,11 @@ def gather() -> str:
     concat, take, seq_mean's sums are done elsewhere). P: 0 count, 1 out offset, 2 source
     offset, 3 table offset (u32 indices relative to the source), 4 mode: 0 table, 1 take
     (out [rows, k]: x[row * P(5) + ids[i]], ids at P(3)), P(6) k."""
-    return HEADER + ARENA_U32 + GRID + """
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + """
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = wg_linear(wid, nwg) * 256u + t;
@@ -1234,12 +1321,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 """
+    )
 
 
 def seq_mean() -> str:
     """Mean of each sequence's rows. P: 0 n_seq * dim, 1 dim, 2 x offset, 3 out offset,
     4 table offset (per sequence: first row, rows)."""
-    return HEADER + ARENA_U32 + GRID + """
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + """
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = wg_linear(wid, nwg) * 256u + t;
@@ -1251,13 +1343,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     A[P(3u) + i] = bitcast<u32>(sum / f32(n));
 }
 """
+    )
 
 
 def upcast(ggml_type: str) -> str:
     """A small weight decoded to f32 into the arena (norm weights and biases stored as
     F16/BF16/quantized: decoded once per run, a few hundred values). P: 0 groups of 8,
     1 out offset."""
-    return HEADER + ARENA_F32 + GRID + weight_lib(ggml_type, "W0", 2) + """
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + weight_lib(ggml_type, "W0", 2)
+        + """
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let g = wg_linear(wid, nwg) * 64u + t;
@@ -1268,3 +1366,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     A[o + 4u] = v.b.x; A[o + 5u] = v.b.y; A[o + 6u] = v.b.z; A[o + 7u] = v.b.w;
 }
 """
+    )
