@@ -31,6 +31,7 @@ def test_plugin_registers_the_backend():
     assert set(spec.ops) == set(OPS)
     assert set(spec.tensor_types) == {
         "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+        "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_S", "IQ1_M",
     }  # fmt: skip
     assert spec.unavailable_reason() is None
     from cera.registry import load_factory
@@ -127,22 +128,22 @@ def test_unsupported_type_names_tensor_type_and_backend(be, tmp_path):
 
     from cera.gguf import GGUFFile
 
-    bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType.IQ2_XXS]
-    raw = np.zeros((4, 2 * ts), np.uint8)  # 4 rows of 2 blocks: ne = (512, 4)
+    bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType.TQ1_0]
+    raw = np.zeros((4, 2 * ts), np.uint8)  # 4 rows of 2 blocks: ne = (512, 4); ternary types are not served
     ok = np.zeros((4, 2 * 18), np.uint8)
-    path = _gguf_with(tmp_path, {"blk.0.ffn_up.weight": (raw, GGMLQuantizationType.IQ2_XXS),
+    path = _gguf_with(tmp_path, {"blk.0.ffn_up.weight": (raw, GGMLQuantizationType.TQ1_0),
                                  "blk.0.ffn_down.weight": (ok, GGMLQuantizationType.Q4_0)})  # fmt: skip
     f = GGUFFile(path)
     assert be.upload(f, "blk.0.ffn_down.weight").ggml_type == "Q4_0"
     with pytest.raises(UnsupportedTensorType) as e:
         be.upload(f, "blk.0.ffn_up.weight")
     msg = str(e.value)
-    assert "blk.0.ffn_up.weight" in msg and "IQ2_XXS" in msg and "'cpu'" in msg
-    assert be.cannot_serve("IQ2_XXS") and be.cannot_serve("Q4_K") is None
+    assert "blk.0.ffn_up.weight" in msg and "TQ1_0" in msg and "'cpu'" in msg
+    assert be.cannot_serve("TQ1_0") and be.cannot_serve("Q4_K") is None
     with pytest.raises(ModelConfigError, match="no tensor 'missing'"):
         be.upload(f, "missing")
     with pytest.raises(UnsupportedTensorType):
-        be.weight("x", raw, "IQ2_XXS", shape=(512, 4))
+        be.weight("x", raw, "TQ1_0", shape=(512, 4))
 
 
 def test_bad_shapes_and_ids_are_clear_errors(be):

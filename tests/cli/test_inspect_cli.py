@@ -53,7 +53,8 @@ def module(name: str, source: str) -> types.ModuleType:
 
 @pytest.fixture
 def manager():
-    m = PluginManager(allow=set())
+    # tp-llama claims 'llama', which cera-model-llama owns: replacing it is on purpose here
+    m = PluginManager(allow=set(), overrides={("architecture", "llama"): "tp-family"})
     assert m.register_plugin(module("tp_family", FAMILY), "tp-family", "tp-family-dist", "3.1").status == "ok"
     assert m.register_plugin(module("tp_backends", BACKENDS), "tp-backends").status == "ok"
     plugins.set_manager(m)
