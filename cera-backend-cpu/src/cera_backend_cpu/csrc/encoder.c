@@ -17,6 +17,84 @@
 #define CONV_ROWS 32 /* output frames per convolution item */
 #define ATTN_ROWS 64 /* query rows per attention item */
 
+/* -- float32 tiles ------------------------------------------------------------------------------ */
+
+/* C[M x N] += A[M x K] B[K x N], every element one fused multiply-add chain over k in order,
+ * as the variant's k->gemm_f32 computes it (so the same bits), in tiles of 6 x 16 on AVX2:
+ * twelve accumulators, two loads of B and six broadcasts of A per twelve multiply-adds,
+ * where k->gemm_f32's 4 x 16 tiles load six values per eight. Elsewhere k->gemm_f32. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(CERA_NO_TILE6)
+#include <immintrin.h>
+#define CERA_HAVE_TILE6 1
+__attribute__((target("avx2,fma"))) static void gemm_tile6(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                                                           const float *B, int64_t ldb, float *C, int64_t ldc) {
+    int64_t i = 0;
+    for (; i + 6 <= M; i += 6) {
+        int64_t j = 0;
+        for (; j + 16 <= N; j += 16) {
+            __m256 c[6][2];
+            for (int r = 0; r < 6; r++) {
+                c[r][0] = _mm256_loadu_ps(C + (i + r) * ldc + j);
+                c[r][1] = _mm256_loadu_ps(C + (i + r) * ldc + j + 8);
+            }
+            for (int64_t k = 0; k < K; k++) {
+                const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j), b1 = _mm256_loadu_ps(B + k * ldb + j + 8);
+                for (int r = 0; r < 6; r++) {
+                    const __m256 a = _mm256_broadcast_ss(A + (i + r) * lda + k);
+                    c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+                    c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+                }
+            }
+            for (int r = 0; r < 6; r++) {
+                _mm256_storeu_ps(C + (i + r) * ldc + j, c[r][0]);
+                _mm256_storeu_ps(C + (i + r) * ldc + j + 8, c[r][1]);
+            }
+        }
+        for (; j + 8 <= N; j += 8) {
+            __m256 c[6];
+            for (int r = 0; r < 6; r++) c[r] = _mm256_loadu_ps(C + (i + r) * ldc + j);
+            for (int64_t k = 0; k < K; k++) {
+                const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j);
+                for (int r = 0; r < 6; r++) c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + (i + r) * lda + k), b0, c[r]);
+            }
+            for (int r = 0; r < 6; r++) _mm256_storeu_ps(C + (i + r) * ldc + j, c[r]);
+        }
+        for (; j < N; j++)
+            for (int r = 0; r < 6; r++) {
+                float acc = C[(i + r) * ldc + j];
+                for (int64_t k = 0; k < K; k++) acc = fmaf(A[(i + r) * lda + k], B[k * ldb + j], acc);
+                C[(i + r) * ldc + j] = acc;
+            }
+    }
+    for (; i < M; i++) {
+        int64_t j = 0;
+        for (; j + 8 <= N; j += 8) {
+            __m256 c = _mm256_loadu_ps(C + i * ldc + j);
+            for (int64_t k = 0; k < K; k++)
+                c = _mm256_fmadd_ps(_mm256_broadcast_ss(A + i * lda + k), _mm256_loadu_ps(B + k * ldb + j), c);
+            _mm256_storeu_ps(C + i * ldc + j, c);
+        }
+        for (; j < N; j++) {
+            float acc = C[i * ldc + j];
+            for (int64_t k = 0; k < K; k++) acc = fmaf(A[i * lda + k], B[k * ldb + j], acc);
+            C[i * ldc + j] = acc;
+        }
+    }
+}
+#endif
+
+static void gemm(const cera_kernels *k, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                 int64_t ldb, float *C, int64_t ldc) {
+#ifdef CERA_HAVE_TILE6
+    /* the x86 variants other than scalar have AVX2 and FMA (dispatch.c checks before choosing them) */
+    if (strcmp(k->name, "scalar") != 0) {
+        gemm_tile6(M, N, K, A, lda, B, ldb, C, ldc);
+        return;
+    }
+#endif
+    k->gemm_f32(M, N, K, A, lda, B, ldb, C, ldc);
+}
+
 /* -- conv1d ------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -55,7 +133,7 @@ static void conv_task(void *arg, int ith, int nth) {
         }
         float *y = j->y + t0 * j->c_out;
         memset(y, 0, sizeof(float) * (size_t)(rows * j->c_out));
-        j->k->gemm_f32(rows, j->c_out, width, cols, width, j->wt, j->c_out, y, j->c_out);
+        gemm(j->k, rows, j->c_out, width, cols, width, j->wt, j->c_out, y, j->c_out);
         if (j->bias)
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t o = 0; o < j->c_out; o++) y[r * j->c_out + o] += j->bias[o];
@@ -101,7 +179,7 @@ static void attend_block(const cera_kernels *k, const float *q, int64_t q_stride
                          float softcap, const mask_info *mask, int64_t row0, float *S, float *O, float *out,
                          int64_t out_stride) {
     memset(S, 0, sizeof(float) * (size_t)(rows * n_keys));
-    k->gemm_f32(rows, n_keys, k_dim, q, q_stride, Kt, n_keys, S, n_keys);
+    gemm(k, rows, n_keys, k_dim, q, q_stride, Kt, n_keys, S, n_keys);
     float sums[ATTN_ROWS];
     for (int64_t r = 0; r < rows; r++) {
         float *s = S + r * n_keys;
@@ -126,7 +204,7 @@ static void attend_block(const cera_kernels *k, const float *q, int64_t q_stride
         sums[r] = (float)k->softmax_row(n_keys, s, m);
     }
     memset(O, 0, sizeof(float) * (size_t)(rows * v_dim));
-    k->gemm_f32(rows, v_dim, n_keys, S, n_keys, v, v_stride, O, v_dim);
+    gemm(k, rows, v_dim, n_keys, S, n_keys, v, v_stride, O, v_dim);
     for (int64_t r = 0; r < rows; r++) {
         const float inv = sums[r] == 0.0f ? 0.0f : 1.0f / sums[r];
         for (int64_t d = 0; d < v_dim; d++) out[r * out_stride + d] = O[r * v_dim + d] * inv;
