@@ -9,15 +9,47 @@ import click
 
 @click.command("serve")
 @click.option("-m", "--model", default=None, help="GGUF file, bundle name or hub repo (default: the default bundle).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback unless you say otherwise).")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback unless you say otherwise)."
+)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
-@click.option("-P", "--parallel", type=click.IntRange(min=1), default=4, show_default=True, help="Sequences decoded at once (continuous batching).")
-@click.option("-c", "--ctx-size", type=click.IntRange(min=16), default=None, help="Context per sequence (default: the model's, up to 4096).")
+@click.option(
+    "-P",
+    "--parallel",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Sequences decoded at once (continuous batching).",
+)
+@click.option(
+    "-c",
+    "--ctx-size",
+    type=click.IntRange(min=16),
+    default=None,
+    help="Context per sequence (default: the model's, up to 4096).",
+)
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
 @click.option("--device", default="auto", show_default=True, help="Backend to run on.")
-@click.option("--api-key", default=None, envvar="CERA_API_KEY", help="Require this key (Authorization: Bearer KEY) on every route but /health; also $CERA_API_KEY.")
-@click.option("--max-queue", type=click.IntRange(min=0), default=64, show_default=True, help="Requests that may wait for a free sequence; more get 429.")
-@click.option("--prompt-cache", "prompt_cache", type=click.Path(file_okay=False), default=None, help="Directory of a disk prompt cache (a memory one is always on).")
+@click.option(
+    "--api-key",
+    default=None,
+    envvar="CERA_API_KEY",
+    help="Require this key (Authorization: Bearer KEY) on every route but /health; also $CERA_API_KEY.",
+)
+@click.option(
+    "--max-queue",
+    type=click.IntRange(min=0),
+    default=64,
+    show_default=True,
+    help="Requests that may wait for a free sequence; more get 429.",
+)
+@click.option(
+    "--prompt-cache",
+    "prompt_cache",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory of a disk prompt cache (a memory one is always on).",
+)
 def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, max_queue, prompt_cache):
     """Serve a model over the OpenAI HTTP API (chat, completions, embeddings)."""
     import uvicorn
@@ -31,5 +63,7 @@ def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, m
     if host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
         click.echo(f"cera serve: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     app = create_app(config)
-    click.echo(f"cera serve: loading {model or 'the default model'}; http://{host}:{port}/v1 (pid {os.getpid()})", err=True)
+    click.echo(
+        f"cera serve: loading {model or 'the default model'}; http://{host}:{port}/v1 (pid {os.getpid()})", err=True
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -59,7 +59,10 @@ class Metrics:
 
     def render(self, server) -> str:
         with self._lock:
-            lines = ["# HELP cera_requests_total Requests by route and HTTP status.", "# TYPE cera_requests_total counter"]
+            lines = [
+                "# HELP cera_requests_total Requests by route and HTTP status.",
+                "# TYPE cera_requests_total counter",
+            ]
             for (route, status), n in sorted(self.requests.items()):
                 lines.append(f'cera_requests_total{{route="{route}",status="{status}"}} {n}')
             lines += ["# HELP cera_request_seconds Request latency (streams: until the last byte).",
