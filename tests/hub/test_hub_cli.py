@@ -49,6 +49,27 @@ def test_cera_run_from_the_hub_equals_the_local_file(hub, smollm_repo, smollm2_p
     assert out2 == local_out and len(hub.requests("cdn")) == n
 
 
+def test_inspect_and_offline_runs_from_the_cache(hub, smollm_repo, smollm2_path, monkeypatch):
+    """`cera inspect -m org/repo` takes what run takes; once cached, HF_HUB_OFFLINE=1 runs
+    and inspects with not one request to the Hub."""
+    repo = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+    rc, out, err = cera("inspect", "-m", repo)
+    assert rc == 0, err
+    snapshot = Path(os.environ["HF_HUB_CACHE"]) / f"models--{repo.replace('/', '--')}" / "snapshots" / smollm_repo
+    assert f"file          {snapshot / 'SmolLM2-135M-Instruct.Q4_1.gguf'}" in out
+    assert "architecture  llama" in out and "file type     Q4_1" in out
+    rc, local_out, err = cera("run", "-m", str(smollm2_path), *RUN)
+    assert rc == 0, err
+    n = len(hub.requests())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rc, out, err = cera("run", "-m", f"{repo}:Q4_1", *RUN)
+    assert rc == 0, err
+    assert out == local_out
+    rc, out, err = cera("inspect", "-m", repo)
+    assert rc == 0 and "architecture  llama" in out, err
+    assert len(hub.requests()) == n
+
+
 def test_cli_errors_name_the_problem(hub, smollm_repo):
     rc, out, err = cera("run", "-m", "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q8_0", *RUN)
     assert rc == 1 and "has no Q8_0 model file; it has: Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf)" in err

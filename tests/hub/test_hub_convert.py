@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -151,7 +150,9 @@ def test_hub_repo_converts_once_per_revision(hub, capfd):
     c2 = hub.add_commit("org/tiny-llama", {"README.md": b"# tiny llama, revised\n"}, parent=True)
     path2 = H.resolve("org/tiny-llama:Q8_0")
     assert c2 in str(path2) and path2 != path and path.exists()
+    n = len(hub.requests())
     assert H.resolve(f"org/tiny-llama@{c1}:Q8_0") == path
+    assert len(hub.requests()) == n  # a cached commit's conversion: no request at all
     with pytest.raises(ModelNotFound, match="cera converts to F32, F16"):
         H.resolve("org/tiny-llama:IQ2_XXS")
 

@@ -263,6 +263,38 @@ def test_offline_uses_the_cache_only(hub, monkeypatch):
         H.resolve("org/off-GGUF:Q4_0")
 
 
+def test_offline_resolution_does_not_import_huggingface_hub(hub):
+    """Offline, the cache is all there is: nothing imports huggingface_hub (half a second)
+    or looks up a token."""
+    hub.add_commit("org/imp-GGUF", {"imp-Q4_0.gguf": blob(3000, 15)})
+    online = H.resolve("org/imp-GGUF:Q4_0", quiet=True)
+    script = "import sys; from cera import hub; print(hub.resolve('org/imp-GGUF:Q4_0')); print('huggingface_hub' in sys.modules)"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == [str(online), "False"]
+
+
+def test_a_cached_commit_asks_the_hub_nothing(hub):
+    """A commit never changes: once its file is cached, org/repo@COMMIT:QUANT resolves
+    without a request; a quant it lacks in the cache, or a branch, still asks the Hub."""
+    q4, q8 = blob(4000, 16), blob(4000, 17)
+    commit = hub.add_commit("org/pin-GGUF", {"pin-Q4_0.gguf": q4, "pin-Q8_0.gguf": q8})
+    path = H.resolve(f"org/pin-GGUF@{commit}:Q4_0", quiet=True)
+    n = len(hub.requests())
+    assert H.resolve(f"org/pin-GGUF@{commit}:Q4_0", quiet=True) == path
+    assert H.resolve("org/pin-GGUF:Q4_0", quiet=True, revision=commit) == path
+    assert len(hub.requests()) == n
+    assert H.resolve(f"org/pin-GGUF@{commit}:Q8_0", quiet=True).read_bytes() == q8  # not cached yet: fetched
+    assert len(hub.requests()) > n
+    n = len(hub.requests())
+    assert H.resolve("org/pin-GGUF:Q4_0", quiet=True) == path  # a branch can move: asked
+    assert len(hub.requests()) > n
+    # a blob deleted from under the snapshot is fetched again, not returned broken
+    path.resolve().unlink()
+    assert H.resolve(f"org/pin-GGUF@{commit}:Q4_0", quiet=True).read_bytes() == q4
+
+
 def test_cut_connection_resumes_in_the_same_run(hub):
     data = blob(2_500_000, 10)
     hub.add_commit("org/cut", {"cut-Q4_0.gguf": data})

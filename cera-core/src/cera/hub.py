@@ -208,7 +208,15 @@ class Hub:
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
         self.endpoint = endpoint()
-        self.token = _token()
+        self._token: str | None | bool = False  # False: not looked up yet
+
+    @property
+    def token(self) -> str | None:
+        """Looked up on first use: finding `hf auth login`'s token imports huggingface_hub
+        (half a second), which a run from the cache never needs."""
+        if self._token is False:
+            self._token = _token()
+        return self._token
 
     def log(self, msg: str) -> None:
         if not self.quiet:
@@ -222,7 +230,12 @@ class Hub:
             return self.cached_state(repo, revision, why="HF_HUB_OFFLINE is set")
         try:
             from huggingface_hub import HfApi
-            from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+            from huggingface_hub.errors import (
+                GatedRepoError,
+                HfHubHTTPError,
+                RepositoryNotFoundError,
+                RevisionNotFoundError,
+            )
         except ImportError:
             raise ModelNotFound(
                 f"{repo!r} looks like a Hugging Face repo, but huggingface_hub is not installed: "
@@ -290,6 +303,9 @@ class Hub:
     # -- choosing -------------------------------------------------------------------
 
     def resolve(self, hs: HubSource) -> Path:
+        pinned = self.pinned_from_cache(hs)
+        if pinned is not None:
+            return pinned
         state = self.state(hs.repo, hs.revision)
         ggufs = [p for p in state.files if p.endswith(".gguf")]
         if not ggufs:
@@ -309,6 +325,35 @@ class Hub:
             raise
         paths = self.fetch(state, parts)
         return paths[0]
+
+    def pinned_from_cache(self, hs: HubSource) -> Path | None:
+        """The cached file of ``org/repo@COMMIT:QUANT`` without asking the Hub, or None.
+
+        A commit never changes, so when its snapshot already holds the chosen file (every
+        part of a split one) or its conversion, the Hub has nothing to add (huggingface_hub
+        skips the network for a cached commit too). A branch or tag can move, so those are
+        always asked about unless HF_HUB_OFFLINE is set; so is a source without a quant,
+        whose choice depends on every file of the repository, not only the cached ones."""
+        if offline() or not hs.quant or not hs.revision or not _COMMIT.match(hs.revision):
+            return None
+        try:
+            state = self.cached_state(hs.repo, hs.revision, why="")
+        except ModelNotFound:
+            return None
+        ggufs = [p for p in state.files if p.endswith(".gguf")]
+        if not ggufs:
+            from . import convert
+
+            out = convert.converted_path(state, hs.quant)
+            return out if out is not None and out.exists() else None
+        try:
+            parts = choose(hs.repo, ggufs, hs.quant)
+        except ModelNotFound:
+            return None
+        snap = repo_cache_dir(hs.repo) / "snapshots" / state.commit
+        if all((snap / name).exists() for name in parts):  # exists() follows the link to its blob
+            return snap / parts[0]
+        return None
 
     # -- fetching -------------------------------------------------------------------
 

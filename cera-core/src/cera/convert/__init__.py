@@ -319,7 +319,7 @@ def _choose_types(tensors: list, qtype: str, n_layer: int, tied: bool) -> None:
     i_v = i_down = 0
     fallback = {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}
     for t in tensors:
-        name, st, shape = t[0], t[1], t[2]
+        name, shape = t[0], t[2]
         if len(shape) < 2 or not name.endswith(".weight"):
             t[3] = T.F32
             continue
@@ -380,7 +380,7 @@ def convert_folder(folder: Path, out: Path, qtype: str, strategy: str = "search"
             writer.add_key_value(key, value, vtype)
     from gguf.constants import GGML_QUANT_SIZES
 
-    for gname, st, shape, gtype, _ in p.tensors:
+    for gname, _st, shape, gtype, _ in p.tensors:
         bs, ts = GGML_QUANT_SIZES[gtype]
         n = int(np.prod(shape))
         writer.add_tensor_info(gname, tuple(reversed(shape)), np.dtype(np.float32), n // bs * ts, raw_dtype=gtype)
@@ -398,7 +398,7 @@ def convert_folder(folder: Path, out: Path, qtype: str, strategy: str = "search"
         writer.write_ti_data_to_file()
         fout = writer.fout[0]
         writer.write_padding(fout, fout.tell())
-        for gname, st, shape, gtype, transform in p.tensors:
+        for _gname, st, shape, gtype, transform in p.tensors:
             data = st.read()
             if transform is not None:
                 data = _permute(data, transform[1])
@@ -428,11 +428,22 @@ def convert_folder(folder: Path, out: Path, qtype: str, strategy: str = "search"
     return out
 
 
+def converted_path(state, quant: str, strategy: str = "search") -> Path | None:
+    """Where the conversion of a repository at a commit with these options is cached
+    (keyed by repository, commit, type, strategy and converter version), or None for a
+    type cera does not convert to."""
+    from .. import bundles
+
+    qtype = quant.upper()
+    if qtype not in QUANT_TYPES:
+        return None
+    return (bundles.cache_dir() / "converted" / state.repo.replace("/", "--") / state.commit
+            / f"{state.repo.split('/')[-1]}-{qtype}-{strategy}-v{CONVERTER_VERSION}.gguf")  # fmt: skip
+
+
 def from_hub(hub, state, quant: str | None, strategy: str = "search") -> Path:
     """Convert a Hub repository without GGUF files (fetching its SafeTensors into the
     Hugging Face cache first) to a GGUF cached by repository, commit and options."""
-    from .. import bundles
-
     if not quant:
         raise ModelNotFound(
             f"Hugging Face repo {state.repo} has no GGUF file but a SafeTensors model: cera converts it to GGUF "
@@ -441,8 +452,7 @@ def from_hub(hub, state, quant: str | None, strategy: str = "search") -> Path:
     qtype = quant.upper()
     if qtype not in QUANT_TYPES:
         raise ModelNotFound(f"cannot convert {state.repo} to {quant}: cera converts to {', '.join(QUANT_TYPES)}")
-    out = (bundles.cache_dir() / "converted" / state.repo.replace("/", "--") / state.commit
-           / f"{state.repo.split('/')[-1]}-{qtype}-{strategy}-v{CONVERTER_VERSION}.gguf")  # fmt: skip
+    out = converted_path(state, qtype, strategy)
     if out.exists():
         return out
     wanted = [f for f in state.files if f.endswith((".safetensors", ".json", ".jinja")) and "/" not in f]
