@@ -1,0 +1,200 @@
+"""cera-ray on a local Ray cluster that the test starts (``ray.init``, 2 CPUs): the Ray Serve
+deployment answers the official `openai` client (greedy tokens equal to llama.cpp's stored
+ones, streaming equal to non-streaming, OpenAI-shaped errors, an API key, two replicas), and
+Ray Data generates and embeds over a dataset (greedy rows equal to llama.cpp's tokens, chat
+rows through the template, embeddings equal to the model's own in-process vectors)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e ./cera-ray, which needs ray[serve,data])")
+pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'ray[serve]')")
+pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'ray[data]')")
+openai = pytest.importorskip("openai", reason="the openai package is not installed (pip install openai)")
+
+import cera  # noqa: E402
+import cera_ray  # noqa: E402
+from cera_ray import ModelSpec, RayConfigError  # noqa: E402
+
+REF = Path(__file__).parents[1] / "models" / "reference" / "data" / "smollm2-135m-instruct-q4_1.json"
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return {c["id"]: c for c in json.loads(REF.read_text())["cases"]}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # address="local": always a fresh cluster of this process, never one found running
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    from ray import serve
+
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def spec(smollm2_path):
+    return ModelSpec(model=str(smollm2_path), device="cpu", threads=1, parallel=4, n_ctx=512)
+
+
+@pytest.fixture(scope="module")
+def http_port(cluster):
+    from ray import serve
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    return port
+
+
+def _client(port: int, prefix: str = "", key: str = "none"):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}{prefix}/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def test_spec_and_builder_arguments_are_checked():
+    with pytest.raises(RayConfigError, match="parallel must be a positive integer"):
+        ModelSpec(model="m", parallel=0)
+    with pytest.raises(RayConfigError, match=r"unknown model setting\(s\) \['ctx'\]"):
+        ModelSpec.of({"model": "m", "ctx": 5})
+    with pytest.raises(RayConfigError, match="parallel must be an integer, got 'many'"):
+        cera_ray.build({"model": "m", "parallel": "many"})
+    with pytest.raises(RayConfigError, match=r"unknown argument\(s\) \['colour'\]"):
+        cera_ray.build({"model": "m", "colour": "blue"})
+    with pytest.raises(RayConfigError, match="max_queue must be an integer"):
+        cera_ray.deployment("m", max_queue=-1)
+    with pytest.raises(RayConfigError, match="on_error must be"):
+        cera_ray.Generate("m", on_error="ignore")
+
+
+def test_ray_serve_replica_speaks_openai(cluster, http_port, spec, reference):
+    from ray import serve
+
+    serve.run(cera_ray.app(spec), name="cera", route_prefix="/", blocking=False)
+    _wait_running("cera")
+    client = _client(http_port)
+    assert [m.id for m in client.models.list()] == [spec.model]
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/health") as r:
+        assert json.loads(r.read()) == {"status": "ready"}
+
+    # greedy tokens through Ray's proxy equal llama.cpp's, as far as llama.cpp is confident
+    case = reference["code_py_sort"]
+    n = case["first_step_margin_below_0_5"]
+    r = client.completions.create(model="x", prompt=case["prompt_tokens"], max_tokens=n, temperature=0)
+    with cera.load(spec.model, device="cpu", threads=1, quiet=True) as loaded:
+        assert r.choices[0].text == loaded.detokenize(case["generated_tokens"][:n])
+    assert r.usage.completion_tokens == n and r.choices[0].finish_reason == "length"
+
+    # server-sent events pass through Ray's proxy: the stream adds up to the whole reply
+    chat = reference["chat_capital"]
+    full = client.chat.completions.create(model="x", messages=chat["messages"], max_tokens=16, temperature=0)
+    parts = []
+    for chunk in client.chat.completions.create(model="x", messages=chat["messages"], max_tokens=16, temperature=0,
+                                                stream=True):  # fmt: skip
+        parts += [c.delta.content for c in chunk.choices if c.delta.content]
+    assert "".join(parts) == full.choices[0].message.content == chat["generated_text"].removesuffix("<|im_end|>")
+    assert full.choices[0].finish_reason == "stop"
+
+    # errors keep OpenAI's shape through the proxy
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="x", messages=chat["messages"], max_tokens=100000)
+    assert "context holds 512" in str(info.value)
+    serve.delete("cera")
+
+
+def test_two_replicas_behind_an_api_key_answer_concurrent_clients(cluster, http_port, spec, reference):
+    from ray import serve
+
+    half = {"num_cpus": 0.5}  # two replicas fit beside the proxy and controller on 2 CPUs
+    serve.run(cera_ray.app(spec, api_key="s3cret", num_replicas=2, ray_actor_options=half), name="secure",
+              route_prefix="/secure", blocking=False)  # fmt: skip
+    _wait_running("secure", replicas=2)
+    with pytest.raises(openai.AuthenticationError):
+        _client(http_port, "/secure", "wrong").models.list()
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/secure/health") as r:
+        assert r.status == 200  # /health needs no key
+
+    cases = [reference[k] for k in ("code_py_sort", "num_primes", "num_count", "math_qa")]
+    n = min(c["first_step_margin_below_0_5"] or 32 for c in cases)
+    got: list = [None] * 8
+
+    def work(i):
+        r = _client(http_port, "/secure", "s3cret").completions.create(
+            model="x", prompt=cases[i % 4]["prompt_tokens"], max_tokens=n, temperature=0
+        )
+        got[i] = r.choices[0].text
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    with cera.load(spec.model, device="cpu", threads=1, quiet=True) as loaded:
+        assert got == [loaded.detokenize(cases[i % 4]["generated_tokens"][:n]) for i in range(8)]
+    serve.delete("secure")
+
+
+def test_ray_data_generates_every_row_as_alone(cluster, spec, reference):
+    # token-id prompts: each row's greedy text equals llama.cpp's tokens
+    cases = [reference[k] for k in ("code_py_sort", "num_primes", "num_count", "math_qa", "code_sql")]
+    n = min(c["first_step_margin_below_0_5"] or 32 for c in cases)
+    ds = ray.data.from_items([{"id": c["id"], "prompt": c["prompt_tokens"]} for c in cases])
+    rows = cera_ray.generate(ds, spec, batch_size=3, max_tokens=n, temperature=0).take_all()
+    with cera.load(spec.model, device="cpu", threads=1, quiet=True) as loaded:
+        want = {c["id"]: loaded.detokenize(c["generated_tokens"][:n]) for c in cases}
+    assert {r["id"]: r["generated_text"] for r in rows} == want
+    assert all(r["finish_reason"] == "length" and r["completion_tokens"] == n for r in rows)
+
+    # chat rows go through the model's template; a row too long for the context is recorded
+    chat = reference["chat_capital"]
+    ds = ray.data.from_items([{"prompt": chat["messages"][1]["content"]}, {"prompt": "word " * 600}])
+    rows = ds.map_batches(cera_ray.Generate, fn_constructor_kwargs={
+        "spec": spec, "chat": True, "system": chat["messages"][0]["content"], "on_error": "record",
+        "max_tokens": 16, "temperature": 0}, concurrency=1, batch_size=2).take_all()  # fmt: skip
+    assert rows[0]["generated_text"] == chat["generated_text"].removesuffix("<|im_end|>")
+    assert rows[0]["finish_reason"] == "stop" and rows[0]["error"] == ""
+    assert rows[1]["finish_reason"] == "error" and "512" in rows[1]["error"] and rows[1]["generated_text"] == ""
+
+    # ... and by default fails the job, naming the row
+    with pytest.raises(Exception, match="row 0 of the batch"):
+        cera_ray.generate(ray.data.from_items([{"prompt": "word " * 600}]), spec, max_tokens=4).take_all()
+
+
+def test_ray_data_embeds_as_the_model_does(cluster, spec):
+    import numpy as np
+
+    texts = ["a cat sat on the mat", "quantum field theory", "a kitten sat on a rug", "tax law"]
+    rows = cera_ray.embed(ray.data.from_items([{"text": t} for t in texts]), spec, batch_size=3).take_all()
+    with cera.load(spec.model, device="cpu", threads=1, quiet=True) as loaded:
+        want = loaded.embed(texts)
+    got = np.stack([r["embedding"] for r in sorted(rows, key=lambda r: texts.index(r["text"]))])
+    assert got.shape == want.shape and np.allclose(got, want, atol=1e-5)
+
+
+def _wait_running(name: str, replicas: int = 1, timeout: float = 180) -> None:
+    import time
+
+    from ray import serve
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        app = serve.status().applications.get(name)
+        if app is not None and app.status == "RUNNING":
+            dep = next(iter(app.deployments.values()))
+            if dep.replica_states.get("RUNNING", 0) >= replicas:
+                return
+        if app is not None and app.status == "DEPLOY_FAILED":
+            raise AssertionError(f"the {name} application failed to deploy: {app.message}")
+        time.sleep(0.5)
+    raise AssertionError(f"the {name} application was not running after {timeout} s: {serve.status()}")
