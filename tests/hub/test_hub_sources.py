@@ -244,6 +244,40 @@ def test_unreachable_hub_fails_fast_with_a_hint(monkeypatch, tmp_path):
     assert "cannot reach the Hugging Face Hub" in msg and "HF_HUB_OFFLINE=1" in msg and "local .gguf file" in msg
 
 
+def test_a_hub_that_never_answers_fails_within_seconds(tmp_path):
+    """An endpoint that accepts connections and never answers (a hung proxy, a black hole
+    behind a load balancer): one API request, one timeout (CERA_HUB_TIMEOUT), no retries,
+    then the hint. (huggingface_hub first tries its own agent-registry fetch, 3 s timeout,
+    on a fresh HF_HOME.)"""
+    import threading
+
+    seen, held = [], []
+
+    def serve(sink):
+        while True:
+            try:
+                conn, _ = sink.accept()
+            except OSError:
+                return
+            held.append(conn)  # kept open, never answered
+            seen.append(conn.recv(4096).split(b"\r\n", 1)[0].decode())
+
+    with socket.socket() as sink:
+        sink.bind(("127.0.0.1", 0))
+        sink.listen(8)
+        threading.Thread(target=serve, args=(sink,), daemon=True).start()
+        env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{sink.getsockname()[1]}", "CERA_HUB_TIMEOUT": "1",
+               "HF_HUB_CACHE": str(tmp_path / "hf-cache"), "HF_HOME": str(tmp_path / "hf-home")}  # fmt: skip
+        env.pop("HF_HUB_OFFLINE", None)
+        script = "from cera import hub\ntry:\n    hub.resolve('org/anything:Q4_0')\nexcept Exception as e:\n    print(type(e).__name__, e)"
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        for conn in held:
+            conn.close()
+    assert proc.stdout.startswith("DownloadError cannot reach the Hugging Face Hub"), proc.stdout + proc.stderr
+    assert "timed out" in proc.stdout and "HF_HUB_OFFLINE=1" in proc.stdout and "local .gguf file" in proc.stdout
+    assert [r for r in seen if r.startswith("GET /api/models/")] == ["GET /api/models/org/anything/revision/main?blobs=true HTTP/1.1"]
+
+
 def test_offline_uses_the_cache_only(hub, monkeypatch):
     data = blob(7000, 9)
     hub.add_commit("org/off-GGUF", {"off-Q4_0.gguf": data, "off-Q8_0.gguf": blob(10, 1)})
