@@ -239,3 +239,57 @@ def test_files_the_fuzzer_found():
             pass
         finally:
             m.close()
+
+
+def _cera_run(path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "CERA_PLUGINS"}
+    code = (
+        "import resource, sys\n"
+        "from cera_cli.main import main\n"
+        "try:\n    main()\n"
+        "finally:\n"
+        "    print('peak-kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, "run", "-m", str(path), "-n", "2", "--raw", *args, "Hello"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--temp", "nan"], "temperature must be a finite number, got nan"),
+        (["--top-p", "nan"], "top_p must be a finite number, got nan"),
+        (["--min-p", "nan"], "min_p must be a finite number, got nan"),
+        (["-c", "1000000000"], "tokens needs 361.4 GiB of memory"),
+        (["-c", "2147483648"], "tokens needs 776.0 GiB of memory"),
+    ],
+)
+def test_cera_run_options_that_ended_in_tracebacks(args, message):
+    """Reproductions: `--temp nan`, `--top-p nan`, `--min-p nan` and `-c 1000000000` ended in
+    tracebacks; then `-c 1000000000` wrote a 4 GB position table before failing and
+    `-c 2147483648` ran for minutes filling 8 GB. The state's size (3 layers x 2 KV heads x
+    (16 + 16) values x 2 bytes + a 4-byte position, per token) is refused before anything
+    is allocated."""
+    proc = _cera_run(SEED, *args)
+    assert proc.returncode == 1, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    peak_kb = int(re.search(r"peak-kb (\d+)", proc.stderr).group(1))
+    assert peak_kb < 1024 * 1024, f"{peak_kb} KB"
+
+
+def test_a_context_past_32_bit_positions_is_refused(monkeypatch):
+    """A state small per token (one short convolution: only the position table grows) but
+    a context past what 32-bit positions hold is refused by name, not wrapped."""
+    from cera import state as state_module
+    from cera.errors import SessionError
+
+    spec = state_module.StateSpec()
+    spec.add(state_module.ShortConv(channels=4, kernel=3))
+    monkeypatch.setattr(state_module, "memory_ceiling", lambda: 1 << 60)
+    with pytest.raises(SessionError, match=r"n_ctx must be at most 2147483647 \(positions are 32-bit\), got 2147483648"):
+        state_module.HostState(spec, n_ctx=1 << 31)
+    monkeypatch.setattr(state_module, "memory_ceiling", lambda: 1 << 30)
+    with pytest.raises(CeraError, match=r"needs 4\.0 GiB of memory, more than this machine has \(1\.0 GiB"):
+        state_module.HostState(spec, n_ctx=(1 << 30) - 1)

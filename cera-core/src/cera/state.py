@@ -19,6 +19,7 @@ the CPU backend's C kernels read and write the same arrays through pointers.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
@@ -244,6 +245,19 @@ class HostState:
         self.kv_type = kv_type
         self.swa_full = bool(swa_full)
         dtype = KV_TYPES[kv_type]
+        # Pages are mapped lazily, so an absurd context would only fail once filled, after
+        # eating the machine's memory (and the position table is written at once): refuse a
+        # state that could never fit before touching anything.
+        need = estimate_bytes(spec, self.n_ctx, n_slots, kv_type, self.n_batch)
+        ceiling = memory_ceiling()
+        if ceiling is not None and need > ceiling:
+            raise ResourceExhausted(
+                f"the state for {n_slots} sequence(s) of {self.n_ctx} tokens needs {need / 2**30:.1f} GiB of memory, "
+                f"more than this machine has ({ceiling / 2**30:.1f} GiB with swap); use a smaller context"
+            )
+        if self.n_ctx > MAX_N_CTX:
+            # Positions are int32 in the state and the kernels: a larger context would wrap.
+            raise SessionError(f"n_ctx must be at most {MAX_N_CTX} (positions are 32-bit), got {n_ctx}")
         self.n_filled = np.zeros(n_slots, np.int64)
         try:
             self.pos = np.full((n_slots, self.n_ctx), -1, np.int32)
@@ -526,6 +540,33 @@ class HostState:
 
 def _index(ref) -> int:
     return ref.index if isinstance(ref, StateRef) else int(ref)
+
+
+MAX_N_CTX = 2**31 - 1
+
+
+def memory_ceiling() -> int | None:
+    """The most memory this process could ever have: physical memory plus swap, or the
+    cgroup's limit when lower; None where it cannot be told."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            total = min(total, int(limit))
+    except OSError:
+        pass
+    return total if total > 0 else None
 
 
 def estimate_bytes(spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512) -> int:
