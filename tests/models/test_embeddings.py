@@ -3,6 +3,10 @@ llama.cpp's embeddings of the same texts (stored by reference/make_embedding_ref
 and live where llama-cpp-python is installed), and the API's batching and pooling.
 
 The measure (issue 16): cosine similarity >= 0.9999 with llama.cpp's vector of every text.
+
+The `bert` architecture (no such GGUF is on PyPI) on a tiny random-weight BERT
+(reference/make_tiny_bert.py: transformers' BertModel converted by llama.cpp's converter,
+CLS-pooled), against llama.cpp's vectors and transformers' of the same texts.
 """
 
 from __future__ import annotations
@@ -112,3 +116,27 @@ def test_decoder_hidden_states_match_llama_cpp():
         np.testing.assert_allclose(per_token[i], want, rtol=0, atol=5e-3 * np.abs(want).max())
         np.testing.assert_allclose(mean[i], case["mean"], rtol=0, atol=1e-3)
         np.testing.assert_allclose(last[i], case["last"], rtol=0, atol=5e-3 * np.abs(want).max())
+
+
+def test_tiny_bert_matches_llama_cpp_and_transformers():
+    """The `bert` family (learned positions, biases, GELU feed-forward, post-norm layers,
+    WordPiece, CLS pooling from the file). Texts' vectors are far apart on this model
+    (cosine between texts at most 0.87), so the bounds below tell a right encoder from a
+    wrong one. llama.cpp: the same tokens, cosine >= 0.9999 and every component within
+    1e-4. transformers: every component within 1e-3 (it uses the exact erf GELU, llama.cpp
+    and cera the tanh approximation: 2e-4 apart on this model)."""
+    rec = json.loads((REFERENCE / "tiny-bert.json").read_text())
+    hf = json.loads((REFERENCE.parent / "tiny" / "tiny-bert.hf.json").read_text())["hf_reference"]["cases"]
+    with cera.load(str(REFERENCE.parent / "tiny" / "tiny-bert.gguf"), device="cpu", threads=2, quiet=True) as bert:
+        assert bert.family == "bert" and bert.model.pooling == "cls"
+        texts = [c["text"] for c in rec["cases"]]
+        for case, hf_case in zip(rec["cases"], hf, strict=True):
+            assert bert.tokenize(case["text"]) == case["tokens"] == hf_case["tokens"], case["text"][:40]
+        got = bert.embed(texts)
+        alone = bert.embed(texts[3])
+    want = np.array([c["embedding"] for c in rec["cases"]])
+    cos = (got * want).sum(axis=1) / np.linalg.norm(want, axis=1)
+    assert cos.min() >= MIN_COSINE, f"cosine with llama.cpp: {np.round(cos, 6).tolist()}"
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got, np.array([c["cls_normalized"] for c in hf]), rtol=0, atol=1e-3)
+    np.testing.assert_allclose(alone, got[3], rtol=0, atol=1e-5)
