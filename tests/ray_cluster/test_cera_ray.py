@@ -19,9 +19,10 @@ pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install
 pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'ray[data]')")
 openai = pytest.importorskip("openai", reason="the openai package is not installed (pip install openai)")
 
-import cera  # noqa: E402
 import cera_ray  # noqa: E402
 from cera_ray import ModelSpec, RayConfigError  # noqa: E402
+
+import cera  # noqa: E402
 
 REF = Path(__file__).parents[1] / "models" / "reference" / "data" / "smollm2-135m-instruct-q4_1.json"
 

@@ -33,7 +33,9 @@ def _columns(batch) -> dict:
 
 def _column(cols: dict, name: str, what: str):
     if name not in cols:
-        raise RayConfigError(f"the batch has no column {name!r} ({what}); its columns: {', '.join(sorted(cols)) or 'none'}")
+        raise RayConfigError(
+            f"the batch has no column {name!r} ({what}); its columns: {', '.join(sorted(cols)) or 'none'}"
+        )
     return cols[name]
 
 
@@ -96,7 +98,12 @@ class Generate:
     def __call__(self, batch) -> dict:
         cols = _columns(batch)
         prompts = list(_column(cols, self.prompt_column, "the prompts"))
-        texts, reasons, counts, errors = [""] * len(prompts), [""] * len(prompts), [0] * len(prompts), [""] * len(prompts)
+        texts, reasons, counts, errors = (
+            [""] * len(prompts),
+            [""] * len(prompts),
+            [0] * len(prompts),
+            [""] * len(prompts),
+        )
 
         def work(i):
             try:
@@ -129,7 +136,9 @@ class Embed:
     def __init__(self, spec=None, *, text_column: str = "text", output_column: str = "embedding",
                  pooling: str | None = None, normalize: bool = True):  # fmt: skip
         if pooling == "none":
-            raise RayConfigError("pooling='none' gives a matrix per text, which a dataset column cannot hold; pick a pooling")
+            raise RayConfigError(
+                "pooling='none' gives a matrix per text, which a dataset column cannot hold; pick a pooling"
+            )
         self.spec = ModelSpec.of(spec)
         self.text_column, self.output_column = text_column, output_column
         self.pooling, self.normalize = pooling, normalize
@@ -140,7 +149,9 @@ class Embed:
         texts = [str(t) if isinstance(t, np.str_) else t for t in _column(cols, self.text_column, "the texts")]
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad:
-            raise RayConfigError(f"column {self.text_column!r} must hold strings; row {bad[0]} is {type(texts[bad[0]]).__name__}")
+            raise RayConfigError(
+                f"column {self.text_column!r} must hold strings; row {bad[0]} is {type(texts[bad[0]]).__name__}"
+            )
         cols[self.output_column] = np.asarray(self.loaded.embed(texts, pooling=self.pooling, normalize=self.normalize),
                                               dtype=np.float32)  # fmt: skip
         return cols

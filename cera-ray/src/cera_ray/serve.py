@@ -30,9 +30,8 @@ def deployment(spec=None, *, api_key: str | None = None, max_queue: int = 64, pr
     environment, e.g. from ``runtime_env={"env_vars": ...}``). ``deployment_options`` go to
     ``serve.deployment`` (num_replicas, autoscaling_config, ray_actor_options,
     max_ongoing_requests, ...)."""
-    from ray import serve
-
     from cera_serve.app import ServerConfig, create_app
+    from ray import serve
 
     spec = ModelSpec.of(spec)
     if not isinstance(max_queue, int) or isinstance(max_queue, bool) or max_queue < 0:

@@ -19,6 +19,7 @@ Errors are OpenAI's JSON error shape with the right status, never a stack trace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import threading
@@ -308,7 +309,7 @@ class Generation:
     def _run(self, loop) -> None:
         put = lambda item: loop.call_soon_threadsafe(self.queue.put_nowait, item)  # noqa: E731
         session = None
-        self.server.metrics.running += 1
+        self.server.metrics.started()
         try:
             session = self.server.scheduler.new_session()
             self.session = session
@@ -322,7 +323,7 @@ class Generation:
         finally:
             if session is not None:
                 session.close()
-            self.server.metrics.running -= 1
+            self.server.metrics.ended()
             # the slot is free once its session is closed (not when the client stops reading)
             loop.call_soon_threadsafe(self.server.slots.release)
             put(None)
@@ -661,6 +662,7 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/v1/chat/completions", endpoint(chat_completions), methods=["POST"]),
     ]
 
+    @contextlib.asynccontextmanager
     async def lifespan(app):
         server.slots = asyncio.Semaphore(config.parallel)
         await asyncio.get_running_loop().run_in_executor(None, server.load)

@@ -53,6 +53,15 @@ class Metrics:
             self.prompt_tokens += prompt
             self.completion_tokens += completion
 
+    def started(self) -> None:
+        # sequences start and end in their own worker threads; += alone is not atomic
+        with self._lock:
+            self.running += 1
+
+    def ended(self) -> None:
+        with self._lock:
+            self.running -= 1
+
     def first_token(self, seconds: float) -> None:
         with self._lock:
             self.ttft.observe(seconds)
