@@ -92,6 +92,43 @@ def test_no_plugins_does_not_say_install_what_is_installed(smollm2_path):
     assert "pip install" not in r.stderr
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_no_plugins_stands_before_or_after_the_command(smollm2_path, where):
+    """`cera run --no-plugins ...` used to be "No such option"; both places must disable the
+    plugins, and the hints must say the installed distributions are only disabled."""
+    args = ["run", "-m", smollm2_path, "-p", "hi", "-n", "1"]
+    r = cera(*(["--no-plugins", *args] if where == "before" else [*args[:1], "--no-plugins", *args[1:]]))
+    assert r.returncode == 1
+    assert "No such option" not in r.stderr
+    assert "cera-model-llama is installed, but plugins are disabled" in r.stderr, r.stderr
+    p = cera("plugins", "--no-plugins")
+    assert p.returncode == 0 and p.stdout.startswith("No plugins loaded: plugins are disabled"), p.stdout + p.stderr
+    i = cera("inspect", "-m", smollm2_path, "--no-plugins")
+    assert i.returncode == 0, i.stderr
+    assert "cera-backend-cpu is installed, but plugins are disabled" in i.stdout and "pip install" not in i.stdout
+    b = cera("bundles", "list", "--local", "--no-plugins")
+    assert b.returncode == 0 and "smollm2-135m-instruct" in b.stdout, b.stderr
+
+
+def test_every_registered_architecture_has_its_distribution_in_the_hint_table():
+    """The install hints (cera.distributions.FAMILIES) must know every architecture the
+    installed families register, or a file of that architecture under --no-plugins (or with
+    its family missing) is told "no distribution of cera serves it yet"."""
+    from cera.distributions import FAMILIES
+    from cera.plugins import PluginManager
+
+    m = PluginManager()
+    m.load_entry_points()
+    assert m.architectures, "no family plugin loaded"
+    missing = {}
+    for arch, family in m.architectures.items():
+        plugin = m.plugin_of("family", family.name)
+        dist = next((r.distribution for r in m.records if r.name == plugin), None)
+        if dist and dist.startswith("cera-model-") and FAMILIES.get(arch) != dist:
+            missing[arch] = dist
+    assert not missing, f"add to cera.distributions.FAMILIES: {missing}"
+
+
 def test_a_vad_gguf_under_run_says_it_is_a_vad(silero_gguf_path):
     r = cera("run", "-m", silero_gguf_path, "-p", "hi")
     assert r.returncode == 1

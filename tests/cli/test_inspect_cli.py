@@ -147,7 +147,9 @@ def test_without_plugins_it_says_what_is_missing(smollm2_path, no_plugins):
     assert r["backends"] == [] and r["runs_on"] == []
     text = CliRunner().invoke(cli, ["inspect", "-m", str(smollm2_path)]).output
     assert "family        none: no installed model family serves architecture 'llama'" in text
-    assert "backends      none installed" in text
+    # the backend is installed, only not loaded: the hint must not say to install it
+    assert "backends      none loaded: cera-backend-cpu is installed, but plugins are disabled" in text
+    assert "pip install" not in text
 
 
 def test_text_output(smollm2_path, reference, manager):

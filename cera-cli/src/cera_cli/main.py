@@ -84,12 +84,12 @@ class LazyGroup(click.Group):
         if name in BUILTIN_COMMANDS:
             module, _, attr = BUILTIN_COMMANDS[name].partition(":")
             try:
-                return getattr(importlib.import_module(module), attr)
+                return _accept_no_plugins(getattr(importlib.import_module(module), attr))
             except ModuleNotFoundError as e:
                 if e.name == module:
                     return None
                 raise
-        return _plugin_commands().get(name)
+        return _accept_no_plugins(_plugin_commands().get(name))
 
     def format_commands(self, ctx, formatter):
         rows = []
@@ -110,6 +110,20 @@ class LazyGroup(click.Group):
                 f"Not listed: the commands of plugin(s) {', '.join(slow)}, still importing after "
                 f"{HELP_PLUGIN_WAIT_S:g} s (`cera plugins` waits for them and says more)."
             )
+
+
+def _accept_no_plugins(cmd):
+    """Let `--no-plugins` stand after the command name too (`cera run --no-plugins ...`), as
+    people type it. main() has already acted on it wherever it stands; here the command (and
+    a group's subcommands) only has to accept the word instead of calling it unknown."""
+    if cmd is None or any(p.name == "no_plugins" for p in cmd.params):
+        return cmd
+    cmd.params.append(
+        click.Option(["--no-plugins"], is_flag=True, expose_value=False, hidden=True, help="Load no plugins.")
+    )
+    for sub in getattr(cmd, "commands", {}).values():
+        _accept_no_plugins(sub)
+    return cmd
 
 
 def _exists(name: str) -> bool:

@@ -26,8 +26,11 @@ BACKENDS = {
 FAMILIES = {
     "llama": "cera-model-llama",
     "granite": "cera-model-llama",
+    "smollm3": "cera-model-llama",
+    "minicpm": "cera-model-llama",
     "qwen2": "cera-model-qwen2",
     "qwen3": "cera-model-qwen3",
+    "qwen3moe": "cera-model-qwen3",
     "gemma": "cera-model-gemma",
     "gemma2": "cera-model-gemma",
     "gemma3": "cera-model-gemma",
@@ -35,6 +38,11 @@ FAMILIES = {
     "olmo2": "cera-model-olmo2",
     "lfm2": "cera-model-lfm2",
     "lfm2moe": "cera-model-lfm2",
+    "mamba2": "cera-model-mamba",
+    "granitehybrid": "cera-model-mamba",
+    "falcon-h1": "cera-model-mamba",
+    "bert": "cera-model-bert",
+    "nomic-bert": "cera-model-bert",
 }
 
 # GGUF general.architecture of a non-LLM model -> (distribution, what it is, the command that runs it)
@@ -71,6 +79,14 @@ def backend_hint(name: str, plugins_disabled: bool = False) -> str:
     if installed_version(dist) is not None:
         return _not_loaded(dist, plugins_disabled)
     return f"it comes with the {dist} distribution"
+
+
+def no_backend_hint(plugins_disabled: bool = False) -> str:
+    """What to do when no backend is loaded at all."""
+    have = [d for d in BACKENDS.values() if installed_version(d) is not None]
+    if have:
+        return _not_loaded(have[0], plugins_disabled)
+    return f"install one, e.g. `pip install {BACKENDS['cpu']}`"
 
 
 def architecture_hint(architecture: str, plugins_disabled: bool = False) -> str:

@@ -113,9 +113,9 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
     else:
         candidates = sorted(manager.backends.values(), key=lambda s: (-s.priority, s.name))
         if not candidates:
-            raise BackendUnavailable(
-                "no backend is installed; install one, e.g. `pip install cera-backend-cpu` (see `cera plugins`)"
-            )
+            from .distributions import no_backend_hint
+
+            raise BackendUnavailable(f"no backend is loaded; {no_backend_hint(manager.allow == set())}")
     ops = model_ops(model, n_ctx) if model is not None else None
     notes = []  # why each real backend was passed over (placeholders would only repeat "not implemented")
     reasons = []  # every backend's, for the error when none can run it

@@ -210,7 +210,10 @@ def _print_report(r: dict) -> None:
     if r.get("model_error"):
         row("model", f"cannot be built: {r['model_error']}")
     if not r["backends"]:
-        row("backends", "none installed: install one, e.g. `pip install cera-backend-cpu`")
+        from cera.distributions import no_backend_hint
+        from cera_cli.main import plugin_manager
+
+        row("backends", f"none loaded: {no_backend_hint(plugin_manager().allow == set())}")
         return
     row("backends", ", ".join(r["runs_on"]) + " can run it" if r["runs_on"] else "no installed backend can run it")
     width = max(len(b["name"]) for b in r["backends"]) + 2

@@ -90,7 +90,9 @@ def plugins(as_json: bool) -> None:
         for line in _table(rows):
             click.echo("  " + line)
     elif manager.allow is None or manager.allow:
-        click.echo("\nNo backend is installed: install one to run models, e.g. `pip install cera-backend-cpu`.")
+        from cera.distributions import no_backend_hint
+
+        click.echo(f"\nNo backend is loaded: {no_backend_hint()}.")
 
     failed = [e for e in report if e["status"] != "ok"]
     if failed:
