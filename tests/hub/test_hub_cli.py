@@ -124,3 +124,7 @@ def test_cera_quantize(tmp_path):
     assert got == [t["sha256"] for t in ref["types"]["Q4_0"]["tensors"]]
     rc, out, err = cera("quantize", str(src), str(tmp_path / "x.gguf"), "--type", "Q3_K_XL")
     assert rc == 1 and "cera converts to F32, F16" in err and not (tmp_path / "x.gguf").exists()
+    from cera.convert import QUANT_TYPES
+
+    rc, out, err = cera("quantize", "--help")  # the help's list is a literal (no numpy at --help): same types
+    assert rc == 0 and all(t in " ".join(out.split()) for t in QUANT_TYPES), out

@@ -29,7 +29,7 @@ REFS = {a: json.loads((Path(__file__).parent / "reference" / f"tiny-{a}.json").r
 REF = REFS["llama"]
 TYPES = list(REF["types"])
 # llama: every type; qwen2 and qwen3 (their own tensors and keys): a type of each kind
-CASES = [("llama", q) for q in TYPES] + [(a, q) for a in ("qwen2", "qwen3") for q in ("F32", "Q4_0", "Q6_K", "Q4_K_M")]
+CASES = [("llama", q) for q in TYPES] + [(a, q) for a in ("qwen2", "qwen3") for q in ("F32", "Q4_0", "Q6_K", "Q4_K_M", "Q3_K_M", "Q2_K")]
 
 
 def _plain(v):
@@ -103,8 +103,15 @@ def test_logits_match_llama_cpp(all_converted, arch, qtype):
         session.append_tokens(ids)
         logits = np.asarray(session.evaluate(), dtype=np.float64).reshape(-1)
     quant_error = np.abs(llama - hf).max()  # what quantizing costs, by llama.cpp's own run
-    assert np.abs(logits - llama).max() <= max(0.05, 0.6 * quant_error)
-    assert logits.argmax() == llama.argmax()
+    diff = np.abs(logits - llama).max()
+    assert diff <= max(0.05, 0.6 * quant_error)
+    # the same top token, unless llama.cpp's own top two are closer than the difference could
+    # flip (the 2- and 3-bit files of this random model: gaps of 0.005 and 0.05)
+    top2 = np.sort(llama)[-2:]
+    if top2[1] - top2[0] > 2 * diff:
+        assert logits.argmax() == llama.argmax()
+    else:
+        assert llama[logits.argmax()] >= llama.max() - 2 * diff
 
 
 def test_quantizing_llama_cpps_f32_file_equals_llama_quantize(converted, tmp_path):
@@ -124,7 +131,7 @@ def test_search_lowers_the_weighted_error_against_round_to_nearest(repo):
 
     w = tiny_hf.weights()["model.layers.0.mlp.down_proj.weight"]
     x = (w.astype(np.uint32) << 16).view(np.float32)
-    for t in (T.Q4_K, T.Q5_K, T.Q6_K):
+    for t in (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K):
         errs = {}
         for strategy in ("search", "rtn"):
             y = dequantize(quantize(x, t, strategy), t)

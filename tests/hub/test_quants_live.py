@@ -46,7 +46,7 @@ def rows() -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
 def test_quantizers_equal_ggml(ggml, name):
     t = T[name]
     x = rows()

@@ -21,6 +21,10 @@ Two stages, each in the Python that has its tools:
     /tmp/venv-ref/bin/python tests/hub/reference/make_tiny_llama.py --stage hf --arch qwen2 --work /tmp/tiny \
         --sdist llama_cpp_python-0.3.36.tar.gz   # pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36
     .venv/bin/python tests/hub/reference/make_tiny_llama.py --stage llama --arch qwen2 --work /tmp/tiny
+
+3. ``--stage add --types Q3_K_M,...`` (cera's venv): adds types to an existing JSON without
+   torch: cera's F32 conversion, checked equal to llama.cpp's recorded F32 file tensor by
+   tensor, is quantized by ``llama_model_quantize`` (how Q3_K_L/M/S and Q2_K were added).
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ def config_for(arch: str) -> dict:
         c.update(head_dim=64, use_sliding_window=False)
     return c
 PROMPT = "The quick brown fox jumps over the lazy dog. def main():"
-TYPES = ["F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S"]
+TYPES = ["F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S", "Q3_K_L", "Q3_K_M",
+         "Q3_K_S", "Q2_K"]
 LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
@@ -233,15 +238,49 @@ def stage_llama(work: Path, arch: str) -> None:
     out_path(arch).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
 
 
+def stage_add(work: Path, arch: str, types: list[str]) -> None:
+    """Add types to an existing tiny-<arch>.json without the hf stage: the F32 file that
+    llama.cpp's converter made is rebuilt by cera's converter, checked equal to the one
+    recorded (metadata, layout and every tensor's SHA-256, so it is the same file), then
+    quantized by llama_model_quantize as stage_llama does."""
+    import ctypes
+
+    import llama_cpp
+
+    from cera.convert import convert_folder
+
+    result = json.loads(out_path(arch).read_text())
+    src = work / f"tiny-{arch}-hf"
+    tiny_hf.write_repo(src, arch)
+    f32 = convert_folder(src, work / f"tiny-{arch}-F32.gguf", "F32", name="Hf")
+    want = {k: result["types"]["F32"][k] for k in ("metadata", "tensors")}
+    assert describe(f32) == want, "cera's F32 conversion is not llama.cpp's recorded one; run the hf stage instead"
+    for name in types:
+        out = work / f"tiny-{arch}-{name}.gguf"
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}")
+        params.nthread = 2
+        rc = llama_cpp.llama_model_quantize(str(f32).encode(), str(out).encode(), ctypes.byref(params))
+        assert rc == 0, f"llama_model_quantize {name} failed: {rc}"
+        entry = describe(out)
+        entry["llama_logits_last"] = llama_logits(out, result["ids"])
+        result["types"][name] = entry
+        print(arch, name, "done", flush=True)
+    out_path(arch).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--stage", choices=["hf", "llama"], required=True)
+    ap.add_argument("--stage", choices=["hf", "llama", "add"], required=True)
+    ap.add_argument("--types", default="", help="add stage: comma-separated llama.cpp file types")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--sdist", type=Path)
     ap.add_argument("--arch", choices=sorted(ARCHS), default="llama")
     args = ap.parse_args()
     if args.stage == "hf":
         stage_hf(args.work, args.sdist, args.arch)
+    elif args.stage == "add":
+        stage_add(args.work, args.arch, [t for t in args.types.split(",") if t])
     else:
         stage_llama(args.work, args.arch)
 

@@ -46,7 +46,8 @@ def bundles_list(local_only, as_json):
 @click.argument("src")
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--type", "qtype", required=True, metavar="TYPE",
-              help="F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S.")  # fmt: skip
+              help="F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, Q3_K_L, "
+                   "Q3_K_M, Q3_K_S, Q2_K.")  # fmt: skip
 @click.option("--strategy", type=click.Choice(["search", "rtn"]), default="search", show_default=True,
               help="search: llama.cpp's error-lowering scale search (K-quants); rtn: plain round to nearest.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")

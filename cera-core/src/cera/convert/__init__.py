@@ -37,7 +37,8 @@ ROW_CHUNK_BYTES = 2 << 20  # float32 rows quantized at a time
 # What a conversion holds besides the tensor being converted: the float32 rows of one chunk,
 # their quantized form and the quantizers' temporaries (measured: tests/hub/test_convert.py).
 MEMORY_BOUND_BYTES = 32 << 20
-QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S")
+QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S",
+               "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K")
 
 
 class ConversionError(CeraError):
@@ -265,7 +266,7 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
         tied = True
     else:
         tied = False
-    _choose_types(tensors, qtype, n_layer, tied)
+    _choose_types(tensors, qtype, n_layer, tied, n_head // max(n_kv, 1))
     n_params = sum(int(np.prod(t[1].shape)) for t in tensors)
     meta = [("general.architecture", arch, None), ("general.type", "model", None),
             ("general.name", name or folder.name, None),
@@ -298,26 +299,29 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
     return Plan(arch, meta, [tuple(t) for t in tensors])
 
 
-_FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_K_S": 14, "Q4_K_M": 15,
-               "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "BF16": 32}  # fmt: skip
+_FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_S": 11,
+               "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18,
+               "BF16": 32}  # fmt: skip
 
 
-def _choose_types(tensors: list, qtype: str, n_layer: int, tied: bool) -> None:
-    """Each tensor's type, by llama.cpp's rules for the file type (llama-quantize's mixture):
-    1-D tensors stay F32; the output (or tied embeddings) Q6_K; attn_v and ffn_down get more
-    bits in some layers of the _M/_S mixtures; rows that do not fit a type's block fall back."""
+def _choose_types(tensors: list, qtype: str, n_layer: int, tied: bool, n_gqa: int = 1) -> None:
+    """Each tensor's type, by llama.cpp's rules for the file type (llama-quantize's mixture,
+    for a dense model that is not Falcon): 1-D tensors stay F32; the output (or tied
+    embeddings) Q6_K; attn_v, ffn_down and attn_output get more bits in some or all layers
+    of the K mixtures; rows that do not fit a type's block fall back. ``n_gqa`` is query
+    heads per key/value head (Q2_K gives attn_v Q4_K from 4 on)."""
     from gguf import GGMLQuantizationType as T
     from gguf.constants import GGML_QUANT_SIZES
 
     base = {"F32": T.F32, "F16": T.F16, "BF16": T.BF16, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "Q4_1": T.Q4_1,
             "Q5_0": T.Q5_0, "Q5_1": T.Q5_1, "Q6_K": T.Q6_K, "Q5_K_M": T.Q5_K, "Q5_K_S": T.Q5_K, "Q4_K_M": T.Q4_K,
-            "Q4_K_S": T.Q4_K}[qtype]  # fmt: skip
+            "Q4_K_S": T.Q4_K, "Q3_K_L": T.Q3_K, "Q3_K_M": T.Q3_K, "Q3_K_S": T.Q3_K, "Q2_K": T.Q2_K}[qtype]  # fmt: skip
 
     def more_bits(i, n):
         return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
     i_v = i_down = 0
-    fallback = {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}
+    fallback = {T.Q2_K: T.Q4_0, T.Q3_K: T.Q4_0, T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}
     for t in tensors:
         name, shape = t[0], t[2]
         if len(shape) < 2 or not name.endswith(".weight"):
@@ -334,20 +338,34 @@ def _choose_types(tensors: list, qtype: str, n_layer: int, tied: bool) -> None:
             elif base != T.Q8_0:
                 new = T.Q6_K
         elif name.endswith("attn_v.weight"):
-            if qtype in ("Q4_K_M", "Q5_K_M") and more_bits(i_v, n_layer):
+            if qtype == "Q2_K":
+                new = T.Q4_K if n_gqa >= 4 else T.Q3_K
+            elif qtype == "Q3_K_M":
+                new = T.Q5_K if i_v < 2 else T.Q4_K
+            elif qtype == "Q3_K_L":
+                new = T.Q5_K
+            elif qtype in ("Q4_K_M", "Q5_K_M") and more_bits(i_v, n_layer):
                 new = T.Q6_K
             elif qtype == "Q4_K_S" and i_v < 4:
                 new = T.Q5_K
             i_v += 1
         elif name.endswith("ffn_down.weight"):
             i_layer = int(name.split(".")[1])
-            if qtype == "Q4_K_M" and more_bits(i_layer, n_layer):
+            if qtype == "Q2_K":
+                new = T.Q3_K
+            elif qtype == "Q3_K_M":
+                new = T.Q5_K if i_layer < n_layer // 16 else T.Q4_K
+            elif qtype == "Q3_K_L":
+                new = T.Q5_K
+            elif qtype == "Q4_K_M" and more_bits(i_layer, n_layer):
                 new = T.Q6_K
             elif qtype == "Q5_K_M" and more_bits(i_layer, n_layer):
                 new = T.Q6_K
             elif qtype == "Q4_K_S" and i_layer < n_layer // 8:
                 new = T.Q5_K
             i_down += 1
+        elif name.endswith("attn_output.weight"):
+            new = {"Q2_K": T.Q3_K, "Q3_K_M": T.Q4_K, "Q3_K_L": T.Q5_K}.get(qtype, new)
         if nx % GGML_QUANT_SIZES[new][0] != 0:
             new = fallback.get(new, new)
             if nx % GGML_QUANT_SIZES[new][0] != 0:
@@ -462,6 +480,11 @@ def from_hub(hub, state, quant: str | None, strategy: str = "search") -> Path:
     return convert_folder(folder, out, qtype, strategy, name=state.repo.split("/")[-1], quiet=hub.quiet)
 
 
+def _layer0(v) -> int:
+    """A head count that may be per layer (an array): layer 0's, as llama.cpp's n_gqa() reads."""
+    return int(v[0]) if hasattr(v, "__len__") else int(v)
+
+
 def quantize_gguf(src: Path, out: Path, qtype: str, strategy: str = "search", quiet: bool = True) -> Path:
     """Quantize an F32/F16/BF16 GGUF file to ``qtype`` as llama-quantize would (its type
     mixture and tensor order), one tensor at a time."""
@@ -486,7 +509,9 @@ def quantize_gguf(src: Path, out: Path, qtype: str, strategy: str = "search", qu
                 )
         n_layer = int(g.arch_get("block_count", 0))
         tensors = [[name, info, info.shape, None, None] for name, info in g.tensors.items()]
-        _choose_types(tensors, qtype, n_layer, "output.weight" not in g.tensors)
+        n_head = _layer0(g.arch_get("attention.head_count", 1))
+        n_kv = _layer0(g.arch_get("attention.head_count_kv", n_head))
+        _choose_types(tensors, qtype, n_layer, "output.weight" not in g.tensors, n_head // max(n_kv, 1))
         if qtype not in ("F32", "F16", "BF16"):
             tensors.sort(key=lambda t: (int(m[1]) if (m := re.match(r"blk\.(\d+)\.", t[0])) else -1, t[0]))
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,12 +3,13 @@
 Q4_0, Q4_1, Q5_0 and Q5_1 are here, in llama.cpp's float32 arithmetic (round to nearest,
 one scale per block from the block's extreme value): the `gguf` package's quantizers
 compute in float64 and round differently where a value falls on a tie. Q8_0, F16 and BF16
-come from the `gguf` package. It has no K-quant quantizer; Q4_K, Q5_K and Q6_K are here,
-in two strategies:
+come from the `gguf` package. It has no K-quant quantizer; Q2_K, Q3_K, Q4_K, Q5_K and Q6_K
+are here, in two strategies:
 
 - ``search`` (the default): llama.cpp's reference quantizers. Each sub-block's scale (and
   minimum) is chosen by a search that lowers the weighted squared error of the rounded
-  values (weights ``sqrt(mean x^2) + |x|`` for Q4_K/Q5_K, ``x^2`` for Q6_K), as
+  values (weights ``sqrt(mean x^2) + |x|`` for Q4_K/Q5_K, ``x^2`` for Q3_K/Q6_K; Q2_K
+  lowers the absolute error weighted by ``|x|``), as
   ``llama-quantize`` does without an importance matrix. The arithmetic follows
   llama.cpp's float32 operations in its order, vectorised over blocks, so the bytes equal
   ``llama-quantize``'s (tested against it).
@@ -43,7 +44,7 @@ def quantize(rows: np.ndarray, qtype: T, strategy: str = "search") -> np.ndarray
         shape = rows.shape
         out = _legacy(rows.reshape(-1, 32), *legacy)
         return out.reshape(*shape[:-1], shape[-1] // 32 * GGML_QUANT_SIZES[qtype][1])
-    k_quant = {T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k}.get(qtype)
+    k_quant = {T.Q2_K: _q2_k, T.Q3_K: _q3_k, T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k}.get(qtype)
     if k_quant is None:
         return gguf_quants.quantize(rows, qtype)
     shape = rows.shape
@@ -108,9 +109,15 @@ def _seqsum(a: np.ndarray) -> np.ndarray:
     return total
 
 
-def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
-    """Scale and minimum per row of ``x`` (rows of 32) by llama.cpp's make_qkx2_quants:
-    the levels L in [0, nmax] and the (scale, -min) lowering the weighted squared error."""
+def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int,
+               use_mad: bool = False):  # fmt: skip
+    """Scale and minimum per row of ``x`` (rows of 32, or 16 for Q2_K) by llama.cpp's
+    make_qkx2_quants: the levels L in [0, nmax] and the (scale, -min) lowering the weighted
+    squared error (the weighted absolute error with ``use_mad``, as Q2_K asks)."""
+
+    def err(diff):
+        return np.abs(diff) if use_mad else diff * diff
+
     mn = x.min(axis=1)
     mx = x.max(axis=1)
     sum_w = _seqsum(w)
@@ -123,7 +130,7 @@ def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: flo
     scale = f32(1) / iscale
     L = np.clip(_nearest_int(iscale[:, None] * (x - mn[:, None])), 0, nmax)
     diff = scale[:, None] * L.astype(f32) + mn[:, None] - x
-    best = _seqsum(w * (diff * diff))
+    best = _seqsum(w * err(diff))
     for step in range(nstep + 1):
         # llama.cpp divides by (max - min) with the best min found so far
         rng = np.where(flat, f32(1), mx - mn)
@@ -143,7 +150,7 @@ def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: flo
         this_min = np.where(pos, f32(0), this_min)
         this_scale = np.where(pos, sum_xl / np.where(sum_l2 == 0, f32(1), sum_l2), this_scale)
         diff = this_scale[:, None] * Lf + this_min[:, None] - x
-        cur = _seqsum(w * (diff * diff))
+        cur = _seqsum(w * err(diff))
         better = ok & (cur < best)
         L = np.where(better[:, None], La, L)
         best = np.where(better, cur, best)
@@ -335,3 +342,140 @@ def _q6_k(x: np.ndarray, strategy: str) -> np.ndarray:
 def _q6_levels(sub: np.ndarray, search: bool) -> np.ndarray:
     """The levels make_qx_quants leaves for each 16-value row (kept where a scale rounds to 0)."""
     return _qx_search(sub, 32, search)[1]
+
+
+def _pack_2bit(L: np.ndarray) -> np.ndarray:
+    """Levels (nb, 256) in [0, 3] -> (nb, 64): four 32-value quarters of each half share a byte."""
+    nb = L.shape[0]
+    qs = np.zeros((nb, 64), dtype=np.uint8)
+    for h in range(2):
+        b = 128 * h
+        qs[:, 32 * h: 32 * h + 32] = (L[:, b: b + 32] | (L[:, b + 32: b + 64] << 2) | (L[:, b + 64: b + 96] << 4)
+                                      | (L[:, b + 96: b + 128] << 6))  # fmt: skip
+    return qs
+
+
+def _q2_k(x: np.ndarray, strategy: str) -> np.ndarray:
+    """Q2_K as quantize_row_q2_K_ref: 16 sub-blocks of 16, each a 2-bit level with a scale
+    and a minimum, both quantized to 4 bits against the block's largest."""
+    nb = x.shape[0]
+    sub = x.reshape(nb * 16, 16)
+    if strategy == "search":
+        scales, mins, L0 = _make_qkx2(sub, np.abs(sub), 3, -0.5, 0.1, 15, use_mad=True)
+    elif strategy == "rtn":
+        scales, mins = _rtn_min_max(sub, 3)
+        safe = np.where(scales > 0, scales, f32(1))
+        L0 = np.where((scales > 0)[:, None], np.clip(_nearest_int((sub + mins[:, None]) / safe[:, None]), 0, 3), 0)
+    else:
+        raise ValueError(f"unknown quantization strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    scales = scales.reshape(nb, 16)
+    mins = mins.reshape(nb, 16)
+    max_scale = np.zeros(nb, dtype=f32)
+    max_min = np.zeros(nb, dtype=f32)
+    for j in range(16):
+        max_scale = np.where(scales[:, j] > max_scale, scales[:, j], max_scale)
+        max_min = np.where(mins[:, j] > max_min, mins[:, j], max_min)
+    has_s, has_m = max_scale > 0, max_min > 0
+    inv_s = f32(15) / np.where(has_s, max_scale, f32(1))
+    inv_m = f32(15) / np.where(has_m, max_min, f32(1))
+    ls = np.where(has_s[:, None], _nearest_int(inv_s[:, None] * scales), 0)
+    lm = np.where(has_m[:, None], _nearest_int(inv_m[:, None] * mins), 0)
+    packed = ((ls & 0xFF) | ((lm << 4) & 0xFF)).astype(np.uint8)  # C stores ints into uint8_t
+    d = _fp16(np.where(has_s, max_scale / f32(15), f32(0)))
+    dmin = _fp16(np.where(has_m, max_min / f32(15), f32(0)))
+    dsub = d.astype(f32)[:, None] * (packed & 0xF).astype(f32)
+    msub = dmin.astype(f32)[:, None] * (packed >> 4).astype(f32)
+    xs = x.reshape(nb, 16, 16)
+    safe = np.where(dsub == 0, f32(1), dsub)
+    L = np.clip(_nearest_int((xs + msub[:, :, None]) / safe[:, :, None]), 0, 3)
+    L = np.where((dsub == 0)[:, :, None], L0.reshape(nb, 16, 16), L)  # llama.cpp keeps the search's levels
+    qs = _pack_2bit(L.reshape(nb, QK_K).astype(np.uint8))
+    return np.concatenate([packed, qs, d.view(np.uint8).reshape(nb, 2), dmin.view(np.uint8).reshape(nb, 2)], axis=1)
+
+
+def _make_q3(x: np.ndarray, nmax: int, rmse: bool):
+    """llama.cpp's make_q3_quants for rows of ``x``: (signed scale, levels + nmax). With
+    ``rmse`` the levels are refined one value at a time (five passes at most), keeping a
+    change when it raises sumlx^2 / suml2 (weights x^2): the same sequential updates, run
+    for all rows at once."""
+    rows = np.arange(x.shape[0])
+    first = np.abs(x).argmax(axis=1)  # the first of equal magnitudes, as C's strict > keeps
+    amax = np.abs(x[rows, first])
+    mx = x[rows, first]
+    zero = amax < f32(1e-15)
+    iscale = f32(-nmax) / np.where(zero, f32(1), mx)
+    L = np.clip(_nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
+    if not rmse:
+        return np.where(zero, f32(0), f32(1) / iscale).astype(f32), np.where(zero[:, None], 0, L + nmax)
+    with np.errstate(over="ignore", invalid="ignore"):  # x^4 of a huge row overflows, as in C
+        return _q3_refine(x, L, zero, nmax)
+
+
+def _q3_refine(x: np.ndarray, L: np.ndarray, zero: np.ndarray, nmax: int):
+    w = x * x
+    wx = w * x
+    Lf = L.astype(f32)
+    sumlx = _seqsum(wx * Lf)
+    suml2 = _seqsum(w * Lf * Lf)
+    for _ in range(5):
+        changed = np.zeros(x.shape[0], dtype=bool)
+        for i in range(x.shape[1]):
+            li = L[:, i].astype(f32)
+            slx = sumlx - wx[:, i] * li
+            sl2 = suml2 - w[:, i] * li * li
+            pos = slx > 0
+            new_l = np.clip(_nearest_int(x[:, i] * sl2 / np.where(pos, slx, f32(1))), -nmax, nmax - 1)
+            nf = new_l.astype(f32)
+            slx2 = slx + wx[:, i] * nf
+            sl22 = sl2 + w[:, i] * nf * nf
+            take = pos & (new_l != L[:, i]) & (sl22 > 0) & (slx2 * slx2 * suml2 > sumlx * sumlx * sl22)
+            L[:, i] = np.where(take, new_l, L[:, i])
+            sumlx = np.where(take, slx2, sumlx)
+            suml2 = np.where(take, sl22, suml2)
+            changed |= take
+        if not changed.any():  # a row with no change stays unchanged in later passes too
+            break
+    scale = np.where(suml2 > 0, sumlx / np.where(suml2 > 0, suml2, f32(1)), f32(0))
+    return np.where(zero, f32(0), scale).astype(f32), np.where(zero[:, None], 0, L + nmax)
+
+
+def _q3_k(x: np.ndarray, strategy: str) -> np.ndarray:
+    """Q3_K as quantize_row_q3_K_ref: 16 sub-blocks of 16, 3-bit signed levels (two low
+    bits in qs, the high bit in hmask), 6-bit signed scales against the largest."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown quantization strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    nb = x.shape[0]
+    sub = x.reshape(nb * 16, 16)
+    scales, L0 = _make_q3(sub, 4, strategy == "search")
+    scales = scales.reshape(nb, 16)
+    max_scale = np.zeros(nb, dtype=f32)
+    amax = np.zeros(nb, dtype=f32)
+    for j in range(16):
+        a = np.abs(scales[:, j])
+        bigger = a > amax
+        amax = np.where(bigger, a, amax)
+        max_scale = np.where(bigger, scales[:, j], max_scale)
+    has = max_scale != 0
+    iscale = f32(-32) / np.where(has, max_scale, f32(1))
+    l6 = np.where(has[:, None], np.clip(_nearest_int(iscale[:, None] * scales), -32, 31) + 32, 0)
+    packed = np.zeros((nb, 12), dtype=np.uint8)
+    for j in range(16):
+        lo = (l6[:, j] & 0xF).astype(np.uint8)
+        if j < 8:
+            packed[:, j] |= lo
+        else:
+            packed[:, j - 8] |= lo << 4
+        packed[:, 8 + j % 4] |= ((l6[:, j] >> 4).astype(np.uint8) << (2 * (j // 4))).astype(np.uint8)
+    d = _fp16(np.where(has, f32(1) / iscale, f32(0)))
+    sc = np.where(has[:, None], l6 - 32, 0)  # what the dequantizer reads back (0 when d is 0 anyway)
+    dsub = d.astype(f32)[:, None] * sc.astype(f32)
+    xs = x.reshape(nb, 16, 16)
+    safe = np.where(dsub == 0, f32(1), dsub)
+    L = np.clip(_nearest_int(xs / safe[:, :, None]), -4, 3) + 4
+    L = np.where((dsub == 0)[:, :, None], L0.reshape(nb, 16, 16), L).reshape(nb, QK_K)
+    hmask = np.zeros((nb, 32), dtype=np.uint8)
+    for bit in range(8):
+        hi = L[:, 32 * bit: 32 * bit + 32] > 3
+        hmask |= hi.astype(np.uint8) << bit
+    L = np.where(L > 3, L - 4, L).astype(np.uint8)
+    return np.concatenate([hmask, _pack_2bit(L), packed, d.view(np.uint8).reshape(nb, 2)], axis=1)
