@@ -82,7 +82,9 @@ def test_spec_and_builder_arguments_are_checked():
 def test_ray_serve_replica_speaks_openai(cluster, http_port, spec, reference):
     from ray import serve
 
-    serve.run(cera_ray.app(spec), name="cera", route_prefix="/", blocking=False)
+    # through the builder Ray's `serve run` and config files use: every argument a string
+    args = {"model": spec.model, "device": "cpu", "threads": "1", "parallel": "4", "n_ctx": "512"}
+    serve.run(cera_ray.build(args), name="cera", route_prefix="/", blocking=False)
     _wait_running("cera")
     client = _client(http_port)
     assert [m.id for m in client.models.list()] == [spec.model]
