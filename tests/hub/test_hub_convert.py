@@ -242,7 +242,7 @@ print(json.dumps({"rise": after - before, "largest": largest, "bound": MEMORY_BO
 """
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", pytest.param("Q4_K_M", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("qtype", ["Q8_0"] + [pytest.param(q, marks=pytest.mark.slow) for q in ("Q4_K_M", "Q3_K_M", "Q2_K")])
 def test_memory_stays_below_the_largest_tensor_plus_a_bound(tmp_path, qtype):
     """Peak memory of a conversion, in a fresh process: the rise of the peak RSS over the
     peak after imports stays below the largest tensor in its source dtype (32 MiB here,
