@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,41 @@ def test_unknown_architecture_and_damaged_shards(repo, tmp_path):
     with pytest.raises(ConversionError, match=r"model-00002-of-00002.safetensors: tensor .* do not fit"):
         convert_folder(cut, tmp_path / "y.gguf", "Q8_0")
     assert list(tmp_path.glob("*.gguf")) == [] and list(tmp_path.glob(".*partial")) == []
+
+
+def test_a_full_disk_is_said_and_leaves_nothing(repo, tmp_path, monkeypatch):
+    """Not enough space: said before writing; the disk filling up mid-write (the file-size
+    limit stops writes as a full disk does): said, the partial file deleted."""
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    with monkeypatch.context() as m:
+        m.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
+        with pytest.raises(ConversionError, match=r"x.gguf needs about [\d.]+ MiB, but .* has only 0.0 MiB free") as e:
+            convert_folder(repo, tmp_path / "x.gguf", "Q8_0")
+    assert list(tmp_path.iterdir()) == []
+    need = float(str(e.value).split("needs about ")[1].split(" MiB")[0]) * 2**20
+    size = convert_folder(repo, tmp_path / "x.gguf", "Q8_0").stat().st_size  # the data, plus header and padding
+    assert 0.9 * size < need < 1.05 * size  # (the message rounds to 0.1 MiB)
+    (tmp_path / "x.gguf").unlink()
+    script = textwrap.dedent(
+        f"""
+        import resource, signal, sys
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (600_000, 600_000))
+        from cera.convert import ConversionError, convert_folder
+        try:
+            convert_folder({str(repo)!r}, {str(tmp_path / "y.gguf")!r}, "Q8_0")
+        except ConversionError as e:
+            print(e)
+            sys.exit(3)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"the disk filled up while writing {tmp_path / 'y.gguf'}" in proc.stdout and "partial file was deleted" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
 
 
 MAKE_BIG = """

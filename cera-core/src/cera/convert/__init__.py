@@ -20,6 +20,7 @@ refused with the list; convert them with llama.cpp's converter.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -402,6 +403,8 @@ def convert_folder(folder: Path, out: Path, qtype: str, strategy: str = "search"
         bs, ts = GGML_QUANT_SIZES[gtype]
         n = int(np.prod(shape))
         writer.add_tensor_info(gname, tuple(reversed(shape)), np.dtype(np.float32), n // bs * ts, raw_dtype=gtype)
+    _check_space(out, sum(int(np.prod(t[2])) // GGML_QUANT_SIZES[t[3]][0] * GGML_QUANT_SIZES[t[3]][1] for t in p.tensors),
+                 writer)  # fmt: skip
     bar = None
     if not quiet:
         try:
@@ -436,14 +439,45 @@ def convert_folder(folder: Path, out: Path, qtype: str, strategy: str = "search"
         os.fsync(fout.fileno())
         writer.close()
         os.replace(tmp, out)
-    except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
+    except BaseException as e:
+        _abandon(writer, tmp, out, e)
         raise
     finally:
         if bar is not None:
             bar.close()
     return out
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _check_space(out: Path, need: int, writer) -> None:
+    """Say before writing, not after an hour, that the output will not fit."""
+    import shutil
+
+    free = shutil.disk_usage(out.parent).free
+    if need > free:
+        writer.close()
+        Path(writer.path).unlink(missing_ok=True)
+        raise ConversionError(
+            f"writing {out} needs about {need / 2**20:.1f} MiB, but {out.parent} has only {free / 2**20:.1f} MiB free; "
+            f"free some space or write it elsewhere (conversions of Hub repositories go under CERA_CACHE_DIR)"
+        )
+
+
+def _abandon(writer, tmp: Path, out: Path, e: BaseException) -> None:
+    """Close and delete a partial output (closing can fail again on a full disk), and turn
+    a full disk into an error that says so."""
+    try:
+        writer.close()
+    except OSError:
+        pass
+    tmp.unlink(missing_ok=True)
+    if isinstance(e, OSError) and e.errno in _DISK_FULL:
+        raise ConversionError(
+            f"the disk filled up while writing {out} ({e.strerror}); the partial file was deleted. Free some space "
+            f"or write it elsewhere (conversions of Hub repositories go under CERA_CACHE_DIR)"
+        ) from None
 
 
 def converted_path(state, quant: str, strategy: str = "search") -> Path | None:
@@ -539,6 +573,8 @@ def quantize_gguf(src: Path, out: Path, qtype: str, strategy: str = "search", qu
             bs, ts = GGML_QUANT_SIZES[gtype]
             writer.add_tensor_info(name, tuple(reversed(shape)), np.dtype(np.float32), info.n_elements // bs * ts,
                                    raw_dtype=gtype)  # fmt: skip
+        _check_space(out, sum(t[1].n_elements // GGML_QUANT_SIZES[t[3]][0] * GGML_QUANT_SIZES[t[3]][1] for t in tensors),
+                     writer)  # fmt: skip
         try:
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
@@ -561,9 +597,8 @@ def quantize_gguf(src: Path, out: Path, qtype: str, strategy: str = "search", qu
             os.fsync(fout.fileno())
             writer.close()
             os.replace(tmp, out)
-        except BaseException:
-            writer.close()
-            tmp.unlink(missing_ok=True)
+        except BaseException as e:
+            _abandon(writer, tmp, out, e)
             raise
     return out
 
