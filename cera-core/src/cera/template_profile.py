@@ -79,7 +79,16 @@ def _probe(template, tokenizer) -> TemplateProfile:
     user2 = {"role": "user", "content": PROBE_USER_2}
     opened = template.render([user], add_generation_prompt=True)
     closed = template.render([user], add_generation_prompt=False)
-    if not opened.startswith(closed):
+    # what add_generation_prompt appends; a template may also close a conversation that asks
+    # for no reply (Phi-3 writes its end-of-text then), so only the shared part must agree
+    if opened.startswith(closed):
+        generation_prompt = opened[len(closed) :]
+    else:  # where they part, at a token boundary (markers are single tokens)
+        o_ids = tokenizer.encode(opened, add_special=False, parse_special=True)
+        c_ids = tokenizer.encode(closed, add_special=False, parse_special=True)
+        tail = o_ids[_common_prefix(o_ids, c_ids) :]
+        generation_prompt = tokenizer.decode_bytes(tail, special=True).decode("utf-8", "replace")
+    if not opened.endswith(generation_prompt) or PROBE_USER not in opened[: len(opened) - len(generation_prompt)]:
         raise TemplateProfileError(
             f"{label} changes the conversation when asked for a generation prompt, instead of appending one"
         )
@@ -124,7 +133,7 @@ def _probe(template, tokenizer) -> TemplateProfile:
         add_generation_prompt=True, tools=[tool],
     )  # fmt: skip
     return TemplateProfile(
-        generation_prompt=opened[len(closed) :],
+        generation_prompt=generation_prompt,
         turn_end=turn_end,
         turn_end_ids=tuple(end_ids),
         renders_tools=with_tools is not None and PROBE_TOOL in with_tools,
