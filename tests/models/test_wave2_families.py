@@ -26,7 +26,7 @@ import cera
 from cera.errors import ModelConfigError
 
 TINY = Path(__file__).parent / "reference" / "tiny"
-FAMILIES = ["lfm2", "lfm2moe", "mamba2", "granitehybrid", "falcon-h1", "qwen3moe", "gemma", "smollm3"]
+FAMILIES = ["lfm2", "lfm2moe", "mamba2", "granitehybrid", "falcon-h1", "qwen3moe", "gemma", "smollm3", "minicpm", "exaone"]
 FAMILIES = [f for f in FAMILIES if (TINY / f"tiny-{f}.gguf").exists()]
 TOLERANCE = 1e-2
 # GELU goes through ggml's f16 table (as llama.cpp computes it), transformers' is exact

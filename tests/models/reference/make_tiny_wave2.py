@@ -125,6 +125,27 @@ def grouped_gated_norm(group_size: int):
     mm.MambaRMSNormGated.forward = forward
 
 
+def as_minicpm(hf_dir: Path, scale_emb: float, scale_depth: float, dim_model_base: int) -> None:
+    """Relabel a saved Granite checkpoint as MiniCPM's: the same weights (llama names and
+    layout), the multipliers under MiniCPM's config keys."""
+    cfg_path = hf_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    for key in ("embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"):
+        cfg.pop(key)
+    cfg.update(architectures=["MiniCPMForCausalLM"], model_type="minicpm", scale_emb=scale_emb,
+               scale_depth=scale_depth, dim_model_base=dim_model_base)
+    cfg_path.write_text(json.dumps(cfg, indent=1))
+
+
+def as_exaone(hf_dir: Path) -> None:
+    """Relabel a saved Llama checkpoint as EXAONE 3's (the converter asserts its activation
+    key; the weights keep llama's names, which the tensor map knows for every arch)."""
+    cfg_path = hf_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(architectures=["ExaoneForCausalLM"], model_type="exaone", activation_function="silu")
+    cfg_path.write_text(json.dumps(cfg, indent=1))
+
+
 def family_specs() -> dict[str, dict]:
     chat_bpe = ("bpe", dict(vocab_size=512, specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], regex=None,
                             roles=dict(eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token="<|endoftext|>",
@@ -224,6 +245,44 @@ def family_specs() -> dict[str, dict]:
             features=("attention (GQA 4/2, head_dim 16) and a Mamba-2 mixer (8 heads of 16, gated RMS norm) side by "
                       "side in each of 3 layers; muP multipliers (folded into the weights by the converter); untied"),
         ),
+        # transformers 4.57.6 has no MiniCPM (it is remote code). Its arithmetic is granite's
+        # (embedding x scale_emb, residual x scale_depth/sqrt(layers), logits / (hidden /
+        # dim_model_base), attention 1/sqrt(head_dim)), so transformers' Granite with those
+        # multipliers is the reference, saved as a MiniCPMForCausalLM checkpoint for the
+        # converter (as_minicpm) so that the file is llama.cpp's `minicpm`.
+        "minicpm": dict(
+            cls="GraniteForCausalLM", pre=None,
+            tokenizer=("spm", dict(vocab_size=512, add_dummy_prefix=True,
+                                   ids=dict(unk_id=0, bos_id=1, eos_id=2, pad_id=-1))),
+            config=transformers.GraniteConfig(
+                **M.COMMON, num_hidden_layers=3, rope_theta=10000.0, embedding_multiplier=12.0,
+                attention_multiplier=0.25, residual_multiplier=1.4 / math.sqrt(3), logits_scaling=2.0,
+                tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+            ),
+            res_gains=(10.0, 30.0, 60.0),  # the x12 embedding dominates the residual stream otherwise
+            before_convert=lambda hf_dir: as_minicpm(hf_dir, scale_emb=12.0, scale_depth=1.4, dim_model_base=32),
+            features=("MiniCPM (1/2): llama with embedding x12, residual x1.4/sqrt(3), logits / (64/32), attention "
+                      "1/sqrt(head_dim 16); SentencePiece vocabulary, GQA 4/2, tied. Reference: transformers' Granite "
+                      "with those multipliers, converted as MiniCPMForCausalLM"),
+        ),
+        # EXAONE 3.x is remote code too; its arithmetic is llama's (rotate-half RoPE with
+        # llama3 frequency factors, SwiGLU, RMS norms), and its converter does not permute
+        # q/k, so llama.cpp rotates NeoX-style: transformers' Llama, saved as an
+        # ExaoneForCausalLM checkpoint (as_exaone), is the reference.
+        "exaone": dict(
+            cls="LlamaForCausalLM", pre="gpt-2",
+            tokenizer=chat_bpe,
+            config=transformers.LlamaConfig(
+                **M.COMMON, num_hidden_layers=3, rope_theta=10000.0,
+                rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                  original_max_position_embeddings=8192),
+                tie_word_embeddings=False, bos_token_id=0, eos_token_id=2, pad_token_id=0,
+            ),
+            before_convert=as_exaone,
+            features=("EXAONE 3: llama arithmetic with NeoX-paired RoPE (the converter keeps HF's layout) and llama3 "
+                      "RoPE frequency factors (rope_freqs tensor), GQA 4/2, untied. Reference: transformers' Llama, "
+                      "converted as ExaoneForCausalLM"),
+        ),
         "granitehybrid": dict(
             cls="GraniteMoeHybridForCausalLM", pre="gpt-2",
             tokenizer=chat_bpe,
@@ -283,7 +342,20 @@ def main(argv=None) -> int:
         for name in names:
             if "patch" in specs[name]:
                 specs[name]["patch"]()
-            M.build(name, specs[name], llama_dir, Path(tmp) / "hf")
+            hook = specs[name].get("before_convert")
+            if hook:  # rewrite the saved checkpoint between save_pretrained and the converter
+                real_convert = M.convert
+
+                def convert(llama_dir, hf_dir, out, pre, hook=hook, real_convert=real_convert):
+                    hook(hf_dir)
+                    return real_convert(llama_dir, hf_dir, out, pre)
+
+                M.convert = convert
+            try:
+                M.build(name, specs[name], llama_dir, Path(tmp) / "hf")
+            finally:
+                if hook:
+                    M.convert = real_convert
     return 0
 
 

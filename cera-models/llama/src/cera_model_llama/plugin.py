@@ -14,3 +14,6 @@ def cera_register_models(register):
     register(
         cera.ModelFamily(name="granite", architectures=("granite",), factory="cera_model_llama.granite:GraniteModel")
     )
+    register(
+        cera.ModelFamily(name="minicpm", architectures=("minicpm",), factory="cera_model_llama.minicpm:MiniCPMModel")
+    )
