@@ -76,3 +76,21 @@ def test_context_shift_lets_a_long_generation_run_on(loaded):
     without = loaded.new_session(n_ctx=128)
     without.append_text("Tell me a very long story about a dragon.")
     assert without.generate(max_tokens=400, temperature=0.8, seed=1, ignore_eos=True).finish_reason == FinishReason.CONTEXT
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["smollm2_path", "gemma3_path", "qwen05_path", "qwen15_path"])
+def test_spec_equals_greedy_on_the_real_files(request, fixture):
+    """`cera run --spec` prints what plain greedy `cera run` prints, on each real file."""
+    import subprocess
+    import sys
+
+    path = str(request.getfixturevalue(fixture))
+    prompt = "Rewrite this code, renaming n to x:\n" + CODE + "\nRewritten:\n"
+    cmd = [sys.executable, "-m", "cera_cli.main", "run", "-m", path, "-p", prompt, "-n", "96", "--temp", "0", "-t", "2"]
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    spec = subprocess.run([*cmd, "--spec"], capture_output=True, text=True, timeout=600)
+    assert plain.returncode == 0, plain.stderr
+    assert spec.returncode == 0, spec.stderr
+    assert len(plain.stdout) > 40
+    assert spec.stdout == plain.stdout
