@@ -17,3 +17,6 @@ def cera_register_models(register):
     register(
         cera.ModelFamily(name="minicpm", architectures=("minicpm",), factory="cera_model_llama.minicpm:MiniCPMModel")
     )
+    register(
+        cera.ModelFamily(name="exaone", architectures=("exaone",), factory="cera_model_llama.exaone:ExaoneModel")
+    )
