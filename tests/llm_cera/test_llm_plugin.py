@@ -124,3 +124,59 @@ def test_schema_constrains_the_reply_to_json_of_that_shape(llm_home, smollm2_pat
     value = json.loads(r.stdout)
     assert set(value) == {"name", "age"}
     assert isinstance(value["name"], str) and len(value["name"]) <= 24 and isinstance(value["age"], int)
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+QWEN05 = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+
+
+def get_weather(city: str) -> str:
+    "Get the current weather in a city"
+    return f"18 degrees, light rain in {city}"
+
+
+def test_tools_calls_reach_llm_and_results_come_back_with_the_cache_kept(llm_home, qwen05_path):
+    """llm's tool loop by hand (as `llm -T` and chain() run it): the reply's call reaches llm
+    as a ToolCall (no markup in the text), llm runs the tool, and the next turn evaluates only
+    the tool result. Its reply must be what cera's own chat writes from the same messages."""
+    import cera
+
+    model = llm.get_model(f"cera/{QWEN05}")
+    conversation = model.conversation()
+    first = conversation.prompt("What's the weather in Paris?", tools=[get_weather], temperature=0, max_tokens=60)
+    assert first.text() == ""
+    calls = first.tool_calls()
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Paris"})]
+    results = first.execute_tool_calls()
+    assert [r.output for r in results] == ["18 degrees, light rain in Paris"]
+    second = conversation.prompt(tool_results=results, tools=[get_weather], temperature=0, max_tokens=60)
+    text, again = second.text(), second.tool_calls()
+    evaluated = first.response_json["prompt_tokens_evaluated"]
+    assert second.response_json["prompt_tokens_reused"] > evaluated > second.response_json["prompt_tokens_evaluated"]
+
+    # the same conversation in cera's own chat, the tool spec written out by hand
+    spec = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
+                                             "parameters": llm.Tool.function(get_weather).input_schema}}  # fmt: skip
+    with cera.load(qwen05_path, device="cpu", quiet=True) as m:
+        chat = m.chat(tools=[spec])
+        chat.ingest("What's the weather in Paris?")
+        turn = chat.complete(temperature=0, max_tokens=60)
+        assert [(c.name, c.arguments) for c in turn.tool_calls] == [("get_weather", {"city": "Paris"})]
+        chat.ingest_tool_response(turn.tool_calls[0].id, "18 degrees, light rain in Paris")
+        want = chat.complete(temperature=0, max_tokens=60)
+    assert text == want.text
+    assert [(c.name, c.arguments) for c in again] == [(c.name, c.arguments) for c in want.tool_calls]
+
+
+@pytest.mark.slow
+def test_llm_functions_run_a_tool_and_answer_from_its_result(llm_home, qwen15_path):
+    """The llm command line's own tool loop (--functions, --td) on Qwen2.5-Coder-1.5B: the
+    call is made, the tool runs, and the reply reads its result."""
+    tool = 'def get_weather(city: str) -> str:\n    "Get the current weather in a city"\n    return "18 degrees, light rain in " + city\n'
+    r = run_llm("-m", "cera/qwen2.5-coder-1.5b-instruct-q4_k_m", "--functions", tool, "--td", "--chain-limit", "3",
+                "-o", "temperature", "0", "-o", "max_tokens", "80", "What's the weather in Paris?")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "Tool call: get_weather({'city': 'Paris'})" in out, out
+    assert "18 degrees" in r.stdout and "<tool_call>" not in r.stdout, r.stdout

@@ -129,26 +129,56 @@ def _load(source: str):
         return _loaded[path]
 
 
-def _say(chat, text: str, options):
-    """Add a user message and stream the reply: cera's chat coordinator takes the message
-    with `reply`; the earlier `Chat` took it in `stream`."""
-    reply = getattr(chat, "reply", None)
-    return reply(text, options) if reply is not None else chat.stream(text, options)
-
-
 def _text_of(message) -> str:
     from llm.parts import TextPart
 
     return "".join(p.text for p in message.parts if isinstance(p, TextPart))
 
 
+def _tool_specs(prompt) -> list[dict]:
+    """llm's tools as the OpenAI-style function specs cera's tool calling takes."""
+    out = []
+    for t in getattr(prompt, "tools", None) or ():
+        spec = {"name": t.name, "parameters": t.input_schema or {"type": "object", "properties": {}}}
+        if t.description:
+            spec["description"] = t.description
+        out.append({"type": "function", "function": spec})
+    return out
+
+
+def _chat_messages(message) -> list[dict]:
+    """One llm message as chat-template messages: an assistant's calls go with its text (as
+    cera's chat writes them, so the session's tokens still match), a tool message becomes
+    one message per result."""
+    from llm.parts import ToolCallPart, ToolResultPart
+
+    if message.role == "tool":
+        return [
+            {"role": "tool", "tool_call_id": p.tool_call_id or "", "name": p.name,
+             "content": p.output if p.exception is None else f"error: {p.exception}"}  # fmt: skip
+            for p in message.parts
+            if isinstance(p, ToolResultPart)
+        ]
+    if message.role not in ("system", "user", "assistant"):
+        return []
+    out = {"role": message.role, "content": _text_of(message)}
+    calls = [p for p in message.parts if isinstance(p, ToolCallPart)] if message.role == "assistant" else []
+    if calls:
+        out["tool_calls"] = [
+            {"id": p.tool_call_id or "", "type": "function", "function": {"name": p.name, "arguments": p.arguments}}
+            for p in calls
+        ]
+    return [out]
+
+
 class CeraModel(llm.Model):
     can_stream = True
     # --schema: cera's JSON-Schema constraint (cera.grammar) masks every token that would
-    # leave the schema, so the reply is JSON of that shape. Tool calling is not released in
-    # cera yet: llm refuses tools for these models with its own message.
+    # leave the schema, so the reply is JSON of that shape. Tools (-T, --functions, chain()):
+    # cera's tool calling renders them with the model's chat template and parses the calls
+    # out of the reply (cera.tools); llm runs them and sends the results back.
     supports_schema = True
-    supports_tools = False
+    supports_tools = True
 
     class Options(llm.Options):
         temperature: float | None = Field(None, ge=0, description="Temperature; 0 for greedy decoding (cera's default: 0.8)")
@@ -190,11 +220,7 @@ class CeraModel(llm.Model):
         """The whole conversation as chat-template messages, this turn's last."""
         chain = getattr(prompt, "messages", None)
         if chain:
-            out = []
-            for m in chain:
-                if m.role in ("system", "user", "assistant"):
-                    out.append({"role": m.role, "content": _text_of(m)})
-            return out
+            return [out for m in chain for out in _chat_messages(m)]
         # older llm: rebuild from the conversation's responses
         out = [{"role": "system", "content": prompt.system}] if prompt.system else []
         for r in conversation.responses if conversation else []:
@@ -224,17 +250,31 @@ class CeraModel(llm.Model):
         if prompt.schema:
             values["json_schema"] = prompt.schema
         messages = self._messages(prompt, conversation)
-        if not messages or messages[-1]["role"] != "user":
-            raise llm.ModelError("cera needs a user message to answer")
+        if not messages or messages[-1]["role"] not in ("user", "tool"):
+            raise llm.ModelError("cera needs a user message (or tool results) to answer")
+        from cera.chat import TurnEnd
+        from cera.tools import TextDelta, ToolCallEvent, ToolCallFailed
+
+        result, failures = None, []
         try:
             options = GenerateOptions(**values)
             chat = self._chat(conversation.id if conversation is not None else None, o.ctx_size)
+            chat.tools = _tool_specs(prompt)
             # the whole conversation as llm has it: the session keeps what still matches
-            chat.messages = messages[:-1]
-            yield from _say(chat, messages[-1]["content"], options)
+            chat.replace_history(messages)
+            for ev in chat.stream(options):
+                if isinstance(ev, TextDelta):
+                    yield ev.text
+                elif isinstance(ev, ToolCallEvent):
+                    c = ev.call
+                    response.add_tool_call(llm.ToolCall(name=c.name, arguments=dict(c.arguments), tool_call_id=c.id))
+                elif isinstance(ev, ToolCallFailed):
+                    failures.append({"raw": ev.failure.raw, "reason": ev.failure.reason})
+                elif isinstance(ev, TurnEnd):
+                    result = ev.result
         except CeraError as e:
             raise llm.ModelError(f"cera: {e}") from e
-        s = chat.session.last_summary
+        s = result.summary
         response.set_usage(input=s.n_prompt_tokens + chat.last_reused, output=s.n_generated)
         response.response_json = {
             "finish_reason": s.finish_reason.value,
@@ -243,3 +283,5 @@ class CeraModel(llm.Model):
             "seed": seed,
             "tokens_per_second": round(s.tokens_per_second, 2),
         }
+        if failures:  # markup the model meant as a call that did not parse: never shown as text
+            response.response_json["tool_call_errors"] = failures
