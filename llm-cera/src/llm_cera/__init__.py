@@ -52,8 +52,12 @@ def _paths_in_argv() -> list[str]:
     out = []
     for arg in sys.argv[1:]:
         for value in (arg, arg.partition("=")[2]):
-            if value.startswith(PREFIX) and value.endswith(".gguf") and Path(value[len(PREFIX):]).expanduser().is_file():
-                out.append(value[len(PREFIX):])
+            if (
+                value.startswith(PREFIX)
+                and value.endswith(".gguf")
+                and Path(value[len(PREFIX) :]).expanduser().is_file()
+            ):
+                out.append(value[len(PREFIX) :])
     return out
 
 
@@ -102,7 +106,9 @@ def register_commands(cli):
         saved = _saved_models()
         key = name.removeprefix(PREFIX)
         if key not in saved:
-            raise click.ClickException(f"{PREFIX}{key} was not added with `llm cera add` (added: {', '.join(saved) or 'none'})")
+            raise click.ClickException(
+                f"{PREFIX}{key} was not added with `llm cera add` (added: {', '.join(saved) or 'none'})"
+            )
         del saved[key]
         _registry_file().write_text(json.dumps(saved, indent=2))
 
@@ -154,8 +160,12 @@ def _chat_messages(message) -> list[dict]:
 
     if message.role == "tool":
         return [
-            {"role": "tool", "tool_call_id": p.tool_call_id or "", "name": p.name,
-             "content": p.output if p.exception is None else f"error: {p.exception}"}  # fmt: skip
+            {
+                "role": "tool",
+                "tool_call_id": p.tool_call_id or "",
+                "name": p.name,
+                "content": p.output if p.exception is None else f"error: {p.exception}",
+            }
             for p in message.parts
             if isinstance(p, ToolResultPart)
         ]
@@ -181,15 +191,21 @@ class CeraModel(llm.Model):
     supports_tools = True
 
     class Options(llm.Options):
-        temperature: float | None = Field(None, ge=0, description="Temperature; 0 for greedy decoding (cera's default: 0.8)")
-        max_tokens: int | None = Field(None, ge=-1, description="Tokens to generate at most (-1: until the context is full; default 1024)")
+        temperature: float | None = Field(
+            None, ge=0, description="Temperature; 0 for greedy decoding (cera's default: 0.8)"
+        )
+        max_tokens: int | None = Field(
+            None, ge=-1, description="Tokens to generate at most (-1: until the context is full; default 1024)"
+        )
         top_k: int | None = Field(None, ge=0, description="Top-k (0: off)")
         top_p: float | None = Field(None, gt=0, le=1, description="Top-p (1: off)")
         min_p: float | None = Field(None, ge=0, le=1, description="Min-p (0: off)")
         repeat_penalty: float | None = Field(None, gt=0, description="Repetition penalty (1: off)")
         seed: int | None = Field(None, ge=-1, description="Random seed (-1 or unset: random; the one used is logged)")
         stop: str | None = Field(None, description="A stop string")
-        ctx_size: int | None = Field(None, ge=16, description="Context size in tokens (default: the model's, up to 4096)")
+        ctx_size: int | None = Field(
+            None, ge=16, description="Context size in tokens (default: the model's, up to 4096)"
+        )
 
     def __init__(self, model_id: str, source: str):
         self.model_id = model_id
