@@ -3,8 +3,8 @@
 CI runs a few hundred cases of each kind; ``--run-slow`` runs the full counts (tens of
 thousands). ``CERA_FUZZ_WORKERS`` sets how many worker processes run cases (default 1 per
 pytest process), ``CERA_FUZZ_START`` moves the window of case numbers (to explore new
-cases; a case number reproduces its input exactly), and ``CERA_FUZZ_FINDINGS`` is where
-inputs that failed are kept.
+cases; a case number reproduces its input exactly), ``CERA_FUZZ_FINDINGS`` is where
+inputs that failed are kept, and ``CERA_FUZZ_PROGRESS=N`` prints the tally every N cases.
 """
 
 from __future__ import annotations

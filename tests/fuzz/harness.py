@@ -24,6 +24,8 @@ REPO = HERE.parents[1]
 FINDINGS = Path(os.environ.get("CERA_FUZZ_FINDINGS", "/tmp/cera-fuzz-findings"))
 GOOD = ("ok", "cera")
 MEMORY_HEADROOM = 1536 * 2**20  # address space a case may add to what the worker holds
+# CERA_FUZZ_PROGRESS=N prints the tally every N cases (to standard error) during long runs.
+PROGRESS_EVERY = int(os.environ.get("CERA_FUZZ_PROGRESS", "0") or 0)
 
 
 class Worker:
@@ -119,6 +121,9 @@ class Tally:
         self.seconds += result.get("s", 0.0)
         if outcome == "cera":
             self.errors[result["detail"].split(":", 1)[0]] += 1
+        if PROGRESS_EVERY and sum(self.counts.values()) % PROGRESS_EVERY == 0:
+            # long runs say how far they got, so a run cut short still has its counts
+            print(f"[progress] {self.summary()}", file=sys.stderr, flush=True)
         if outcome not in GOOD:
             if keep is not None:
                 FINDINGS.mkdir(parents=True, exist_ok=True)
@@ -129,6 +134,9 @@ class Tally:
                     shutil.copyfile(keep, target)
                 case = {**case, "kept_as": str(target)}
             self.bad.append((case, result))
+            if PROGRESS_EVERY:
+                print(f"[finding] {result['outcome']}: case {case.get('case')} {str(result.get('detail'))[-500:]}",
+                      file=sys.stderr, flush=True)  # fmt: skip
 
     def summary(self) -> str:
         total = sum(self.counts.values())
