@@ -184,6 +184,13 @@ def test_bench_refuses_a_context_size_it_would_ignore():
     assert "'-c' / '--ctx-size'" in r.stderr and "-p/--n-prompt" in r.stderr
 
 
+@pytest.mark.parametrize("flag", ["-n", "-p", "-d"])
+def test_bench_refuses_negative_counts(flag):
+    r = cera("bench", flag, "-5", "-r", "1")
+    assert r.returncode == 2
+    assert "counts are 0 or more (0 skips these tests), got -5" in r.stderr, r.stderr
+
+
 def test_a_prompt_longer_than_the_context_names_the_flag(smollm2_path):
     r = cera("run", "-m", smollm2_path, "-c", "16", "-p", "word " * 40)
     assert r.returncode == 2

@@ -21,9 +21,14 @@ from ..options import Console, load_model, model_options
 
 def _ints(ctx, param, value):
     try:
-        return [int(v) for v in value.split(",") if v.strip()]
+        values = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
         raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    # llama-bench's habit: 0 skips the tests; a negative count would skip them silently
+    bad = [v for v in values if v < 0]
+    if bad:
+        raise click.BadParameter(f"counts are 0 or more (0 skips these tests), got {bad[0]}")
+    return values
 
 
 KV_TYPE = "f16"
