@@ -238,7 +238,8 @@ def _print_report(r: dict) -> None:
     "source",
     required=True,
     metavar="FILE",
-    help="A GGUF file, or the name of a bundled model (e.g. smollm2-135m-instruct-q4_1).",
+    help="What `cera run -m` takes: a GGUF file, a folder holding one, a bundle name (`cera models`), "
+    "or a Hugging Face repo (org/repo[@REV][:QUANT]).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
 def inspect_cmd(source: str, as_json: bool) -> None:
