@@ -385,3 +385,75 @@ def cera_register_backends(register):
             load(smollm2_path, device="tp-broken", manager=m)
     finally:
         del sys.modules["tp_broken_backend_impl"]
+
+
+# -- every kind of name, not only backends ----------------------------------------------------
+
+CLAIMS = {
+    "architecture": (
+        "cera_register_models",
+        'cera.ModelFamily(name="{fam}", architectures=("{name}",), factory="{mod}:F")',
+    ),
+    "audio": ("cera_register_audio", 'cera.AudioComponent(name="{name}", kind="vad", factory="{mod}:A")'),
+    "command": ("cera_register_commands", 'click.Command("{name}", callback=lambda: None)'),
+}
+
+
+def claim_source(kind: str, name: str, mod: str) -> str:
+    hook, item = CLAIMS[kind]
+    item = item.format(name=name, mod=mod, fam=f"{mod}-family")
+    return HEADER + f"import click\n\n@cera.hookimpl\ndef {hook}(register):\n    register({item})\n"
+
+
+def owners_of(kind: str) -> str:
+    table = {"architecture": "m.architectures", "audio": "m.audio", "command": "m.commands"}[kind]
+    return (
+        f"reg = {table}\n"
+        "rec = {r.name: r.error for r in m.records}\n"
+        "out = {'rec': rec, 'item': {k: (getattr(v, 'factory', None) or getattr(v, 'callback', None) and "
+        "v.callback.__module__) for k, v in reg.items()}}"
+    )
+
+
+@pytest.mark.parametrize("order", ["ab", "ba"])
+@pytest.mark.parametrize("kind", CLAIMS)
+def test_two_plugins_claiming_a_name_of_any_kind_resolve_by_plugin_name(tmp_path, kind, order):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_dist(a, "tp-alpha", {"tp-alpha": "tp_alpha"}, {"tp_alpha": claim_source(kind, "tp-shared", "alpha")})
+    write_dist(b, "tp-beta", {"tp-beta": "tp_beta"}, {"tp_beta": claim_source(kind, "tp-shared", "beta")})
+    out = manager_in_subprocess([a, b] if order == "ab" else [b, a], owners_of(kind), CERA_PLUGINS="tp-alpha,tp-beta")
+    assert out["rec"]["tp-alpha"] is None
+    assert out["rec"]["tp-beta"] == f"registers {kind} 'tp-shared', which plugin 'tp-alpha' already registered"
+    if kind != "command":
+        assert out["item"]["tp-shared"] == "alpha:" + ("F" if kind == "architecture" else "A")
+
+
+FIRST_PARTY_CLAIMS = {
+    "architecture": ("qwen2", "qwen2", "cera-model-qwen2"),
+    "audio": ("silero-vad", "vad", "cera-audio-vad"),
+    "command": ("transcribe", "whisper", "cera-audio-whisper"),
+}
+
+
+@pytest.mark.parametrize("kind", FIRST_PARTY_CLAIMS)
+def test_a_third_party_plugin_cannot_take_a_first_party_name_of_any_kind(tmp_path, kind):
+    name, holder, dist = FIRST_PARTY_CLAIMS[kind]
+    site = tmp_path / "site"
+    write_dist(site, "tp-impostor", {"aaa-impostor": "tp_impostor"}, {"tp_impostor": claim_source(kind, name, "imp")})
+    out = manager_in_subprocess([site], owners_of(kind))
+    assert out["rec"][holder] is None
+    assert out["rec"]["aaa-impostor"].startswith(
+        f"registers {kind} {name!r}, which plugin {holder!r} ({dist}, a distribution of cera itself) already registered"
+    )
+    if kind != "command":
+        assert not str(out["item"][name]).startswith("imp:")
+
+
+def test_a_plugin_cannot_take_a_built_in_command(site_module):
+    from cera_cli import main as cli_main  # reserves the built-in command names
+
+    m = cli_main._plugins.PluginManager(allow=set())
+    rec = m.register_plugin(site_module("tp_run", claim_source("command", "run", "tp_run")), "tp-run")
+    assert rec.status == "error"
+    assert rec.error == "registers command 'run', which is reserved by cera-cli (a built-in command)"
+    assert "run" not in m.commands
