@@ -57,7 +57,7 @@ def make_site(root: Path, sleep: float) -> Path:
 def time_help(cera_exe: str, site: Path | None, runs: int) -> tuple[list[float], str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CERA_PLUGINS", "CERA_PLUGIN_OVERRIDES")}
     if site is not None:
-        env["PYTHONPATH"] = str(site)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
     times, out = [], ""
     for _ in range(runs):
         t0 = time.perf_counter()
