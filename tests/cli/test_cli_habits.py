@@ -199,6 +199,19 @@ def test_a_prompt_longer_than_the_context_names_the_flag(smollm2_path):
     assert "n_ctx" not in r.stderr and "new session" not in r.stderr
 
 
+def test_a_context_too_large_for_memory_names_the_flag(smollm2_path):
+    r = cera("run", "-m", smollm2_path, "-c", "999999999", "-p", "hi", "-n", "1")
+    assert r.returncode == 1
+    no_traceback(r)
+    assert "lower -c/--ctx-size (now 999999999)" in r.stderr, r.stderr
+
+
+def test_spec_with_the_default_temperature_names_the_flag():
+    r = cera("run", "--spec", "-p", "hi", "-n", "2")
+    assert r.returncode == 2
+    assert "--spec gives exactly the greedy output: it needs --temp 0" in r.stderr, r.stderr
+
+
 def test_a_cut_generation_says_so_in_flags(smollm2_path):
     r = cera("run", "-m", smollm2_path, "--raw", "-c", "24", "-n", "-1", "--ignore-eos", "--temp", "0", "-p", "Once upon a time")
     assert r.returncode == 0, r.stderr

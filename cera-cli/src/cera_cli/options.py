@@ -118,6 +118,9 @@ def generate_options(kw: dict):
     from cera.options import GenerateOptions
 
     values = {f.name: kw.pop(f.name) for f in _generate_fields()}
+    if values.get("spec") and values.get("temperature", 0) > 0:
+        # the engine's refusal speaks of "temperature 0"; say which flag (the default is 0.8)
+        raise click.UsageError("--spec gives exactly the greedy output: it needs --temp 0")
     if values.get("temperature", 0) > 0 and (values.get("seed") is None or values["seed"] < 0):
         values["seed"] = secrets.randbelow(2**32)
     return GenerateOptions(**values)
