@@ -199,8 +199,9 @@ def test_a_prompt_longer_than_the_context_names_the_flag(smollm2_path):
     assert "n_ctx" not in r.stderr and "new session" not in r.stderr
 
 
-def test_a_context_too_large_for_memory_names_the_flag(smollm2_path):
-    r = cera("run", "-m", smollm2_path, "-c", "999999999", "-p", "hi", "-n", "1")
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_a_context_too_large_for_memory_names_the_flag(smollm2_path, command):
+    r = cera(command, "-m", smollm2_path, "-c", "999999999", "-n", "1", stdin="hi\n")
     assert r.returncode == 1
     no_traceback(r)
     assert "lower -c/--ctx-size (now 999999999)" in r.stderr, r.stderr

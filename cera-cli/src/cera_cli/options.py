@@ -216,6 +216,17 @@ def context_hint(session) -> str:
     return f"raise -c/--ctx-size{more}"
 
 
+def open_session(loaded, ctx_size: int | None, kv_type: str):
+    """A session of -c/--ctx-size tokens; a context that does not fit in memory names the flag
+    (the engine's words are the API's, "a smaller context")."""
+    from cera.errors import ResourceExhausted
+
+    try:
+        return loaded.new_session(n_ctx=ctx_size, kv_type=kv_type)
+    except ResourceExhausted as e:
+        raise ResourceExhausted(f"{e}: lower -c/--ctx-size" + (f" (now {ctx_size})" if ctx_size else "")) from None
+
+
 def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
     sys.stderr.flush()

@@ -23,6 +23,7 @@ from ..options import (
     generate_options,
     load_model,
     model_options,
+    open_session,
     sampling_options,
 )
 from ..tools_cli import describe_call, tool_options
@@ -341,7 +342,7 @@ def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, sys
         loaded.enable_prefix_cache(directory=prompt_cache)
     if loaded.chat_template.is_fallback:
         console.note(f"cera: {loaded.name} has no chat template; using the generic fallback template")
-    session = loaded.new_session(n_ctx=ctx_size, kv_type=kv_type)
+    session = open_session(loaded, ctx_size, kv_type)
     interactive = sys.stdin.isatty()
     reader = LineReader(interactive)
 

@@ -13,6 +13,7 @@ from ..options import (
     generate_options,
     load_model,
     model_options,
+    open_session,
     sampling_options,
 )
 from ..tools_cli import run_turn, tool_options
@@ -86,12 +87,7 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     use_chat = use_chat or bool(tools)
     if use_chat and chat is None:
         console.detail("cera: chat mode (the file has a chat template; --raw continues the text as written)")
-    from cera.errors import ResourceExhausted
-
-    try:
-        session = loaded.new_session(n_ctx=ctx_size, kv_type=kv_type)
-    except ResourceExhausted as e:  # its words are the API's ("a smaller context"): name the flag
-        raise ResourceExhausted(f"{e}: lower -c/--ctx-size" + (f" (now {ctx_size})" if ctx_size else "")) from None
+    session = open_session(loaded, ctx_size, kv_type)
     if use_chat:
         from cera.chat import ChatSession
 
