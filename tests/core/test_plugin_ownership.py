@@ -457,3 +457,40 @@ def test_a_plugin_cannot_take_a_built_in_command(site_module):
     assert rec.status == "error"
     assert rec.error == "registers command 'run', which is reserved by cera-cli (a built-in command)"
     assert "run" not in m.commands
+
+
+HANGING_PROBE = (
+    HEADER
+    + """
+import time
+
+
+def _hang():
+    time.sleep(120)
+
+
+@cera.hookimpl
+def cera_register_backends(register):
+    register(cera.BackendSpec(name="tp-hangs", factory="tp_hangprobe:B", available=_hang, priority=100,
+                              tensor_types=("F32",)))
+"""
+)
+
+
+@pytest.mark.parametrize("command", ["inspect", "plugins"])
+def test_cera_inspect_and_plugins_finish_with_a_hanging_probe_installed(tmp_path, command):
+    """Reproduction, end to end: a hanging availability probe hung `cera plugins` and
+    `cera inspect`. The probe's limit is cut to 0.5 s here to keep the test short."""
+    site = tmp_path / "site"
+    write_dist(site, "tp-hangprobe", {"hangprobe": "tp_hangprobe"}, {"tp_hangprobe": HANGING_PROBE})
+    model = REPO / "tests" / "models" / "reference" / "tiny" / "tiny-mistral.gguf"
+    args = ["inspect", "-m", str(model)] if command == "inspect" else ["plugins"]
+    env = {k: v for k, v in os.environ.items() if k not in ("CERA_PLUGINS", "CERA_PLUGIN_OVERRIDES")}
+    env["PYTHONPATH"] = str(site)
+    code = "import sys\nfrom cera import registry\nregistry.PROBE_TIMEOUT_S = 0.5\nfrom cera_cli.main import main\nmain()\n"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=100)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "tp-hangs  not usable here: availability check did not finish within 0.5 s" in proc.stdout
+    assert elapsed < 60, f"took {elapsed:.1f} s"
