@@ -765,7 +765,10 @@ class VulkanExecutable(Executable):
             )
         if "embedding" in self.graph.ops_used():
             toks = np.asarray(inputs.tokens)
-            vocab = min((w.shape[1] for n in self.graph.nodes if n.op == "embedding" for w in [self.weights[n.args[0].name]]),
+            # only the tables the token ids index (an encoder also looks up token types and
+            # positions, whose tables are smaller than the vocabulary)
+            vocab = min((self.weights[n.args[0].name].shape[1] for n in self.graph.nodes
+                         if n.op == "embedding" and getattr(n.args[1], "name", None) == "tokens"),
                         default=None)  # fmt: skip
             if vocab is not None and toks.size and (toks.min() < 0 or toks.max() >= vocab):
                 raise ShapeError(f"a token id of {toks.tolist()[:8]} is outside the embedding table of {vocab} rows")

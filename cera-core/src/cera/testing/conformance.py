@@ -449,6 +449,18 @@ def check_model(backend, path, manager=None, tokens=(1, 5, 9, 2, 7, 3, 11, 4), s
         loaded = LoadedModel(Path(path), gguf, model, backend, family.name, [], uploaded)
         want_model = reference.load(path, manager)
         vocab = model.n_vocab
+        if not vocab:  # an encoder without an output head: its per-token hidden states instead
+            worst = 0.0
+            texts = ["the quick brown fox", "a b c d e f g h", "hello"]
+            got_all = loaded.embed(texts, pooling="none", normalize=False)
+            want_all = want_model.embed(texts, pooling="none", normalize=False)
+            for text, got, want in zip(texts, got_all, want_all, strict=True):
+                err = float(np.abs(got.astype(np.float64) - want).max())
+                worst = max(worst, err)
+                scale = max(1.0, float(np.abs(want).max()))
+                assert err <= tolerance * scale, f"{Path(path).name}: {text!r}: states differ by {err:.3g} (scale {scale:.3g})"
+            want_model.close()
+            return worst
         ids = [t % vocab for t in tokens]
         sessions = [m.new_session(n_ctx=len(ids) + steps + 2, kv_type=kv_type) for m in (loaded, want_model)]
         worst = 0.0
