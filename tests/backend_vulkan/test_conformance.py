@@ -89,6 +89,56 @@ def test_tiny_family(vulkan, path, row_kernel):
     conformance.check_model(b, path, tolerance=conformance.TOL_F16_TABLE)
 
 
+def _quantized_copy(src: Path, dst: Path, ggml_type: str) -> Path:
+    """``src`` with every 2-D weight matrix (norms aside) as random valid blocks of
+    ``ggml_type``: the same model shape, weights of that type in every product, so that
+    the compiled graph's fusions (Q/K/V in one dispatch, gate and up with their glu) read
+    two or three weights of the type in one kernel."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+
+    from cera.testing.conformance import _random_blocks
+
+    rng = np.random.default_rng(0)
+    reader = GGUFReader(str(src))
+    w = GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type"):
+            continue
+        if field.types[0] == GGUFValueType.ARRAY:
+            w.add_key_value(key, field.contents(), GGUFValueType.ARRAY, sub_type=field.types[-1])
+        else:
+            w.add_key_value(key, field.contents(), field.types[0])
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in t.shape)
+        if len(shape) == 2 and t.name.endswith(".weight") and "norm" not in t.name:
+            data = _random_blocks(ggml_type, shape[1], shape[0], rng)
+            w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=GGMLQuantizationType[ggml_type])
+        else:
+            w.add_tensor(t.name, np.array(t.data), raw_dtype=GGMLQuantizationType(int(t.tensor_type)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+@needs_vulkan
+@pytest.mark.parametrize("ggml_type", ["IQ4_NL", "Q4_0"])
+@pytest.mark.parametrize("row_kernel", [None, "workgroup"])
+def test_tiny_family_with_quantized_weights(ggml_type, row_kernel, tmp_path):
+    """A decoder whose products all read one quantized type, against the reference: the
+    fused kernels take several weights of a type at once (two IQ4_NL weights in one kernel
+    once defined its lookup table twice, which WGSL refuses)."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    src = next(p for p in TINY if p.stem == "tiny-mistral")
+    path = _quantized_copy(src, tmp_path / f"tiny-mistral-{ggml_type}.gguf", ggml_type)
+    b = VulkanBackend()
+    b.row_kernel = row_kernel
+    conformance.check_model(b, path, tolerance=conformance.TOL_F16_TABLE)
+
+
 def test_q8_0_cache_is_refused_by_name():
     from cera.errors import UnsupportedOperation
     from cera.state import AttentionKV, StateSpec

@@ -52,15 +52,23 @@ def test_a_missing_tensor_type_is_refused_by_name(tmp_path):
     if WHY_NOT:
         pytest.skip(WHY_NOT)
     import numpy as np
+    from gguf import GGMLQuantizationType, GGUFWriter
 
     from cera.errors import UnsupportedTensorType
     from cera.gguf import GGUFFile
-    from cera.testing.conformance import WeightSpec, write_weights
     from cera_backend_vulkan.backend import VulkanBackend
+    from cera_backend_vulkan.capabilities import TENSOR_TYPES
 
-    path = tmp_path / "q2k.gguf"
-    write_weights(path, [WeightSpec("blk.0.ffn_down.weight", (4, 256), "Q2_K")], np.random.default_rng(0))
-    with GGUFFile(path) as g, pytest.raises(UnsupportedTensorType, match="blk.0.ffn_down.weight"):
+    assert "IQ4_XS" not in TENSOR_TYPES  # if it gains a kernel, pick another type here
+    path = tmp_path / "iq4xs.gguf"
+    w = GGUFWriter(str(path), "cera-conformance")
+    blocks = np.zeros((4, 136), np.uint8)  # 4 rows of one 256-value IQ4_XS block (all zero: valid)
+    w.add_tensor("blk.0.ffn_down.weight", blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.IQ4_XS)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with GGUFFile(path) as g, pytest.raises(UnsupportedTensorType, match="blk.0.ffn_down.weight.*IQ4_XS"):
         VulkanBackend().upload(g, "blk.0.ffn_down.weight")
 
 

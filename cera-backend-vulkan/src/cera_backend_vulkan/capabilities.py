@@ -3,7 +3,9 @@ without loading wgpu)."""
 
 # GGML types with a WGSL decoder (wgsl.DQ8): products, row gathers and tiles read them
 # in their GGUF block layout.
-TENSOR_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K")
+TENSOR_TYPES = (
+    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+)  # fmt: skip
 
 # The ops of cera.ops with a kernel here: everything the dense decoder families use.
 # Not yet: conv1d_causal, conv1d, ssm_scan, moe, cross_attention, store_cross (hybrid,

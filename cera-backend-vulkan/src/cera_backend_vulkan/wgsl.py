@@ -156,10 +156,53 @@ DQ8 = {
     let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
     var v: array<f32, 8>;
     for (var i = 0u; i < 4u; i++) {
-        v[i] = f32(IQ4NL[(u0 >> (8u * i)) & 15u]);
-        v[i + 4u] = f32(IQ4NL[(u1 >> (8u * i)) & 15u]);
+        v[i] = f32(IQ4NL_{W}[(u0 >> (8u * i)) & 15u]);
+        v[i + 4u] = f32(IQ4NL_{W}[(u1 >> (8u * i)) & 15u]);
     }
     return V8(vec4<f32>(v[0], v[1], v[2], v[3]) * d, vec4<f32>(v[4], v[5], v[6], v[7]) * d);
+""",
+    # 84 bytes per 256: 16 bytes of 4-bit scales (low) and mins (high), 64 bytes of 2-bit
+    # quants, f16 d, f16 dmin. Halves of 128; in a half, quarter j of 32 takes bits 2j of
+    # byte t of the half's 32, each 16 elements their own scale byte (8 half + 2 j + t / 16).
+    "Q2_K": """
+    let blk = base + (g >> 5u) * 84u;
+    let e = (g & 31u) * 8u;
+    let n = e >> 7u;
+    let j = (e & 127u) >> 5u;
+    let t = e & 31u;
+    let sc = rd8_{W}(blk + 8u * n + 2u * j + (t >> 4u));
+    let dl = f16_{W}(blk + 80u) * f32(sc & 15u);
+    let ml = f16_{W}(blk + 82u) * f32(sc >> 4u);
+    let q = blk + 16u + 32u * n + t;
+    let u0 = rd32_{W}(q) >> (2u * j); let u1 = rd32_{W}(q + 4u) >> (2u * j);
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let a = vec4<f32>((vec4<u32>(u0) >> m) & vec4<u32>(3u));
+    let b = vec4<f32>((vec4<u32>(u1) >> m) & vec4<u32>(3u));
+    return V8(a * dl - ml, b * dl - ml);
+""",
+    # 110 bytes per 256: 32 bytes of high bits, 64 bytes of 2-bit quants (laid out as
+    # Q2_K's), 12 bytes of 6-bit signed scales, f16 d. Element t of quarter j of half n
+    # has its high bit at bit 4n + j of byte t, and subtracts 4 when that bit is clear.
+    # Scale s: low 4 bits from byte s & 7 (high nibble for s >= 8), top 2 bits from byte
+    # 8 + (s & 3), bits 2 (s >> 2) (ggml's kmask unpacking), minus 32.
+    "Q3_K": """
+    let blk = base + (g >> 5u) * 110u;
+    let e = (g & 31u) * 8u;
+    let n = e >> 7u;
+    let j = (e & 127u) >> 5u;
+    let t = e & 31u;
+    let s = 8u * n + 2u * j + (t >> 4u);
+    let lo = (rd8_{W}(blk + 96u + (s & 7u)) >> (4u * (s >> 3u))) & 15u;
+    let hi = (rd8_{W}(blk + 104u + (s & 3u)) >> (2u * (s >> 2u))) & 3u;
+    let dl = f16_{W}(blk + 108u) * f32(i32(lo | (hi << 4u)) - 32);
+    let q = blk + 32u + 32u * n + t;
+    let u0 = rd32_{W}(q) >> (2u * j); let u1 = rd32_{W}(q + 4u) >> (2u * j);
+    let hs = 4u * n + j;
+    let h0 = rd32_{W}(blk + t) >> hs; let h1 = rd32_{W}(blk + t + 4u) >> hs;
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    let a = vec4<f32>(((vec4<u32>(u0) >> m) & vec4<u32>(3u)) | (((vec4<u32>(h0) >> m) & vec4<u32>(1u)) << vec4<u32>(2u))) - 4.0;
+    let b = vec4<f32>(((vec4<u32>(u1) >> m) & vec4<u32>(3u)) | (((vec4<u32>(h1) >> m) & vec4<u32>(1u)) << vec4<u32>(2u))) - 4.0;
+    return V8(a * dl, b * dl);
 """,
     # 144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of
     # nibbles (each 32 bytes hold two sub-blocks of 32: low nibbles then high)
@@ -235,15 +278,17 @@ fn kscale_{W}(off: u32, s: u32) -> vec2<f32> {
 }
 """
 
+# One table per weight binding: a kernel reading two IQ4_NL weights (gate and up in one
+# dispatch) would otherwise define the constant twice, which WGSL refuses.
 IQ4NL_TABLE = (
-    "const IQ4NL = array<i32, 16>(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);\n"
+    "const IQ4NL_{W} = array<i32, 16>(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);\n"
 )
 
 # block size (elements) and bytes per block of each type served
 BLOCKS = {
     "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22),
-    "Q5_1": (32, 24), "Q8_0": (32, 34), "IQ4_NL": (32, 18), "Q4_K": (256, 144), "Q5_K": (256, 176),
-    "Q6_K": (256, 210),
+    "Q5_1": (32, 24), "Q8_0": (32, 34), "IQ4_NL": (32, 18), "Q2_K": (256, 84), "Q3_K": (256, 110),
+    "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210),
 }  # fmt: skip
 
 
@@ -253,7 +298,7 @@ def weight_lib(ggml_type: str, var: str, binding: int) -> str:
     if ggml_type in ("Q4_K", "Q5_K"):
         src += KSCALE.replace("{W}", var)
     if ggml_type == "IQ4_NL":
-        src += IQ4NL_TABLE if "IQ4NL" not in src else ""
+        src += IQ4NL_TABLE.replace("{W}", var)
     body = DQ8[ggml_type].replace("{W}", var)
     src += f"fn dq8_{var}(base: u32, g: u32) -> V8 {{{body}}}\n"
     return src
