@@ -83,9 +83,12 @@ class DecoderConfig:
         return self.mixers[i] if self.mixers else "attention"
 
 
-def read_decoder_config(gguf, family: str, neox: bool = False) -> tuple[DecoderConfig, HParams]:
+def read_decoder_config(
+    gguf, family: str, neox: bool = False, eps_key: str = K.Attention.LAYERNORM_RMS_EPS
+) -> tuple[DecoderConfig, HParams]:
     """The keys every llama-shaped decoder has. Returns the HParams so the family can read
-    its own keys and then call ``hp.check_all_understood()``."""
+    its own keys and then call ``hp.check_all_understood()``. ``eps_key``: the norm's
+    epsilon (LayerNorm families such as starcoder2 store ``attention.layer_norm_epsilon``)."""
     hp = HParams(gguf, family)
     n_layer = hp.req(K.LLM.BLOCK_COUNT)
     n_embd = hp.req(K.LLM.EMBEDDING_LENGTH)
@@ -130,14 +133,14 @@ def read_decoder_config(gguf, family: str, neox: bool = False) -> tuple[DecoderC
     scale = hp.opt(K.Attention.SCALE, 0.0, float)
     n_ff = hp.req(K.LLM.FEED_FORWARD_LENGTH)
     n_ctx_train = hp.opt(K.LLM.CONTEXT_LENGTH, 0, int)
-    eps = hp.req(K.Attention.LAYERNORM_RMS_EPS, float)
+    eps = hp.req(eps_key, float)
     if n_ff < 1:
         raise ModelConfigError(f"{gguf.path}: {hp.key('feed_forward_length')} is {n_ff}; it must be positive")
     if not 0 <= n_ctx_train < 2**31:  # positions are int32
         raise ModelConfigError(f"{gguf.path}: {hp.key('context_length')} is {n_ctx_train}; it must be in [0, 2^31)")
     if not eps > 0:
         raise ModelConfigError(
-            f"{gguf.path}: {hp.key('attention.layer_norm_rms_epsilon')} is {eps}; it must be positive"
+            f"{gguf.path}: {hp.key(eps_key)} is {eps}; it must be positive"
         )
     if scale < 0:
         raise ModelConfigError(f"{gguf.path}: {hp.key('attention.scale')} is {scale}; it must not be negative")

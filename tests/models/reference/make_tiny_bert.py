@@ -102,8 +102,11 @@ def main() -> int:
             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         ]))  # fmt: skip
         (hf_dir / "1_Pooling").mkdir()
-        (hf_dir / "1_Pooling" / "config.json").write_text(json.dumps(
-            {"word_embedding_dimension": 64, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+        (hf_dir / "1_Pooling" / "config.json").write_text(
+            json.dumps(
+                {"word_embedding_dimension": 64, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
+            )
+        )
         llama_dir = M.extract_converter(Path(tmp) / "sdist")
         # a new tokenizer's pre-tokenizer hash is in no table: name BERT's (bge's) instead
         command = M.convert(llama_dir, hf_dir, out, "bert-bge")

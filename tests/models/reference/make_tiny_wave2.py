@@ -69,6 +69,8 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
             elif name.endswith("dt_bias"):  # softplus(dt_bias) between ~0.001 and 0.1, as HF's init
                 dt = torch.exp(torch.rand(param.shape, generator=gen) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
                 param.copy_(dt + torch.log(-torch.expm1(-dt)))
+            elif family == "starcoder2" and name.endswith(".bias"):  # biases near 0, not norm-like
+                param.copy_(0.1 * noise)
             elif param.dim() == 1:
                 param.copy_(1.0 + 0.1 * noise)
             elif "embed_tokens" in name:
@@ -80,7 +82,7 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
                 param.copy_(noise * gain / math.sqrt(param.shape[-1]))
             else:
                 gain = qk_gain if any(k in name for k in QK_NAMES) else 1.0
-                if any(k in name for k in RESIDUAL_NAMES):
+                if any(k in name for k in RESIDUAL_NAMES) or (family == "starcoder2" and ".c_proj." in name):
                     gain = res_gain
                 if any(name.endswith(k) for k in ROUTER_NAMES):
                     gain = ROUTER_GAIN
@@ -282,6 +284,18 @@ def family_specs() -> dict[str, dict]:
             features=("EXAONE 3: llama arithmetic with NeoX-paired RoPE (the converter keeps HF's layout) and llama3 "
                       "RoPE frequency factors (rope_freqs tensor), GQA 4/2, untied. Reference: transformers' Llama, "
                       "converted as ExaoneForCausalLM"),
+        ),
+        "starcoder2": dict(
+            cls="Starcoder2ForCausalLM", pre="gpt-2",
+            tokenizer=chat_bpe,
+            config=transformers.Starcoder2Config(
+                hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                num_hidden_layers=3, max_position_embeddings=1024, norm_epsilon=1e-5, use_bias=True,
+                hidden_act="gelu_pytorch_tanh", rope_theta=10000.0, sliding_window=None,
+                tie_word_embeddings=True, bos_token_id=0, eos_token_id=2, pad_token_id=0,
+            ),
+            features=("StarCoder2: LayerNorm with biases (pre-norm and final), biases on q/k/v/o, a plain GELU "
+                      "feed-forward (c_fc -> gelu -> c_proj, with biases), NeoX RoPE, GQA 4/2, tied embeddings"),
         ),
         "granitehybrid": dict(
             cls="GraniteMoeHybridForCausalLM", pre="gpt-2",

@@ -17,6 +17,9 @@ def cera_register_models(register):
     register(
         cera.ModelFamily(name="minicpm", architectures=("minicpm",), factory="cera_model_llama.minicpm:MiniCPMModel")
     )
+    register(cera.ModelFamily(name="exaone", architectures=("exaone",), factory="cera_model_llama.exaone:ExaoneModel"))
     register(
-        cera.ModelFamily(name="exaone", architectures=("exaone",), factory="cera_model_llama.exaone:ExaoneModel")
+        cera.ModelFamily(
+            name="starcoder2", architectures=("starcoder2",), factory="cera_model_llama.starcoder2:Starcoder2Model"
+        )
     )
