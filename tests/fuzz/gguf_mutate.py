@@ -297,7 +297,7 @@ def m_tokenizer(rng, doc: Doc) -> str:
         cut = rng.randrange(len(items) + 1)
         tokens.value = (et, items[:cut])
         return f"vocabulary cut to {cut} tokens"
-    if r == 2 and tokens is not None:
+    if r == 2 and tokens is not None and len(tokens.value[1]):  # an earlier mutation may have emptied it
         et, items = tokens.value
         items = list(items)
         i = rng.randrange(len(items))

@@ -288,8 +288,31 @@ def test_a_context_past_32_bit_positions_is_refused(monkeypatch):
     spec = state_module.StateSpec()
     spec.add(state_module.ShortConv(channels=4, kernel=3))
     monkeypatch.setattr(state_module, "memory_ceiling", lambda: 1 << 60)
-    with pytest.raises(SessionError, match=r"n_ctx must be at most 2147483647 \(positions are 32-bit\), got 2147483648"):
+    with pytest.raises(
+        SessionError, match=r"n_ctx must be at most 2147483647 \(positions are 32-bit\), got 2147483648"
+    ):
         state_module.HostState(spec, n_ctx=1 << 31)
     monkeypatch.setattr(state_module, "memory_ceiling", lambda: 1 << 30)
     with pytest.raises(CeraError, match=r"needs 4\.0 GiB of memory, more than this machine has \(1\.0 GiB"):
         state_module.HostState(spec, n_ctx=(1 << 30) - 1)
+
+
+def test_the_mutator_handles_a_vocabulary_an_earlier_mutation_emptied():
+    """The harness's own bug, found by the slow run (open mode): one case cut the vocabulary
+    to nothing, the next mutation of the same case picked a token of it to damage, and the
+    whole test died in random.randrange instead of trying the file."""
+    import random
+
+    from gguf_mutate import m_tokenizer
+
+    doc = parse(SEED)
+    tokens = doc.kv("tokenizer.ggml.tokens")
+    tokens.value = (tokens.value[0], [])
+    picked_a_token = 0
+    for n in range(200):
+        rng = random.Random(n)
+        if random.Random(n).randrange(9) == 2:
+            picked_a_token += 1
+        m_tokenizer(rng, doc)
+        assert doc.kv("tokenizer.ggml.tokens").value[1] == []
+    assert picked_a_token > 0  # the path that failed was taken
