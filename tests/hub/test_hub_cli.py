@@ -70,6 +70,23 @@ def test_inspect_and_offline_runs_from_the_cache(hub, smollm_repo, smollm2_path,
     assert len(hub.requests()) == n
 
 
+def test_pull_a_hub_repo(hub, smollm_repo, smollm2_path):
+    """`cera pull org/repo:QUANT` fetches what `cera run -m` would, into the Hugging Face
+    cache, checked; a second pull downloads nothing; a repo without the quant is refused."""
+    repo = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+    rc, out, err = cera("pull", f"{repo}:Q4_1")
+    assert rc == 0, err
+    snapshot = Path(os.environ["HF_HUB_CACHE"]) / f"models--{repo.replace('/', '--')}" / "snapshots" / smollm_repo
+    path = snapshot / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert f"{repo}:Q4_1 is cached in {path}" in out and "100%" in err
+    assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(smollm2_path.read_bytes()).digest()
+    n = len(hub.requests("cdn"))
+    rc, out, err = cera("pull", f"{repo}:Q4_1", "-q")
+    assert rc == 0 and f"is cached in {path}" in out and err == "" and len(hub.requests("cdn")) == n
+    rc, out, err = cera("pull", f"{repo}:Q8_0")
+    assert rc == 1 and "has no Q8_0 model file; it has: Q4_1" in err
+
+
 def test_cli_errors_name_the_problem(hub, smollm_repo):
     rc, out, err = cera("run", "-m", "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q8_0", *RUN)
     assert rc == 1 and "has no Q8_0 model file; it has: Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf)" in err

@@ -87,12 +87,21 @@ class ProgressBar:
 @click.argument("name")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def pull_cmd(name, quiet):
-    """Fetch a bundle (`cera models` lists them) into the cache, checking its SHA-256."""
+    """Fetch a bundle (`cera models` lists them) into the cache, checking its SHA-256.
+
+    NAME may also be a Hugging Face repo, ORG/REPO[@REVISION][:QUANT]: its file goes to the
+    Hugging Face cache, checked against the Hub's SHA-256 (a SafeTensors repo is converted)."""
     from cera import bundles
 
     known = {e.name: e for e in bundles.listing()}
     entry = known.get(name)
     if entry is None:
+        from cera import hub
+
+        if hub.parse_source(name) is not None:  # org/repo: what `cera run -m` would fetch, fetched now
+            path = hub.resolve(name, quiet=quiet)
+            click.echo(f"{name} is cached in {path} ({human_size(path.stat().st_size)})")
+            return
         raise click.BadParameter(f"no bundle named {name!r}; `cera models` lists them: {', '.join(known)}", param_hint="'NAME'")
     if entry.cached:
         click.echo(f"{name} is already cached in {entry.path} ({human_size(entry.size)})")
