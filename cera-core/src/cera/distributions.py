@@ -28,6 +28,8 @@ FAMILIES = {
     "granite": "cera-model-llama",
     "smollm3": "cera-model-llama",
     "minicpm": "cera-model-llama",
+    "exaone": "cera-model-llama",
+    "starcoder2": "cera-model-llama",
     "qwen2": "cera-model-qwen2",
     "qwen3": "cera-model-qwen3",
     "qwen3moe": "cera-model-qwen3",
