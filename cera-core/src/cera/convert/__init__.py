@@ -1,21 +1,22 @@
 """Converting SafeTensors models (a Hugging Face repository or folder) to GGUF, streaming.
 
 The output is what llama.cpp's ``convert_hf_to_gguf.py --outtype f32`` followed by
-``llama-quantize`` makes (tested against both on a tiny llama model): the same metadata
-keys and values, the same tensors with the same shapes, types and order, and the same
-bytes for every type cera writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and the
-Q4_K/Q5_K mixtures; `cera.convert.quants`).
+``llama-quantize`` makes (tested against both on tiny llama, qwen2, qwen3 and smollm3
+models): the same metadata keys and values, the same tensors with the same shapes, types
+and order, and the same bytes for every type cera writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+Q5_0, Q5_1, Q6_K and the Q5_K/Q4_K/Q3_K/Q2_K mixtures; `cera.convert.quants`).
 
 Streaming: each tensor is read from its shard on its own (a positioned read of exactly its
 bytes, never the whole shard), turned to float32 and quantized a block of rows at a time,
 and appended to the output, whose header (every tensor's name, shape and type) is known
 before any data is read. Peak memory is therefore the largest tensor in its source dtype
 plus ``MEMORY_BOUND_BYTES`` (32 MiB: a chunk of float32 rows, its quantized form and the
-quantizers' temporaries; measured in tests/hub/test_convert.py). The file is written under a temporary name and renamed when
+quantizers' temporaries; measured in tests/hub/test_hub_convert.py). The file is written under a temporary name and renamed when
 complete, so an interrupted conversion leaves nothing in the cache.
 
-Architectures: llama (and Mistral-style llama checkpoints), qwen2, qwen3. Others are
-refused with the list; convert them with llama.cpp's converter.
+Architectures: llama (and Mistral-style llama checkpoints), qwen2, qwen3, smollm3; byte-level
+BPE tokenizers (tokenizer.json). Others are refused with the list; convert them with
+llama.cpp's converter.
 """
 
 from __future__ import annotations
@@ -115,7 +116,10 @@ def to_f32(a: np.ndarray, dtype: str) -> np.ndarray:
 # -- what llama.cpp's converter writes ---------------------------------------------------
 
 ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-         "Qwen3ForCausalLM": "qwen3"}  # fmt: skip
+         "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3"}  # fmt: skip
+# llama.cpp converts these with its LlamaModel (rotary rows permuted, vocab size and rope
+# dimension written); smollm3's NoPE layers are implied by the architecture, not stored.
+_LLAMA_LIKE = ("llama", "smollm3")
 
 
 def _arch(config: dict, where: str) -> str:
@@ -247,7 +251,8 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
     n_kv = int(config.get("num_key_value_heads", n_head))
     n_embd = int(config["hidden_size"])
     head_dim = int(config.get("head_dim") or n_embd // n_head)
-    arch_enum = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3}[arch]
+    arch_enum = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
+                 "smollm3": gguf.MODEL_ARCH.SMOLLM3}[arch]  # fmt: skip
     names = gguf.get_tensor_name_map(arch_enum, n_layer)
     tensors = []
     for hf_name in sources:  # llama.cpp's converter: each shard in order, names sorted within
@@ -258,9 +263,9 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
         if gname is None:
             raise ConversionError(f"{st.path.name}: tensor {hf_name!r} has no GGUF name for {arch}; it cannot be converted")
         transform = None
-        if arch == "llama" and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
+        if arch in _LLAMA_LIKE and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
             transform = ("permute", n_head)
-        elif arch == "llama" and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
+        elif arch in _LLAMA_LIKE and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
             transform = ("permute", n_kv)
         tensors.append([gname, st, tuple(reversed(st.shape)), None, transform])
     if "output.weight" not in {t[0] for t in tensors}:
@@ -283,7 +288,7 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
     if arch == "llama" or config.get("head_dim"):  # llama.cpp's converter: llama always, others when given
         meta += [(f"{arch}.attention.key_length", head_dim, V.UINT32),
                  (f"{arch}.attention.value_length", head_dim, V.UINT32)]  # fmt: skip
-    if arch == "llama":
+    if arch in _LLAMA_LIKE:
         meta += [(f"{arch}.vocab_size", int(config["vocab_size"]), V.UINT32),
                  (f"{arch}.rope.dimension_count", head_dim, V.UINT32)]  # fmt: skip
     if config.get("rope_scaling"):
