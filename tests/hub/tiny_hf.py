@@ -1,5 +1,5 @@
 """The tiny random-weight SafeTensors repositories of the conversion tests (llama, qwen2,
-qwen3, smollm3 architectures).
+qwen3, smollm3, granite architectures).
 
 Their text files (config.json, tokenizer.json, ...) are in ``data/tiny-<arch>/``, as HF
 transformers saved them (``reference/make_tiny_llama.py`` made them). Its weights are made
@@ -19,7 +19,7 @@ import numpy as np
 
 DATA = Path(__file__).parent / "data" / "tiny-llama"
 SEED = 19
-ARCHS = ("llama", "qwen2", "qwen3", "smollm3")
+ARCHS = ("llama", "qwen2", "qwen3", "smollm3", "granite")
 
 
 def data_dir(arch: str = "llama") -> Path:

@@ -1,8 +1,8 @@
-"""Make a tiny SafeTensors repository (llama, qwen2, qwen3 or smollm3) and what llama.cpp makes of it.
+"""Make a tiny SafeTensors repository (llama, qwen2, qwen3, smollm3 or granite) and what llama.cpp makes of it.
 
 Two stages, each in the Python that has its tools:
 
-1. ``--stage hf [--arch llama|qwen2|qwen3|smollm3]`` (a venv with torch 2.13.0 CPU, transformers 4.57.6 (the version llama.cpp's
+1. ``--stage hf [--arch llama|qwen2|qwen3|smollm3|granite]`` (a venv with torch 2.13.0 CPU, transformers 4.57.6 (the version llama.cpp's
    converter pins), tokenizers, safetensors, sentencepiece, numpy):
    trains a 512-token byte-level BPE tokenizer (Llama 3's pre-tokenizer) on text made
    here (Qwen 2's pre-tokenizer for qwen2/qwen3), builds the transformers model from ``config_for``, loads the weights of ``tiny_hf.weights()``
@@ -48,6 +48,7 @@ ARCHS = {
     "qwen2": ("Qwen2ForCausalLM", "qwen2", "Qwen2Config", "Qwen2ForCausalLM", "qwen2"),
     "qwen3": ("Qwen3ForCausalLM", "qwen3", "Qwen3Config", "Qwen3ForCausalLM", "qwen2"),
     "smollm3": ("SmolLM3ForCausalLM", "smollm3", "SmolLM3Config", "SmolLM3ForCausalLM", "llama-bpe"),
+    "granite": ("GraniteForCausalLM", "granite", "GraniteConfig", "GraniteForCausalLM", "llama-bpe"),
 }
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -67,6 +68,8 @@ def config_for(arch: str) -> dict:
         c.update(head_dim=64, use_sliding_window=False)
     if arch == "smollm3":  # four layers: the fourth has no rotary embedding (NoPE), as every fourth does
         c.update(num_hidden_layers=4, no_rope_layer_interval=4, use_sliding_window=False, pad_token_id=None)
+    if arch == "granite":  # its four multipliers, none of them 1, so each one shows in the logits
+        c.update(attention_multiplier=0.1, embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=4.0)
     return c
 PROMPT = "The quick brown fox jumps over the lazy dog. def main():"
 TYPES = ["F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S", "Q3_K_L", "Q3_K_M",
@@ -112,7 +115,7 @@ def stage_hf(work: Path, sdist: Path, arch: str) -> None:
     specials = ["<|begin|>", "<|eot|>", "<|start|>", "<|end|>"]
     tok = Tokenizer(models.BPE(byte_fallback=False))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_SPLIT if arch in ("llama", "smollm3") else QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT if arch in ("qwen2", "qwen3") else LLAMA3_SPLIT), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
     ])  # fmt: skip
     tok.decoder = decoders.ByteLevel()
