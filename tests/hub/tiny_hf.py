@@ -1,5 +1,5 @@
 """The tiny random-weight SafeTensors repositories of the conversion tests (llama, qwen2,
-qwen3, smollm3, granite architectures).
+qwen3, smollm3, granite, olmo2 architectures).
 
 Their text files (config.json, tokenizer.json, ...) are in ``data/tiny-<arch>/``, as HF
 transformers saved them (``reference/make_tiny_llama.py`` made them). Its weights are made
@@ -19,7 +19,7 @@ import numpy as np
 
 DATA = Path(__file__).parent / "data" / "tiny-llama"
 SEED = 19
-ARCHS = ("llama", "qwen2", "qwen3", "smollm3", "granite")
+ARCHS = ("llama", "qwen2", "qwen3", "smollm3", "granite", "olmo2")
 
 
 def data_dir(arch: str = "llama") -> Path:
@@ -53,7 +53,8 @@ def weights(arch: str = "llama") -> dict[str, np.ndarray]:
     out = {"model.embed_tokens.weight": mat(v, d, 1.0)}
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        out[p + "input_layernorm.weight"] = norm(d)
+        if arch != "olmo2":  # OLMo 2 normalises after attention and after the MLP instead
+            out[p + "input_layernorm.weight"] = norm(d)
         out[p + "self_attn.q_proj.weight"] = mat(d, d, d**-0.5)
         out[p + "self_attn.k_proj.weight"] = mat(kv, d, d**-0.5)
         out[p + "self_attn.v_proj.weight"] = mat(kv, d, d**-0.5)
@@ -68,6 +69,10 @@ def weights(arch: str = "llama") -> dict[str, np.ndarray]:
         if arch == "qwen3":  # RMS norms of queries and keys, per head
             out[p + "self_attn.q_norm.weight"] = norm(hd)
             out[p + "self_attn.k_norm.weight"] = norm(hd)
+        if arch == "olmo2":  # RMS norms of all queries and all keys at once, and the post-norms
+            out[p + "self_attn.q_norm.weight"] = norm(d)
+            out[p + "self_attn.k_norm.weight"] = norm(kv)
+            out[p + "post_feedforward_layernorm.weight"] = norm(d)
     out["model.norm.weight"] = norm(d)
     out["lm_head.weight"] = mat(v, d, 2 * d**-0.5)
     return out

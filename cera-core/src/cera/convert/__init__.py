@@ -1,8 +1,8 @@
 """Converting SafeTensors models (a Hugging Face repository or folder) to GGUF, streaming.
 
 The output is what llama.cpp's ``convert_hf_to_gguf.py --outtype f32`` followed by
-``llama-quantize`` makes (tested against both on tiny llama, qwen2, qwen3, smollm3 and
-granite models): the same metadata keys and values, the same tensors with the same shapes, types
+``llama-quantize`` makes (tested against both on tiny llama, qwen2, qwen3, smollm3,
+granite and olmo2 models): the same metadata keys and values, the same tensors with the same shapes, types
 and order, and the same bytes for every type cera writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 Q5_0, Q5_1, Q6_K and the Q5_K/Q4_K/Q3_K/Q2_K mixtures; `cera.convert.quants`).
 
@@ -14,7 +14,7 @@ plus ``MEMORY_BOUND_BYTES`` (32 MiB: a chunk of float32 rows, its quantized form
 quantizers' temporaries; measured in tests/hub/test_hub_convert.py). The file is written under a temporary name and renamed when
 complete, so an interrupted conversion leaves nothing in the cache.
 
-Architectures: llama (and Mistral-style llama checkpoints), qwen2, qwen3, smollm3, granite; byte-level
+Architectures: llama (and Mistral-style llama checkpoints), qwen2, qwen3, smollm3, granite, olmo2; byte-level
 BPE tokenizers (tokenizer.json). Others are refused with the list; convert them with
 llama.cpp's converter.
 """
@@ -116,7 +116,8 @@ def to_f32(a: np.ndarray, dtype: str) -> np.ndarray:
 # -- what llama.cpp's converter writes ---------------------------------------------------
 
 ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-         "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "GraniteForCausalLM": "granite"}  # fmt: skip
+         "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "GraniteForCausalLM": "granite",
+         "Olmo2ForCausalLM": "olmo2"}  # fmt: skip
 # llama.cpp converts these with its LlamaModel (rotary rows permuted, vocab size and rope
 # dimension written); smollm3's NoPE layers are implied by the architecture, not stored;
 # granite adds its four multipliers and ignores head_dim.
@@ -257,7 +258,7 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
         config = {k: v for k, v in config.items() if k != "head_dim"}
     head_dim = int(config.get("head_dim") or n_embd // n_head)
     arch_enum = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
-                 "smollm3": gguf.MODEL_ARCH.SMOLLM3, "granite": gguf.MODEL_ARCH.GRANITE}[arch]  # fmt: skip
+                 "smollm3": gguf.MODEL_ARCH.SMOLLM3, "granite": gguf.MODEL_ARCH.GRANITE, "olmo2": gguf.MODEL_ARCH.OLMO2}[arch]  # fmt: skip
     names = gguf.get_tensor_name_map(arch_enum, n_layer)
     tensors = []
     for hf_name in sources:  # llama.cpp's converter: each shard in order, names sorted within
