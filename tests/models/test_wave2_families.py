@@ -10,8 +10,8 @@ own slot of conv/SSM state), and refusal of metadata keys a family does not read
 Stated tolerance against transformers: 1e-2 absolute on logits of magnitude ~10, with
 f32 keys and values (transformers computes in float32; with llama.cpp's f16 cache both
 cera and llama.cpp move by up to ~0.1 on these files); 5e-2 for gemma, whose GELU goes
-through ggml's f16 table as in llama.cpp (starcoder2's GELU does too: 8e-3 from
-transformers on its file, within 1e-2).
+through ggml's f16 table as in llama.cpp (starcoder2's and phi2's GELU do too: 8e-3
+from transformers on their files, within 1e-2).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from cera.errors import ModelConfigError
 
 TINY = Path(__file__).parent / "reference" / "tiny"
 FAMILIES = ["lfm2", "lfm2moe", "mamba2", "granitehybrid", "falcon-h1", "qwen3moe", "gemma", "smollm3", "minicpm",
-            "exaone", "starcoder2"]  # fmt: skip
+            "exaone", "starcoder2", "phi2"]  # fmt: skip
 FAMILIES = [f for f in FAMILIES if (TINY / f"tiny-{f}.gguf").exists()]
 TOLERANCE = 1e-2
 # GELU goes through ggml's f16 table (as llama.cpp computes it), transformers' is exact

@@ -69,7 +69,7 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
             elif name.endswith("dt_bias"):  # softplus(dt_bias) between ~0.001 and 0.1, as HF's init
                 dt = torch.exp(torch.rand(param.shape, generator=gen) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
                 param.copy_(dt + torch.log(-torch.expm1(-dt)))
-            elif family == "starcoder2" and name.endswith(".bias"):  # biases near 0, not norm-like
+            elif family in ("starcoder2", "phi2") and name.endswith(".bias"):  # biases near 0, not norm-like
                 param.copy_(0.1 * noise)
             elif param.dim() == 1:
                 param.copy_(1.0 + 0.1 * noise)
@@ -82,7 +82,10 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
                 param.copy_(noise * gain / math.sqrt(param.shape[-1]))
             else:
                 gain = qk_gain if any(k in name for k in QK_NAMES) else 1.0
-                if any(k in name for k in RESIDUAL_NAMES) or (family == "starcoder2" and ".c_proj." in name):
+                writes_residual = (family == "starcoder2" and ".c_proj." in name) or (
+                    family == "phi2" and (".dense." in name or ".fc2." in name)
+                )
+                if any(k in name for k in RESIDUAL_NAMES) or writes_residual:
                     gain = res_gain
                 if any(name.endswith(k) for k in ROUTER_NAMES):
                     gain = ROUTER_GAIN
@@ -296,6 +299,22 @@ def family_specs() -> dict[str, dict]:
             ),
             features=("StarCoder2: LayerNorm with biases (pre-norm and final), biases on q/k/v/o, a plain GELU "
                       "feed-forward (c_fc -> gelu -> c_proj, with biases), NeoX RoPE, GQA 4/2, tied embeddings"),
+        ),
+        "phi2": dict(
+            cls="PhiForCausalLM", pre="gpt-2",
+            tokenizer=chat_bpe,
+            # the converter writes feed_forward_length = 4 x hidden (Phi-2's ratio), whatever the config says
+            config=transformers.PhiConfig(
+                hidden_size=64, intermediate_size=256, num_attention_heads=4, num_key_value_heads=4,
+                num_hidden_layers=3, max_position_embeddings=1024, layer_norm_eps=1e-5, hidden_act="gelu_new",
+                partial_rotary_factor=0.5, rope_theta=10000.0, qk_layernorm=False, resid_pdrop=0.0,
+                embd_pdrop=0.0, attention_dropout=0.0, tie_word_embeddings=False,
+                bos_token_id=0, eos_token_id=2, pad_token_id=0,
+            ),
+            res_gains=(6.0,),
+            features=("Phi-2: one LayerNorm (with bias) feeding attention and a GELU feed-forward side by side, "
+                      "biases on every projection and the output, partial rotary (8 of 16 dimensions, NeoX pairs), "
+                      "queries scaled before attention, untied output"),
         ),
         "granitehybrid": dict(
             cls="GraniteMoeHybridForCausalLM", pre="gpt-2",
