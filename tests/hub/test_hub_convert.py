@@ -193,7 +193,7 @@ def test_unknown_architecture_and_damaged_shards(repo, tmp_path):
     shutil.copytree(repo, bad)
     cfg = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**cfg, "architectures": ["GPT2LMHeadModel"]}))
-    with pytest.raises(ConversionError, match=r"converts LlamaForCausalLM.*not GPT2LMHeadModel"):
+    with pytest.raises(ConversionError, match=r"converts .*LlamaForCausalLM.*not GPT2LMHeadModel"):
         convert_folder(bad, tmp_path / "x.gguf", "Q8_0")
     cut = tmp_path / "cut"
     shutil.copytree(repo, cut)
