@@ -34,6 +34,11 @@ def reference():
 
 @pytest.fixture(scope="module")
 def cluster():
+    import os
+
+    # no usage report to Ray's servers from a test (the machines reach no such host anyway)
+    before = os.environ.get("RAY_USAGE_STATS_ENABLED")
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     # address="local": always a fresh cluster of this process, never one found running
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
@@ -41,6 +46,10 @@ def cluster():
 
     serve.shutdown()
     ray.shutdown()
+    if before is None:
+        os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
+    else:
+        os.environ["RAY_USAGE_STATS_ENABLED"] = before
 
 
 @pytest.fixture(scope="module")
