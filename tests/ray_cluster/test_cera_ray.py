@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -122,7 +123,29 @@ def test_ray_serve_replica_speaks_openai(cluster, http_port, spec, reference):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="x", messages=chat["messages"], max_tokens=100000)
     assert "context holds 512" in str(info.value)
+
+    # a client that goes away mid-stream: Ray's proxy cancels the request in the replica, and
+    # the server stops the sequence (its metrics, read through the proxy, show none running)
+    stream = client.completions.create(model="x", prompt="Count to a thousand:", max_tokens=400, temperature=0,
+                                       stream=True, extra_body={"ignore_eos": True})  # fmt: skip
+    it = iter(stream)
+    for _ in range(3):
+        next(it)
+    stream.close()
+    deadline = time.time() + 30
+    while time.time() < deadline and _gauge(http_port, "cera_sequences_running") != 0:
+        time.sleep(0.2)
+    assert _gauge(http_port, "cera_sequences_running") == 0
+    assert _gauge(http_port, "cera_completion_tokens_total") < 2 * n + 16 + 200  # far from the 400 asked for
     serve.delete("cera")
+
+
+def _gauge(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} is not in /metrics")
 
 
 def test_two_replicas_behind_an_api_key_answer_concurrent_clients(cluster, http_port, spec, reference):
@@ -195,8 +218,6 @@ def test_ray_data_embeds_as_the_model_does(cluster, spec):
 
 
 def _wait_running(name: str, replicas: int = 1, timeout: float = 180) -> None:
-    import time
-
     from ray import serve
 
     deadline = time.time() + timeout
