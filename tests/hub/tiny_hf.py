@@ -1,5 +1,5 @@
 """The tiny random-weight SafeTensors repositories of the conversion tests (llama, qwen2,
-qwen3, smollm3, granite, olmo2 architectures).
+qwen3, smollm3, granite, olmo2, phi2 architectures).
 
 Their text files (config.json, tokenizer.json, ...) are in ``data/tiny-<arch>/``, as HF
 transformers saved them (``reference/make_tiny_llama.py`` made them). Its weights are made
@@ -19,7 +19,7 @@ import numpy as np
 
 DATA = Path(__file__).parent / "data" / "tiny-llama"
 SEED = 19
-ARCHS = ("llama", "qwen2", "qwen3", "smollm3", "granite", "olmo2")
+ARCHS = ("llama", "qwen2", "qwen3", "smollm3", "granite", "olmo2", "phi2")
 
 
 def data_dir(arch: str = "llama") -> Path:
@@ -51,6 +51,8 @@ def weights(arch: str = "llama") -> dict[str, np.ndarray]:
         return to_bf16(1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32))
 
     out = {"model.embed_tokens.weight": mat(v, d, 1.0)}
+    if arch == "phi2":
+        return _phi2(c, out, mat, norm, rng)
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         if arch != "olmo2":  # OLMo 2 normalises after attention and after the MLP instead
@@ -75,6 +77,25 @@ def weights(arch: str = "llama") -> dict[str, np.ndarray]:
             out[p + "post_feedforward_layernorm.weight"] = norm(d)
     out["model.norm.weight"] = norm(d)
     out["lm_head.weight"] = mat(v, d, 2 * d**-0.5)
+    return out
+
+
+def _phi2(c, out, mat, norm, rng):
+    """Phi-2's tensors: LayerNorms and every projection with a bias, fc1/fc2 without a gate."""
+    d, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+
+    def bias(n):
+        return to_bf16(0.1 * rng.standard_normal(n, dtype=np.float32))
+
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"], out[p + "input_layernorm.bias"] = norm(d), bias(d)
+        for proj in ("q_proj", "k_proj", "v_proj", "dense"):
+            out[p + f"self_attn.{proj}.weight"], out[p + f"self_attn.{proj}.bias"] = mat(d, d, d**-0.5), bias(d)
+        out[p + "mlp.fc1.weight"], out[p + "mlp.fc1.bias"] = mat(f, d, d**-0.5), bias(f)
+        out[p + "mlp.fc2.weight"], out[p + "mlp.fc2.bias"] = mat(d, f, f**-0.5), bias(d)
+    out["model.final_layernorm.weight"], out["model.final_layernorm.bias"] = norm(d), bias(d)
+    out["lm_head.weight"], out["lm_head.bias"] = mat(v, d, 2 * d**-0.5), bias(v)
     return out
 
 

@@ -1,8 +1,8 @@
-"""Make a tiny SafeTensors repository (llama, qwen2, qwen3, smollm3, granite or olmo2) and what llama.cpp makes of it.
+"""Make a tiny SafeTensors repository (llama, qwen2, qwen3, smollm3, granite, olmo2 or phi2) and what llama.cpp makes of it.
 
 Two stages, each in the Python that has its tools:
 
-1. ``--stage hf [--arch llama|qwen2|qwen3|smollm3|granite|olmo2]`` (a venv with torch 2.13.0 CPU, transformers 4.57.6 (the version llama.cpp's
+1. ``--stage hf [--arch llama|qwen2|qwen3|smollm3|granite|olmo2|phi2]`` (a venv with torch 2.13.0 CPU, transformers 4.57.6 (the version llama.cpp's
    converter pins), tokenizers, safetensors, sentencepiece, numpy):
    trains a 512-token byte-level BPE tokenizer (Llama 3's pre-tokenizer) on text made
    here (Qwen 2's pre-tokenizer for qwen2/qwen3), builds the transformers model from ``config_for``, loads the weights of ``tiny_hf.weights()``
@@ -50,6 +50,7 @@ ARCHS = {
     "smollm3": ("SmolLM3ForCausalLM", "smollm3", "SmolLM3Config", "SmolLM3ForCausalLM", "llama-bpe"),
     "granite": ("GraniteForCausalLM", "granite", "GraniteConfig", "GraniteForCausalLM", "llama-bpe"),
     "olmo2": ("Olmo2ForCausalLM", "olmo2", "Olmo2Config", "Olmo2ForCausalLM", "llama-bpe"),
+    "phi2": ("PhiForCausalLM", "phi", "PhiConfig", "PhiForCausalLM", "llama-bpe"),
 }
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -71,6 +72,10 @@ def config_for(arch: str) -> dict:
         c.update(num_hidden_layers=4, no_rope_layer_interval=4, use_sliding_window=False, pad_token_id=None)
     if arch == "olmo2":
         c.update(pad_token_id=None)
+    if arch == "phi2":  # Phi-2's shape: MLP 4x wide (llama.cpp writes 4 x n_embd), half-width rotary, GELU
+        c.update(intermediate_size=4 * c["hidden_size"], num_key_value_heads=c["num_attention_heads"],
+                 partial_rotary_factor=0.5, layer_norm_eps=1e-5, hidden_act="gelu_new", pad_token_id=None)
+        del c["rms_norm_eps"], c["attention_bias"], c["mlp_bias"]
     if arch == "granite":  # its four multipliers, none of them 1, so each one shows in the logits
         c.update(attention_multiplier=0.1, embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=4.0)
     return c

@@ -2,7 +2,7 @@
 
 The output is what llama.cpp's ``convert_hf_to_gguf.py --outtype f32`` followed by
 ``llama-quantize`` makes (tested against both on tiny llama, qwen2, qwen3, smollm3,
-granite and olmo2 models): the same metadata keys and values, the same tensors with the same shapes, types
+granite, olmo2 and phi2 models): the same metadata keys and values, the same tensors with the same shapes, types
 and order, and the same bytes for every type cera writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 Q5_0, Q5_1, Q6_K and the Q5_K/Q4_K/Q3_K/Q2_K mixtures; `cera.convert.quants`).
 
@@ -14,7 +14,8 @@ plus ``MEMORY_BOUND_BYTES`` (32 MiB: a chunk of float32 rows, its quantized form
 quantizers' temporaries; measured in tests/hub/test_hub_convert.py). The file is written under a temporary name and renamed when
 complete, so an interrupted conversion leaves nothing in the cache.
 
-Architectures: llama (and Mistral-style llama checkpoints), qwen2, qwen3, smollm3, granite, olmo2; byte-level
+Architectures: llama (and Mistral-style llama checkpoints), qwen2, qwen3, smollm3, granite, olmo2,
+phi2; byte-level
 BPE tokenizers (tokenizer.json). Others are refused with the list; convert them with
 llama.cpp's converter.
 """
@@ -117,7 +118,7 @@ def to_f32(a: np.ndarray, dtype: str) -> np.ndarray:
 
 ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
          "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "GraniteForCausalLM": "granite",
-         "Olmo2ForCausalLM": "olmo2"}  # fmt: skip
+         "Olmo2ForCausalLM": "olmo2", "PhiForCausalLM": "phi2"}  # fmt: skip
 # llama.cpp converts these with its LlamaModel (rotary rows permuted, vocab size and rope
 # dimension written); smollm3's NoPE layers are implied by the architecture, not stored;
 # granite adds its four multipliers and ignores head_dim.
@@ -258,7 +259,8 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
         config = {k: v for k, v in config.items() if k != "head_dim"}
     head_dim = int(config.get("head_dim") or n_embd // n_head)
     arch_enum = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
-                 "smollm3": gguf.MODEL_ARCH.SMOLLM3, "granite": gguf.MODEL_ARCH.GRANITE, "olmo2": gguf.MODEL_ARCH.OLMO2}[arch]  # fmt: skip
+                 "smollm3": gguf.MODEL_ARCH.SMOLLM3, "granite": gguf.MODEL_ARCH.GRANITE, "olmo2": gguf.MODEL_ARCH.OLMO2,
+                 "phi2": gguf.MODEL_ARCH.PHI2}[arch]  # fmt: skip
     names = gguf.get_tensor_name_map(arch_enum, n_layer)
     tensors = []
     for hf_name in sources:  # llama.cpp's converter: each shard in order, names sorted within
@@ -291,7 +293,19 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
             (f"{arch}.attention.head_count_kv", n_kv, V.UINT32),
             (f"{arch}.rope.freq_base", float(config.get("rope_theta", 10000.0)), V.FLOAT32),
             (f"{arch}.attention.layer_norm_rms_epsilon", float(config.get("rms_norm_eps", 1e-6)), V.FLOAT32)]  # fmt: skip
-    if arch == "llama" or config.get("head_dim"):  # llama.cpp's converter: llama always, others when given
+    if arch == "phi2":  # llama.cpp's Phi2Model writes its own set: LayerNorm, 4x MLP, partial rotary, no base
+        meta = meta[:4] + [
+            (f"{arch}.context_length", int(config.get("max_position_embeddings", 0)), V.UINT32),
+            (f"{arch}.embedding_length", n_embd, V.UINT32),
+            (f"{arch}.feed_forward_length", 4 * n_embd, V.UINT32),
+            (f"{arch}.block_count", n_layer, V.UINT32),
+            (f"{arch}.attention.head_count", n_head, V.UINT32),
+            (f"{arch}.attention.head_count_kv", n_head, V.UINT32),
+            (f"{arch}.attention.layer_norm_epsilon", float(config.get("layer_norm_eps", 1e-5)), V.FLOAT32),
+            (f"{arch}.rope.dimension_count", int(float(config.get("partial_rotary_factor", 0.5)) * n_embd) // n_head,
+             V.UINT32),
+        ]  # fmt: skip
+    elif arch == "llama" or config.get("head_dim"):  # llama.cpp's converter: llama always, others when given
         meta += [(f"{arch}.attention.key_length", head_dim, V.UINT32),
                  (f"{arch}.attention.value_length", head_dim, V.UINT32)]  # fmt: skip
     if arch in _LLAMA_LIKE:
