@@ -37,6 +37,7 @@ FAMILIES = {
     "gemma2": "cera-model-gemma",
     "gemma3": "cera-model-gemma",
     "phi3": "cera-model-phi3",
+    "phi2": "cera-model-phi3",
     "olmo2": "cera-model-olmo2",
     "lfm2": "cera-model-lfm2",
     "lfm2moe": "cera-model-lfm2",
