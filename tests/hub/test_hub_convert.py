@@ -30,7 +30,7 @@ REFS = {a: json.loads((Path(__file__).parent / "reference" / f"tiny-{a}.json").r
 REF = REFS["llama"]
 TYPES = list(REF["types"])
 # llama: every type; the other architectures (their own tensors and keys): a type of each kind
-CASES = [("llama", q) for q in TYPES] + [(a, q) for a in ("qwen2", "qwen3", "smollm3", "granite", "olmo2", "phi2")
+CASES = [("llama", q) for q in TYPES] + [(a, q) for a in ("qwen2", "qwen3", "smollm3", "granite", "olmo2", "phi2", "starcoder2")
                                         for q in ("F32", "Q4_0", "Q6_K", "Q4_K_M", "Q3_K_M", "Q2_K")]
 
 

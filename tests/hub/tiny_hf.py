@@ -1,5 +1,5 @@
 """The tiny random-weight SafeTensors repositories of the conversion tests (llama, qwen2,
-qwen3, smollm3, granite, olmo2, phi2 architectures).
+qwen3, smollm3, granite, olmo2, phi2, starcoder2 architectures).
 
 Their text files (config.json, tokenizer.json, ...) are in ``data/tiny-<arch>/``, as HF
 transformers saved them (``reference/make_tiny_llama.py`` made them). Its weights are made
@@ -19,7 +19,7 @@ import numpy as np
 
 DATA = Path(__file__).parent / "data" / "tiny-llama"
 SEED = 19
-ARCHS = ("llama", "qwen2", "qwen3", "smollm3", "granite", "olmo2", "phi2")
+ARCHS = ("llama", "qwen2", "qwen3", "smollm3", "granite", "olmo2", "phi2", "starcoder2")
 
 
 def data_dir(arch: str = "llama") -> Path:
@@ -53,6 +53,8 @@ def weights(arch: str = "llama") -> dict[str, np.ndarray]:
     out = {"model.embed_tokens.weight": mat(v, d, 1.0)}
     if arch == "phi2":
         return _phi2(c, out, mat, norm, rng)
+    if arch == "starcoder2":
+        return _starcoder2(c, out, mat, norm, rng)
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         if arch != "olmo2":  # OLMo 2 normalises after attention and after the MLP instead
@@ -96,6 +98,27 @@ def _phi2(c, out, mat, norm, rng):
         out[p + "mlp.fc2.weight"], out[p + "mlp.fc2.bias"] = mat(d, f, f**-0.5), bias(d)
     out["model.final_layernorm.weight"], out["model.final_layernorm.bias"] = norm(d), bias(d)
     out["lm_head.weight"], out["lm_head.bias"] = mat(v, d, 2 * d**-0.5), bias(v)
+    return out
+
+
+def _starcoder2(c, out, mat, norm, rng):
+    """StarCoder 2's tensors: LayerNorms and every projection with a bias, c_fc/c_proj."""
+    d, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = c["num_key_value_heads"] * (d // c["num_attention_heads"])
+
+    def bias(n):
+        return to_bf16(0.1 * rng.standard_normal(n, dtype=np.float32))
+
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"], out[p + "input_layernorm.bias"] = norm(d), bias(d)
+        for proj, rows in (("q_proj", d), ("k_proj", kv), ("v_proj", kv), ("o_proj", d)):
+            out[p + f"self_attn.{proj}.weight"], out[p + f"self_attn.{proj}.bias"] = mat(rows, d, d**-0.5), bias(rows)
+        out[p + "post_attention_layernorm.weight"], out[p + "post_attention_layernorm.bias"] = norm(d), bias(d)
+        out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = mat(f, d, d**-0.5), bias(f)
+        out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = mat(d, f, f**-0.5), bias(d)
+    out["model.norm.weight"], out["model.norm.bias"] = norm(d), bias(d)
+    out["lm_head.weight"] = mat(v, d, 2 * d**-0.5)
     return out
 
 

@@ -1,8 +1,8 @@
-"""Make a tiny SafeTensors repository (llama, qwen2, qwen3, smollm3, granite, olmo2 or phi2) and what llama.cpp makes of it.
+"""Make a tiny SafeTensors repository (llama, qwen2, qwen3, smollm3, granite, olmo2, phi2 or starcoder2) and what llama.cpp makes of it.
 
 Two stages, each in the Python that has its tools:
 
-1. ``--stage hf [--arch llama|qwen2|qwen3|smollm3|granite|olmo2|phi2]`` (a venv with torch 2.13.0 CPU, transformers 4.57.6 (the version llama.cpp's
+1. ``--stage hf [--arch llama|qwen2|qwen3|smollm3|granite|olmo2|phi2|starcoder2]`` (a venv with torch 2.13.0 CPU, transformers 4.57.6 (the version llama.cpp's
    converter pins), tokenizers, safetensors, sentencepiece, numpy):
    trains a 512-token byte-level BPE tokenizer (Llama 3's pre-tokenizer) on text made
    here (Qwen 2's pre-tokenizer for qwen2/qwen3), builds the transformers model from ``config_for``, loads the weights of ``tiny_hf.weights()``
@@ -51,6 +51,7 @@ ARCHS = {
     "granite": ("GraniteForCausalLM", "granite", "GraniteConfig", "GraniteForCausalLM", "llama-bpe"),
     "olmo2": ("Olmo2ForCausalLM", "olmo2", "Olmo2Config", "Olmo2ForCausalLM", "llama-bpe"),
     "phi2": ("PhiForCausalLM", "phi", "PhiConfig", "PhiForCausalLM", "llama-bpe"),
+    "starcoder2": ("Starcoder2ForCausalLM", "starcoder2", "Starcoder2Config", "Starcoder2ForCausalLM", "llama-bpe"),
 }
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -75,6 +76,9 @@ def config_for(arch: str) -> dict:
     if arch == "phi2":  # Phi-2's shape: MLP 4x wide (llama.cpp writes 4 x n_embd), half-width rotary, GELU
         c.update(intermediate_size=4 * c["hidden_size"], num_key_value_heads=c["num_attention_heads"],
                  partial_rotary_factor=0.5, layer_norm_eps=1e-5, hidden_act="gelu_new", pad_token_id=None)
+        del c["rms_norm_eps"], c["attention_bias"], c["mlp_bias"]
+    if arch == "starcoder2":  # LayerNorms and projections with biases, a plain GELU MLP, no sliding window
+        c.update(use_bias=True, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh", sliding_window=None, pad_token_id=None)
         del c["rms_norm_eps"], c["attention_bias"], c["mlp_bias"]
     if arch == "granite":  # its four multipliers, none of them 1, so each one shows in the logits
         c.update(attention_multiplier=0.1, embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=4.0)

@@ -2,7 +2,7 @@
 
 The output is what llama.cpp's ``convert_hf_to_gguf.py --outtype f32`` followed by
 ``llama-quantize`` makes (tested against both on tiny llama, qwen2, qwen3, smollm3,
-granite, olmo2 and phi2 models): the same metadata keys and values, the same tensors with the same shapes, types
+granite, olmo2, phi2 and starcoder2 models): the same metadata keys and values, the same tensors with the same shapes, types
 and order, and the same bytes for every type cera writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 Q5_0, Q5_1, Q6_K and the Q5_K/Q4_K/Q3_K/Q2_K mixtures; `cera.convert.quants`).
 
@@ -15,7 +15,7 @@ quantizers' temporaries; measured in tests/hub/test_hub_convert.py). The file is
 complete, so an interrupted conversion leaves nothing in the cache.
 
 Architectures: llama (and Mistral-style llama checkpoints), qwen2, qwen3, smollm3, granite, olmo2,
-phi2; byte-level
+phi2, starcoder2; byte-level
 BPE tokenizers (tokenizer.json). Others are refused with the list; convert them with
 llama.cpp's converter.
 """
@@ -118,7 +118,7 @@ def to_f32(a: np.ndarray, dtype: str) -> np.ndarray:
 
 ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
          "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "GraniteForCausalLM": "granite",
-         "Olmo2ForCausalLM": "olmo2", "PhiForCausalLM": "phi2"}  # fmt: skip
+         "Olmo2ForCausalLM": "olmo2", "PhiForCausalLM": "phi2", "Starcoder2ForCausalLM": "starcoder2"}  # fmt: skip
 # llama.cpp converts these with its LlamaModel (rotary rows permuted, vocab size and rope
 # dimension written); smollm3's NoPE layers are implied by the architecture, not stored;
 # granite adds its four multipliers and ignores head_dim.
@@ -260,7 +260,7 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
     head_dim = int(config.get("head_dim") or n_embd // n_head)
     arch_enum = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
                  "smollm3": gguf.MODEL_ARCH.SMOLLM3, "granite": gguf.MODEL_ARCH.GRANITE, "olmo2": gguf.MODEL_ARCH.OLMO2,
-                 "phi2": gguf.MODEL_ARCH.PHI2}[arch]  # fmt: skip
+                 "phi2": gguf.MODEL_ARCH.PHI2, "starcoder2": gguf.MODEL_ARCH.STARCODER2}[arch]  # fmt: skip
     names = gguf.get_tensor_name_map(arch_enum, n_layer)
     tensors = []
     for hf_name in sources:  # llama.cpp's converter: each shard in order, names sorted within
@@ -293,6 +293,8 @@ def plan(folder: Path, qtype: str, name: str | None = None) -> Plan:
             (f"{arch}.attention.head_count_kv", n_kv, V.UINT32),
             (f"{arch}.rope.freq_base", float(config.get("rope_theta", 10000.0)), V.FLOAT32),
             (f"{arch}.attention.layer_norm_rms_epsilon", float(config.get("rms_norm_eps", 1e-6)), V.FLOAT32)]  # fmt: skip
+    if arch == "starcoder2":  # LayerNorm, not RMS norm: the plain epsilon key, from norm_epsilon
+        meta[-1] = (f"{arch}.attention.layer_norm_epsilon", float(config.get("norm_epsilon", 1e-5)), V.FLOAT32)
     if arch == "phi2":  # llama.cpp's Phi2Model writes its own set: LayerNorm, 4x MLP, partial rotary, no base
         meta = meta[:4] + [
             (f"{arch}.context_length", int(config.get("max_position_embeddings", 0)), V.UINT32),
