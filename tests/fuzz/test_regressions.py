@@ -243,12 +243,15 @@ def test_files_the_fuzzer_found():
 
 def _cera_run(path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CERA_PLUGINS"}
+    # the peak is VmHWM, this process image's own: ru_maxrss keeps, across exec, the peak of
+    # the process that forked it (a pytest worker holding models reads as gigabytes)
     code = (
-        "import resource, sys\n"
+        "import re, sys\n"
         "from cera_cli.main import main\n"
         "try:\n    main()\n"
         "finally:\n"
-        "    print('peak-kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "    hwm = re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)\n"
+        "    print('peak-kb', hwm, file=sys.stderr)\n"
     )
     return subprocess.run(
         [sys.executable, "-c", code, "run", "-m", str(path), "-n", "2", "--raw", *args, "Hello"],
