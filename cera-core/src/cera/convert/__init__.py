@@ -40,7 +40,8 @@ ROW_CHUNK_BYTES = 1 << 20  # float32 rows quantized at a time
 # What a conversion holds besides the tensor being converted: the float32 rows of one chunk,
 # their quantized form and the quantizers' temporaries (measured: tests/hub/test_hub_convert.py;
 # the peak's rise over the post-import peak, as VmHWM, on a model whose largest tensor is 32 MiB, 1 MiB chunks:
-# Q8_0 41.8 MiB, Q3_K_M 54.6, Q4_K_M 59.5, Q2_K 61.0, against largest + bound = 64 MiB).
+# Q8_0 37.5 MiB, Q3_K_M 44.1, Q4_K_M 46.0, Q2_K 47.6, against largest + bound = 64 MiB; with 2 MiB chunks they
+# were 41.8, 54.6, 59.5 and 61.0, too near the bound).
 MEMORY_BOUND_BYTES = 32 << 20
 QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S",
                "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K")
