@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -142,8 +143,11 @@ def test_ctrl_c_at_the_prompt_quits(smollm2_path, tmp_path):
     pexpect = pytest.importorskip("pexpect", reason="pexpect drives the chat in a pty")
     env = dict(os.environ, CERA_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("CERA_PLUGINS", None)
+    # started with SIGINT ignored, as a child of a process that ignores it (a test worker
+    # after some libraries ran): Python keeps an inherited SIG_IGN, so chat must restore Ctrl-C
     child = pexpect.spawn(sys.executable, ["-m", "cera_cli.main", "chat", "-m", str(smollm2_path)], env=env,
-                          encoding="utf-8", timeout=120)  # fmt: skip
+                          encoding="utf-8", timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
     try:
         child.expect("> ")
         child.sendintr()

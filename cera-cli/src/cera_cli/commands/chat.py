@@ -344,6 +344,10 @@ def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, sys
         console.note(f"cera: {loaded.name} has no chat template; using the generic fallback template")
     session = open_session(loaded, ctx_size, kv_type)
     interactive = sys.stdin.isatty()
+    if interactive:
+        # Ctrl-C must stop a reply or quit even when cera was started with SIGINT ignored
+        # (a parent's SIG_IGN is inherited across exec, and Python then leaves it ignored)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     reader = LineReader(interactive)
 
     def read_result(prompt: str) -> str | None:
