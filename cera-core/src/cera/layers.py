@@ -95,6 +95,27 @@ class FeedForwardWeights:
 
 
 @attrs.frozen
+class PlainFeedForwardWeights:
+    """An ungated feed-forward layer with optional biases: down(act(up(x) + up_b)) + down_b
+    (starcoder2, phi2)."""
+
+    up: WeightRef
+    up_b: WeightRef | None
+    down: WeightRef
+    down_b: WeightRef | None
+
+    @classmethod
+    def load(cls, weights, layer: int) -> PlainFeedForwardWeights:
+        return cls(
+            up=weights[tensor_name(T.FFN_UP, layer)], up_b=weights.get(tensor_name(T.FFN_UP, layer, "bias")),
+            down=weights[tensor_name(T.FFN_DOWN, layer)], down_b=weights.get(tensor_name(T.FFN_DOWN, layer, "bias")),
+        )  # fmt: skip
+
+    def apply(self, g, h, activation: str = "gelu"):
+        return g.linear(g.unary(activation, g.linear(h, self.up, self.up_b)), self.down, self.down_b)
+
+
+@attrs.frozen
 class AttentionShape:
     n_head: int
     n_head_kv: int

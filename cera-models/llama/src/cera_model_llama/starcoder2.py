@@ -12,21 +12,12 @@ checkpoint's rotate-half layout); the attention scale is 1/sqrt(head dimension).
 
 from __future__ import annotations
 
-import attrs
 from gguf.constants import MODEL_TENSOR as T
 from gguf.constants import Keys as K
 
 from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
 from cera.graph import GraphBuilder, Tensor
-from cera.layers import tensor_name
-
-
-@attrs.frozen
-class GeluFeedForward:
-    up: object
-    up_b: object
-    down: object
-    down_b: object
+from cera.layers import PlainFeedForwardWeights, tensor_name
 
 
 class Starcoder2Model(DecoderModel):
@@ -49,15 +40,11 @@ class Starcoder2Model(DecoderModel):
         ]
         self.output_norm_bias = w[tensor_name(T.OUTPUT_NORM, kind="bias")]
 
-    def load_ffn(self, w, i: int) -> GeluFeedForward:
-        return GeluFeedForward(
-            up=w[tensor_name(T.FFN_UP, i)], up_b=w.get(tensor_name(T.FFN_UP, i, "bias")),
-            down=w[tensor_name(T.FFN_DOWN, i)], down_b=w.get(tensor_name(T.FFN_DOWN, i, "bias")),
-        )  # fmt: skip
+    def load_ffn(self, w, i: int) -> PlainFeedForwardWeights:
+        return PlainFeedForwardWeights.load(w, i)
 
     def ffn(self, g: GraphBuilder, i: int, h: Tensor) -> Tensor:
-        f = self.layers[i].ffn
-        return g.linear(g.unary("gelu", g.linear(h, f.up, f.up_b)), f.down, f.down_b)
+        return self.layers[i].ffn.apply(g, h, "gelu")
 
     def forward(self, g: GraphBuilder) -> None:
         c = self.config
