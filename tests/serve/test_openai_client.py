@@ -16,7 +16,6 @@ import pytest
 openai = pytest.importorskip("openai", reason="the openai package is not installed (pip install openai)")
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e ./cera-serve)")
 
-import cera  # noqa: E402
 
 REF = Path(__file__).parents[1] / "models" / "reference" / "data" / "smollm2-135m-instruct-q4_1.json"
 
@@ -56,13 +55,6 @@ class ServerThread:
 
     def client(self, key="none"):
         return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def loaded(smollm2_path):
-    m = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
-    yield m
-    m.close()
 
 
 @pytest.fixture(scope="module")

@@ -34,13 +34,6 @@ SYSTEM = (
 
 
 @pytest.fixture(scope="module")
-def loaded(smollm2_path):
-    m = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
-    yield m
-    m.close()
-
-
-@pytest.fixture(scope="module")
 def server(loaded):
     with ServerThread(loaded, parallel=2, n_ctx=512) as s:
         yield s
