@@ -336,6 +336,22 @@ def test_help_stays_fast_with_a_plugin_that_sleeps_at_import(tmp_path):
     assert elapsed < 10, f"cera --help took {elapsed:.1f} s"
 
 
+def test_help_waits_longer_for_third_party_plugins_when_told(tmp_path):
+    site = tmp_path / "site"
+    command = HEADER + """
+import click
+
+@cera.hookimpl
+def cera_register_commands(register):
+    register(click.Command("tp-hello", help="Say hello."))
+"""
+    write_dist(site, "tp-sleepy", {"sleepy": "tp_sleepy"}, {"tp_sleepy": "import time\ntime.sleep(1)\n" + command})
+    listed = run_cera(["--help"], [site], CERA_HELP_PLUGIN_WAIT="60").stdout
+    assert "Not listed" not in listed and "tp-hello" in listed
+    hidden = run_cera(["--help"], [site], CERA_HELP_PLUGIN_WAIT="0").stdout
+    assert "tp-hello" not in hidden and "still importing after 0 s" in " ".join(hidden.split())
+
+
 @pytest.mark.parametrize("raise_", ["SystemExit(0)", "KeyboardInterrupt()"])
 def test_help_and_plugins_work_with_a_plugin_that_exits_at_import(tmp_path, raise_):
     site = tmp_path / "site"

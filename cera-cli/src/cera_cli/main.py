@@ -64,20 +64,32 @@ def _disable_plugins() -> None:
     _plugins.set_manager(_plugins.PluginManager(allow=set()))
 
 
-def _plugin_commands(timeout: float | None = None) -> dict:
-    return _plugins.get_manager(timeout).commands
+def _plugin_commands(timeout: float | None = None, third_party_timeout: float | None = None) -> dict:
+    return _plugins.get_manager(timeout, third_party_timeout).commands
 
 
-# `cera --help` lists plugin commands, which needs their plugins imported: it waits this
-# long for them (imports run in parallel) and lists the slower ones' names as not shown,
+# `cera --help` lists plugin commands, which needs their plugins imported (in parallel). It
+# waits up to HELP_PLUGIN_WAIT_S for cera's own plugins (about a millisecond each) but only
+# HELP_THIRD_PARTY_WAIT_S for other distributions' and names the slower ones as not listed,
 # so a plugin that takes seconds to import cannot make the help slow.
+# CERA_HELP_PLUGIN_WAIT (seconds) lengthens the second wait, for a slow plugin whose commands
+# should be listed anyway (and for tests on a loaded machine).
 HELP_PLUGIN_WAIT_S = 0.15
+HELP_THIRD_PARTY_WAIT_S = 0.04
+
+
+def _help_third_party_wait() -> float:
+    raw = os.environ.get("CERA_HELP_PLUGIN_WAIT", "")
+    try:
+        return max(0.0, float(raw)) if raw else HELP_THIRD_PARTY_WAIT_S
+    except ValueError:
+        return HELP_THIRD_PARTY_WAIT_S  # a bad value must not break the help; `cera plugins` still waits
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         names = [n for n in BUILTIN_COMMANDS if _exists(n)]
-        names += [n for n in _plugin_commands(HELP_PLUGIN_WAIT_S) if n not in BUILTIN_COMMANDS]
+        names += [n for n in _plugin_commands(max(HELP_PLUGIN_WAIT_S, _help_third_party_wait()), _help_third_party_wait()) if n not in BUILTIN_COMMANDS]
         return sorted(names)
 
     def get_command(self, ctx, name):
@@ -93,7 +105,7 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx, formatter):
         rows = []
-        plugin_cmds = _plugin_commands(HELP_PLUGIN_WAIT_S)
+        plugin_cmds = _plugin_commands(max(HELP_PLUGIN_WAIT_S, _help_third_party_wait()), _help_third_party_wait())
         for name in self.list_commands(ctx):
             if name in BUILTIN_COMMANDS:
                 rows.append((name, BUILTIN_HELP.get(name, "")))
@@ -108,7 +120,7 @@ class LazyGroup(click.Group):
             formatter.write_paragraph()
             formatter.write_text(
                 f"Not listed: the commands of plugin(s) {', '.join(slow)}, still importing after "
-                f"{HELP_PLUGIN_WAIT_S:g} s (`cera plugins` waits for them and says more)."
+                f"{_help_third_party_wait():g} s (`cera plugins` waits for them and says more)."
             )
 
 

@@ -215,11 +215,16 @@ class PluginManager:
 
     # -- loading --------------------------------------------------------------------
 
-    def load_entry_points(self, timeout: float | None = None) -> None:
+    def load_entry_points(self, timeout: float | None = None, third_party_timeout: float | None = None) -> None:
         """Import every (allowed) plugin, all at once in threads, waiting at most ``timeout``
         seconds (default: the manager's) for all of them; then register them in the order
-        that decides who owns a contested name (see the module docstring)."""
+        that decides who owns a contested name (see the module docstring).
+
+        ``third_party_timeout`` (at most ``timeout``) bounds the wait for plugins that are not
+        distributions of cera itself: `cera --help` waits for its own plugins, which import in
+        about a millisecond, but not long for a third party's, which may import anything."""
         timeout = self.timeout if timeout is None else timeout
+        third_party_timeout = timeout if third_party_timeout is None else min(timeout, third_party_timeout)
         seen = set()
         found = []
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -237,12 +242,13 @@ class PluginManager:
             found.append((ep, PluginRecord(name=ep.name, distribution=dist_name, version=version)))
         found.sort(key=lambda f: (not f[1].first_party, f[0].name, f[1].distribution or "", f[0].value))
         started = [(ep, rec, timelimit.start(ep.load, name=f"cera-plugin-import:{ep.name}")) for ep, rec in found]
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
         for ep, record, (done, box) in started:
-            if not done.wait(max(0.0, deadline - time.monotonic())):
+            limit = timeout if record.first_party else third_party_timeout
+            if not done.wait(max(0.0, start + limit - time.monotonic())):
                 self._fail(
                     record,
-                    f"import of {ep.value!r} did not finish within {timeout:g} s ({TIMEOUT_ENV}); skipped",
+                    f"import of {ep.value!r} did not finish within {limit:g} s ({TIMEOUT_ENV}); skipped",
                 )
             elif "error" in box:
                 e = box["error"]
@@ -477,9 +483,10 @@ _lock = threading.RLock()
 _loading = False
 
 
-def get_manager(timeout: float | None = None) -> PluginManager:
+def get_manager(timeout: float | None = None, third_party_timeout: float | None = None) -> PluginManager:
     """The process-wide plugin manager, loading entry points on first use (waiting at most
-    ``timeout`` seconds for plugin imports; default ``CERA_PLUGIN_TIMEOUT``)."""
+    ``timeout`` seconds for plugin imports, default ``CERA_PLUGIN_TIMEOUT``, and at most
+    ``third_party_timeout`` for those of other distributions than cera's own)."""
     global _manager, _loading
     if timelimit.in_limited_call():
         # A plugin asked for the manager while being imported (or from a hook or probe).
@@ -498,7 +505,7 @@ def get_manager(timeout: float | None = None) -> PluginManager:
             _loading = True
             try:
                 m = PluginManager(allow=allowlist_from_env())
-                m.load_entry_points(timeout)
+                m.load_entry_points(timeout, third_party_timeout)
             finally:
                 _loading = False
             _manager = m
