@@ -41,6 +41,25 @@ out = {"cera": cera.__file__}
 for test in tests:
     kind, n = test[:2], int(test[2:])
     ids = rng.integers(0, min(vocab, 32000), n + 1).tolist()
+    if kind == "ov":  # Python overhead per decoded token (ms), by bench_models_overhead's proxy
+        sys.path.insert(0, sys.argv[5])
+        from types import SimpleNamespace
+        from bench_models_overhead import measure_python_overhead
+
+        class Engine:
+            def run(self, test, prefix, toks):
+                s = m.new_session(n_ctx=n + 8, n_batch=512)
+                s.append_tokens(prefix)
+                s.evaluate()
+                t = time.perf_counter()
+                for tok in toks:
+                    s.append_tokens([tok])
+                    s.evaluate()
+                return SimpleNamespace(seconds=time.perf_counter() - t)
+
+        r = measure_python_overhead(Engine(), SimpleNamespace(name=test), ids[:1], ids[1 : n + 1], reps=3)
+        out[test] = r["overhead_ms"] if r.get("available") else float("nan")
+        continue
     best = []
     for _ in range(2):  # a warm-up and a timed run
         if kind == "pp":
@@ -70,7 +89,7 @@ def source_path(tree: Path) -> str:
 
 def run(tree: Path, model: str, threads: int, tests: str, seed: int) -> dict:
     env = dict(os.environ, PYTHONPATH=source_path(tree))
-    proc = subprocess.run([sys.executable, "-c", SNIPPET, model, str(threads), tests, str(seed)], env=env,
+    proc = subprocess.run([sys.executable, "-c", SNIPPET, model, str(threads), tests, str(seed), str(REPO / "benchmarks")], env=env,
                           capture_output=True, text=True, timeout=3600)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"run in {tree} failed:\n{proc.stderr[-2000:]}")
@@ -83,7 +102,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", action="append", dest="models")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--tests", default="pp512,tg128")
+    ap.add_argument("--tests", default="pp512,tg128",
+                    help="ppN (prompt of N), tgN (N decode steps), ovN (Python overhead per token in ms "
+                         "over N decode steps, by bench_models_overhead.py's proxy; lower is better)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args(argv)
@@ -103,7 +124,8 @@ def main(argv=None) -> int:
             ratios = [x / y for x, y in zip(a, b, strict=True)]
             rows[t] = {"this": statistics.median(a), "base": statistics.median(b),
                        "ratio": statistics.median(a) / statistics.median(b), "ratios": (min(ratios), max(ratios))}  # fmt: skip
-            print(f"{model:38s} {t:8s} this {rows[t]['this']:8.1f} tok/s  baseline {rows[t]['base']:8.1f} tok/s  "
+            unit, fmt = ("ms/token", "8.3f") if t.startswith("ov") else ("tok/s", "8.1f")
+            print(f"{model:38s} {t:8s} this {rows[t]['this']:{fmt}} {unit}  baseline {rows[t]['base']:{fmt}} {unit}  "
                   f"ratio {rows[t]['ratio']:.3f} (per turn {min(ratios):.2f}-{max(ratios):.2f})")  # fmt: skip
         report["models"][model] = {"samples": samples, "summary": rows}
     if args.json_out:

@@ -46,12 +46,19 @@ def address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
+_geometries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def state_geometry(state) -> tuple:
-    """What a compiled graph bakes in about a state: its shape, not its contents."""
+    """What a compiled graph bakes in about a state: its shape (fixed when the state is
+    made), not its contents. Kept per state: every pass checks it."""
     if state is None:
         return ()
-    caps = tuple((i, a.shape[2]) for i, a in sorted(state.k.items()))
-    return (state.n_ctx, state.n_slots, state.kv_type, caps)
+    g = _geometries.get(state)
+    if g is None:
+        caps = tuple((i, a.shape[2]) for i, a in sorted(state.k.items()))
+        g = _geometries[state] = (state.n_ctx, state.n_slots, state.kv_type, caps)
+    return g
 
 
 class StateTable:

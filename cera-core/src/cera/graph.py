@@ -32,7 +32,7 @@ from .state import StateRef
 # -- shape classes -----------------------------------------------------------------------------
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a key of the compiled-graph cache, hashed every pass
 class Layout:
     """The rows of a batch, by sequence: ``seq_lens[i]`` consecutive rows for sequence i.
 
@@ -97,7 +97,7 @@ class Layout:
 OUTPUT_KINDS = ("logits", "argmax", "top_k", "hidden", "pooled")
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a key of the compiled-graph cache, hashed every pass
 class Outputs:
     """What a forward pass returns: any of "logits", "argmax", "top_k" (ids and values of
     the k largest logits), "hidden" (last-layer states after the final norm) and "pooled"

@@ -11,6 +11,7 @@ slots, run, keep the cells (or forget them if the pass failed).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 
 import attrs
@@ -30,9 +31,22 @@ class SeqStep:
     positions: tuple[int, ...] = attrs.field(converter=tuple)
 
 
+_geometries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def geometry(state) -> tuple:
+    """What a compiled graph depends on about a state: its shape (fixed when it is made)."""
+    try:
+        return _geometries[state]
+    except (KeyError, TypeError):
+        pass
     caps = tuple(sorted((i, a.shape[2]) for i, a in getattr(state, "k", {}).items()))
-    return (state.n_ctx, state.n_slots, state.kv_type, state.n_batch, caps)
+    g = (state.n_ctx, state.n_slots, state.kv_type, state.n_batch, caps)
+    try:
+        _geometries[state] = g
+    except TypeError:  # a state that cannot be weakly referenced: computed each time
+        pass
+    return g
 
 
 class Runner:
@@ -42,6 +56,7 @@ class Runner:
         self.weights = weights
         self.cache_size = cache_size
         self._cache: OrderedDict = OrderedDict()
+        self._layouts: dict[tuple, Layout] = {}  # made once per shape: a Layout checks itself when made
         self._lock = threading.Lock()
         self.n_compiled = 0  # graphs compiled so far (for tests and diagnostics)
 
@@ -71,7 +86,12 @@ class Runner:
         ``prompt_rows``: see `cera.graph.Layout`)."""
         if not steps:
             raise SessionError("a forward pass needs at least one sequence")
-        layout = Layout(tuple(len(s.tokens) for s in steps), exact_rows=exact_rows, prompt_rows=prompt_rows)
+        shape = (tuple(len(s.tokens) for s in steps), exact_rows, prompt_rows)
+        layout = self._layouts.get(shape)
+        if layout is None:
+            layout = Layout(shape[0], exact_rows=exact_rows, prompt_rows=prompt_rows)
+            if len(self._layouts) < 4096:
+                self._layouts[shape] = layout
         exe = self.executable(layout, outputs, state)
         started: list[int] = []
         try:
@@ -79,7 +99,7 @@ class Runner:
             for s in steps:
                 if s.slot in started:
                     raise SessionError(f"slot {s.slot} appears twice in one batch")
-                starts.append(state.begin(s.slot, np.asarray(s.positions, np.int64)))
+                starts.append(state.begin(s.slot, s.positions))
                 started.append(s.slot)
             inputs = StepInputs(
                 tokens=np.array([t for s in steps for t in s.tokens], np.int32),

@@ -704,8 +704,8 @@ def guarded(events, sink: Sink | None = None):
 def _row0(out: dict) -> dict:
     """The outputs of the (single) output row."""
     last = {}
-    if "logits" in out:
-        last["logits"] = out["logits"].reshape(-1, out["logits"].shape[-1])[-1].copy()
+    if "logits" in out:  # a view: a pass's outputs are its caller's own copies (Executable.run)
+        last["logits"] = out["logits"].reshape(-1, out["logits"].shape[-1])[-1]
     if "argmax" in out:
         last["argmax"] = int(out["argmax"].reshape(-1)[-1])
     if "top_k_ids" in out:

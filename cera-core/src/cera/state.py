@@ -338,9 +338,9 @@ class HostState:
 
     # -- the forward-pass protocol ----------------------------------------------------------
 
-    def begin(self, slot: int, positions: np.ndarray) -> int:
-        """Reserve cells for ``positions`` in ``slot``; returns the first cell (the number
-        of cells the slot held)."""
+    def begin(self, slot: int, positions) -> int:
+        """Reserve cells for ``positions`` (a 1-D integer array, or a tuple or list of ints)
+        in ``slot``; returns the first cell (the number of cells the slot held)."""
         self._check_slot(slot)
         if slot in self._pending:
             raise SessionError("state.begin called again before commit() or rollback() of the previous pass")
@@ -349,9 +349,14 @@ class HostState:
                 "an earlier evaluation of this sequence failed part-way through its recurrent state; "
                 "reset the session (or restore a snapshot) before evaluating again"
             )
-        positions = np.asarray(positions)
-        if positions.ndim != 1 or positions.dtype.kind not in "iu":
-            raise SessionError(f"positions must be a 1-D integer array, got {positions.dtype} {positions.shape}")
+        if isinstance(positions, (tuple, list)) and all(type(p) is int for p in positions):
+            # the runner's own steps (a decode step every token): checked without numpy
+            lo, hi = (min(positions), max(positions)) if positions else (0, 0)
+        else:
+            positions = np.asarray(positions)
+            if positions.ndim != 1 or positions.dtype.kind not in "iu":
+                raise SessionError(f"positions must be a 1-D integer array, got {positions.dtype} {positions.shape}")
+            lo, hi = (int(positions.min()), int(positions.max())) if len(positions) else (0, 0)
         n = len(positions)
         start = int(self.n_filled[slot])
         if start + n > self.n_ctx:
@@ -361,7 +366,7 @@ class HostState:
             )
         if n > self.n_batch:
             raise SessionError(f"a pass of {n} tokens is larger than this state's batch of {self.n_batch}")
-        if n and (positions.min() < 0 or positions.max() > INT32_MAX):
+        if lo < 0 or hi > INT32_MAX:
             raise SessionError("positions must be non-negative int32 values")
         self.pos[slot, start : start + n] = positions
         self._pending[slot] = n
