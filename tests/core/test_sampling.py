@@ -112,7 +112,34 @@ def test_what_the_chain_needs_from_the_device():
     assert Sampler(SamplingOptions(temperature=0.7, top_k=20)).needs() == (NEEDS_TOP_K, 20)
     assert Sampler(SamplingOptions(temperature=0.7, top_k=0)).needs() == (NEEDS_LOGITS, 0)
     assert Sampler(SamplingOptions(temperature=0, repeat_penalty=1.1)).needs() == (NEEDS_LOGITS, 0)
-    assert Sampler(SamplingOptions(temperature=0), banned=[2]).needs() == (NEEDS_LOGITS, 0)
+    # banned tokens (ignore_eos): the best allowed ones are among the top k + (number banned)
+    assert Sampler(SamplingOptions(temperature=0), banned=[2, 7, 2]).needs() == (NEEDS_TOP_K, 3)
+    assert Sampler(SamplingOptions(temperature=0.7, top_k=20), banned=[2]).needs() == (NEEDS_TOP_K, 21)
+    assert Sampler(SamplingOptions(temperature=0.7, top_k=0), banned=[2]).needs() == (NEEDS_LOGITS, 0)
+
+
+def test_banned_tokens_from_a_top_k_read_back_choose_what_the_full_logits_choose():
+    """Greedy and top-k sampling with banned tokens, from the k ids and values the device's
+    top_k returns, pick exactly what they pick from all logits: the banned tokens on top,
+    ties for greedy (the lower id wins, as argmax), every draw of a seeded sampler (no ties
+    at the cut there: the full-logits top-k takes any of tied tokens, as llama.cpp's)."""
+    from cera.ops import top_k
+    from cera.sampling import Candidates
+
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        logits = rng.normal(size=64).astype(np.float32)
+        if trial % 3 == 0 and trial % 2:
+            logits = np.round(logits, 1)  # many ties (greedy)
+        banned = [int(i) for i in np.argsort(-logits)[: trial % 4]] + [63]  # often the best ones
+        opts = SamplingOptions(temperature=0) if trial % 2 else SamplingOptions(temperature=0.8, top_k=5, seed=trial)
+        full, cut = Sampler(opts, banned=banned), Sampler(opts, banned=banned)
+        need, k = cut.needs()
+        ids = top_k(None, logits[None, :], k=k)[0].astype(np.int64)
+        for _ in range(3):
+            want = full.choose(Candidates(logits=logits.copy()), [])
+            got = cut.choose(Candidates(ids=ids.copy(), values=logits[ids].astype(np.float64)), [])
+            assert got == want, (trial, banned, k)
 
 
 def test_the_device_top_k_gives_the_draws_of_the_full_logits():

@@ -18,7 +18,6 @@ segment, unfused (CERA_CPU_PLANS=0): the same kernels op by op, for debugging.
 from __future__ import annotations
 
 import threading
-import weakref
 
 import numpy as np
 
@@ -35,7 +34,7 @@ UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
 C_OPS = frozenset(
     {"embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "unary", "glu", "add", "mul", "scale",
-     "softcap", "copy", "rows", "argmax", "conv1d", "attention_full", "cross_attention", "store_cross",
+     "softcap", "copy", "rows", "argmax", "top_k", "take", "conv1d", "attention_full", "cross_attention", "store_cross",
      "conv1d_causal", "ssm_scan", "moe"}
 )  # fmt: skip
 MOE_GATING_CODES = {"softmax": 0, "sigmoid": 1}
@@ -46,18 +45,15 @@ def address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-_geometries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def state_geometry(state) -> tuple:
     """What a compiled graph bakes in about a state: its shape (fixed when the state is
     made), not its contents. Kept per state: every pass checks it."""
     if state is None:
         return ()
-    g = _geometries.get(state)
+    g = getattr(state, "_cpu_geometry", None)
     if g is None:
         caps = tuple((i, a.shape[2]) for i, a in sorted(state.k.items()))
-        g = _geometries[state] = (state.n_ctx, state.n_slots, state.kv_type, caps)
+        g = state._cpu_geometry = (state.n_ctx, state.n_slots, state.kv_type, caps)
     return g
 
 
@@ -83,13 +79,11 @@ class StateTable:
         self.c = ffi.new("void *[]", [ffi.cast("void *", address(a)) for a in arrays] or [ffi.NULL])
 
 
-_tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def state_table(state: HostState) -> StateTable:
-    table = _tables.get(state)
+    """The state's pointer table, made on first use and kept on the state."""
+    table = getattr(state, "_cpu_table", None)
     if table is None:
-        table = _tables[state] = StateTable(state)
+        table = state._cpu_table = StateTable(state)
     return table
 
 
@@ -296,6 +290,14 @@ class CpuExecutable(Executable):
         elif op == "argmax":
             x = node.args[0]
             rc = lib.cera_plan_argmax(plan, self.ptr(x), x.size // x.shape[-1], x.shape[-1], self.ptr(out, "int32_t *"))
+        elif op == "top_k":
+            x = node.args[0]
+            rc = lib.cera_plan_top_k(plan, self.ptr(x), x.size // x.shape[-1], x.shape[-1], node.attrs["k"],
+                                     self.ptr(out, "int32_t *"))  # fmt: skip
+        elif op == "take":
+            x, ids = node.args
+            rc = lib.cera_plan_take(plan, self.ptr(x), x.size // x.shape[-1], x.shape[-1], self.ptr(ids, "int32_t *"),
+                                    ids.shape[-1], self.ptr(out))  # fmt: skip
         elif op in ("conv1d_causal", "ssm_scan"):
             rc = self._recurrent(plan, node)
         elif op == "moe":

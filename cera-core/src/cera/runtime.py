@@ -11,7 +11,6 @@ slots, run, keep the cells (or forget them if the pass failed).
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 
 import attrs
@@ -31,21 +30,17 @@ class SeqStep:
     positions: tuple[int, ...] = attrs.field(converter=tuple)
 
 
-_geometries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def geometry(state) -> tuple:
-    """What a compiled graph depends on about a state: its shape (fixed when it is made)."""
-    try:
-        return _geometries[state]
-    except (KeyError, TypeError):
-        pass
-    caps = tuple(sorted((i, a.shape[2]) for i, a in getattr(state, "k", {}).items()))
-    g = (state.n_ctx, state.n_slots, state.kv_type, state.n_batch, caps)
-    try:
-        _geometries[state] = g
-    except TypeError:  # a state that cannot be weakly referenced: computed each time
-        pass
+    """What a compiled graph depends on about a state: its shape (fixed when it is made;
+    kept on the state, as every pass looks it up)."""
+    g = getattr(state, "_runner_geometry", None)
+    if g is None:
+        caps = tuple(sorted((i, a.shape[2]) for i, a in getattr(state, "k", {}).items()))
+        g = (state.n_ctx, state.n_slots, state.kv_type, state.n_batch, caps)
+        try:
+            state._runner_geometry = g
+        except AttributeError:  # a state with __slots__: computed each time
+            pass
     return g
 
 
@@ -58,6 +53,7 @@ class Runner:
         self._cache: OrderedDict = OrderedDict()
         self._layouts: dict[tuple, Layout] = {}  # made once per shape: a Layout checks itself when made
         self._lock = threading.Lock()
+        self._last: tuple | None = None  # (key, executable) of the latest pass
         self.n_compiled = 0  # graphs compiled so far (for tests and diagnostics)
 
     def new_state(self, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False):
@@ -66,10 +62,14 @@ class Runner:
 
     def executable(self, layout: Layout, outputs: Outputs, state):
         key = (layout, outputs, geometry(state), self.backend.compile_key())
+        last = self._last  # decoding asks for the same graph token after token
+        if last is not None and last[0] == key:  # (its parts are the same objects: compared by identity)
+            return last[1]
         with self._lock:
             exe = self._cache.get(key)
             if exe is not None:
                 self._cache.move_to_end(key)
+                self._last = (key, exe)
                 return exe
         graph = self.model.build(layout, outputs, n_ctx=state.n_ctx)
         exe = self.backend.compile(graph, self.weights, state)
@@ -78,6 +78,7 @@ class Runner:
             self.n_compiled += 1
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
+            self._last = (key, exe)
         return exe
 
     def forward(self, state, steps: list[SeqStep], outputs: Outputs, exact_rows: bool = False,

@@ -175,6 +175,10 @@ class BanTokens(Processor):
         if c.full:
             banned = np.fromiter(self.ids, dtype=np.int64)
             c.logits[banned[(banned >= 0) & (banned < c.logits.shape[0])]] = -np.inf
+        elif len(c.ids) <= 64:  # a top-k read-back: a set lookup each (np.isin costs ~10 us a call)
+            banned = frozenset(self.ids)
+            keep = np.array([t not in banned for t in c.ids.tolist()], dtype=bool)
+            c.ids, c.values = c.ids[keep], c.values[keep]
         else:
             keep = ~np.isin(c.ids, np.fromiter(self.ids, dtype=np.int64))
             c.ids, c.values = c.ids[keep], c.values[keep]
@@ -254,13 +258,16 @@ class Sampler:
         return self.masks + self.cuts
 
     def needs(self) -> tuple[int, int]:
-        """(what the forward pass must return, k for a top-k read-back)."""
-        if self.masks:
+        """(what the forward pass must return, k for a top-k read-back). Banned tokens
+        (ignore_eos) need no whole logits: the best allowed tokens are among the top
+        k + (number banned), so that many are read back instead."""
+        if any(not isinstance(m, BanTokens) for m in self.masks):
             return NEEDS_LOGITS, 0
+        n_banned = len({t for m in self.masks for t in m.ids})
         if self.options.greedy:
-            return NEEDS_ARGMAX, 0
+            return (NEEDS_TOP_K, n_banned + 1) if n_banned else (NEEDS_ARGMAX, 0)
         if 0 < self.options.top_k:
-            return NEEDS_TOP_K, self.options.top_k
+            return NEEDS_TOP_K, self.options.top_k + n_banned
         return NEEDS_LOGITS, 0
 
     def sample(self, logits: np.ndarray, history=(), banned=None) -> int:
@@ -280,7 +287,9 @@ class Sampler:
         if self.options.greedy:
             if c.full:
                 token = int(np.argmax(c.logits))
-            else:
+            elif not len(c.ids):
+                raise SessionError("every token is excluded (banned or masked): nothing to sample")
+            else:  # candidates come largest first, the lower id first on a tie: as argmax picks
                 token = int(c.ids[int(np.argmax(c.values))])
         else:
             for p in self.cuts:

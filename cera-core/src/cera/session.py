@@ -378,7 +378,7 @@ class Session:
                 processors = [*processors, processor_for(options, self.tokenizer, self.model.n_vocab)]
             sampler = Sampler(options.sampling(), extra=processors, banned=self.tokenizer.eog_ids if options.ignore_eos else ())
             needs, k = sampler.needs()
-            if options.wants_logprobs:
+            if options.wants_logprobs or (needs == NEEDS_TOP_K and k >= self.model.n_vocab):
                 needs, k = NEEDS_LOGITS, 0
             want = Outputs(("top_k",), k=k) if needs == NEEDS_TOP_K else _OUTPUTS[needs]
             detok = self.tokenizer.detokenizer()
@@ -479,7 +479,7 @@ class Session:
                         continue
                     queued = []
                 step_want = want
-                if needs == NEEDS_ARGMAX and not options.wants_logprobs and len(generated) % FINITE_CHECK_EVERY == 0:
+                if needs != NEEDS_LOGITS and len(generated) % FINITE_CHECK_EVERY == 0:
                     step_want = LAST_LOGITS  # the periodic look at the logits (FINITE_CHECK_EVERY)
                 if not self._evaluate(step_want):
                     reason = FinishReason.CANCELLED

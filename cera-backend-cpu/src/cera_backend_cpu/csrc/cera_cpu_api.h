@@ -102,6 +102,11 @@ int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v
 
 /* Index of the largest of each row's n values (the first on a tie): rows x n -> int32. */
 int cera_argmax(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, int32_t *out);
+/* Indices of the k largest of each row's n values, largest first, the lower index first on a
+ * tie, NaN after every number (the order of a stable sort of -x): rows x n -> rows x k int32. */
+int cera_top_k(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, int64_t k, int32_t *out);
+/* out[r, j] = x[r, ids[r, j]] for rows r, j < k; every id must be in [0, n). */
+int cera_take(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const int32_t *ids, int64_t k, float *out);
 
 /* Elementwise ops. op: 0 silu, 1 gelu (tanh approximation, as ggml: through an f16
  * table), 2 gelu_erf, 3 relu. glu: y = act(g) * u with act 0 silu, 1 gelu. */
@@ -161,6 +166,8 @@ int cera_plan_scale(cera_plan *plan, const float *x, float s, float *y, int64_t 
 int cera_plan_softcap(cera_plan *plan, const float *x, float cap, float *y, int64_t n);
 int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y);
 int cera_plan_argmax(cera_plan *plan, const float *x, int64_t rows, int64_t n, int32_t *out);
+int cera_plan_top_k(cera_plan *plan, const float *x, int64_t rows, int64_t n, int64_t k, int32_t *out);
+int cera_plan_take(cera_plan *plan, const float *x, int64_t rows, int64_t n, const int32_t *ids, int64_t k, float *out);
 
 /* Attention of the sequences of a batch, each over its own slot of a state. The state's
  * arrays are entries of the run's table: table[k_index] / table[v_index] hold slot 0 of the

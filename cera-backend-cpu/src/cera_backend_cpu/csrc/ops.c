@@ -280,6 +280,61 @@ int cera_copy_rows(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t rows
     return CERA_OK;
 }
 
+/* Whether value a at index ia comes before value b at index ib in a stable sort of -x. */
+static inline int top_k_before(float a, int64_t ia, float b, int64_t ib) {
+    if (a != a) return b != b && ia < ib; /* NaN: after every number */
+    if (b != b) return 1;
+    return a > b || (a == b && ia < ib);
+}
+
+int cera_top_k(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, int64_t k, int32_t *out) {
+    (void)ctx;
+    if (n <= 0 || k <= 0 || k > n || n > INT32_MAX) return CERA_EINVAL;
+    /* One pass per row keeping the best k in order: k is a sampler's handful, and after
+     * the first few hundred values almost every value fails the first comparison. */
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * n;
+        int32_t *ids = out + r * k;
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (m == k && (i & 15) == 0 && i + 16 <= n) {
+                /* Once the k are chosen, a later value enters only if it is larger than the
+                 * k-th (a later equal value sorts after it, NaN after every number): skip
+                 * blocks of 16 with none such, in a loop the compiler vectorizes. */
+                const float kth = row[ids[k - 1]];
+                if (kth == kth) {
+                    int any = 0;
+                    for (int j = 0; j < 16; j++) any |= row[i + j] > kth;
+                    if (!any) {
+                        i += 15;
+                        continue;
+                    }
+                }
+            }
+            const float v = row[i];
+            if (m == k && !top_k_before(v, i, row[ids[k - 1]], ids[k - 1])) continue;
+            int64_t j = m < k ? m++ : k - 1;
+            while (j > 0 && top_k_before(v, i, row[ids[j - 1]], ids[j - 1])) {
+                ids[j] = ids[j - 1];
+                j--;
+            }
+            ids[j] = (int32_t)i;
+        }
+    }
+    return CERA_OK;
+}
+
+int cera_take(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const int32_t *ids, int64_t k, float *out) {
+    (void)ctx;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t id = ids[r * k + j];
+            if (id < 0 || id >= n) return CERA_EINVAL;
+            out[r * k + j] = x[r * n + id];
+        }
+    return CERA_OK;
+}
+
 int cera_argmax(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, int32_t *out) {
     (void)ctx;
     if (n <= 0) return CERA_EINVAL;

@@ -30,6 +30,8 @@ enum {
     OP_SOFTCAP,
     OP_COPY_ROWS,
     OP_ARGMAX,
+    OP_TOP_K,
+    OP_TAKE,
     OP_CONV_CAUSAL,
     OP_SSM_SCAN,
     OP_MOE,
@@ -43,7 +45,7 @@ enum {
 static const char *const OP_NAMES[OP_COUNT] = {
     "get_rows", "products", "rms_norm", "layer_norm", "rope", "attention",
     "unary", "glu", "binary", "scale", "softcap", "copy_rows", "argmax",
-    "conv_causal", "ssm_scan", "moe",
+    "top_k", "take", "conv_causal", "ssm_scan", "moe",
     "conv1d", "attention_full", "cross_attention", "store_cross",
 };
 
@@ -93,6 +95,13 @@ typedef struct {
     int32_t *out;
 } argmax_args;
 
+typedef struct { /* top_k (ids out), take (ids in, values out) */
+    const float *x;
+    int64_t rows, n, k;
+    int32_t *ids;
+    float *values;
+} top_k_args;
+
 typedef struct { /* unary (b unused), glu, binary */
     int code;
     const float *a, *b;
@@ -132,6 +141,7 @@ typedef struct {
         scale_args scale;
         copy_args copy;
         argmax_args argmax;
+        top_k_args top_k;
         cera_conv_causal_args conv_causal;
         cera_ssm_scan_args ssm_scan;
         cera_moe_args moe;
@@ -355,6 +365,23 @@ int cera_plan_argmax(cera_plan *plan, const float *x, int64_t rows, int64_t n, i
     return CERA_OK;
 }
 
+int cera_plan_top_k(cera_plan *plan, const float *x, int64_t rows, int64_t n, int64_t k, int32_t *out) {
+    if (rows < 0 || n <= 0 || k <= 0 || k > n) return CERA_EINVAL;
+    plan_node *node = append(plan, OP_TOP_K);
+    if (!node) return CERA_ENOMEM;
+    node->u.top_k = (top_k_args){x, rows, n, k, out, NULL};
+    return CERA_OK;
+}
+
+int cera_plan_take(cera_plan *plan, const float *x, int64_t rows, int64_t n, const int32_t *ids, int64_t k,
+                   float *out) {
+    if (rows < 0 || n <= 0 || k <= 0) return CERA_EINVAL;
+    plan_node *node = append(plan, OP_TAKE);
+    if (!node) return CERA_ENOMEM;
+    node->u.top_k = (top_k_args){x, rows, n, k, (int32_t *)ids, out};
+    return CERA_OK;
+}
+
 int cera_plan_copy_rows(cera_plan *plan, const float *x, int64_t x_stride, int64_t rows, int64_t n, float *y) {
     plan_node *node = append(plan, OP_COPY_ROWS);
     if (!node) return CERA_ENOMEM;
@@ -475,6 +502,14 @@ static int run_node(cera_plan *plan, const plan_node *node) {
         return cera_attention_seqs_unlocked(ctx, &node->u.attention.a, plan->table);
     case OP_ARGMAX:
         return cera_argmax(ctx, node->u.argmax.x, node->u.argmax.rows, node->u.argmax.n, node->u.argmax.out);
+    case OP_TOP_K: {
+        const top_k_args *a = &node->u.top_k;
+        return cera_top_k(ctx, a->x, a->rows, a->n, a->k, a->ids);
+    }
+    case OP_TAKE: {
+        const top_k_args *a = &node->u.top_k;
+        return cera_take(ctx, a->x, a->rows, a->n, a->ids, a->k, a->values);
+    }
     case OP_UNARY:
         return cera_unary(ctx, node->u.ew.code, node->u.ew.a, node->u.ew.y, node->u.ew.n);
     case OP_GLU:
