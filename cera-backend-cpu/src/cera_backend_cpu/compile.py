@@ -450,7 +450,8 @@ class CpuExecutable(Executable):
     # -- running ----------------------------------------------------------------------------------
 
     def run(self, state, inputs: StepInputs) -> dict[str, np.ndarray]:
-        if state_geometry(state) != self.geometry:
+        g = state_geometry(state)
+        if g is not self.geometry and g != self.geometry:
             raise SessionError("this compiled graph was made for a state of another shape (context, slots or cache type)")
         with self._lock:
             np.copyto(self.input_buffers["tokens"], inputs.tokens, casting="unsafe")

@@ -87,7 +87,8 @@ class Runner:
         ``prompt_rows``: see `cera.graph.Layout`)."""
         if not steps:
             raise SessionError("a forward pass needs at least one sequence")
-        shape = (tuple(len(s.tokens) for s in steps), exact_rows, prompt_rows)
+        lens = (len(steps[0].tokens),) if len(steps) == 1 else tuple(len(s.tokens) for s in steps)
+        shape = (lens, exact_rows, prompt_rows)
         layout = self._layouts.get(shape)
         if layout is None:
             layout = Layout(shape[0], exact_rows=exact_rows, prompt_rows=prompt_rows)

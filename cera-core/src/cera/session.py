@@ -103,6 +103,7 @@ class Session:
                 raise SessionError(f"{what} must be a positive integer, got {v!r}")
         self.loaded = loaded
         self.model = loaded.model
+        self._n_vocab = int(self.model.n_vocab)
         self.tokenizer = loaded.tokenizer
         self.runner = loaded.runner
         self.n_batch = min(n_batch, n_ctx)
@@ -128,6 +129,9 @@ class Session:
     # -- input ------------------------------------------------------------------------
 
     def append_tokens(self, ids) -> None:
+        if type(ids) in (list, tuple) and len(ids) == 1 and type(ids[0]) is int and 0 <= ids[0] < self._n_vocab:
+            self.pending.append(ids[0])  # one plain token (a decode step): what the checks below would accept
+            return
         try:
             ids = list(ids)
         except TypeError:
@@ -136,7 +140,7 @@ class Session:
             bad = next(t for t in ids if not isinstance(t, (int, np.integer)) or isinstance(t, bool))
             raise SessionError(f"token ids must be integers, got {bad!r:.40} ({type(bad).__name__})")
         ids = [int(t) for t in ids]
-        n_vocab = self.model.n_vocab
+        n_vocab = self._n_vocab
         bad = [t for t in ids if not 0 <= t < n_vocab]
         if bad:
             raise SessionError(f"token ids {bad[:5]} are outside the vocabulary (0..{n_vocab - 1})")
@@ -190,7 +194,8 @@ class Session:
                 elif self.last is not None and "logits" not in self.last:
                     self._refresh_last(LAST_LOGITS)
             finally:
-                self._cancel.clear()  # see events()
+                if self._cancel.is_set():  # see events(); clear() takes a lock, a check does not
+                    self._cancel.clear()
             return None if self.last is None else self.last.get("logits")
 
     @property
