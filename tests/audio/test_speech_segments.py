@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA
 from vad_cases import CLIP_PARAMS, cera_params, q_digest, random_cases, silero_segments
 
 from cera.audio import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, read_audio, speech_segments
 from cera.errors import AudioError
+
+DATA = Path(__file__).resolve().parent / "data"  # the folder tests/audio/conftest.py names too
 
 
 def _frame(sr: int) -> int:

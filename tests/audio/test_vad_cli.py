@@ -7,10 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA
+
+DATA = Path(__file__).resolve().parent / "data"  # the folder tests/audio/conftest.py names too
 
 
 def cera(*args, env=None, check=True):

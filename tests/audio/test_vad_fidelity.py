@@ -9,12 +9,15 @@ onnxruntime.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
-from conftest import DATA
 from ort_peer import ort_probabilities
 
 from cera.audio import read_audio, resample
+
+DATA = Path(__file__).resolve().parent / "data"  # the folder tests/audio/conftest.py names too
 
 TOLERANCE = 1e-4
 RATES = (16000, 8000)

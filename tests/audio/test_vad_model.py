@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA
 from gguf_edit import DROP, GGMLQuantizationType, rewrite
 from ort_peer import ort_probabilities
 
 from cera.audio import load_vad, read_audio
 from cera.errors import AudioError, InvalidModelFile, ModelConfigError
+
+DATA = Path(__file__).resolve().parent / "data"  # the folder tests/audio/conftest.py names too
 
 onnx = pytest.importorskip("onnx", reason="onnx is not installed (a dependency of cera-audio-vad)")
 gguf = pytest.importorskip("gguf")

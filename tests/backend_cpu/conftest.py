@@ -8,8 +8,6 @@ machine can run (only the forced one when the variable is set).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 pytest.importorskip(
@@ -26,14 +24,6 @@ def be():
     backend.close()
 
 
-def simd_variants() -> list[str]:
-    """The SIMD variants to check against scalar: all this CPU runs, or the forced one."""
-    from cera_backend_cpu._native import usable_variants
-
-    forced = os.environ.get("CERA_CPU_VARIANT", "").strip()
-    names = [forced] if forced and forced != "auto" else usable_variants()
-    return [v for v in names if v != "scalar"]
-
 
 @pytest.fixture(scope="session")
 def scalar_be():
@@ -47,6 +37,8 @@ def scalar_be():
 @pytest.fixture(scope="session")
 def variant_backends():
     """{variant: single-threaded backend} for every SIMD variant under test."""
+    from cpu_variants import simd_variants
+
     from cera_backend_cpu.backend import CpuBackend
 
     backends = {v: CpuBackend(threads=1, variant=v) for v in simd_variants()}

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import simd_variants
 from cpu_reference import random_weight
+from cpu_variants import simd_variants
 
 from cera_backend_cpu._native import ffi, lib
 

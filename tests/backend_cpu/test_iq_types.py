@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import simd_variants
+from cpu_variants import simd_variants
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import dequantize
 

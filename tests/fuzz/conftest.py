@@ -9,8 +9,6 @@ inputs that failed are kept, and ``CERA_FUZZ_PROGRESS=N`` prints the tally every
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from harness import Pool, pool_size
 
@@ -21,6 +19,3 @@ def pool():
         yield p
 
 
-def case_numbers(ci: int, slow: int, run_slow: bool, offset: int = 0) -> range:
-    start = int(os.environ.get("CERA_FUZZ_START", "0")) + offset
-    return range(start, start + (slow if run_slow else ci))

@@ -157,3 +157,10 @@ class Tally:
     def check(self) -> None:
         print(self.summary())
         assert not self.bad, self.failure_report()
+
+
+def case_numbers(ci: int, slow: int, run_slow: bool, offset: int = 0) -> range:
+    """The case numbers a fuzz test runs: ``ci`` of them, ``slow`` with --run-slow, from
+    CERA_FUZZ_START (+ ``offset``)."""
+    start = int(os.environ.get("CERA_FUZZ_START", "0")) + offset
+    return range(start, start + (slow if run_slow else ci))

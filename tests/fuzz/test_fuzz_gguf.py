@@ -16,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import case_numbers
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 from gguf_mutate import Doc, mutate, parse
-from harness import REPO, Tally
+from harness import REPO, Tally, case_numbers
 from templates import CORPUS
 
 TINY = sorted((REPO / "tests" / "models" / "reference" / "tiny").glob("*.gguf"))

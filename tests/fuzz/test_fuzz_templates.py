@@ -9,8 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import case_numbers
-from harness import Tally
+from harness import Tally, case_numbers
 from templates import CORPUS, generate
 
 BUDGET_S = 0.5  # per render; the child gets far longer before it counts as hung

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import random
 
-from conftest import case_numbers
-from harness import REPO, Tally
+from harness import REPO, Tally, case_numbers
 
 PIECES = [" ", "  ", "\n", "\r\n", "\t", "a", "é", "中", "🙂", "\u200d", "\u0301", ".", "'", "<", ">", "|", "<s>",
           "</s>", "<|im_start|>", "<|im_end|>", "<0x0A>", "\u2581", "Ġ", "\\", "\\x", "\x00", "\x7f", "\ufeff",

@@ -204,7 +204,7 @@ class Session:
 
     def _forward(self, tokens: list[int], outputs: Outputs, **layout) -> dict:
         start = len(self.tokens)
-        step = SeqStep(self.slot, tokens, range(start, start + len(tokens)))
+        step = SeqStep(self.slot, tuple(tokens), tuple(range(start, start + len(tokens))))
         if self.scheduler is not None:
             return self.scheduler.forward(self, step, outputs, **layout)
         return self.runner.forward(self.state, [step], outputs, **layout)
@@ -261,7 +261,7 @@ class Session:
                 return False
             chunk = self.pending[:size]
             last = len(chunk) == len(self.pending)
-            t0 = time.perf_counter()
+            t0 = time.perf_counter() if responsive else 0.0
             try:
                 out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
             except MemoryError as e:
