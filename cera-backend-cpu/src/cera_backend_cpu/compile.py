@@ -454,9 +454,9 @@ class CpuExecutable(Executable):
         if g is not self.geometry and g != self.geometry:
             raise SessionError("this compiled graph was made for a state of another shape (context, slots or cache type)")
         with self._lock:
-            np.copyto(self.input_buffers["tokens"], inputs.tokens, casting="unsafe")
-            np.copyto(self.input_buffers["positions"], inputs.positions, casting="unsafe")
-            for name, value in inputs.extra.items():
+            self.input_buffers["tokens"][...] = inputs.tokens  # (item assignment: numpy's unsafe casting)
+            self.input_buffers["positions"][...] = inputs.positions
+            for name, value in inputs.extra.items() if inputs.extra else ():
                 if name not in self.input_buffers:
                     raise ShapeError(f"the graph has no input {name!r}")
                 np.copyto(self.input_buffers[name], value, casting="unsafe")

@@ -189,7 +189,7 @@ class Session:
         with self._lock:
             try:
                 if self.pending:
-                    if self._evaluate(LAST_LOGITS):
+                    if self._evaluate(LAST_LOGITS) and self.prefix_cache is not None:
                         self._store_prefix()
                 elif self.last is not None and "logits" not in self.last:
                     self._refresh_last(LAST_LOGITS)
