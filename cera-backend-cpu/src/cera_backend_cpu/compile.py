@@ -450,7 +450,9 @@ class CpuExecutable(Executable):
     # -- running ----------------------------------------------------------------------------------
 
     def run(self, state, inputs: StepInputs) -> dict[str, np.ndarray]:
-        g = state_geometry(state)
+        g = state.__dict__.get("_cpu_geometry") if state is not None else None
+        if g is None:
+            g = state_geometry(state)
         if g is not self.geometry and g != self.geometry:
             raise SessionError("this compiled graph was made for a state of another shape (context, slots or cache type)")
         with self._lock:
@@ -462,7 +464,7 @@ class CpuExecutable(Executable):
                 np.copyto(self.input_buffers[name], value, casting="unsafe")
             self.slots[:] = inputs.slots
             self.starts[:] = inputs.starts
-            table = state_table(state).c if state is not None else ffi.NULL
+            table = (state.__dict__.get("_cpu_table") or state_table(state)).c if state is not None else ffi.NULL
             for kind, seg in self.segments:
                 if kind == "c":
                     rc = lib.cera_plan_run(seg, table)
@@ -470,7 +472,10 @@ class CpuExecutable(Executable):
                         raise _run_error(rc, inputs)
                 else:
                     self._host(seg, state, inputs)
-            return {name: np.array(v, copy=True) for name, v in self.outputs.items()}
+            out = {}
+            for name, v in self.outputs.items():
+                out[name] = v.copy()
+            return out
 
     def _host(self, step: Step, state, inputs: StepInputs) -> None:
         """A step without a C kernel: the op table's reference on views of the arena."""

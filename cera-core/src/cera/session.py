@@ -122,7 +122,7 @@ class Session:
         self.n_shifted = 0  # tokens dropped by context shifts
         self.prefix_cache = getattr(loaded, "prefix_cache", None)  # cera.prefix_cache (None: off)
         self._snapshots: list[tuple[int, object]] = []  # (tokens, state snapshot) for recurrent state
-        self._cancel = threading.Event()
+        self._cancelled = False  # set by cancel() from any thread (a bool: reads and writes are atomic)
         self._lock = threading.RLock()
         self.last_summary: GenerationSummary | None = None
 
@@ -194,8 +194,7 @@ class Session:
                 elif self.last is not None and "logits" not in self.last:
                     self._refresh_last(LAST_LOGITS)
             finally:
-                if self._cancel.is_set():  # see events(); clear() takes a lock, a check does not
-                    self._cancel.clear()
+                self._cancelled = False  # see events()
             return None if self.last is None else self.last.get("logits")
 
     @property
@@ -257,7 +256,7 @@ class Session:
             )
         size = min(self.n_batch, CANCEL_MIN_CHUNK) if responsive else self.n_batch
         while self.pending:
-            if self._cancel.is_set():
+            if self._cancelled:
                 return False
             chunk = self.pending[:size]
             last = len(chunk) == len(self.pending)
@@ -368,7 +367,7 @@ class Session:
         finally:
             # Cleared when a generation ends, not when one starts: a cancel() that comes just
             # before generate() cancels that generation instead of being lost.
-            self._cancel.clear()
+            self._cancelled = False
             if self.scheduler is not None:
                 self.scheduler.generating(self, False)
 
@@ -415,7 +414,7 @@ class Session:
                 if limit is not None and len(generated) >= limit:
                     reason = FinishReason.LENGTH
                     break
-                if self._cancel.is_set():
+                if self._cancelled:
                     reason = FinishReason.CANCELLED
                     break
                 if queued:  # a verified draft token: the model's own greedy choice here
@@ -550,7 +549,7 @@ class Session:
         """Stop the current evaluation or generation at the next chunk or token (a long
         prompt's chunks take about CANCEL_LATENCY_S); with none running, the next one stops
         before it starts. Thread-safe."""
-        self._cancel.set()
+        self._cancelled = True
 
     def reset(self) -> None:
         with self._lock:

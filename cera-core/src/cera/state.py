@@ -341,7 +341,8 @@ class HostState:
     def begin(self, slot: int, positions) -> int:
         """Reserve cells for ``positions`` (a 1-D integer array, or a tuple or list of ints)
         in ``slot``; returns the first cell (the number of cells the slot held)."""
-        self._check_slot(slot)
+        if not 0 <= slot < self.n_slots:
+            self._check_slot(slot)  # raises
         if slot in self._pending:
             raise SessionError("state.begin called again before commit() or rollback() of the previous pass")
         if slot in self._poisoned:
