@@ -75,9 +75,11 @@ def test_pooling_choices(nomic):
     per_token = nomic.embed(text, pooling="none", normalize=False)
     assert per_token.shape == (4, 768)  # [CLS] hello world [SEP]
     mean = nomic.embed(text, normalize=False)
-    np.testing.assert_allclose(mean, per_token.mean(axis=0), rtol=0, atol=1e-5)
-    np.testing.assert_allclose(nomic.embed(text, pooling="cls", normalize=False), per_token[0], rtol=0, atol=1e-6)
-    np.testing.assert_allclose(nomic.embed(text, pooling="last", normalize=False), per_token[-1], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(mean, per_token.mean(axis=0), rtol=0, atol=1e-4)
+    # (the pooled passes compute their last layer for the pooled rows only, with the kernels of
+    # that row count: equal to the per-token pass on AVX-512, within 1e-4 on the other variants)
+    np.testing.assert_allclose(nomic.embed(text, pooling="cls", normalize=False), per_token[0], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(nomic.embed(text, pooling="last", normalize=False), per_token[-1], rtol=0, atol=1e-4)
     with pytest.raises(InvalidOptions, match="pooling"):
         nomic.embed(text, pooling="max")
     with pytest.raises(InvalidOptions, match="tokens"):

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from llama_arithmetic import skip_unless_llama_cpp_arithmetic
 
 openai = pytest.importorskip("openai", reason="the openai package is not installed (pip install openai)")
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e ./cera-serve)")
@@ -105,6 +106,7 @@ def test_chat_streaming_matches_non_streaming_and_reports_usage(server):
 
 
 def test_logprobs_rank_tokens_as_llama_cpp_does(server, loaded, reference):
+    skip_unless_llama_cpp_arithmetic(loaded, "the log-probability differences (2e-3 of llama.cpp's)")
     case = reference["en_story"]
     r = server.client().completions.create(
         model="x", prompt=case["prompt_tokens"], max_tokens=1, temperature=0, logprobs=5
