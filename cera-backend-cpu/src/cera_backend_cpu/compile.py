@@ -450,21 +450,19 @@ class CpuExecutable(Executable):
     # -- running ----------------------------------------------------------------------------------
 
     def run(self, state, inputs: StepInputs) -> dict[str, np.ndarray]:
-        g = state.__dict__.get("_cpu_geometry") if state is not None else None
-        if g is None:
-            g = state_geometry(state)
+        g = state_geometry(state)
         if g is not self.geometry and g != self.geometry:
             raise SessionError("this compiled graph was made for a state of another shape (context, slots or cache type)")
         with self._lock:
             self.input_buffers["tokens"][...] = inputs.tokens  # (item assignment: numpy's unsafe casting)
             self.input_buffers["positions"][...] = inputs.positions
-            for name, value in inputs.extra.items() if inputs.extra else ():
+            for name, value in inputs.extra.items():
                 if name not in self.input_buffers:
                     raise ShapeError(f"the graph has no input {name!r}")
                 np.copyto(self.input_buffers[name], value, casting="unsafe")
             self.slots[:] = inputs.slots
             self.starts[:] = inputs.starts
-            table = (state.__dict__.get("_cpu_table") or state_table(state)).c if state is not None else ffi.NULL
+            table = state_table(state).c if state is not None else ffi.NULL
             for kind, seg in self.segments:
                 if kind == "c":
                     rc = lib.cera_plan_run(seg, table)

@@ -86,10 +86,16 @@ def _help_third_party_wait() -> float:
         return HELP_THIRD_PARTY_WAIT_S  # a bad value must not break the help; `cera plugins` still waits
 
 
+def _help_plugin_commands() -> dict:
+    """Plugin commands as the help lists them (the waits above)."""
+    third = _help_third_party_wait()
+    return _plugin_commands(max(HELP_PLUGIN_WAIT_S, third), third)
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         names = [n for n in BUILTIN_COMMANDS if _exists(n)]
-        names += [n for n in _plugin_commands(max(HELP_PLUGIN_WAIT_S, _help_third_party_wait()), _help_third_party_wait()) if n not in BUILTIN_COMMANDS]
+        names += [n for n in _help_plugin_commands() if n not in BUILTIN_COMMANDS]
         return sorted(names)
 
     def get_command(self, ctx, name):
@@ -105,7 +111,7 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx, formatter):
         rows = []
-        plugin_cmds = _plugin_commands(max(HELP_PLUGIN_WAIT_S, _help_third_party_wait()), _help_third_party_wait())
+        plugin_cmds = _help_plugin_commands()
         for name in self.list_commands(ctx):
             if name in BUILTIN_COMMANDS:
                 rows.append((name, BUILTIN_HELP.get(name, "")))

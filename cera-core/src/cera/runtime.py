@@ -95,18 +95,6 @@ class Runner:
             if len(self._layouts) < 4096:
                 self._layouts[shape] = layout
         exe = self.executable(layout, outputs, state)
-        if len(steps) == 1:  # one sequence (a session's own pass): the same work, fewer objects
-            s = steps[0]
-            start = state.begin(s.slot, s.positions)
-            try:
-                out = exe.run(state, StepInputs(
-                    tokens=np.array(s.tokens, np.int32), positions=np.array(s.positions, np.int32),
-                    slots=np.array((s.slot,), np.int32), starts=np.array((start,), np.int32)))  # fmt: skip
-            except BaseException:
-                state.rollback(s.slot)
-                raise
-            state.commit(s.slot)
-            return out
         started: list[int] = []
         try:
             starts = []
@@ -115,9 +103,14 @@ class Runner:
                     raise SessionError(f"slot {s.slot} appears twice in one batch")
                 starts.append(state.begin(s.slot, s.positions))
                 started.append(s.slot)
+            if len(steps) == 1:  # a session's own pass: its tuples as they are
+                tokens, positions = steps[0].tokens, steps[0].positions
+            else:
+                tokens = [t for s in steps for t in s.tokens]
+                positions = [p for s in steps for p in s.positions]
             inputs = StepInputs(
-                tokens=np.array([t for s in steps for t in s.tokens], np.int32),
-                positions=np.array([p for s in steps for p in s.positions], np.int32),
+                tokens=np.array(tokens, np.int32),
+                positions=np.array(positions, np.int32),
                 slots=np.array([s.slot for s in steps], np.int32),
                 starts=np.array(starts, np.int32),
             )

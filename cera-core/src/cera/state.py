@@ -350,9 +350,7 @@ class HostState:
                 "an earlier evaluation of this sequence failed part-way through its recurrent state; "
                 "reset the session (or restore a snapshot) before evaluating again"
             )
-        if type(positions) is tuple and len(positions) == 1 and type(positions[0]) is int:
-            lo = hi = positions[0]  # a decode step
-        elif isinstance(positions, (tuple, list)) and all(type(p) is int for p in positions):
+        if isinstance(positions, (tuple, list)) and all(type(p) is int for p in positions):
             # the runner's own steps (a decode step every token): checked without numpy
             lo, hi = (min(positions), max(positions)) if positions else (0, 0)
         else:
