@@ -1,87 +1,119 @@
 #!/usr/bin/env bash
-# The Vulkan backend on a lent GPU machine that reaches nothing (the workplace's device
-# tool): its tests, then cera and llama.cpp's Vulkan build side by side on the real files'
-# layouts. Run from the repository root there, with these carried (all ignored by git):
-#   .gl/    libvulkan1 and friends (Debian .debs; see the device tool's README)
-#   .whl/   wgpu, rendercanvas, sniffio, gguf wheels for cp312
-#   .dev/   debs/ (glslc, libshaderc1, libvulkan-dev, spirv-headers), lcp.tar.xz (the
-#           llama-cpp-python 0.3.36 sdist without its test models, docs and git history),
-#           skel/*.skel (benchmarks/gguf_skeleton.py skeleton of each real file)
-# Modes: "test" (tests and cera's own figures), "full" (also builds llama-cpp-python with
-# -DGGML_VULKAN=ON and runs bench_models.py --device vulkan), "llama" (only the build and
-# bench_models.py).
+# The Vulkan backend on the lent GPU machine (the workplace's device tool), which reaches
+# nothing and takes 64 MiB a call with the tracked tree (~27 MB) included. What does not
+# fit one call is staged over several calls made while the machine stays warm:
+#
+#   stage DIR...   copy carried folders' files to /tmp/stage; with .dev carried, also unpack
+#                  Debian trixie's glslc/Vulkan headers and start building llama-cpp-python
+#                  0.3.36 with -DGGML_VULKAN=ON in the background (setsid: it outlives the
+#                  call, and runs while the next chunks arrive)
+#   run            everything else, in one call: install, reassemble the real SmolLM2 file
+#                  (chunks smol.part*), `cera run --device vulkan` on it, the Vulkan tests
+#                  (conformance, greedy vs the CPU on the real file), then cera and llama.cpp
+#                  side by side on the real file and on the other files' layouts with random
+#                  weights (gguf_skeleton.py), each engine in its own process
+#
+# Carried folders (all ignored by git; see benchmarks/README.md, "Vulkan on an H200"):
+#   .gl/    libvulkan1 and friends (the device tool's README)
+#   .whl/   wgpu, rendercanvas, sniffio, cffi, pycparser, gguf, llguidance wheels for cp312
+#   .dev/   debs/ (glslc, libshaderc1, libvulkan-dev, spirv-headers from trixie),
+#           lcp.tar.xz (the llama-cpp-python sdist without its vocab files, docs, git),
+#           skel/*.skel (gguf_skeleton.py skeletons of the real files)
+#   .m1/ .m2/ ...  chunks of the real SmolLM2 file (split -b), and its .verified.json
 set -uo pipefail
-MODE=${1:-full}
+MODE=${1:-run}
+shift || true
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" /tmp/stage
 REPO=$(pwd)
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-# Vulkan headers and glslc for llama.cpp's build: Debian trixie's (1.4.309, shaderc 2025.2:
-# cooperative-matrix shaders); bookworm's glslc where trixie's does not run
-mkdir -p /opt/vk && for f in .dev/debs/*.deb; do dpkg -x "$f" /opt/vk; done
-export PATH=/opt/vk/usr/bin:$PATH
-export LD_LIBRARY_PATH=/opt/vk/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-if ! glslc --version >/dev/null 2>&1; then
-    for f in .dev/debs-bookworm/*.deb; do dpkg -x "$f" /opt/vk; done
+if [ "$MODE" = stage ]; then
+    for d in "$@"; do cp -r "$d"/. /tmp/stage/; done
+    if [ -f /tmp/stage/lcp.tar.xz ] && [ ! -e /tmp/llama.started ]; then
+        touch /tmp/llama.started
+        mkdir -p /opt/vk && for f in /tmp/stage/debs/*.deb; do dpkg -x "$f" /opt/vk; done
+        setsid bash -c '
+            export PATH=/opt/vk/usr/bin:$PATH LD_LIBRARY_PATH=/opt/vk/usr/lib/x86_64-linux-gnu
+            cd /tmp && tar xJf /tmp/stage/lcp.tar.xz && cd llama_cpp_python-0.3.36 &&
+            CMAKE_ARGS="-DGGML_VULKAN=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_MTMD=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
+              -DVulkan_INCLUDE_DIR=/opt/vk/usr/include -DVulkan_LIBRARY=/opt/vk/usr/lib/x86_64-linux-gnu/libvulkan.so \
+              -DVulkan_GLSLC_EXECUTABLE=/opt/vk/usr/bin/glslc" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+            python3 -m pip install --no-index --no-deps --no-build-isolation --target /tmp/llama -v . >/tmp/llama_build.log 2>&1
+            echo $? > /tmp/llama.rc' </dev/null >/dev/null 2>&1 &
+    fi
+    ls -la /tmp/stage
+    stamp "staged"
+    exit 0
 fi
-glslc --version 2>&1 | head -1
+
+exec > >(tee -a "$OUT/log.txt") 2>&1
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e ./cera-core -e ./cera-backend-vulkan \
-    $(for d in cera-models/*/; do [ -f "$d/pyproject.toml" ] && printf -- "-e ./%s " "$d"; done) -e ./cera-cli >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e ./cera-core -e ./cera-backend-cpu -e ./cera-backend-vulkan \
+    $(for d in cera-models/*/; do [ -f "$d/pyproject.toml" ] && printf -- "-e ./%s " "$d"; done) -e ./cera-cli >/tmp/pip.log 2>&1 || { tail -30 /tmp/pip.log; exit 1; }
 stamp "installed"
 
-if [ "$MODE" != test ]; then
-    # llama.cpp's Vulkan build, in the background while the tests run
-    (cd /tmp && tar xJf "$REPO/.dev/lcp.tar.xz" && cd llama_cpp_python-0.3.36 && \
-     CMAKE_ARGS="-DGGML_VULKAN=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_MTMD=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
-       -DVulkan_INCLUDE_DIR=/opt/vk/usr/include -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
-       -DVulkan_GLSLC_EXECUTABLE=/opt/vk/usr/bin/glslc" CMAKE_BUILD_PARALLEL_LEVEL=16 \
-     python3 -m pip install --no-index --no-deps --no-build-isolation --target /tmp/llama -v . ) >"$OUT/llama_build.log" 2>&1 &
-    BUILD=$!
-fi
-
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-python3 - <<'EOF' | tee -a "$OUT/gpu.txt"
-from cera_backend_vulkan.backend import VulkanBackend
-b = VulkanBackend()
-print(b.probe().device)
-print("subgroup size", b.ctx.subgroup_size, "max binding", b.ctx.max_binding)
-EOF
-
-if [ "$MODE" = llama ]; then SKIP_TESTS=1; fi
-mkdir -p /tmp/models
+# the real SmolLM2 file, where cera's bundle cache looks for it (the stamp is re-checked
+# by SHA-256, so a rebuilt file is accepted only if it is the published one)
+export CERA_CACHE_DIR=/tmp/cera-cache
+SMOL=$CERA_CACHE_DIR/bundles/smollm2-135m-instruct-q4_1
+mkdir -p "$SMOL" /tmp/models
+cat /tmp/stage/smol.part* > "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf"
+cp /tmp/stage/verified.json "$SMOL/.verified.json"
+sha256sum "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf"
+ln -sf "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf" /tmp/models/smollm2-135m-instruct-q4_1.gguf
 pids=()
-for s in .dev/skel/${MODELS:-*}.skel; do
-    python3 benchmarks/gguf_skeleton.py synth "$s" "/tmp/models/$(basename "$s" .skel).gguf" >/dev/null &
+for s in /tmp/stage/skel/*.skel; do
+    n=$(basename "$s" .skel)
+    [ "$n" = smollm2-135m-instruct-q4_1 ] && continue
+    python3 benchmarks/gguf_skeleton.py synth "$s" "/tmp/models/$n.gguf" >/dev/null &
     pids+=($!)
 done
-wait "${pids[@]}"
-stamp "models written"
 
-[ -z "${SKIP_TESTS:-}" ] && python3 -m pytest -q -p no:cacheprovider tests/backend_vulkan/test_conformance.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
-stamp "tests done"
+{
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+python3 -c "
+from cera_backend_vulkan.backend import VulkanBackend
+b = VulkanBackend(); print(b.probe().device); print('subgroup size', b.ctx.subgroup_size)"
+echo "commit ${COMMIT:-unknown}"
+} 2>&1
 
-for m in /tmp/models/*.gguf; do
-    [ "$MODE" = llama ] && break
-    cera bench -m "$m" --device vulkan -p 512 -n 128 -r ${REPS:-3} --profile 2>&1 | grep -v "^$" | tee -a "$OUT/cera_bench.txt"
+{
+P="Why is the sky blue? Answer in two sentences."
+for dev in vulkan cpu; do
+    echo "== cera run --device $dev --temp 0 -n 48"
+    timeout 120 cera run -m smollm2-135m-instruct-q4_1 --device $dev --temp 0 -n 48 -v -p "$P"
 done
-[ "$MODE" != llama ] && for m in /tmp/models/*.gguf; do python3 benchmarks/vulkan_decode_split.py "$m" | tee -a "$OUT/decode_split.txt"; done
+echo "== cera run --device vulkan (sampling, seed 7)"
+timeout 120 cera run -m smollm2-135m-instruct-q4_1 --device vulkan --seed 7 -p "$P"
+} 2>&1
+stamp "cera run done"
+
+timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan -rs 2>&1 | tail -25
+stamp "tests done"
+wait "${pids[@]}"
+
+MODELS=$(for m in /tmp/models/*.gguf; do printf -- "--model %s " "$m"; done)
+(cd benchmarks && timeout 200 python3 bench_models_one.py cera --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
+for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
+[ -f benchmarks/vulkan_matvec_sweep.py ] && timeout 120 python3 benchmarks/vulkan_matvec_sweep.py 2>&1
 stamp "cera benches done"
 
-if [ "$MODE" != test ]; then
-    wait "$BUILD"; rc=$?
-    stamp "llama build rc=$rc"
-    tail -5 "$OUT/llama_build.log"
+for _ in $(seq 60); do [ -f /tmp/llama.rc ] && break; sleep 5; done
+stamp "llama build rc=$(cat /tmp/llama.rc 2>/dev/null || echo unfinished)"
+tail -3 /tmp/llama_build.log 2>/dev/null
+if [ "$(cat /tmp/llama.rc 2>/dev/null)" = 0 ]; then
     export PYTHONPATH=/tmp/llama:/tmp/site
-    cd benchmarks && python3 bench_models.py --device vulkan --tests pp512,tg128 --reps 3 \
-        $(for m in /tmp/models/*.gguf; do echo --model "$m"; done) --json "$OUT/bench_models.json" 2>&1 | tee "$OUT/bench_models.txt"
-    stamp "bench_models done"
+    (cd benchmarks && timeout 150 python3 bench_models_one.py llama.cpp --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
+    # the built engine comes back (its libraries), so a later call need not build it again
+    # (in pieces of 15 MB: a file that comes back is at most 16 MB, and at most 8 files)
+    tar cJf - -C /tmp llama | split -b 15000000 -d -a 1 - "$OUT/llama_vulkan_build.tar.xz."
 fi
+stamp "done"
