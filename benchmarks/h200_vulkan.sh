@@ -29,20 +29,22 @@ REPO=$(pwd)
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
+start_llama_build() {  # needs libvulkan1 unpacked (.gl) for the link
+    [ -f /tmp/stage/lcp.tar.xz ] && [ ! -e /tmp/llama.started ] || return 0
+    touch /tmp/llama.started
+    mkdir -p /opt/vk && for f in /tmp/stage/debs/*.deb; do dpkg -x "$f" /opt/vk; done
+    setsid bash -c '
+        export PATH=/opt/vk/usr/bin:$PATH LD_LIBRARY_PATH=/opt/vk/usr/lib/x86_64-linux-gnu
+        rm -rf /tmp/llama_cpp_python-0.3.36; cd /tmp && tar xJf /tmp/stage/lcp.tar.xz && cd llama_cpp_python-0.3.36 &&
+        CMAKE_ARGS="-DGGML_VULKAN=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_MTMD=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
+          -DVulkan_INCLUDE_DIR=/opt/vk/usr/include -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
+          -DVulkan_GLSLC_EXECUTABLE=/opt/vk/usr/bin/glslc" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+        python3 -m pip install --no-index --no-deps --no-build-isolation --target /tmp/llama -v . >/tmp/llama_build.log 2>&1
+        echo $? > /tmp/llama.rc' </dev/null >/dev/null 2>&1 &
+}
+
 if [ "$MODE" = stage ]; then
     for d in "$@"; do cp -r "$d"/. /tmp/stage/; done
-    if [ -f /tmp/stage/lcp.tar.xz ] && [ ! -e /tmp/llama.started ]; then
-        touch /tmp/llama.started
-        mkdir -p /opt/vk && for f in /tmp/stage/debs/*.deb; do dpkg -x "$f" /opt/vk; done
-        setsid bash -c '
-            export PATH=/opt/vk/usr/bin:$PATH LD_LIBRARY_PATH=/opt/vk/usr/lib/x86_64-linux-gnu
-            cd /tmp && tar xJf /tmp/stage/lcp.tar.xz && cd llama_cpp_python-0.3.36 &&
-            CMAKE_ARGS="-DGGML_VULKAN=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_MTMD=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
-              -DVulkan_INCLUDE_DIR=/opt/vk/usr/include -DVulkan_LIBRARY=/opt/vk/usr/lib/x86_64-linux-gnu/libvulkan.so \
-              -DVulkan_GLSLC_EXECUTABLE=/opt/vk/usr/bin/glslc" CMAKE_BUILD_PARALLEL_LEVEL=16 \
-            python3 -m pip install --no-index --no-deps --no-build-isolation --target /tmp/llama -v . >/tmp/llama_build.log 2>&1
-            echo $? > /tmp/llama.rc' </dev/null >/dev/null 2>&1 &
-    fi
     ls -la /tmp/stage
     stamp "staged"
     exit 0
@@ -50,6 +52,8 @@ fi
 
 exec > >(tee -a "$OUT/log.txt") 2>&1
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+[ "$(cat /tmp/llama.rc 2>/dev/null)" = 0 ] || rm -f /tmp/llama.started /tmp/llama.rc
+start_llama_build
 if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
@@ -65,9 +69,15 @@ stamp "installed"
 export CERA_CACHE_DIR=/tmp/cera-cache
 SMOL=$CERA_CACHE_DIR/bundles/smollm2-135m-instruct-q4_1
 mkdir -p "$SMOL" /tmp/models
-cat /tmp/stage/smol.part* > "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf"
-cp /tmp/stage/verified.json "$SMOL/.verified.json"
-sha256sum "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf"
+REAL=0
+if ls /tmp/stage/smol.part* >/dev/null 2>&1; then
+    REAL=1
+    cat /tmp/stage/smol.part* > "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf"
+    cp /tmp/stage/verified.json "$SMOL/.verified.json"
+    sha256sum "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf"
+else  # no chunks carried this time: its layout with random weights, like the others
+    python3 benchmarks/gguf_skeleton.py synth /tmp/stage/skel/smollm2-135m-instruct-q4_1.skel "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf" >/dev/null
+fi
 ln -sf "$SMOL/SmolLM2-135M-Instruct.Q4_1.gguf" /tmp/models/smollm2-135m-instruct-q4_1.gguf
 pids=()
 for s in /tmp/stage/skel/*.skel; do
@@ -85,7 +95,7 @@ b = VulkanBackend(); print(b.probe().device); print('subgroup size', b.ctx.subgr
 echo "commit ${COMMIT:-unknown}"
 } 2>&1
 
-{
+[ $REAL = 1 ] && {
 P="Why is the sky blue? Answer in two sentences."
 for dev in vulkan cpu; do
     echo "== cera run --device $dev --temp 0 -n 48"
@@ -96,7 +106,9 @@ timeout 120 cera run -m smollm2-135m-instruct-q4_1 --device vulkan --seed 7 -p "
 } 2>&1
 stamp "cera run done"
 
-timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan -rs 2>&1 | tail -25
+timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan -rs \
+    --deselect tests/backend_vulkan/test_greedy.py::test_greedy_continuation_gemma3 \
+    $([ $REAL = 1 ] || echo --ignore=tests/backend_vulkan/test_greedy.py)  # the real files that are there 2>&1 | tail -25
 stamp "tests done"
 wait "${pids[@]}"
 
