@@ -97,6 +97,49 @@ def test_sequences_join_and_leave_between_steps_from_threads(smollm2_path):
     assert scheduler.state._free == [0, 1, 2]  # every slot was given back
 
 
+def test_a_sequence_that_ends_early_leaves_the_batch_and_the_others_go_on(smollm2_path):
+    """generate_many in lockstep: a sequence whose context fills first ends (finish reason
+    context, as alone) and the rest decode on in smaller batches, each still exactly its
+    own tokens; the slots are all given back."""
+    loaded = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, 4000, n).tolist() for n in (8, 40, 10, 12)]
+    alone = []
+    for p in prompts:
+        s = loaded.new_session(n_ctx=64)
+        s.append_tokens(p)
+        alone.append(s.generate(max_tokens=30, temperature=0, ignore_eos=True))
+    scheduler = loaded.scheduler(n_slots=4, n_ctx=64)
+    together = scheduler.generate_many(prompts, max_tokens=30, temperature=0, ignore_eos=True)
+    assert [s.tokens for s in together] == [s.tokens for s in alone]
+    assert [s.finish_reason for s in together] == [s.finish_reason for s in alone]
+    assert together[1].finish_reason.value == "context" and len(together[1].tokens) == 25
+    # (40 + 24 evaluated tokens fill the 64 cells; the 25th is chosen from the last logits)
+    assert scheduler.rows_per_batch[0] == 4 and scheduler.rows_per_batch[-1] == 3, scheduler.rows_per_batch
+    assert sorted(scheduler.state._free) == [0, 1, 2, 3]
+
+
+def test_a_failing_decode_batch_fails_every_sequence_with_a_cera_error(smollm2_path, monkeypatch):
+    """An exception inside the batched forward pass reaches every sequence of the batch
+    as a CeraError (a GenerationError for an unexpected one), raised by generate_many once
+    all have ended, and the slots are given back."""
+    from cera.errors import GenerationError
+
+    loaded = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
+    scheduler = loaded.scheduler(n_slots=2, n_ctx=64)
+    real = scheduler.runner.forward
+
+    def broken(state, steps, outputs, **layout):
+        if len(steps) == 2:
+            raise RuntimeError("injected failure in a decode batch")
+        return real(state, steps, outputs, **layout)
+
+    monkeypatch.setattr(scheduler.runner, "forward", broken)
+    with pytest.raises(GenerationError, match="injected failure in a decode batch"):
+        scheduler.generate_many([[1, 2, 3], [4, 5, 6]], max_tokens=4, temperature=0)
+    assert sorted(scheduler.state._free) == [0, 1]
+
+
 def test_more_prompts_than_slots_is_a_clear_error(smollm2_path):
     from cera.errors import SessionError
 

@@ -93,6 +93,17 @@ CANCEL_LATENCY_S = 0.25
 CANCEL_MIN_CHUNK = 128
 
 
+@attrs.define(eq=False)
+class DecodeStep:
+    """What a session generating in lockstep (`cera.scheduler.Scheduler.generate_many`)
+    yields instead of evaluating its next token itself: the driver evaluates the token
+    together with the other sequences' and sets ``done``; left False, the step was
+    cancelled. Never seen outside the scheduler."""
+
+    want: Outputs
+    done: bool = False
+
+
 class Session:
     """One conversation's state on a loaded model. See the module docstring."""
 
@@ -249,11 +260,7 @@ class Session:
         # (by n_batch, or by a prompt-cache hit that leaves only its end to evaluate), so
         # they come out the same either way; short ones choose by their count, as llama.cpp.
         prompt_rows = len(self.pending) > 1 and (len(self.pending) >= PROMPT_ROWS or len(self.tokens) > held)
-        if len(self.tokens) + len(self.pending) > self.n_ctx:
-            raise ContextFull(
-                f"{len(self.tokens)} tokens in the context plus {len(self.pending)} new ones exceed "
-                f"its size of {self.n_ctx}; start a new session with a larger n_ctx or reset this one"
-            )
+        self._check_room()
         size = min(self.n_batch, CANCEL_MIN_CHUNK) if responsive else self.n_batch
         while self.pending:
             if self._cancelled:
@@ -268,11 +275,29 @@ class Session:
             if responsive:
                 rate = len(chunk) / max(time.perf_counter() - t0, 1e-6)
                 size = max(min(int(rate * CANCEL_LATENCY_S), self.n_batch), min(self.n_batch, CANCEL_MIN_CHUNK))
-            self.tokens.extend(chunk)
-            del self.pending[: len(chunk)]
-            self.n_evaluated += len(chunk)
-            self.last = _row0(out) if last else None
+            self._took(len(chunk), out if last else None)
         return True
+
+    def _check_room(self) -> None:
+        if len(self.tokens) + len(self.pending) > self.n_ctx:
+            raise ContextFull(
+                f"{len(self.tokens)} tokens in the context plus {len(self.pending)} new ones exceed "
+                f"its size of {self.n_ctx}; start a new session with a larger n_ctx or reset this one"
+            )
+
+    def _took(self, n: int, out: dict | None) -> None:
+        """The first n queued tokens are evaluated; ``out``: the outputs of the pass that
+        ended the queue (None for an earlier chunk)."""
+        self.tokens.extend(self.pending[:n])
+        del self.pending[:n]
+        self.n_evaluated += n
+        self.last = _row0(out) if out is not None else None
+
+    def _decode_step(self) -> SeqStep:
+        """The one queued token of a lockstep decode step, as the driver's batch row."""
+        self._check_room()
+        start = len(self.tokens)
+        return SeqStep(self.slot, (self.pending[0],), (start,))
 
     def _refresh_last(self, want: Outputs) -> None:
         """The kept output of the last position lacks what is wanted now (only an argmax
@@ -371,7 +396,15 @@ class Session:
             if self.scheduler is not None:
                 self.scheduler.generating(self, False)
 
-    def _events(self, options: GenerateOptions, processors):
+    def _lockstep_events(self, options: GenerateOptions):
+        """`events` for `Scheduler.generate_many`: each decode step is yielded as a
+        `DecodeStep` for the driver to run with the other sequences' steps."""
+        try:
+            yield from self._events(options, (), lockstep=True)
+        finally:
+            self._cancelled = False
+
+    def _events(self, options: GenerateOptions, processors, lockstep: bool = False):
         with self._lock:
             eog = set(self.tokenizer.eog_ids) | set(options.stop_tokens)
             if options.ignore_eos:
@@ -485,7 +518,12 @@ class Session:
                 step_want = want
                 if needs != NEEDS_LOGITS and len(generated) % FINITE_CHECK_EVERY == 0:
                     step_want = LAST_LOGITS  # the periodic look at the logits (FINITE_CHECK_EVERY)
-                if not self._evaluate(step_want):
+                if lockstep and len(self.pending) == 1:
+                    request = DecodeStep(step_want)
+                    yield request  # the driver evaluates it with the other sequences' steps
+                    if not request.done:
+                        reason = FinishReason.CANCELLED
+                elif not self._evaluate(step_want):
                     reason = FinishReason.CANCELLED
             tail = ""
             if reason != FinishReason.STOP_STRING:

@@ -115,13 +115,48 @@ static float yarn_ramp(float low, float high, int i0) {
     return 1 - fminf(1, fmaxf(0, y));
 }
 
+/* The cos/sin pairs of one token's rotation (ggml's rope_yarn, step by step). */
+static void rope_angles(float *cache, int32_t p, int n_dims, float theta_scale, const float corr[2], float freq_scale,
+                        const float *freq_factors, float ext_factor, float attn_factor) {
+    float theta = (float)p;
+    for (int i0 = 0; i0 < n_dims; i0 += 2) {
+        const float ff = freq_factors ? freq_factors[i0 / 2] : 1.0f;
+        const float theta_extrap = theta / ff;
+        const float theta_interp = freq_scale * theta_extrap;
+        float th = theta_interp, mscale = attn_factor;
+        if (ext_factor != 0.0f) {
+            const float ramp_mix = yarn_ramp(corr[0], corr[1], i0) * ext_factor;
+            th = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+        }
+        cache[i0] = cosf(th) * mscale;
+        cache[i0 + 1] = sinf(th) * mscale;
+        theta *= theta_scale;
+    }
+}
+
+/* Every layer of a pass rotates its queries and keys by the same angles: a decode step's
+ * (up to ROPE_TAB_TOK rows) are kept per thread and reused while the positions and the
+ * parameters stay the same, two parameter sets at a time (Gemma 3 alternates a local and
+ * a global base). The values are those computed afresh, so the bits do not change. */
+#define ROPE_TAB_TOK 64
+#define ROPE_TAB_DIMS 256
+typedef struct {
+    int valid, n_dims, n_ctx_orig;
+    float freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
+    const float *freq_factors;
+    int64_t n_tok;
+    int32_t pos[ROPE_TAB_TOK];
+    float cs[ROPE_TAB_TOK * ROPE_TAB_DIMS];
+} rope_table;
+static _Thread_local rope_table rope_tabs[2];
+static _Thread_local int rope_tab_next;
+
 int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_heads, int64_t head_dim,
               const int32_t *pos, int n_dims, int neox, float freq_base, float freq_scale, const float *freq_factors,
               float ext_factor, float attn_factor, float beta_fast, float beta_slow, int n_ctx_orig) {
     (void)ctx;
     if (n_dims <= 0 || n_dims % 2 || n_dims > head_dim) return CERA_EINVAL;
-    float *cache = malloc(sizeof(float) * (size_t)n_dims);
-    if (!cache) return CERA_ENOMEM;
     const float theta_scale = powf(freq_base, -2.0f / n_dims);
     float corr[2];
     {
@@ -130,21 +165,49 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
         corr[0] = fmaxf(0, start);
         corr[1] = fminf(n_dims - 1, end);
     }
+    const float *table = NULL; /* [n_tok][n_dims] when kept */
+    if (n_tok <= ROPE_TAB_TOK && n_dims <= ROPE_TAB_DIMS) {
+        for (int i = 0; i < 2 && !table; i++) {
+            const rope_table *e = &rope_tabs[i];
+            if (e->valid && e->n_tok == n_tok && e->n_dims == n_dims && e->n_ctx_orig == n_ctx_orig &&
+                e->freq_base == freq_base && e->freq_scale == freq_scale && e->ext_factor == ext_factor &&
+                e->attn_factor == attn_factor && e->beta_fast == beta_fast && e->beta_slow == beta_slow &&
+                e->freq_factors == freq_factors && !memcmp(e->pos, pos, sizeof(int32_t) * (size_t)n_tok))
+                table = e->cs;
+        }
+        if (!table) {
+            rope_table *e = &rope_tabs[rope_tab_next];
+            rope_tab_next ^= 1;
+            e->valid = 1;
+            e->n_tok = n_tok;
+            e->n_dims = n_dims;
+            e->n_ctx_orig = n_ctx_orig;
+            e->freq_base = freq_base;
+            e->freq_scale = freq_scale;
+            e->ext_factor = ext_factor;
+            e->attn_factor = attn_factor;
+            e->beta_fast = beta_fast;
+            e->beta_slow = beta_slow;
+            e->freq_factors = freq_factors;
+            memcpy(e->pos, pos, sizeof(int32_t) * (size_t)n_tok);
+            for (int64_t t = 0; t < n_tok; t++)
+                rope_angles(e->cs + t * n_dims, pos[t], n_dims, theta_scale, corr, freq_scale, freq_factors,
+                            ext_factor, attn_factor);
+            table = e->cs;
+        }
+    }
+    float *own = NULL;
+    if (!table) {
+        own = malloc(sizeof(float) * (size_t)n_dims);
+        if (!own) return CERA_ENOMEM;
+    }
     for (int64_t t = 0; t < n_tok; t++) {
-        float theta = (float)pos[t];
-        for (int i0 = 0; i0 < n_dims; i0 += 2) {
-            const float ff = freq_factors ? freq_factors[i0 / 2] : 1.0f;
-            const float theta_extrap = theta / ff;
-            const float theta_interp = freq_scale * theta_extrap;
-            float th = theta_interp, mscale = attn_factor;
-            if (ext_factor != 0.0f) {
-                const float ramp_mix = yarn_ramp(corr[0], corr[1], i0) * ext_factor;
-                th = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix;
-                mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
-            }
-            cache[i0] = cosf(th) * mscale;
-            cache[i0 + 1] = sinf(th) * mscale;
-            theta *= theta_scale;
+        const float *cache;
+        if (table) {
+            cache = table + t * n_dims;
+        } else {
+            rope_angles(own, pos[t], n_dims, theta_scale, corr, freq_scale, freq_factors, ext_factor, attn_factor);
+            cache = own;
         }
         /* The rotation as GCC contracts ggml's rotate_pairs (x0*c - x1*s: the first product
          * fused into the subtraction); checked bit for bit against llama.cpp's Qcur/Kcur. */
@@ -172,7 +235,7 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
                 for (int64_t i = n_dims; i < head_dim; i++) dst[i] = src[i];
         }
     }
-    free(cache);
+    free(own);
     return CERA_OK;
 }
 

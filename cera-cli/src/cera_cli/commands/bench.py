@@ -46,13 +46,12 @@ def _tg_parallel(loaded, n: int, rng, parallel: int, depth: int = 0) -> float:
     """Aggregate decode tokens/s of ``parallel`` sequences decoding together."""
     scheduler = loaded.scheduler(n_slots=parallel, n_ctx=depth + n + 2, n_batch=512)
     prompts = [rng.integers(0, loaded.model.n_vocab, size=depth + 1).tolist() for _ in range(parallel)]
-    t0 = time.perf_counter()
     summaries = scheduler.generate_many(prompts, max_tokens=n, temperature=0.0, ignore_eos=True)
-    wall = time.perf_counter() - t0
-    # The sequences' decode steps overlap, and a prompt's time may include waiting for the
-    # others' steps, so prompt times do not add up. No decode step began before the first
-    # prompt ended: dividing by the wall time from then on counts at least the decode time.
-    decode = wall - min(s.prompt_seconds for s in summaries)
+    # generate_many evaluates every prompt before the first decode step, so each sequence's
+    # generate_seconds runs from its own prompt's end to its last token: the shortest, the
+    # last prompted sequence's, spans exactly the decode steps (all of them: every sequence
+    # decodes n tokens and they end in the same step).
+    decode = min(s.generate_seconds for s in summaries)
     return sum(s.n_generated for s in summaries) / decode
 
 
