@@ -65,3 +65,28 @@ def test_bad_arguments_are_refused():
     assert lib.cera_top_k(ffi.NULL, px, 1, 4, 0, po) != 0
     out[0, 0] = 4  # an id outside the row
     assert lib.cera_take(ffi.NULL, px, 1, 4, po, 1, ffi.cast("float *", x.ctypes.data)) != 0
+
+
+def _scan_argmax(row: np.ndarray) -> int:
+    """The plain scan the C argmax replaced (and llama.cpp's greedy pick): the first index
+    whose value is larger than every value before it wins, so NaNs never win, except a
+    NaN first value, which nothing is larger than."""
+    best, v = 0, row[0]
+    for i in range(1, len(row)):
+        if row[i] > v:
+            best, v = i, row[i]
+    return best
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "specials", "constant", "all_nan", "nan_first"])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 33, 1000])
+def test_c_argmax_is_the_plain_scan(kind, n):
+    rng = np.random.default_rng(n)
+    x = _rows(rng, "specials" if kind == "nan_first" else kind, n)
+    if kind == "nan_first":
+        x[:, 0] = np.nan
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.zeros(x.shape[0], np.int32)
+    rc = lib.cera_argmax(ffi.NULL, ffi.cast("float *", x.ctypes.data), x.shape[0], n, ffi.cast("int32_t *", out.ctypes.data))
+    assert rc == 0
+    assert out.tolist() == [_scan_argmax(r) for r in x]

@@ -401,15 +401,25 @@ int cera_take(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, const int3
 int cera_argmax(cera_ctx *ctx, const float *x, int64_t rows, int64_t n, int32_t *out) {
     (void)ctx;
     if (n <= 0) return CERA_EINVAL;
+    /* The first index of the largest value (NaNs never win; a NaN first value wins, as
+     * the plain scan from it would leave it): the maximum in 16 lanes the compiler
+     * vectorises, then the first index holding it. */
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * n;
+        if (row[0] != row[0]) {
+            out[r] = 0;
+            continue;
+        }
+        float lane[16];
+        for (int j = 0; j < 16; j++) lane[j] = row[0];
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (int j = 0; j < 16; j++) lane[j] = row[i + j] > lane[j] ? row[i + j] : lane[j];
+        float v = lane[0];
+        for (int j = 1; j < 16; j++) v = lane[j] > v ? lane[j] : v;
+        for (; i < n; i++) v = row[i] > v ? row[i] : v;
         int64_t best = 0;
-        float v = row[0];
-        for (int64_t i = 1; i < n; i++)
-            if (row[i] > v) {
-                v = row[i];
-                best = i;
-            }
+        while (row[best] != v) best++;
         out[r] = (int32_t)best;
     }
     return CERA_OK;
