@@ -47,6 +47,28 @@ def test_probe_names_the_adapter_and_its_kind(vulkan):
     assert info.software == vulkan.ctx.software
 
 
+@needs_vulkan
+def test_inspect_probe_says_auto_passes_over_a_software_adapter(vulkan, smollm2_path):
+    """`cera inspect --probe` with the real plugins: on a software adapter (lavapipe) it
+    says --device auto passes over vulkan and picks the CPU, as `cera run` does; on a GPU,
+    that auto picks vulkan."""
+    import json
+
+    from click.testing import CliRunner
+
+    from cera_cli.main import cli
+
+    result = CliRunner().invoke(cli, ["inspect", "-m", str(smollm2_path), "--json", "--probe"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.output)
+    probe = {b["name"]: b.get("probe") for b in r["backends"]}
+    assert probe["vulkan"]["software"] is vulkan.ctx.software and "Vulkan" in probe["vulkan"]["device"]
+    assert r["auto"] == ("cpu" if vulkan.ctx.software else "vulkan")
+    if vulkan.ctx.software:
+        text = CliRunner().invoke(cli, ["inspect", "-m", str(smollm2_path), "--probe"]).output
+        assert "software-emulated: --device auto passes over it (--device vulkan uses it)" in text
+
+
 def test_a_missing_tensor_type_is_refused_by_name(tmp_path):
     """--device vulkan on a file with a type it has no kernel for: refused, the tensor named."""
     if WHY_NOT:

@@ -167,6 +167,21 @@ def test_text_output(smollm2_path, reference, manager):
     assert "  tp-offline  not usable here: no tp device on this machine; serves every tensor" in lines
 
 
+def test_probe_starts_the_admitted_backends_and_says_what_auto_picks(smollm2_path, manager):
+    """--probe starts each admitted backend (here tp-full, whose factory module does not
+    exist): the failure is reported for it, and with no backend left --device auto takes
+    none; without --probe nothing is started (tp_not_a_module is never imported)."""
+    r = run_json(["inspect", "-m", str(smollm2_path), "--json"])
+    assert "auto" not in r and all("probe" not in b for b in r["backends"])
+    r = run_json(["inspect", "-m", str(smollm2_path), "--json", "--probe"])
+    backends = {b["name"]: b for b in r["backends"]}
+    assert backends["tp-full"]["probe"]["error"].startswith("starting it failed: PluginError: cannot import 'tp_not_a_module'")
+    assert "probe" not in backends["tp-noq41"] and "probe" not in backends["tp-offline"]  # not admitted: not started
+    assert r["auto"] is None
+    text = CliRunner().invoke(cli, ["inspect", "-m", str(smollm2_path), "--probe"]).output
+    assert "backends      tp-full can run it; --device auto takes none of them" in text.splitlines()
+
+
 def test_architecture_served_by_nobody(tmp_path, manager):
     from gguf import GGUFWriter
 

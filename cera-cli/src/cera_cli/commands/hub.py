@@ -37,7 +37,7 @@ def bundles_list(local_only, as_json):
         rows += [(e.id, e.quant or "-", e.origin, "yes" if e.local else "no", e.description) for e in entries]
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         for r in rows:
-            click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + ("  " + r[4] if r[4] else ""))
+            click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + ("  " + r[4] if r[4] else ""))
     if problem:
         click.echo(f"cera: the Hub's bundles are not listed: {problem}", err=True)
 

@@ -4,7 +4,10 @@ The file's header and the plugin declarations say most of it. To say which backe
 run the file, inspect asks the loader's own admission check (`cera.engine.admission`),
 which needs the ops of the model's graphs: it imports the family (never a backend) and
 builds them symbolically. When the family is missing or broken, inspect still describes
-the file and says why.
+the file and says why. With ``--probe`` (and only then) it also starts each backend that
+could run the file and reports its device, which is how it can say which backend
+``--device auto`` picks: auto passes over a GPU backend whose adapter is software-emulated
+(Mesa's lavapipe, say), which only a started backend can tell.
 """
 
 from __future__ import annotations
@@ -92,8 +95,35 @@ def _backends(manager, gguf, ops) -> list[dict]:
     return out
 
 
-def inspect_report(path: Path, manager) -> dict:
-    """The JSON document of `cera inspect --json`."""
+def _probe(manager, backends: list[dict]) -> str | None:
+    """Start each backend the loader would admit and record its device (``probe``); return
+    the one ``--device auto`` picks: the first admitted backend that starts, reports itself
+    usable and is not a software-emulated device (as `cera.engine.choose_backend`)."""
+    from cera.registry import load_factory
+
+    chosen = None
+    for b in backends:
+        if b["admission"] is not None:
+            continue
+        spec = manager.backends[b["name"]]
+        try:
+            backend = load_factory(spec.factory)()
+            try:
+                info = backend.probe()
+            finally:
+                backend.close()
+        except Exception as e:  # noqa: BLE001 - reported, as auto would pass over it
+            b["probe"] = {"error": f"starting it failed: {type(e).__name__}: {e}"}
+            continue
+        b["probe"] = {"device": info.device, "usable": info.usable, "software": info.software, "reason": info.reason}
+        if chosen is None and info.usable and not info.software:
+            chosen = b["name"]
+    return chosen
+
+
+def inspect_report(path: Path, manager, probe: bool = False) -> dict:
+    """The JSON document of `cera inspect --json` (``probe``: with each admitted backend's
+    device and the backend ``--device auto`` picks)."""
     from cera.gguf import GGUFFile
 
     with GGUFFile(path) as g:
@@ -110,6 +140,7 @@ def inspect_report(path: Path, manager) -> dict:
         family, family_error = _family(manager, architecture)
         ops, model_error = _model_ops(manager, g) if family else (None, None)
         backends = _backends(manager, g, ops)
+        auto = _probe(manager, backends) if probe else None
         return {
             "path": str(path),
             "file_size": g.file_size,
@@ -136,6 +167,8 @@ def inspect_report(path: Path, manager) -> dict:
             "backends": backends,
             # Backends the loader would admit, best first (the --device auto order).
             "runs_on": [b["name"] for b in backends if b["admission"] is None],
+            # With --probe: the backend --device auto picks (None: none it would take).
+            **({"auto": auto} if probe else {}),
         }
 
 
@@ -215,7 +248,10 @@ def _print_report(r: dict) -> None:
 
         row("backends", f"none loaded: {no_backend_hint(plugin_manager().allow == set())}")
         return
-    row("backends", ", ".join(r["runs_on"]) + " can run it" if r["runs_on"] else "no installed backend can run it")
+    runs = ", ".join(r["runs_on"]) + " can run it" if r["runs_on"] else "no installed backend can run it"
+    if "auto" in r and r["runs_on"]:
+        runs += f"; --device auto picks {r['auto']}" if r["auto"] else "; --device auto takes none of them"
+    row("backends", runs)
     width = max(len(b["name"]) for b in r["backends"]) + 2
     for b in r["backends"]:
         notes = []
@@ -228,6 +264,13 @@ def _print_report(r: dict) -> None:
             notes.append(f"cannot serve tensor {u['tensor']!r}: {u['reason']}")
         if b["usable"] and b["serves_all_tensors"] and b["admission"]:
             notes.append(b["admission"])
+        p = b.get("probe")
+        if p and "error" in p:
+            notes.append(p["error"])
+        elif p:
+            notes.append(f"device {p['device']}" + ("" if p["usable"] else f", unusable: {p['reason']}"))
+            if p["software"]:
+                notes.append(f"software-emulated: --device auto passes over it (--device {b['name']} uses it)")
         click.echo(f"  {b['name']:<{width}}{'; '.join(notes)}")
 
 
@@ -242,15 +285,22 @@ def _print_report(r: dict) -> None:
     "or a Hugging Face repo (org/repo[@REV][:QUANT]).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
-def inspect_cmd(source: str, as_json: bool) -> None:
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="Also start each backend that could run the file: its device, and which one --device auto picks "
+    "(auto passes over a software-emulated GPU).",
+)
+def inspect_cmd(source: str, as_json: bool, probe: bool) -> None:
     """Describe a GGUF file: architecture, tensors, which plugins can run it.
 
     Reads the file's header and builds the model's graphs symbolically (no weights are
-    read, no backend is loaded) to tell which backends the loader would admit.
+    read, no backend is loaded) to tell which backends the loader would admit; --probe
+    starts those backends to report their devices.
     """
     from cera_cli.main import plugin_manager
 
-    report = inspect_report(resolve_model(source), plugin_manager())
+    report = inspect_report(resolve_model(source), plugin_manager(), probe=probe)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
