@@ -14,9 +14,11 @@ backends (the logits themselves by up to 1.2), so MARGIN = 0.5 leaves room.
   the CPU's margin is below MARGIN (after it the continuations may part legitimately).
   Then the Vulkan backend decodes the CPU's tokens one step at a time (the same decode
   graph and device argmax), and every step with a clear choice must agree.
-- `test_teacher_forced`: both backends evaluate the CPU's whole continuation as one
-  prompt pass with every row's logits; at every position whose CPU margin exceeds
-  MARGIN the two argmaxes must agree (this checks every position, not only the prefix).
+- `test_teacher_forced` (and `test_teacher_forced_on_other_tensor_types`, on SmolLM2
+  requantized to the types the real files lack): both backends evaluate the CPU's whole
+  continuation as one prompt pass with every row's logits; at every position whose CPU
+  margin exceeds MARGIN the two argmaxes must agree (this checks every position, not
+  only the prefix).
 """
 
 from __future__ import annotations
@@ -134,3 +136,20 @@ def test_greedy_continuation_gemma3(gemma3_path):
 @pytest.mark.slow
 def test_teacher_forced_gemma3(gemma3_path):
     _check_forced(gemma3_path, 16)
+
+
+@needs_vulkan
+@pytest.mark.slow
+@pytest.mark.parametrize("type_name", ["Q2_K", "Q3_K", "IQ4_NL", "Q5_K", "Q4_0", "Q5_1"])
+def test_teacher_forced_on_other_tensor_types(type_name):
+    """SmolLM2 with its weights in another type (made from the real file by ggml's own
+    quantizer: tests/models/quantized_files.py, which skips without llama-cpp-python):
+    the Vulkan kernels of that type choose what the CPU chooses wherever its choice is
+    clear. The real files hold none of these types."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    import quantized_files
+
+    _check_forced(quantized_files.make(type_name), 16)
