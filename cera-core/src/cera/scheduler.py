@@ -174,13 +174,14 @@ class Scheduler:
         summaries: list = [None] * n
         errors: list = [None] * n
         steps: list = [None] * n  # each sequence's DecodeStep waiting for the next batch (None: ended)
+        gens: list = []  # closed on the way out: a Ctrl-C leaves them suspended
         try:
             for s, p in zip(sessions, prompts, strict=True):
                 if isinstance(p, str):
                     s.append_text(p)
                 else:
                     s.append_tokens(p)
-            gens = [guarded(s._lockstep_events(options)) for s in sessions]
+            gens += [guarded(s._lockstep_events(options)) for s in sessions]
 
             def advance(i: int, error: BaseException | None = None) -> None:
                 """Run sequence i on to its next decode step, or to its end."""
@@ -194,6 +195,8 @@ class Scheduler:
                     steps[i] = event
                 except StopIteration:
                     pass
+                except (KeyboardInterrupt, SystemExit):
+                    raise  # Ctrl-C stops them all, now
                 except BaseException as e:  # noqa: BLE001 - raised below, once every sequence has ended
                     errors[i] = e
 
@@ -210,7 +213,7 @@ class Scheduler:
                     try:
                         rows_in.append(sessions[i]._decode_step())
                         batch.append(i)
-                    except BaseException as e:  # noqa: BLE001 - goes to that sequence
+                    except Exception as e:  # noqa: BLE001 - goes to that sequence (a full context, say)
                         advance(i, e)
                 if not batch:
                     if any(st is not None for st in steps):
@@ -220,6 +223,8 @@ class Scheduler:
                     with self._run_lock:
                         out = self.runner.forward(self.state, rows_in, merge_outputs([steps[i].want for i in batch]))
                     rows = split_rows(out, len(batch))
+                except (KeyboardInterrupt, SystemExit):
+                    raise
                 except BaseException as e:  # noqa: BLE001 - every sequence of the batch sees the failure
                     if isinstance(e, MemoryError):
                         e = ResourceExhausted(f"out of memory evaluating a decode batch of {len(batch)} rows: {e}")
@@ -234,6 +239,8 @@ class Scheduler:
                     steps[i].done = True
                     advance(i)
         finally:
+            for g in gens:
+                g.close()
             for s in sessions:
                 s.close()
         for e in errors:
