@@ -116,7 +116,9 @@ wait "${pids[@]}"
 MODELS=$(for m in /tmp/models/*.gguf; do printf -- "--model %s " "$m"; done)
 (cd benchmarks && timeout 200 python3 bench_models_one.py cera --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
 for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
-[ -f benchmarks/vulkan_matvec_sweep.py ] && timeout 120 python3 benchmarks/vulkan_matvec_sweep.py 2>&1
+# the per-kernel profile of one decoded token (timestamp queries; each dispatch in a pass of its own)
+timeout 90 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 0 -n 4 -r 1 --profile 2>&1 | grep -v "^$"
+[ -f benchmarks/vulkan_matvec_sweep.py ] && timeout 150 python3 benchmarks/vulkan_matvec_sweep.py 2>&1
 stamp "cera benches done"
 
 for _ in $(seq 60); do [ -f /tmp/llama.rc ] && break; sleep 5; done
