@@ -64,8 +64,8 @@ def state_geometry(state) -> tuple:
 
 class Dispatch:
     """One kernel launch: pipeline, parameters, bindings after the arena (("w", weight,
-    byte offset, size) or ("k"/"v", decl index) or ("pos",)), workgroups, and a label for
-    the profile."""
+    byte offset, size) or ("k"/"v", decl index) or ("pos",) or ("conv"/"ssm", decl index)),
+    workgroups, and a label for the profile."""
 
     __slots__ = ("key", "pipe", "layout", "params", "binds", "groups", "label")
 
@@ -703,6 +703,32 @@ class VulkanExecutable(Executable):
 
     _op_slice = _op_reshape
 
+    # -- recurrent state ---------------------------------------------------------------------------
+
+    def _recurrent_state(self, node, ref, store: str):
+        st = self.template
+        if st is None or ref.index not in getattr(st, store, {}):
+            raise ShapeError(f"{node.op} needs a state holding its {store.split('_')[0]} state to compile against")
+        return getattr(st, store)[ref.index]
+
+    def _op_conv1d_causal(self, node) -> None:
+        """A thread per (sequence, channel), reading and advancing the slot's carried
+        inputs in the state's device buffer (wgsl.conv_causal)."""
+        x, w, ref = node.args
+        self._recurrent_state(node, ref, "conv_state")
+        ch = x.shape[1]
+        kernel = self.weights[w.name].shape[0]
+        if kernel > wgsl.CONV_MAX or kernel < 2:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': conv1d_causal with a kernel of {kernel} (2 to {wgsl.CONV_MAX})"
+            )
+        wt = self.operand(w)  # numpy [channels, kernel]
+        count = self.n_seq * ch
+        params = [count, ch, kernel, self.off(x), self.stride(x), self.off(node.out), wt,
+                  self.seq_off, self.n_seq]  # fmt: skip
+        self._emit(("conv_causal",), wgsl.conv_causal, params, -(-count // 64), binds=[("conv", ref.index)],
+                   label="conv1d_causal")  # fmt: skip
+
     # -- bind groups ---------------------------------------------------------------------------
 
     def _bind_groups(self, state) -> list:
@@ -723,6 +749,9 @@ class VulkanExecutable(Executable):
                 elif b[0] in ("k", "v"):
                     kv = (state.k if b[0] == "k" else state.v)[b[1]]
                     res = {"buffer": kv.buffer, "offset": 0, "size": kv.buffer.size}
+                elif b[0] in ("conv", "ssm"):
+                    rec = (state.conv_state if b[0] == "conv" else state.ssm_state)[b[1]]
+                    res = {"buffer": rec.buffer, "offset": 0, "size": rec.buffer.size}
                 else:
                     res = {"buffer": state.pos_buffer, "offset": 0, "size": state.pos_buffer.size}
                 entries.append({"binding": 2 + j, "resource": res})

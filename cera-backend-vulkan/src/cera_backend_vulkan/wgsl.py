@@ -1412,3 +1412,49 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 """
     )
+
+
+# -- recurrent state and experts -------------------------------------------------------------------
+
+CONV_MAX = 16  # conv1d_causal: the longest kernel (LFM2's is 3, Mamba-2's 4)
+
+
+def conv_causal() -> str:
+    """LFM2's / Mamba-2's depthwise causal convolution, ggml_ssm_conv: a thread per
+    (sequence, channel) walks its sequence's rows in order, the window starting from the
+    slot's carried ``kernel - 1`` inputs (binding 2: [slot, kernel - 1, channels]), and
+    writes the last ``kernel - 1`` inputs back. Each output is the same sum in the same
+    order whatever the other sequences of the batch, so a decode batch row is its one-row
+    pass. P: 0 n_seq * channels, 1 channels, 2 kernel, 3 x offset, 4 x row stride, 5 out
+    offset, 6 weight offset ([channels, kernel], f32 in the arena), 7 seq table offset,
+    8 n_seq."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+@group(0) @binding(2) var<storage, read_write> S: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= P(0u)) {{ return; }}
+    let ch = P(1u); let d = P(2u);
+    let s = i / ch; let c = i % ch;
+    let seq = P(7u); let n_seq = P(8u);
+    let slot = A[seq + s]; let r0 = A[seq + 2u * n_seq + s]; let n = A[seq + 3u * n_seq + s];
+    let sb = slot * (d - 1u) * ch + c;
+    var win: array<f32, {CONV_MAX}>;
+    for (var j = 0u; j + 1u < d; j++) {{ win[j] = S[sb + j * ch]; }}
+    var w: array<f32, {CONV_MAX}>;
+    for (var j = 0u; j < d; j++) {{ w[j] = bitcast<f32>(A[P(6u) + c * d + j]); }}
+    for (var r = r0; r < r0 + n; r++) {{
+        win[d - 1u] = bitcast<f32>(A[P(3u) + r * P(4u) + c]);
+        var y = 0.0;
+        for (var j = 0u; j < d; j++) {{ y += w[j] * win[j]; }}
+        A[P(5u) + r * ch + c] = bitcast<u32>(y);
+        for (var j = 0u; j + 1u < d; j++) {{ win[j] = win[j + 1u]; }}
+    }}
+    for (var j = 0u; j + 1u < d; j++) {{ S[sb + j * ch] = win[j]; }}
+}}
+"""
+    )
