@@ -729,6 +729,62 @@ class VulkanExecutable(Executable):
         self._emit(("conv_causal",), wgsl.conv_causal, params, -(-count // 64), binds=[("conv", ref.index)],
                    label="conv1d_causal")  # fmt: skip
 
+    # -- experts ---------------------------------------------------------------------------------
+
+    def _scratch(self, words: int) -> int:
+        """Element offset of ``words`` of per-run working memory after the constants (a
+        kernel writes them before another reads them in the same run; nothing is uploaded)."""
+        at = self._const_at
+        self._const_at += -(-max(1, words) // 16) * 16
+        return at
+
+    def _whole(self, node, w) -> tuple:
+        """A weight bound whole (an expert tensor: its rows are indexed by expert at run
+        time, so it cannot be split into chunks as a product's rows are)."""
+        n_rows = math.prod(w.shape[1:])
+        if len(self._weight_chunks(w, n_rows)) > 1:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': {node.op} weight {w.name!r} ({w.nbytes} bytes) exceeds one binding"
+            )
+        if w.shape[0] % 8:
+            raise UnsupportedOperation(f"backend 'vulkan': {node.op} with rows of {w.shape[0]} values (8k needed)")
+        return ("w", w, 0, w.buffer.size)
+
+    def _op_moe(self, node) -> None:
+        """Router logits, routing, the chosen experts' gated products, their weighted down
+        projections: four dispatches of the wgsl.moe_* kernels, each expert weight read in
+        its GGUF blocks; the routing's ids, weights and the products live in scratch
+        memory after the constants."""
+        x, router, gate, up, down, bias = node.args
+        a = node.attrs
+        r, g, u, d = (self.weights[w.name] for w in (router, gate, up, down))
+        K = x.shape[-1]
+        M = x.size // K
+        E, F, D, k = r.shape[1], g.shape[1], d.shape[1], a["k"]
+        if len(g.shape) != 3 or g.shape != u.shape or d.shape != (F, K, E) or g.shape != (K, F, E):
+            raise ShapeError(f"moe: expert tensors {g.shape}, {u.shape}, {d.shape} do not fit together")
+        if a["activation"] not in ("silu", "gelu"):
+            raise UnsupportedOperation(f"backend 'vulkan': moe with {a['activation']!r} experts")
+        bind_r, bind_g, bind_u, bind_d = (self._whole(node, w) for w in (r, g, u, d))
+        xo, xs = self.off(x), self.stride(x)
+        logits, ids, wts, h = self._scratch(M * E), self._scratch(M * k), self._scratch(M * k), self._scratch(M * k * F)
+        self._emit(("moe_logits", r.ggml_type), lambda: wgsl.moe_logits(r.ggml_type),
+                   [M * E, E, K, xo, xs, logits, r.row_bytes], -(-M * E // 64), binds=[bind_r], read_only=(2,),
+                   label=f"moe router {r.ggml_type}")  # fmt: skip
+        b = self.operand(bias) + 1 if bias is not None else 0
+        scale = a["weight_scale"] if a["weight_scale"] is not None else 1.0
+        self._emit(("moe_route",), wgsl.moe_route,
+                   [M, E, k, logits, ids, wts, int(a["gating"] == "sigmoid"), b, int(bool(a["norm_topk"])),
+                    f32_bits(scale)], -(-M // 64), label="moe route")  # fmt: skip
+        types = (g.ggml_type, u.ggml_type)
+        act = UNARY_CODES[a["activation"]]
+        self._emit(("moe_up", types), lambda: wgsl.moe_up(*types),
+                   [M * k * F, F, K, xo, xs, ids, h, g.row_bytes, u.row_bytes, act, k], -(-M * k * F // 64),
+                   binds=[bind_g, bind_u], read_only=(2, 3), label=f"moe experts {g.ggml_type}")  # fmt: skip
+        self._emit(("moe_down", d.ggml_type), lambda: wgsl.moe_down(d.ggml_type),
+                   [M * D, D, F, k, ids, wts, h, self.off(node.out), d.row_bytes], -(-M * D // 64),
+                   binds=[bind_d], read_only=(2,), label=f"moe down {d.ggml_type}")  # fmt: skip
+
     # -- bind groups ---------------------------------------------------------------------------
 
     def _bind_groups(self, state) -> list:
