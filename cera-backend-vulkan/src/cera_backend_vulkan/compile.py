@@ -271,7 +271,8 @@ class VulkanExecutable(Executable):
         w = self.weights[table.name]
         K, n_rows = w.shape[0], w.shape[1]
         if K % 8:
-            raise UnsupportedOperation(f"backend 'vulkan': embedding rows of {K} values (a multiple of 8 is needed)")
+            self._embedding_dense(node, w)
+            return
         n = ids.size
         for r0, rows, boff, bsize in self._weight_chunks(w, n_rows):
             self._emit(("embedding", w.ggml_type), lambda t=w.ggml_type: wgsl.embedding(t),
@@ -518,6 +519,10 @@ class VulkanExecutable(Executable):
         a, b = node.args
         self._need_contiguous(node, a)
         if isinstance(b, WeightRef):
+            wide = self._broadcast_weight(a, b)
+            if wide is not None:
+                self._elementwise(node, code, a.size, self.off(a), *wide)
+                return
             vals = self.weights[b.name].dense().reshape(-1)
             self._elementwise(node, code, a.size, self.off(a), self.operand(b), vals.size)
             return
@@ -703,6 +708,32 @@ class VulkanExecutable(Executable):
 
     _op_slice = _op_reshape
 
+    def _embedding_dense(self, node, w) -> None:
+        """An embedding whose rows are no multiple of 8 values: the table's f32 values as
+        a constant (small tables only: these are per-head inputs, not vocabularies)."""
+        table, ids = node.args
+        K, n_rows = w.shape[0], w.shape[1]
+        if K * n_rows > 1 << 20:
+            raise UnsupportedOperation(f"backend 'vulkan': embedding rows of {K} values (a multiple of 8 is needed)")
+        count = ids.size * K
+        params = [self.off(ids), count, K, self.off(node.out), self.operand(table), n_rows]
+        self._emit(("embedding_dense",), wgsl.embedding_dense, params, -(-count // 64), label="embedding f32")
+
+    def _broadcast_weight(self, a: Tensor, b: WeightRef):
+        """A weight operand that broadcasts over a's trailing axes other than as a tail of
+        them (Mamba-2's D, one value per head of [n, heads, head_dim]): (offset, length)
+        of it spelled out as one row of a's trailing size, as a constant; None when its
+        values, repeated, already are (the elementwise kernel's ``i % length``)."""
+        vals = self.weights[b.name].dense()
+        if a.ndim < 2 or vals.ndim < 2 or vals.shape[-1] == a.shape[-1]:
+            return None
+        try:
+            row = np.broadcast_to(vals.reshape(b.numpy_shape), tuple(a.shape[1:]))
+        except ValueError:
+            return None
+        row = np.ascontiguousarray(row, np.float32).ravel()
+        return self.const(row, key=("bcast", b.name, tuple(a.shape[1:]))), row.size
+
     # -- recurrent state ---------------------------------------------------------------------------
 
     def _recurrent_state(self, node, ref, store: str):
@@ -728,6 +759,22 @@ class VulkanExecutable(Executable):
                   self.seq_off, self.n_seq]  # fmt: skip
         self._emit(("conv_causal",), wgsl.conv_causal, params, -(-count // 64), binds=[("conv", ref.index)],
                    label="conv1d_causal")  # fmt: skip
+
+    def _op_ssm_scan(self, node) -> None:
+        """A thread per (sequence, head, head element) with its row of the slot's state in
+        registers (wgsl.ssm_scan, one variant per state size)."""
+        x, dt, A, B, C, ref = node.args
+        self._need_contiguous(node, x, dt, B, C)
+        self._recurrent_state(node, ref, "ssm_state")
+        H, hd = x.shape[1], x.shape[2]
+        G, N = B.shape[1], B.shape[2]
+        if N > 256:
+            raise UnsupportedOperation(f"backend 'vulkan': ssm_scan with a state of {N} values a row (at most 256)")
+        count = self.n_seq * H * hd
+        params = [count, H, hd, G, self.off(x), self.off(dt), self.operand(A), self.off(B), self.off(C),
+                  self.off(node.out), self.seq_off, self.n_seq]  # fmt: skip
+        self._emit(("ssm_scan", N), lambda: wgsl.ssm_scan(N), params, -(-count // 64), binds=[("ssm", ref.index)],
+                   label="ssm_scan")  # fmt: skip
 
     # -- experts ---------------------------------------------------------------------------------
 

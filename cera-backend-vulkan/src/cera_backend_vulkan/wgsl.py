@@ -1623,3 +1623,75 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 """
     )
+
+
+def ssm_scan(d_state: int) -> str:
+    """Mamba-2's selective scan (ggml_ssm_scan, a scalar A per head): a thread per
+    (sequence, head, head element) keeps its row of the state (``d_state`` values) in
+    registers and walks the sequence's tokens in order: dt' = softplus(dt), state = state *
+    exp(dt' A) + dt' x B, y = state . C; the row goes back to the slot (binding 2:
+    [slot, heads, head_dim, d_state]) at the end. No thread reads another's values, so a
+    decode batch row is its one-row pass. P: 0 n_seq * heads * head_dim, 1 heads,
+    2 head_dim, 3 groups, 4 x offset, 5 dt offset, 6 A offset, 7 B offset, 8 C offset,
+    9 y offset, 10 seq table offset, 11 n_seq."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+@group(0) @binding(2) var<storage, read_write> S: array<f32>;
+fn F(o: u32) -> f32 {{ return bitcast<f32>(A[o]); }}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= P(0u)) {{ return; }}
+    let H = P(1u); let hd = P(2u); let G = P(3u);
+    let p = i % hd; let h = (i / hd) % H; let s = i / (hd * H);
+    let g = h / (H / G);
+    let seq = P(10u); let n_seq = P(11u);
+    let slot = A[seq + s]; let r0 = A[seq + 2u * n_seq + s]; let n = A[seq + 3u * n_seq + s];
+    let sb = ((slot * H + h) * hd + p) * {d_state}u;
+    var st: array<f32, {d_state}>;
+    for (var j = 0u; j < {d_state}u; j++) {{ st[j] = S[sb + j]; }}
+    let a = F(P(6u) + h);
+    for (var r = r0; r < r0 + n; r++) {{
+        let dt0 = F(P(5u) + r * H + h);
+        let dt = select(log(1.0 + exp(min(dt0, 20.0))), dt0, dt0 > 20.0);
+        let decay = exp(dt * a);
+        let xd = dt * F(P(4u) + (r * H + h) * hd + p);
+        let bo = P(7u) + (r * G + g) * {d_state}u;
+        let co = P(8u) + (r * G + g) * {d_state}u;
+        var y = 0.0;
+        for (var j = 0u; j < {d_state}u; j++) {{
+            st[j] = st[j] * decay + xd * F(bo + j);
+            y += st[j] * F(co + j);
+        }}
+        A[P(9u) + (r * H + h) * hd + p] = bitcast<u32>(y);
+    }}
+    for (var j = 0u; j < {d_state}u; j++) {{ S[sb + j] = st[j]; }}
+}}
+"""
+    )
+
+
+def embedding_dense() -> str:
+    """Rows of a small table held as f32 values in the arena, by token id: for rows whose
+    length is no multiple of 8 (dq8 decodes groups of 8), such as the conformance suite's
+    per-head inputs. P: 0 ids offset, 1 n ids * K, 2 K, 3 out offset, 4 table offset,
+    5 rows of the table."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + """
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= P(1u)) { return; }
+    let K = P(2u);
+    let id = A[P(0u) + i / K];
+    if (id >= P(5u)) { return; }
+    A[P(3u) + i] = A[P(4u) + id * K + i % K];
+}
+"""
+    )
