@@ -1391,29 +1391,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
-def upcast(ggml_type: str) -> str:
-    """A small weight decoded to f32 into the arena (norm weights and biases stored as
-    F16/BF16/quantized: decoded once per run, a few hundred values). P: 0 groups of 8,
-    1 out offset."""
-    return (
-        HEADER
-        + ARENA_F32
-        + GRID
-        + weight_lib(ggml_type, "W0", 2)
-        + """
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let g = wg_linear(wid, nwg) * 64u + t;
-    if (g >= P(0u)) { return; }
-    let v = dq8_W0(0u, g);
-    let o = P(1u) + g * 8u;
-    A[o] = v.a.x; A[o + 1u] = v.a.y; A[o + 2u] = v.a.z; A[o + 3u] = v.a.w;
-    A[o + 4u] = v.b.x; A[o + 5u] = v.b.y; A[o + 6u] = v.b.z; A[o + 7u] = v.b.w;
-}
-"""
-    )
-
-
 # -- recurrent state and experts -------------------------------------------------------------------
 
 CONV_MAX = 16  # conv1d_causal: the longest kernel (LFM2's is 3, Mamba-2's 4)
@@ -1692,6 +1669,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let id = A[P(0u) + i / K];
     if (id >= P(5u)) { return; }
     A[P(3u) + i] = A[P(4u) + id * K + i % K];
+}
+"""
+    )
+
+
+def upcast(ggml_type: str) -> str:
+    """A small weight decoded to f32 into the arena (norm weights and biases stored as
+    F16/BF16/quantized: decoded once per run, a few hundred values). P: 0 groups of 8,
+    1 out offset."""
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + weight_lib(ggml_type, "W0", 2)
+        + """
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let g = wg_linear(wid, nwg) * 64u + t;
+    if (g >= P(0u)) { return; }
+    let v = dq8_W0(0u, g);
+    let o = P(1u) + g * 8u;
+    A[o] = v.a.x; A[o + 1u] = v.a.y; A[o + 2u] = v.a.z; A[o + 3u] = v.a.w;
+    A[o + 4u] = v.b.x; A[o + 5u] = v.b.y; A[o + 6u] = v.b.z; A[o + 7u] = v.b.w;
 }
 """
     )
