@@ -94,3 +94,23 @@ def test_decode_batch_rows_are_their_one_row_passes(name):
             assert np.array_equal(batch[i], alone[i]), f"{name}: row {i} of the decode batch"
     finally:
         gguf.close()
+
+
+@needs_vulkan
+@pytest.mark.parametrize("types", [("Q4_K", "Q4_K", "Q6_K"), ("IQ4_NL", "Q8_0", "Q2_K"), ("Q5_1", "F16", "BF16")],
+                         ids=lambda t: "/".join(t))  # fmt: skip
+def test_moe_expert_types(vulkan, types):
+    """Expert tensors of the quantized types (rows of 256 for the K types; gate and up of
+    different types in one kernel) against the reference, a prompt and a decode batch."""
+    from cera.testing import conformance as C
+
+    tg, tu, td = types
+
+    def moe(g, w, s):
+        g.output("y", g.moe(C._x(g, 256), w["r"], w["g"], w["u"], w["d"], k=2, norm_topk=True))
+
+    weights = (C._emb(256), C.WeightSpec("r", (4, 256)), C.WeightSpec("g", (4, 256, 256), tg),
+               C.WeightSpec("u", (4, 256, 256), tu), C.WeightSpec("d", (4, 256, 256), td))  # fmt: skip
+    C.check_op(
+        vulkan, C.OpCase(f"moe[{tg},{tu},{td}]", "moe", moe, weights, passes=((7,), (1, 1)), tolerance=C.TOL_QUANT)
+    )
