@@ -808,7 +808,7 @@ class VulkanExecutable(Executable):
         K = x.shape[-1]
         M = x.size // K
         E, F, D, k = r.shape[1], g.shape[1], d.shape[1], a["k"]
-        if len(g.shape) != 3 or g.shape != u.shape or d.shape != (F, K, E) or g.shape != (K, F, E):
+        if len(g.shape) != 3 or g.shape != u.shape or g.shape != (K, F, E) or d.shape != (F, D, E):
             raise ShapeError(f"moe: expert tensors {g.shape}, {u.shape}, {d.shape} do not fit together")
         if a["activation"] not in ("silu", "gelu"):
             raise UnsupportedOperation(f"backend 'vulkan': moe with {a['activation']!r} experts")
