@@ -108,6 +108,9 @@ class _SlotArrays:
     def __getitem__(self, slot):
         return self._arrays[slot]
 
+    def __setitem__(self, slot, value):  # HostState.restore assigns recurrent state whole
+        self._arrays[slot][...] = value
+
 
 _state_ids = itertools.count(1)
 
@@ -137,6 +140,9 @@ class VulkanState(HostState):
         from cera.state import ring_cells
 
         for i, d in enumerate(self.decls):
+            if d.kind in ("conv", "ssm"):
+                self._allocate_recurrent(i, d, n_slots)
+                continue
             if d.kind != "kv":
                 raise UnsupportedOperation(
                     f"backend 'vulkan' has no device storage for {d.kind!r} state yet (layer state {i})"
@@ -160,6 +166,44 @@ class VulkanState(HostState):
                         f"({self.ctx.max_binding}); use a smaller context or fewer sequences"
                     )
 
+    def _allocate_recurrent(self, i: int, d, n_slots: int) -> None:
+        """A short convolution's carried inputs ([slot, kernel - 1, channels]) or an SSM's
+        state ([slot, heads, head_dim, state_dim]), f32 on the device and zeroed (a fresh
+        buffer is), as HostState's arrays would be."""
+        if d.kind == "conv":
+            shape, store, what = (n_slots, d.kernel - 1, d.channels), self.conv_state, "conv"
+        else:
+            shape, store, what = (n_slots, d.n_heads, d.head_dim, d.state_dim), self.ssm_state, "ssm"
+        try:
+            store[i] = DeviceKV(self.ctx, shape, np.float32, f"{what}{i}")
+        except gpu.BufferTooLarge as e:
+            raise ResourceExhausted(
+                f"backend 'vulkan': the {what} state of {n_slots} sequences needs a {e.size}-byte buffer, more than "
+                f"the adapter's {e.limit}; use fewer sequences"
+            ) from None
+        if store[i].nbytes > self.ctx.max_binding:
+            raise ResourceExhausted(
+                f"backend 'vulkan': a {what} state of {store[i].nbytes} bytes is larger than one binding may be "
+                f"({self.ctx.max_binding}); use fewer sequences"
+            )
+
+    def _recurrent_items(self):
+        """(store name, index, DeviceKV) of every conv and SSM state."""
+        return [(name, i, a) for name in ("conv_state", "ssm_state") for i, a in getattr(self, name).items()]
+
+    def clear(self, slot: int) -> None:
+        # HostState.clear zeroes the recurrent state's host arrays; here they are on the
+        # device: zero the slot there, and let HostState clear the rest
+        dev = self.conv_state, self.ssm_state
+        self.conv_state, self.ssm_state = {}, {}
+        try:
+            HostState.clear(self, slot)
+        finally:
+            self.conv_state, self.ssm_state = dev
+        with self.ctx.lock:
+            for _name, _i, a in self._recurrent_items():
+                self.ctx.queue.write_buffer(a.buffer, slot * a.slot_bytes, np.zeros(a.slot_bytes // 4, np.float32))
+
     # -- moving one slot between device and host ---------------------------------------------
 
     def _read_slot(self, slot: int) -> tuple[dict, dict]:
@@ -168,10 +212,15 @@ class VulkanState(HostState):
             for store, dkv in ((ks, kv), (vs, self.v[i])):
                 raw = self.ctx.queue.read_buffer(dkv.buffer, slot * dkv.slot_bytes, dkv.slot_bytes)
                 store[i] = np.frombuffer(bytes(raw), dkv.dtype).reshape(dkv.shape[1:]).copy()
+        for name, i, a in self._recurrent_items():
+            raw = self.ctx.queue.read_buffer(a.buffer, slot * a.slot_bytes, a.slot_bytes)
+            ks[(name, i)] = np.frombuffer(bytes(raw), a.dtype).reshape(a.shape[1:]).copy()
         return ks, vs
 
     def _write_slot(self, slot: int, ks: dict, vs: dict) -> None:
-        for i in ks:
+        for name, i, a in self._recurrent_items():
+            self.ctx.queue.write_buffer(a.buffer, slot * a.slot_bytes, np.ascontiguousarray(ks[(name, i)], a.dtype))
+        for i in self.k:
             for dkv, arr in ((self.k[i], ks[i]), (self.v[i], vs[i])):
                 self.ctx.queue.write_buffer(dkv.buffer, slot * dkv.slot_bytes, np.ascontiguousarray(arr, dkv.dtype))
         row = self.pos[slot]
@@ -186,13 +235,16 @@ class VulkanState(HostState):
             else:
                 ks = {i: np.zeros(kv.shape[1:], kv.dtype) for i, kv in self.k.items()}
                 vs = {i: np.zeros(kv.shape[1:], kv.dtype) for i, kv in self.v.items()}
-            dev_k, dev_v = self.k, self.v
+                ks.update({(name, i): np.zeros(a.shape[1:], a.dtype) for name, i, a in self._recurrent_items()})
+            dev_k, dev_v, dev_conv, dev_ssm = self.k, self.v, self.conv_state, self.ssm_state
             self.k = {i: _SlotArrays(dev_k[i].shape, {slot: ks[i]}) for i in dev_k}
             self.v = {i: _SlotArrays(dev_v[i].shape, {slot: vs[i]}) for i in dev_v}
+            self.conv_state = {i: _SlotArrays(a.shape, {slot: ks[("conv_state", i)]}) for i, a in dev_conv.items()}
+            self.ssm_state = {i: _SlotArrays(a.shape, {slot: ks[("ssm_state", i)]}) for i, a in dev_ssm.items()}
             try:
                 result = fn()
             finally:
-                self.k, self.v = dev_k, dev_v
+                self.k, self.v, self.conv_state, self.ssm_state = dev_k, dev_v, dev_conv, dev_ssm
             if write:
                 self._write_slot(slot, ks, vs)
             return result
@@ -207,7 +259,8 @@ class VulkanState(HostState):
         self._on_host(slot, lambda: HostState.shift(self, slot, keep, n_discard), write=True)
 
     def nbytes(self) -> int:
-        return self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values()])
+        recurrent = [*self.conv_state.values(), *self.ssm_state.values()]
+        return self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values(), *recurrent])
 
 
 class VulkanBackend(Backend):

@@ -64,8 +64,8 @@ def state_geometry(state) -> tuple:
 
 class Dispatch:
     """One kernel launch: pipeline, parameters, bindings after the arena (("w", weight,
-    byte offset, size) or ("k"/"v", decl index) or ("pos",)), workgroups, and a label for
-    the profile."""
+    byte offset, size) or ("k"/"v", decl index) or ("pos",) or ("conv"/"ssm", decl index)),
+    workgroups, and a label for the profile."""
 
     __slots__ = ("key", "pipe", "layout", "params", "binds", "groups", "label")
 
@@ -271,7 +271,8 @@ class VulkanExecutable(Executable):
         w = self.weights[table.name]
         K, n_rows = w.shape[0], w.shape[1]
         if K % 8:
-            raise UnsupportedOperation(f"backend 'vulkan': embedding rows of {K} values (a multiple of 8 is needed)")
+            self._embedding_dense(node, w)
+            return
         n = ids.size
         for r0, rows, boff, bsize in self._weight_chunks(w, n_rows):
             self._emit(("embedding", w.ggml_type), lambda t=w.ggml_type: wgsl.embedding(t),
@@ -518,6 +519,10 @@ class VulkanExecutable(Executable):
         a, b = node.args
         self._need_contiguous(node, a)
         if isinstance(b, WeightRef):
+            wide = self._broadcast_weight(a, b)
+            if wide is not None:
+                self._elementwise(node, code, a.size, self.off(a), *wide)
+                return
             vals = self.weights[b.name].dense().reshape(-1)
             self._elementwise(node, code, a.size, self.off(a), self.operand(b), vals.size)
             return
@@ -703,6 +708,130 @@ class VulkanExecutable(Executable):
 
     _op_slice = _op_reshape
 
+    def _embedding_dense(self, node, w) -> None:
+        """An embedding whose rows are no multiple of 8 values: the table's f32 values as
+        a constant (small tables only: these are per-head inputs, not vocabularies)."""
+        table, ids = node.args
+        K, n_rows = w.shape[0], w.shape[1]
+        if K * n_rows > 1 << 20:
+            raise UnsupportedOperation(f"backend 'vulkan': embedding rows of {K} values (a multiple of 8 is needed)")
+        count = ids.size * K
+        params = [self.off(ids), count, K, self.off(node.out), self.operand(table), n_rows]
+        self._emit(("embedding_dense",), wgsl.embedding_dense, params, -(-count // 64), label="embedding f32")
+
+    def _broadcast_weight(self, a: Tensor, b: WeightRef):
+        """A weight operand that broadcasts over a's trailing axes other than as a tail of
+        them (Mamba-2's D, one value per head of [n, heads, head_dim]): (offset, length)
+        of it spelled out as one row of a's trailing size, as a constant; None when its
+        values, repeated, already are (the elementwise kernel's ``i % length``)."""
+        vals = self.weights[b.name].dense()
+        if a.ndim < 2 or vals.ndim < 2 or vals.shape[-1] == a.shape[-1]:
+            return None
+        try:
+            row = np.broadcast_to(vals.reshape(b.numpy_shape), tuple(a.shape[1:]))
+        except ValueError:
+            return None
+        row = np.ascontiguousarray(row, np.float32).ravel()
+        return self.const(row, key=("bcast", b.name, tuple(a.shape[1:]))), row.size
+
+    # -- recurrent state ---------------------------------------------------------------------------
+
+    def _recurrent_state(self, node, ref, store: str):
+        st = self.template
+        if st is None or ref.index not in getattr(st, store, {}):
+            raise ShapeError(f"{node.op} needs a state holding its {store.split('_')[0]} state to compile against")
+        return getattr(st, store)[ref.index]
+
+    def _op_conv1d_causal(self, node) -> None:
+        """A thread per (sequence, channel), reading and advancing the slot's carried
+        inputs in the state's device buffer (wgsl.conv_causal)."""
+        x, w, ref = node.args
+        self._recurrent_state(node, ref, "conv_state")
+        ch = x.shape[1]
+        kernel = self.weights[w.name].shape[0]
+        if kernel > wgsl.CONV_MAX or kernel < 2:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': conv1d_causal with a kernel of {kernel} (2 to {wgsl.CONV_MAX})"
+            )
+        wt = self.operand(w)  # numpy [channels, kernel]
+        count = self.n_seq * ch
+        params = [count, ch, kernel, self.off(x), self.stride(x), self.off(node.out), wt,
+                  self.seq_off, self.n_seq]  # fmt: skip
+        self._emit(("conv_causal",), wgsl.conv_causal, params, -(-count // 64), binds=[("conv", ref.index)],
+                   label="conv1d_causal")  # fmt: skip
+
+    def _op_ssm_scan(self, node) -> None:
+        """A thread per (sequence, head, head element) with its row of the slot's state in
+        registers (wgsl.ssm_scan, one variant per state size)."""
+        x, dt, A, B, C, ref = node.args
+        self._need_contiguous(node, x, dt, B, C)
+        self._recurrent_state(node, ref, "ssm_state")
+        H, hd = x.shape[1], x.shape[2]
+        G, N = B.shape[1], B.shape[2]
+        if N > 256:
+            raise UnsupportedOperation(f"backend 'vulkan': ssm_scan with a state of {N} values a row (at most 256)")
+        count = self.n_seq * H * hd
+        params = [count, H, hd, G, self.off(x), self.off(dt), self.operand(A), self.off(B), self.off(C),
+                  self.off(node.out), self.seq_off, self.n_seq]  # fmt: skip
+        self._emit(("ssm_scan", N), lambda: wgsl.ssm_scan(N), params, -(-count // 64), binds=[("ssm", ref.index)],
+                   label="ssm_scan")  # fmt: skip
+
+    # -- experts ---------------------------------------------------------------------------------
+
+    def _scratch(self, words: int) -> int:
+        """Element offset of ``words`` of per-run working memory after the constants (a
+        kernel writes them before another reads them in the same run; nothing is uploaded)."""
+        at = self._const_at
+        self._const_at += -(-max(1, words) // 16) * 16
+        return at
+
+    def _whole(self, node, w) -> tuple:
+        """A weight bound whole (an expert tensor: its rows are indexed by expert at run
+        time, so it cannot be split into chunks as a product's rows are)."""
+        n_rows = math.prod(w.shape[1:])
+        if len(self._weight_chunks(w, n_rows)) > 1:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': {node.op} weight {w.name!r} ({w.nbytes} bytes) exceeds one binding"
+            )
+        if w.shape[0] % 8:
+            raise UnsupportedOperation(f"backend 'vulkan': {node.op} with rows of {w.shape[0]} values (8k needed)")
+        return ("w", w, 0, w.buffer.size)
+
+    def _op_moe(self, node) -> None:
+        """Router logits, routing, the chosen experts' gated products, their weighted down
+        projections: four dispatches of the wgsl.moe_* kernels, each expert weight read in
+        its GGUF blocks; the routing's ids, weights and the products live in scratch
+        memory after the constants."""
+        x, router, gate, up, down, bias = node.args
+        a = node.attrs
+        r, g, u, d = (self.weights[w.name] for w in (router, gate, up, down))
+        K = x.shape[-1]
+        M = x.size // K
+        E, F, D, k = r.shape[1], g.shape[1], d.shape[1], a["k"]
+        if len(g.shape) != 3 or g.shape != u.shape or g.shape != (K, F, E) or d.shape != (F, D, E):
+            raise ShapeError(f"moe: expert tensors {g.shape}, {u.shape}, {d.shape} do not fit together")
+        if a["activation"] not in ("silu", "gelu"):
+            raise UnsupportedOperation(f"backend 'vulkan': moe with {a['activation']!r} experts")
+        bind_r, bind_g, bind_u, bind_d = (self._whole(node, w) for w in (r, g, u, d))
+        xo, xs = self.off(x), self.stride(x)
+        logits, ids, wts, h = self._scratch(M * E), self._scratch(M * k), self._scratch(M * k), self._scratch(M * k * F)
+        self._emit(("moe_logits", r.ggml_type), lambda: wgsl.moe_logits(r.ggml_type),
+                   [M * E, E, K, xo, xs, logits, r.row_bytes], -(-M * E // 64), binds=[bind_r], read_only=(2,),
+                   label=f"moe router {r.ggml_type}")  # fmt: skip
+        b = self.operand(bias) + 1 if bias is not None else 0
+        scale = a["weight_scale"] if a["weight_scale"] is not None else 1.0
+        self._emit(("moe_route",), wgsl.moe_route,
+                   [M, E, k, logits, ids, wts, int(a["gating"] == "sigmoid"), b, int(bool(a["norm_topk"])),
+                    f32_bits(scale)], -(-M // 64), label="moe route")  # fmt: skip
+        types = (g.ggml_type, u.ggml_type)
+        act = UNARY_CODES[a["activation"]]
+        self._emit(("moe_up", types), lambda: wgsl.moe_up(*types),
+                   [M * k * F, F, K, xo, xs, ids, h, g.row_bytes, u.row_bytes, act, k], -(-M * k * F // 64),
+                   binds=[bind_g, bind_u], read_only=(2, 3), label=f"moe experts {g.ggml_type}")  # fmt: skip
+        self._emit(("moe_down", d.ggml_type), lambda: wgsl.moe_down(d.ggml_type),
+                   [M * D, D, F, k, ids, wts, h, self.off(node.out), d.row_bytes], -(-M * D // 64),
+                   binds=[bind_d], read_only=(2,), label=f"moe down {d.ggml_type}")  # fmt: skip
+
     # -- bind groups ---------------------------------------------------------------------------
 
     def _bind_groups(self, state) -> list:
@@ -723,6 +852,9 @@ class VulkanExecutable(Executable):
                 elif b[0] in ("k", "v"):
                     kv = (state.k if b[0] == "k" else state.v)[b[1]]
                     res = {"buffer": kv.buffer, "offset": 0, "size": kv.buffer.size}
+                elif b[0] in ("conv", "ssm"):
+                    rec = (state.conv_state if b[0] == "conv" else state.ssm_state)[b[1]]
+                    res = {"buffer": rec.buffer, "offset": 0, "size": rec.buffer.size}
                 else:
                     res = {"buffer": state.pos_buffer, "offset": 0, "size": state.pos_buffer.size}
                 entries.append({"binding": 2 + j, "resource": res})

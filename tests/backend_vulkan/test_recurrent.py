@@ -1,0 +1,116 @@
+"""The hybrid and mixture-of-experts families on the Vulkan backend beyond the conformance
+suite's prompt and steps: the conv and SSM state on the device survives checkpoints,
+restores and resets as the reference's host arrays do, and a decode batch of several slots
+gives each row its one-row logits bit for bit (the kernels keep each sequence's sums to
+one thread, in its own order)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .conftest import needs_vulkan
+
+TINY = Path(__file__).resolve().parent.parent / "models" / "reference" / "tiny"
+FAMILIES = ["lfm2", "lfm2moe", "qwen3moe", "mamba2", "falcon-h1", "granitehybrid"]
+
+
+def _load(name: str):
+    from cera.engine import LoadedModel, read_model
+    from cera.gguf import GGUFFile
+    from cera.plugins import get_manager
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    path = TINY / f"tiny-{name}.gguf"
+    gguf = GGUFFile(path)
+    family, model, weights = read_model(gguf, get_manager())
+    backend = VulkanBackend()
+    uploaded = {n: backend.upload(gguf, n) for n in sorted(weights.used)}
+    return path, gguf, LoadedModel(path, gguf, model, backend, family.name, [], uploaded)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("name", ["lfm2", "granitehybrid"])
+def test_state_checkpoint_restore_reset(name):
+    from cera.testing import reference
+
+    path, gguf, loaded = _load(name)
+    want = reference.load(path, None)
+    try:
+        sessions = [m.new_session(n_ctx=32, kv_type="f32") for m in (loaded, want)]
+
+        def same(what):
+            got, ref = (s.evaluate() for s in sessions)
+            err = float(np.abs(got.astype(np.float64) - ref).max())
+            assert err <= 1e-3 * max(1.0, float(np.abs(ref).max())), f"{name}: {what}: logits differ by {err:.3g}"
+
+        for s in sessions:
+            s.append_tokens([1, 5, 9, 2])
+        same("prompt")
+        cps = [s.checkpoint() for s in sessions]
+        for t in (7, 3, 11):
+            for s in sessions:
+                s.append_tokens([t])
+            same(f"step {t}")
+        for s, cp in zip(sessions, cps, strict=True):
+            s.restore(cp)
+        for s in sessions:
+            s.append_tokens([4, 4])
+        same("after a restore")
+        for s in sessions:
+            s.reset()
+            s.append_tokens([2, 3, 4])
+        same("after a reset")
+    finally:
+        want.close()
+        gguf.close()
+
+
+@needs_vulkan
+@pytest.mark.parametrize("name", FAMILIES)
+def test_decode_batch_rows_are_their_one_row_passes(name):
+    from cera.graph import ALL_LOGITS
+    from cera.runtime import SeqStep
+
+    _, gguf, loaded = _load(name)
+    try:
+        runner = loaded.runner
+        rng = np.random.default_rng(3)
+        prompts = [rng.integers(0, loaded.model.n_vocab, 5 + 3 * i).tolist() for i in range(3)]
+        alone = []
+        for p in prompts:
+            st = runner.new_state(64)
+            runner.forward(st, [SeqStep(0, p, range(len(p)))], ALL_LOGITS)
+            alone.append(runner.forward(st, [SeqStep(0, [7], [len(p)])], ALL_LOGITS)["logits"][0])
+        # the prompts in one pass (three slots), then one decode batch
+        st = runner.new_state(64, n_slots=3)
+        for _ in prompts:
+            st.acquire()
+        runner.forward(st, [SeqStep(i, p, range(len(p))) for i, p in enumerate(prompts)], ALL_LOGITS)
+        batch = runner.forward(st, [SeqStep(i, [7], [len(p)]) for i, p in enumerate(prompts)], ALL_LOGITS)["logits"]
+        for i in range(len(prompts)):
+            assert np.array_equal(batch[i], alone[i]), f"{name}: row {i} of the decode batch"
+    finally:
+        gguf.close()
+
+
+@needs_vulkan
+@pytest.mark.parametrize("types", [("Q4_K", "Q4_K", "Q6_K"), ("IQ4_NL", "Q8_0", "Q2_K"), ("Q5_1", "F16", "BF16")],
+                         ids=lambda t: "/".join(t))  # fmt: skip
+def test_moe_expert_types(vulkan, types):
+    """Expert tensors of the quantized types (rows of 256 for the K types; gate and up of
+    different types in one kernel) against the reference, a prompt and a decode batch."""
+    from cera.testing import conformance as C
+
+    tg, tu, td = types
+
+    def moe(g, w, s):
+        g.output("y", g.moe(C._x(g, 256), w["r"], w["g"], w["u"], w["d"], k=2, norm_topk=True))
+
+    weights = (C._emb(256), C.WeightSpec("r", (4, 256)), C.WeightSpec("g", (4, 256, 256), tg),
+               C.WeightSpec("u", (4, 256, 256), tu), C.WeightSpec("d", (4, 256, 256), td))  # fmt: skip
+    C.check_op(
+        vulkan, C.OpCase(f"moe[{tg},{tu},{td}]", "moe", moe, weights, passes=((7,), (1, 1)), tolerance=C.TOL_QUANT)
+    )
