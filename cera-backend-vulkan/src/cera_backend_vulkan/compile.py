@@ -34,7 +34,7 @@ from cera.errors import SessionError, ShapeError, UnsupportedOperation
 from cera.graph import Graph, Tensor, WeightRef
 from cera.planning import Step, arena_layout, placements, plan_steps
 
-from . import wgsl
+from . import record, wgsl
 
 UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
@@ -169,6 +169,8 @@ class VulkanExecutable(Executable):
             self.readback_bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, "outputs"
         )
         self._static_bgs = None
+        self._vocab: int | None = None  # rows of the token embedding table (_check)
+        self.record_mode = record.default_mode()  # how run records the pass (record.py)
         self._state_bgs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last_profile: list[tuple[str, float]] = []
         self.timing = (0.0, 0.0)
@@ -705,11 +707,19 @@ class VulkanExecutable(Executable):
 
     # -- bind groups ---------------------------------------------------------------------------
 
+    def _plan(self, state) -> record.Plan:
+        """The bind groups of state (or of no state) with their raw handles, made once."""
+        cached = self._state_bgs.get(state) if state is not None else self._static_bgs
+        if cached is None:
+            bgs = self._bind_groups(state)
+            cached = record.Plan([d.pipe for d in self.dispatches], bgs, [d.groups for d in self.dispatches])
+            if state is not None:
+                self._state_bgs[state] = cached
+            else:
+                self._static_bgs = cached
+        return cached
+
     def _bind_groups(self, state) -> list:
-        if state is not None:
-            cached = self._state_bgs.get(state)
-            if cached is not None:
-                return cached
         dev = self.ctx.device
         out = []
         for i, d in enumerate(self.dispatches):
@@ -727,8 +737,6 @@ class VulkanExecutable(Executable):
                     res = {"buffer": state.pos_buffer, "offset": 0, "size": state.pos_buffer.size}
                 entries.append({"binding": 2 + j, "resource": res})
             out.append(dev.create_bind_group(layout=d.layout, entries=entries))
-        if state is not None:
-            self._state_bgs[state] = out
         return out
 
     # -- running ---------------------------------------------------------------------------------
@@ -763,14 +771,16 @@ class VulkanExecutable(Executable):
             raise SessionError(
                 "this compiled graph was made for a state of another shape (context, slots or cache type)"
             )
-        if "embedding" in self.graph.ops_used():
-            toks = np.asarray(inputs.tokens)
+        if self._vocab is None:
             # only the tables the token ids index (an encoder also looks up token types and
-            # positions, whose tables are smaller than the vocabulary)
-            vocab = min((self.weights[n.args[0].name].shape[1] for n in self.graph.nodes
-                         if n.op == "embedding" and getattr(n.args[1], "name", None) == "tokens"),
-                        default=None)  # fmt: skip
-            if vocab is not None and toks.size and (toks.min() < 0 or toks.max() >= vocab):
+            # positions, whose tables are smaller than the vocabulary); 0: no such table
+            self._vocab = min((self.weights[n.args[0].name].shape[1] for n in self.graph.nodes
+                               if n.op == "embedding" and getattr(n.args[1], "name", None) == "tokens"),
+                              default=0)  # fmt: skip
+        if self._vocab:
+            vocab = self._vocab
+            toks = np.asarray(inputs.tokens)
+            if toks.size and (toks.min() < 0 or toks.max() >= vocab):
                 raise ShapeError(f"a token id of {toks.tolist()[:8]} is outside the embedding table of {vocab} rows")
         if state is not None:
             slots = np.asarray(inputs.slots)
@@ -783,21 +793,15 @@ class VulkanExecutable(Executable):
         ctx = self.ctx
         with ctx.lock, self._lock:
             t0 = time.perf_counter()
-            bgs = self._bind_groups(state)
+            plan = self._plan(state)
             ctx.queue.write_buffer(self.arena, 0, self._io(inputs))
             enc = ctx.device.create_command_encoder()
             if profile and ctx.timestamps:
-                qs = self._record_profiled(enc, bgs)
+                qs = self._record_profiled(enc, plan.bgs)
             else:
                 qs = None
                 cp = enc.begin_compute_pass()
-                last = None
-                for d, bg in zip(self.dispatches, bgs, strict=True):
-                    if d.pipe is not last:
-                        cp.set_pipeline(d.pipe)
-                        last = d.pipe
-                    cp.set_bind_group(0, bg)
-                    cp.dispatch_workgroups(d.groups[0], d.groups[1], 1)
+                plan.record(cp, self.record_mode)
                 cp.end()
             for _name, (first, count, at, *_rest) in self.out_spans.items():
                 enc.copy_buffer_to_buffer(self.arena, first * 4, self.readback, at, count * 4)
