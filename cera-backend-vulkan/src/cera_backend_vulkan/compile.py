@@ -23,6 +23,7 @@ each row's one-token result bit for bit); many rows through the tiled `wgsl.matm
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import weakref
@@ -40,6 +41,12 @@ UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
 EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6}
 MAX_GRID = 65535
+# the few-row (decode) kernels, by name (VulkanBackend.row_kernel, CERA_VULKAN_ROW_KERNEL):
+# "workgroup*": wgsl.matvec, a workgroup of 128 threads per 4 features ("-1pass": one
+# shared-memory pass for all its sums); "subgroup*": wgsl.matvec_sg, a subgroup per
+# feature and no barrier, each lane taking 1, 2 or 4 consecutive groups of 8 columns a
+# step (the value: that span; 0 for the workgroup ones)
+ROW_KERNELS = {"workgroup": 0, "workgroup-1pass": 0, "subgroup": 1, "subgroup-x2": 2, "subgroup-x4": 4}
 
 
 def grid(n: int) -> tuple[int, int]:
@@ -329,15 +336,34 @@ class VulkanExecutable(Executable):
         return not self._tiled(x.size // K, K) and K % 8 == 0
 
     @property
+    def _row_kernel(self) -> tuple[str, str]:
+        """The few-row kernel (ROW_KERNELS): the backend's ``row_kernel``, else
+        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and "workgroup"
+        on GPUs; (family, variant)."""
+        name = self.backend.row_kernel or os.environ.get("CERA_VULKAN_ROW_KERNEL", "").strip() or None
+        if name is None:
+            name = "subgroup" if self.ctx.software else "workgroup"
+        if name not in ROW_KERNELS:
+            raise UnsupportedOperation(f"backend 'vulkan': row kernel {name!r} is not one of {', '.join(ROW_KERNELS)}")
+        return name.partition("-")[0], name
+
+    @property
     def _mv_sg(self) -> int:
-        """On a software adapter with subgroups: features per workgroup of the barrier-free
-        matvec (a subgroup each); else 0 (a workgroup per feature)."""
-        if not self.ctx.subgroups:
-            return 0
-        force = self.backend.row_kernel
-        if (force or ("subgroup" if self.ctx.software else "workgroup")) != "subgroup":
+        """With subgroups and a "subgroup" row kernel: features per workgroup of the
+        barrier-free matvec (a subgroup each); else 0 (a workgroup per feature)."""
+        if not self.ctx.subgroups or self._row_kernel[0] != "subgroup":
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
+
+    @property
+    def _mv_span(self) -> int:
+        """Groups of 8 columns a lane of the subgroup kernel takes per step."""
+        return ROW_KERNELS[self._row_kernel[1]]
+
+    @property
+    def _mv_onepass(self) -> bool:
+        """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
+        return self._row_kernel[1] == "workgroup-1pass" and bool(self.ctx.subgroups)
 
     @staticmethod
     def _mv_feats(R: int) -> int:
@@ -413,13 +439,13 @@ class VulkanExecutable(Executable):
                 ] + nparams
                 R, sg = self._mv_rows(M), self.ctx.subgroups
                 if self._mv_sg:
-                    per = self._mv_sg
-                    self._emit(("matvec_sg", types, kind, R, per, fuse), lambda R=R, per=per: wgsl.matvec_sg(types, kind, True, R, per, fuse),
+                    per, span = self._mv_sg, self._mv_span
+                    self._emit(("matvec_sg", types, kind, R, per, fuse, span), lambda R=R, per=per, span=span: wgsl.matvec_sg(types, kind, True, R, per, fuse, span),
                                params, -(-rows // per),
                                binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                F = self._mv_feats(R)
-                self._emit(("matvec", types, kind, R, sg, fuse, F), lambda sg=sg, R=R, F=F: wgsl.matvec(types, kind, sg, R, fuse, F), params,
+                F, one = self._mv_feats(R), self._mv_onepass
+                self._emit(("matvec", types, kind, R, sg, fuse, F, one), lambda sg=sg, R=R, F=F, one=one: wgsl.matvec(types, kind, sg, R, fuse, F, one), params,
                            -(-rows // F),
                            binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
         else:
@@ -457,14 +483,14 @@ class VulkanExecutable(Executable):
                     else:
                         R, sg = self._mv_rows(M), self.ctx.subgroups
                         if self._mv_sg:
-                            per = self._mv_sg
-                            self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse),
-                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse: wgsl.matvec_sg((t,), None, True, R, per, fuse),
+                            per, span = self._mv_sg, self._mv_span
+                            self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse, span),
+                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse, span=span: wgsl.matvec_sg((t,), None, True, R, per, fuse, span),
                                        params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
                             continue
-                        F = self._mv_feats(R)
-                        self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse, F),
-                                   lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse, F=F: wgsl.matvec((t,), None, sg, R, fuse, F),
+                        F, one = self._mv_feats(R), self._mv_onepass
+                        self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse, F, one),
+                                   lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse, F=F, one=one: wgsl.matvec((t,), None, sg, R, fuse, F, one),
                                    params, -(-rows // F),
                                    binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
             if glu is not None:
@@ -494,8 +520,8 @@ class VulkanExecutable(Executable):
             at += -(-N // F) * F
         params[1] = at
         types = tuple(types)
-        sg = self.ctx.subgroups
-        self._emit(("matvec_seg", types, R, sg, fuse, F), lambda: wgsl.matvec_segments(types, sg, R, fuse, F), params,
+        sg, one = self.ctx.subgroups, self._mv_onepass
+        self._emit(("matvec_seg", types, R, sg, fuse, F, one), lambda: wgsl.matvec_segments(types, sg, R, fuse, F, one), params,
                    at // F, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
                    label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
         if residual is None and step.residual is not None:

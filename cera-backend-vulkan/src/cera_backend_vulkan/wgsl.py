@@ -346,8 +346,27 @@ MV_ROWS = 8  # activation rows a matvec dispatch multiplies per pass over the we
 MV_WG = 128  # threads of a matvec workgroup
 
 
+def _reduce_onepass(names: list[str]) -> tuple[str, str]:
+    """The workgroup sums of several accumulators with two barriers in all (instead of
+    two per accumulator): each subgroup's `subgroupAdd` of every accumulator goes to
+    shared memory, then every thread adds the subgroups' parts in subgroup order (the
+    same sums in the same order as `wsum`, so the same bits). Returns (declaration,
+    code). Needs subgroups of at least 4 lanes (WGSL's minimum)."""
+    n = len(names)
+    decl = f"var<workgroup> part1: array<f32, {n * 32}>;\n"
+    code = "        let sgi = t / sgs;\n"
+    for k, v in enumerate(names):
+        code += f"        let r{k}_ = subgroupAdd({v});\n"
+        code += f"        if (t % sgs == 0u) {{ part1[{k * 32}u + sgi] = r{k}_; }}\n"
+    code += "        workgroupBarrier();\n"
+    for k, v in enumerate(names):
+        code += f"        {{ var s = 0.0; for (var i = 0u; i < {MV_WG}u / sgs; i++) {{ s += part1[{k * 32}u + i]; }} {v} = s; }}\n"
+    code += "        workgroupBarrier();\n"
+    return decl, code
+
+
 def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1,
-           norm: bool = False, feats: int = 1) -> str:  # fmt: skip
+           norm: bool = False, feats: int = 1, onepass: bool = False) -> str:  # fmt: skip
     """y = x W^T for a few rows of x: one workgroup of 128 threads per output feature,
     thread t taking the groups of 8 columns t, t + 128, ... (several warps per row keep
     enough loads in flight to hide memory latency), then one sum over the workgroup
@@ -367,7 +386,10 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Tru
     (P 14: eps).
 
     ``feats`` output features per workgroup share each load of x (decode: x would
-    otherwise be read once per feature, several times the weights' bytes)."""
+    otherwise be read once per feature, several times the weights' bytes).
+
+    ``onepass`` (with subgroups): all the accumulators summed over the workgroup at once,
+    two barriers in all instead of two per accumulator (`_reduce_onepass`)."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     n_w = len(types)
     R = rows
@@ -429,6 +451,9 @@ fn wsum(v: f32, t: u32) -> f32 {{
         for r in range(R)
         for j in range(F)
     )
+    if onepass and subgroups:
+        decl1, reduce = _reduce_onepass([f"a{i}_{r}_{j}" for i in range(n_w) for r in range(R) for j in range(F)])
+        reducer += decl1
     prologue = ""
     nw_load = ""
     if norm:
@@ -497,14 +522,14 @@ SEG_BASE = 20  # matvec_segments: parameters of segment s start at P(SEG_BASE + 
 
 
 def matvec_segments(types: tuple[str, ...], subgroups: bool = True, rows: int = 1, norm: bool = False,
-                    feats: int = 4) -> str:  # fmt: skip
+                    feats: int = 4, onepass: bool = False) -> str:  # fmt: skip
     """Several products of one input in one dispatch (a layer's Q, K and V): the weights'
     output features laid end to end, each weight's run starting at a multiple of
     ``feats`` so a workgroup never straddles two. As `matvec` otherwise (per feature the
     same sums in the same order). P: 0 K, 1 features in all (padded), 2 M, 3 x offset, 4 x
     row stride, 13/14 norm as `matvec`; per segment s at P(20 + 8 s): first feature, N, y
     offset, y row stride, bias offset + 1, weight row bytes, residual offset + 1,
-    residual row stride."""
+    residual row stride. ``onepass``: as `matvec`'s."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     R, F = rows, feats
     cases = "".join(f"        case {i}u: {{ return dq8_W{i}(base, g); }}\n" for i in range(len(types) - 1))
@@ -561,6 +586,9 @@ fn wsum(v: f32, t: u32) -> f32 {{
 """
         builtins, call = "", "wsum({v}, t)"
     reduce = "".join(f"        a{r}_{j} = {call.format(v=f'a{r}_{j}')};\n" for r in range(R) for j in range(F))
+    if onepass and subgroups:
+        decl1, reduce = _reduce_onepass([f"a{r}_{j}" for r in range(R) for j in range(F)])
+        reducer += decl1
     prologue, nw_load = "", ""
     if norm:
         for r in range(R):
@@ -624,7 +652,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 
 def matvec_sg(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1,
-           norm: bool = False) -> str:  # fmt: skip
+              norm: bool = False, span: int = 1) -> str:  # fmt: skip
     """The matvec for software adapters (lavapipe), where a workgroup barrier is a switch
     between fibres: each subgroup computes one output feature alone, no barrier at all.
     Otherwise as `matvec`.
@@ -645,7 +673,13 @@ def matvec_sg(types: tuple[str, ...], glu: str | None = None, subgroups: bool = 
     ``norm``: x is the input of an rms_norm that only these products read (fused: one
     dispatch less a layer): each row's 1/rms is summed by the subgroup first, x is
     multiplied by the norm weight (P 13: its offset + 1; 0 none) as it is read, and the
-    sums are scaled by 1/rms (P 14: eps)."""
+    sums are scaled by 1/rms (P 14: eps).
+
+    ``span``: each lane takes ``span`` consecutive groups of 8 columns per step (lane l:
+    groups span l .. span l + span - 1, then span (l + lanes) ...), unrolled: more loads
+    in flight per lane and, for the block types, neighbouring groups of one block (its
+    scales read once from cache). Each row's sum still runs in the same order whatever
+    ``rows`` and M."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     n_w = len(types)
     R = rows
@@ -745,6 +779,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
         }}
 """
+    body = f"{deq}{nw_load}{fma}"
+    if span == 1:
+        loop = f"""        for (var g = {lane0}; g < K / 8u; g += step) {{
+{body}        }}"""
+    else:
+        unrolled = "".join(f"          {{\n            let g = g0 + {u}u;\n{body}          }}\n" for u in range(span))
+        loop = f"""        let gn = K / 8u;
+        for (var g0 = {lane0} * {span}u; g0 < gn; g0 += step * {span}u) {{
+          if (g0 + {span}u <= gn) {{
+{unrolled}          }} else {{
+            for (var g = g0; g < gn; g++) {{
+{body}            }}
+          }}
+        }}"""
     return (
         HEADER
         + ARENA_F32
@@ -756,8 +804,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let col = n + P(10u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
-{decl}{prologue}        for (var g = {lane0}; g < K / 8u; g += step) {{
-{deq}{nw_load}{fma}        }}
+{decl}{prologue}{loop}
 {reduce}{stores}    }}
 {"  }" if subgroups else ""}
 }}
