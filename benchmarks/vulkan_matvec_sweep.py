@@ -100,6 +100,10 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
         if not ctx.subgroups:
             return None
         per, span = max(1, wgsl.MV_WG // ctx.subgroup_size), ROW_KERNELS[variant]
+        if span == 8:
+            key = ("sweep", "matvec_blk", types, kind, R, per)
+            pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_blk(types, kind, R, per, False), n_b, ro)
+            return pipe, layout, per
         key = ("sweep", "matvec_sg", types, kind, R, per, span)
         pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_sg(types, kind, True, R, per, False, span), n_b, ro)
         return pipe, layout, per

@@ -46,7 +46,16 @@ MAX_GRID = 65535
 # shared-memory pass for all its sums); "subgroup*": wgsl.matvec_sg, a subgroup per
 # feature and no barrier, each lane taking 1, 2 or 4 consecutive groups of 8 columns a
 # step (the value: that span; 0 for the workgroup ones)
-ROW_KERNELS = {"workgroup": 0, "workgroup-1pass": 0, "subgroup": 1, "subgroup-x2": 2, "subgroup-x4": 4}
+# "subgroup-blk": wgsl.matvec_blk, a subgroup per feature, each lane decoding 32 columns
+# at once with whole-word loads (K a multiple of 32; else "subgroup")
+ROW_KERNELS = {
+    "workgroup": 0,
+    "workgroup-1pass": 0,
+    "subgroup": 1,
+    "subgroup-x2": 2,
+    "subgroup-x4": 4,
+    "subgroup-blk": 8,
+}
 
 
 def grid(n: int) -> tuple[int, int]:
@@ -357,7 +366,8 @@ class VulkanExecutable(Executable):
 
     @property
     def _mv_span(self) -> int:
-        """Groups of 8 columns a lane of the subgroup kernel takes per step."""
+        """Groups of 8 columns a lane of the subgroup kernel takes per step (8: the
+        block-wise kernel, wgsl.matvec_blk)."""
         return ROW_KERNELS[self._row_kernel[1]]
 
     @property
@@ -438,8 +448,14 @@ class VulkanExecutable(Executable):
                     u.row_bytes,
                 ] + nparams
                 R, sg = self._mv_rows(M), self.ctx.subgroups
+                if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
+                    per = self._mv_sg
+                    self._emit(("matvec_blk", types, kind, R, per, fuse), lambda R=R, per=per: wgsl.matvec_blk(types, kind, R, per, fuse),
+                               params, -(-rows // per),
+                               binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
+                    continue
                 if self._mv_sg:
-                    per, span = self._mv_sg, self._mv_span
+                    per, span = self._mv_sg, min(4, self._mv_span)
                     self._emit(("matvec_sg", types, kind, R, per, fuse, span), lambda R=R, per=per, span=span: wgsl.matvec_sg(types, kind, True, R, per, fuse, span),
                                params, -(-rows // per),
                                binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
@@ -482,8 +498,14 @@ class VulkanExecutable(Executable):
                                    label=f"matmul {w.ggml_type}")  # fmt: skip
                     else:
                         R, sg = self._mv_rows(M), self.ctx.subgroups
+                        if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
+                            per = self._mv_sg
+                            self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse),
+                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse: wgsl.matvec_blk((t,), None, R, per, fuse),
+                                       params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+                            continue
                         if self._mv_sg:
-                            per, span = self._mv_sg, self._mv_span
+                            per, span = self._mv_sg, min(4, self._mv_span)
                             self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse, span),
                                        lambda t=w.ggml_type, R=R, per=per, fuse=fuse, span=span: wgsl.matvec_sg((t,), None, True, R, per, fuse, span),
                                        params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
