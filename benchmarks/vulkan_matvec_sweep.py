@@ -91,7 +91,7 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
     """(pipeline, layout, features per workgroup) of a row-kernel variant, as
     compile.VulkanExecutable._products builds it."""
     from cera_backend_vulkan import wgsl
-    from cera_backend_vulkan.compile import ROW_KERNELS, VulkanExecutable
+    from cera_backend_vulkan.compile import BLK_LANES, ROW_KERNELS, VulkanExecutable
 
     kind = "swiglu" if glu else None
     n_b = 2 + len(types)
@@ -101,8 +101,11 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
             return None
         per, span = max(1, wgsl.MV_WG // ctx.subgroup_size), ROW_KERNELS[variant]
         if span == 8:
-            key = ("sweep", "matvec_blk", types, kind, R, per)
-            pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_blk(types, kind, R, per, False), n_b, ro)
+            lanes = min(BLK_LANES[variant], ctx.subgroup_size)
+            if lanes:
+                per = wgsl.MV_WG // lanes
+            key = ("sweep", "matvec_blk", types, kind, R, per, lanes)
+            pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_blk(types, kind, R, per, False, lanes), n_b, ro)
             return pipe, layout, per
         key = ("sweep", "matvec_sg", types, kind, R, per, span)
         pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_sg(types, kind, True, R, per, False, span), n_b, ro)

@@ -47,7 +47,7 @@ MAX_GRID = 65535
 # feature and no barrier, each lane taking 1, 2 or 4 consecutive groups of 8 columns a
 # step (the value: that span; 0 for the workgroup ones)
 # "subgroup-blk": wgsl.matvec_blk, a subgroup per feature, each lane decoding 32 columns
-# at once with whole-word loads (K a multiple of 32; else "subgroup")
+# at once with whole-word loads (K a multiple of 32; else "subgroup");
 ROW_KERNELS = {
     "workgroup": 0,
     "workgroup-1pass": 0,
@@ -55,7 +55,11 @@ ROW_KERNELS = {
     "subgroup-x2": 2,
     "subgroup-x4": 4,
     "subgroup-blk": 8,
+    "subgroup-blk16": 8,
+    "subgroup-blk8": 8,
 }
+# "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a workgroup
+BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8}
 
 
 def grid(n: int) -> tuple[int, int]:
@@ -371,6 +375,15 @@ class VulkanExecutable(Executable):
         return ROW_KERNELS[self._row_kernel[1]]
 
     @property
+    def _mv_blk(self) -> tuple[int, int]:
+        """The block-wise kernel's (lanes a feature, 0: a subgroup; features a workgroup)."""
+        lanes = BLK_LANES.get(self._row_kernel[1], 0)
+        if lanes:
+            lanes = min(lanes, self.ctx.subgroup_size)
+            return lanes, wgsl.MV_WG // lanes
+        return 0, self._mv_sg
+
+    @property
     def _mv_onepass(self) -> bool:
         """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
         return self._row_kernel[1] == "workgroup-1pass" and bool(self.ctx.subgroups)
@@ -449,8 +462,8 @@ class VulkanExecutable(Executable):
                 ] + nparams
                 R, sg = self._mv_rows(M), self.ctx.subgroups
                 if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
-                    per = self._mv_sg
-                    self._emit(("matvec_blk", types, kind, R, per, fuse), lambda R=R, per=per: wgsl.matvec_blk(types, kind, R, per, fuse),
+                    lanes, per = self._mv_blk
+                    self._emit(("matvec_blk", types, kind, R, per, fuse, lanes), lambda R=R, per=per, lanes=lanes: wgsl.matvec_blk(types, kind, R, per, fuse, lanes),
                                params, -(-rows // per),
                                binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
@@ -499,9 +512,9 @@ class VulkanExecutable(Executable):
                     else:
                         R, sg = self._mv_rows(M), self.ctx.subgroups
                         if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
-                            per = self._mv_sg
-                            self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse),
-                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse: wgsl.matvec_blk((t,), None, R, per, fuse),
+                            lanes, per = self._mv_blk
+                            self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse, lanes),
+                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes: wgsl.matvec_blk((t,), None, R, per, fuse, lanes),
                                        params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
                             continue
                         if self._mv_sg:

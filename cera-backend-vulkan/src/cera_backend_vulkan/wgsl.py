@@ -1617,13 +1617,19 @@ def dq32_lib(ggml_type: str, var: str, binding: int) -> str:
 
 
 def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1,
-               norm: bool = False) -> str:  # fmt: skip
+               norm: bool = False, lanes: int = 0) -> str:  # fmt: skip
     """`matvec_sg` (a subgroup per output feature, several features a workgroup, no
     barrier) with each lane taking 32 consecutive columns a step, decoded at once
     (dq32: Q4_1, Q5_0, Q8_0, Q4_K and Q6_K read their blocks with whole-word loads, each
     once; the other types as four groups of 8). Needs subgroups and K a multiple of 32.
     Parameters, ``rows``, ``glu``, ``norm``: as `matvec_sg`; each row's sum runs in the same
-    order whatever ``rows`` and M."""
+    order whatever ``rows`` and M.
+
+    ``lanes`` (a power of two, at most the subgroup size; 0: the whole subgroup): that
+    many lanes per feature, MV_WG / lanes features a workgroup (``per`` is then
+    ignored), summed by a butterfly of `subgroupShuffleXor` (every lane of a feature adds
+    the same pairs, so the same bits): for short rows (K = 576: 18 steps of 32 columns, a
+    32-lane subgroup would leave 14 lanes idle)."""
     libs = V32 + BYTES4 + "".join(dq32_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     n_w = len(types)
     R = rows
@@ -1649,7 +1655,14 @@ def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, pe
             fma += f"                a{i}_{r} += {terms};\n"
         fma += "            }\n"
     act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
-    reduce = "".join(f"        a{i}_{r} = subgroupAdd(a{i}_{r});\n" for i in range(n_w) for r in range(R))
+    L = lanes
+
+    def red(v: str) -> str:
+        if not L:
+            return f"subgroupAdd({v})"
+        return f"bfly({v})"
+
+    reduce = "".join(f"        a{i}_{r} = {red(f'a{i}_{r}')};\n" for i in range(n_w) for r in range(R))
     prologue = ""
     if norm:
         for r in range(R):
@@ -1662,7 +1675,7 @@ def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, pe
                 let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
                 q += dot(xa, xa) + dot(xb, xb);
             }}
-            q = subgroupAdd(q);
+            q = {red("q")};
             inv{r} = inverseSqrt(q / f32(K) + PF(14u));
         }}
 """
@@ -1679,6 +1692,32 @@ def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, pe
             A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
         }}
 """
+    if not L:
+        head = f"""
+@compute @workgroup_size({MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32,
+        @builtin(subgroup_size) sgs: u32, @builtin(subgroup_invocation_id) lane: u32) {{
+  for (var f = t / sgs; f < {per}u; f += {MV_WG}u / sgs) {{
+    let n = wg_linear(wid, nwg) * {per}u + f;
+    if (n >= P(1u)) {{ break; }}
+"""
+    else:
+        bfly = "".join(
+            f"    v += subgroupShuffleXor(v, {o}u);\n" for o in (1 << k for k in range(L.bit_length() - 2, -1, -1))
+        )
+        head = f"""
+fn bfly(x: f32) -> f32 {{
+    var v = x;
+{bfly}    return v;
+}}
+@compute @workgroup_size({MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+  let sgs = {L}u;
+  let lane = t % {L}u;
+  {{
+    let n = wg_linear(wid, nwg) * {MV_WG // L}u + t / {L}u;
+    if (n >= P(1u)) {{ return; }}
+"""
     return (
         HEADER
         + ARENA_F32
@@ -1686,13 +1725,7 @@ def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, pe
         + ACTIVATIONS
         + libs
         + f"""
-@compute @workgroup_size({MV_WG})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32,
-        @builtin(subgroup_size) sgs: u32, @builtin(subgroup_invocation_id) lane: u32) {{
-  for (var f = t / sgs; f < {per}u; f += {MV_WG}u / sgs) {{
-    let n = wg_linear(wid, nwg) * {per}u + f;
-    if (n >= P(1u)) {{ break; }}
-    let K = P(0u); let M = P(2u);
+{head}    let K = P(0u); let M = P(2u);
     let col = n + P(10u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
