@@ -702,11 +702,25 @@ class VulkanExecutable(Executable):
         rows = x.size // n
         self._emit(("softmax",), wgsl.softmax, [rows, n, self.off(x), self.off(node.out)], rows, label="softmax")
 
+    # argmax over rows longer than this: two stages (wgsl.select_partial / select_combine),
+    # chunks of SELECT_CHUNK values each read by their own workgroup
+    SELECT_SPLIT = 8192
+    SELECT_CHUNK = 2048
+
     def _select(self, node, k: int, values_off: int = 0) -> None:
         x = node.args[0]
         self._need_contiguous(node, x)
         n = x.shape[-1]
         rows = x.size // n
+        if k == 1 and n > self.SELECT_SPLIT:
+            chunk = max(self.SELECT_CHUNK, -(-n // 1024))
+            chunks = -(-n // chunk)
+            scratch = self.const(np.zeros(2 * rows * chunks, np.uint32), np.uint32)
+            self._emit(("select_partial",), wgsl.select_partial, [rows, n, self.off(x), scratch, chunk, chunks],
+                       rows * chunks, label=f"{node.op} (chunks)")  # fmt: skip
+            self._emit(("select_combine",), wgsl.select_combine, [rows, chunks, scratch, self.off(node.out), 0, values_off],
+                       rows, label=f"{node.op} (combine)")  # fmt: skip
+            return
         params = [rows, n, self.off(x), self.off(node.out), k, values_off]
         self._emit(("select",), wgsl.select_top, params, rows, label=node.op)
 

@@ -1391,6 +1391,99 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
+SELECT_WG = 256  # threads of the two-stage argmax's workgroups
+
+
+def select_partial() -> str:
+    """argmax, first stage: workgroup (r, c) finds the best of chunk c of row r (value
+    descending, then index ascending, as `select_top`) and writes its (value, index) to
+    a scratch table; `select_combine` then picks each row's best of its chunks. For long
+    rows (a vocabulary): many workgroups share the reading instead of one a row.
+    P: 0 rows, 1 row length, 2 x offset, 3 scratch offset (2 words a chunk), 4 chunk
+    length, 5 chunks a row."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+var<workgroup> bv: array<f32, {SELECT_WG}>;
+var<workgroup> bi: array<u32, {SELECT_WG}>;
+fn better(v: f32, i: u32, w: f32, j: u32) -> bool {{ return v > w || (v == w && i < j); }}
+@compute @workgroup_size({SELECT_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let w = wg_linear(wid, nwg);
+    if (w >= P(0u) * P(5u)) {{ return; }}
+    let r = w / P(5u); let c = w % P(5u);
+    let n = P(1u); let x = P(2u) + r * n;
+    let lo = c * P(4u); let hi = min(n, lo + P(4u));
+    var v = -3.4e38; var vi = 0xffffffffu;
+    for (var i = lo + t; i < hi; i += {SELECT_WG}u) {{
+        let a = bitcast<f32>(A[x + i]);
+        if (vi == 0xffffffffu || better(a, i, v, vi)) {{ v = a; vi = i; }}
+    }}
+    bv[t] = v; bi[t] = vi;
+    workgroupBarrier();
+    for (var s = {SELECT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{
+            let j = bi[t + s];
+            if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {{
+                bv[t] = bv[t + s]; bi[t] = j;
+            }}
+        }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{
+        A[P(3u) + 2u * w] = bitcast<u32>(bv[0]);
+        A[P(3u) + 2u * w + 1u] = bi[0];
+    }}
+}}
+"""
+    )
+
+
+def select_combine() -> str:
+    """argmax, second stage: one workgroup a row picks the best (value, index) of its
+    chunks' (`select_partial`) in the same order. P: 0 rows, 1 chunks a row, 2 scratch
+    offset, 3 out offset (ids, int32), 4 (unused), 5 values out offset + 1."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+var<workgroup> bv: array<f32, {SELECT_WG}>;
+var<workgroup> bi: array<u32, {SELECT_WG}>;
+fn better(v: f32, i: u32, w: f32, j: u32) -> bool {{ return v > w || (v == w && i < j); }}
+@compute @workgroup_size({SELECT_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let r = wg_linear(wid, nwg);
+    if (r >= P(0u)) {{ return; }}
+    let nc = P(1u); let base = P(2u) + 2u * r * nc;
+    var v = -3.4e38; var vi = 0xffffffffu;
+    for (var c = t; c < nc; c += {SELECT_WG}u) {{
+        let a = bitcast<f32>(A[base + 2u * c]);
+        let i = A[base + 2u * c + 1u];
+        if (i != 0xffffffffu && (vi == 0xffffffffu || better(a, i, v, vi))) {{ v = a; vi = i; }}
+    }}
+    bv[t] = v; bi[t] = vi;
+    workgroupBarrier();
+    for (var s = {SELECT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{
+            let j = bi[t + s];
+            if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {{
+                bv[t] = bv[t + s]; bi[t] = j;
+            }}
+        }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{
+        A[P(3u) + r] = bi[0];
+        if (P(5u) != 0u) {{ A[P(5u) - 1u + r] = bitcast<u32>(bv[0]); }}
+    }}
+}}
+"""
+    )
+
+
 def gather() -> str:
     """General moves of f32 values by an index table: out[i] = x[table[i]] (rows,
     concat, take, seq_mean's sums are done elsewhere). P: 0 count, 1 out offset, 2 source
