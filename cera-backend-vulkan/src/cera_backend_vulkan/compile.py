@@ -427,9 +427,10 @@ class VulkanExecutable(Executable):
             glu is not None and not tiled and all(n.args[2] is None for n in step.nodes)
             and self.consumers.get(step.nodes[0].out.id, 0) == 1 and self.consumers.get(step.nodes[1].out.id, 0) == 1
         )  # fmt: skip
+        blk = bool(self._mv_sg) and self._mv_span == 8 and K % 32 == 0
         segments = (
-            glu is None and not tiled and not self._mv_sg and 1 < len(step.nodes) <= 4
-            and self._mv_feats(self._mv_rows(M)) > 1
+            glu is None and not tiled and (blk or not self._mv_sg) and 1 < len(step.nodes) <= 4
+            and (blk or self._mv_feats(self._mv_rows(M)) > 1)
             and all(len(self.weights[n.args[1].name].shape) == 2
                     and len(self._weight_chunks(self.weights[n.args[1].name], self.weights[n.args[1].name].shape[1])) == 1
                     for n in step.nodes)
@@ -534,9 +535,13 @@ class VulkanExecutable(Executable):
                 self._op_add(step.residual[0])
 
     def _segments(self, step, x, K, M, xs, residual, nparams, fuse) -> None:
-        """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments."""
+        """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments (or
+        wgsl.matvec_blk's segments under the block-wise row kernel)."""
         R = self._mv_rows(M)
         F = self._mv_feats(R)
+        blk = bool(self._mv_sg) and self._mv_span == 8
+        if blk:
+            lanes, F = self._mv_blk
         params = [K, 0, M, self.off(x), xs, 0, 0, 0, 0, 0, 0, 0, 0] + (nparams or [0, 0])
         params += [0] * (wgsl.SEG_BASE - len(params))
         binds, types, at = [], [], 0
@@ -555,6 +560,13 @@ class VulkanExecutable(Executable):
             at += -(-N // F) * F
         params[1] = at
         types = tuple(types)
+        if blk:
+            self._emit(("matvec_blk_seg", types, R, F, fuse, lanes), lambda: wgsl.matvec_blk(types, None, R, F, fuse, lanes, True),
+                       params, at // F, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
+                       label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
+            if residual is None and step.residual is not None:
+                self._op_add(step.residual[0])
+            return
         sg, one = self.ctx.subgroups, self._mv_onepass
         self._emit(("matvec_seg", types, R, sg, fuse, F, one), lambda: wgsl.matvec_segments(types, sg, R, fuse, F, one), params,
                    at // F, binds=binds, read_only=tuple(range(2, 2 + len(binds))),

@@ -1710,7 +1710,7 @@ def dq32_lib(ggml_type: str, var: str, binding: int) -> str:
 
 
 def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1,
-               norm: bool = False, lanes: int = 0) -> str:  # fmt: skip
+               norm: bool = False, lanes: int = 0, segments: bool = False) -> str:  # fmt: skip
     """`matvec_sg` (a subgroup per output feature, several features a workgroup, no
     barrier) with each lane taking 32 consecutive columns a step, decoded at once
     (dq32: Q4_1, Q5_0, Q8_0, Q4_K and Q6_K read their blocks with whole-word loads, each
@@ -1722,12 +1722,26 @@ def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, pe
     many lanes per feature, MV_WG / lanes features a workgroup (``per`` is then
     ignored), summed by a butterfly of `subgroupShuffleXor` (every lane of a feature adds
     the same pairs, so the same bits): for short rows (K = 576: 18 steps of 32 columns, a
-    32-lane subgroup would leave 14 lanes idle)."""
+    32-lane subgroup would leave 14 lanes idle).
+
+    ``segments``: the products of one input (Q, K, V) in one dispatch, parameters and
+    layout as `matvec_segments` (each weight's features padded to a multiple of the
+    features a workgroup holds); ``types`` are then the segments' weights, not a glu pair."""
     libs = V32 + BYTES4 + "".join(dq32_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
-    n_w = len(types)
+    n_w = 1 if segments else len(types)
     R = rows
     decl = "".join(f"        var a{i}_{r} = 0.0;\n" for i in range(n_w) for r in range(R))
     deq = "".join(f"            let w{i} = dq32_W{i}(n * P({11 + i}u), c);\n" for i in range(n_w))
+    if segments:
+        cases = "".join(f"        case {i}u: {{ return dq32_W{i}(base, c); }}\n" for i in range(len(types) - 1))
+        libs += f"""
+fn dq32_seg(seg: u32, base: u32, c: u32) -> V32 {{
+    switch seg {{
+{cases}        default: {{ return dq32_W{len(types) - 1}(base, c); }}
+    }}
+}}
+"""
+        deq = "            let w0 = dq32_seg(seg, nl * P(sb + 5u), c);\n"
     nw_load = ""
     if norm:
         nw_load = "            let hasnw = P(13u) != 0u;\n            let no = P(13u) - 1u + c * 32u;\n"
@@ -1775,6 +1789,15 @@ def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, pe
     stores = ""
     for r in range(R):
         sc = f" * inv{r}" if norm else ""
+        if segments:
+            stores += f"""        if ({r}u < nr && lane == 0u && nl < P(sb + 1u)) {{
+            var y = a0_{r}{sc};
+            if (P(sb + 4u) != 0u) {{ y += A[P(sb + 4u) - 1u + nl]; }}
+            if (P(sb + 6u) != 0u) {{ y += A[P(sb + 6u) - 1u + (m0 + {r}u) * P(sb + 7u) + nl]; }}
+            A[P(sb + 2u) + (m0 + {r}u) * P(sb + 3u) + nl] = y;
+        }}
+"""
+            continue
         s1 = f"let s1 = a1_{r}{sc};" if n_w > 1 else ""
         stores += f"""        if ({r}u < nr && lane == 0u) {{
             var s0 = a0_{r}{sc};
@@ -1785,6 +1808,12 @@ def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, pe
             A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
         }}
 """
+    segsel = ""
+    if segments:
+        # the segment of feature n (the last whose first feature is <= n), its local index
+        segsel = "    var seg = 0u;\n"
+        segsel += "".join(f"    if (n >= P({SEG_BASE + 8 * i}u)) {{ seg = {i}u; }}\n" for i in range(1, len(types)))
+        segsel += f"    let sb = {SEG_BASE}u + 8u * seg;\n    let nl = n - P(sb);\n"
     if not L:
         head = f"""
 @compute @workgroup_size({MV_WG})
@@ -1818,7 +1847,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         + ACTIVATIONS
         + libs
         + f"""
-{head}    let K = P(0u); let M = P(2u);
+{head}{segsel}    let K = P(0u); let M = P(2u);
     let col = n + P(10u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
