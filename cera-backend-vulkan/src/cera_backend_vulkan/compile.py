@@ -150,6 +150,8 @@ class VulkanExecutable(Executable):
         self._const_cache: dict = {}
         self.dispatches: list[Dispatch] = []
         self._wrote_pos = False
+        # kv_store folded into the keys' rope dispatch (CERA_VULKAN_FOLD_KV=0: apart)
+        self.fold_kv = os.environ.get("CERA_VULKAN_FOLD_KV", "1") != "0"
 
         absorbed = {id(n) for n in self._fused_norm.values()}
         for i, step in enumerate(steps):
@@ -678,7 +680,24 @@ class VulkanExecutable(Executable):
         self._wrote_pos = True
         params = [n, nkv, dk, dv, self.off(k), self.off(v), cap, self.seq_off, self.n_seq,
                   self.off(self.graph.inputs["positions"]), st.n_ctx, int(first)]  # fmt: skip
-        self._emit(("kv_store", f16), lambda: wgsl.kv_store(f16), params, n * nkv, binds=kvb, label="kv_store")
+        last = self.dispatches[-1] if self.dispatches else None
+        if (
+            self.fold_kv
+            and last is not None
+            and last.key == ("rope",)
+            and last.params[0] != last.params[16]
+            and last.params[19] == self.off(k)
+            and last.params[17] == nkv
+            and last.params[2] == dk
+            and last.params[16] + n * nkv == last.params[0]
+        ):
+            # the keys' rotation is the previous dispatch (the second of a rope pair):
+            # the cache stores join it (wgsl.rope_kv)
+            self.dispatches.pop()
+            self._emit(("rope_kv", f16), lambda: wgsl.rope_kv(f16), last.params[:20] + params,
+                       last.params[0] + n * nkv, binds=kvb, label="rope+kv_store")  # fmt: skip
+        else:
+            self._emit(("kv_store", f16), lambda: wgsl.kv_store(f16), params, n * nkv, binds=kvb, label="kv_store")
         if dk > 512:
             raise UnsupportedOperation(f"backend 'vulkan': attention heads of {dk} values (at most 512)")
         params = [n, heads, nkv, dk, dv, self.off(q), self.off(node.out), cap, self.seq_off, self.n_seq,

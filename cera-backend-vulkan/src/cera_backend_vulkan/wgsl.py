@@ -1005,16 +1005,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
-def rope() -> str:
-    """Rotary embedding of x [n, heads, dim]: a thread per rotated pair. P: 0 n*heads,
-    1 heads, 2 dim, 3 x offset, 4 out offset, 5 positions offset, 6 n_dims, 7 neox,
-    8 base, 9 freq_scale, 10 ext_factor, 11 attn_factor, 12 beta_fast, 13 beta_slow,
-    14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied."""
-    return (
-        HEADER
-        + ARENA_U32
-        + GRID
-        + """
+ROPE_BODY = """
 fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
     return n_dims * log(n_orig / (beta * 6.283185307179586)) / (2.0 * log(base));
 }
@@ -1023,16 +1014,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // a second tensor (the keys, after the queries) may share the dispatch: P 16 the
     // first tensor's rows x heads, 17 the second's heads, 18/19 its input/output offsets
     var rh = wg_linear(wid, nwg);
-    if (rh >= P(0u)) { return; }
+{TAIL}    if (rh >= P(0u)) { return; }
     let dim = P(2u);
     var row = rh / P(1u);
     var x = P(3u) + rh * dim;
     var o = P(4u) + rh * dim;
+    var second = false;
     if (rh >= P(16u)) {
         rh -= P(16u);
         row = rh / P(17u);
         x = P(18u) + rh * dim;
         o = P(19u) + rh * dim;
+        second = true;
     }
     let nd = P(6u);
     for (var j = nd + t; j < dim; j += 64u) { A[o + j] = A[x + j]; }
@@ -1063,9 +1056,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         A[o + i0] = bitcast<u32>(x0 * c - x1 * s);
         A[o + i1] = bitcast<u32>(x0 * s + x1 * c);
     }
-}
+{KEYS}}
 """
-    )
+
+
+def rope() -> str:
+    """Rotary embedding of x [n, heads, dim]: a thread per rotated pair. P: 0 n*heads,
+    1 heads, 2 dim, 3 x offset, 4 out offset, 5 positions offset, 6 n_dims, 7 neox,
+    8 base, 9 freq_scale, 10 ext_factor, 11 attn_factor, 12 beta_fast, 13 beta_slow,
+    14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied."""
+    return HEADER + ARENA_U32 + GRID + ROPE_BODY.replace("{TAIL}", "").replace("{KEYS}", "")
 
 
 # The per-run sequence table in the arena (compile.py writes it): at P(seq) offset,
@@ -1079,6 +1079,73 @@ fn seq_of(r: u32, seq: u32, n_seq: u32) -> u32 {
     return s;
 }
 """
+
+
+def _kv_stores(kv_f16: bool) -> tuple[str, str, str]:
+    """kv_store's two stores (of element e of (row r, kv head h), ``nh`` kv heads, ``base``
+    the cell's row of the cache; the parameters at P(KVP + i), KVP set by the kernel)
+    and the loop step."""
+    if kv_f16:
+        store_k = "K[base * (dk / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(KVP + 4u) + (r * nh + h) * dk + e]), bitcast<f32>(A[P(KVP + 4u) + (r * nh + h) * dk + e + 1u])));"
+        store_v = "V[base * (dv / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(KVP + 5u) + (r * nh + h) * dv + e]), bitcast<f32>(A[P(KVP + 5u) + (r * nh + h) * dv + e + 1u])));"
+        return store_k, store_v, "2u"
+    store_k = "K[base * dk + e] = A[P(KVP + 4u) + (r * nh + h) * dk + e];"
+    store_v = "V[base * dv + e] = A[P(KVP + 5u) + (r * nh + h) * dv + e];"
+    return store_k, store_v, "1u"
+
+
+def _kv_cell(kvp: int) -> str:
+    """The cache row ``base`` of (row r, kv head h) and the sizes, for _kv_stores."""
+    return f"""        let KVP = {kvp}u;
+        let nh = P(KVP + 1u);
+        let seq = P(KVP + 7u); let n_seq = P(KVP + 8u);
+        let sq = seq_of(r, seq, n_seq);
+        let slot = A[seq + sq]; let start = A[seq + n_seq + sq]; let r0 = A[seq + 2u * n_seq + sq];
+        let cell = start + r - r0;
+        let cap = P(KVP + 6u);
+        let base = (slot * nh + h) * cap + cell % cap;
+        let dk = P(KVP + 2u); let dv = P(KVP + 3u);
+"""
+
+
+def rope_kv(kv_f16: bool) -> str:
+    """`rope` of a layer's queries and keys (a pair, P 0..19 as `rope`) with `kv_store`
+    folded in (its parameters at P 20..31): the keys' workgroups also write their rotated
+    row into the cache (after a storage barrier: it reads back the row its threads
+    wrote), and n x kv heads more workgroups after the rotations write the values (and
+    the cells' positions). One dispatch instead of two a layer."""
+    store_k, store_v, step = _kv_stores(kv_f16)
+    tail = f"""    let total = P(0u);
+    if (rh >= total) {{
+        // the values of (row r, kv head h)
+        let vh = rh - total;
+        if (vh >= P(20u) * P(21u)) {{ return; }}
+        let r = vh / P(21u); let h = vh % P(21u);
+{_kv_cell(20)}        for (var e = t * {step}; e < dv; e += 64u * {step}) {{ {store_v} }}
+        if (P(31u) != 0u && h == 0u && t == 0u) {{
+            POS[slot * P(30u) + cell] = bitcast<i32>(A[P(29u) + r]);
+        }}
+        return;
+    }}
+"""
+    keys = f"""    if (second) {{
+        storageBarrier();
+        let r = row; let h = rh % P(17u);
+{_kv_cell(20)}        for (var e = t * {step}; e < dk; e += 64u * {step}) {{ {store_k} }}
+    }}
+"""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+"""
+        + ROPE_BODY.replace("{TAIL}", tail).replace("{KEYS}", keys)
+    )
 
 
 def kv_store(kv_f16: bool) -> str:
