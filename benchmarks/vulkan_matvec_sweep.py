@@ -170,7 +170,12 @@ class Case:
         return out
 
     def reference(self) -> np.ndarray:
-        """numpy: y of x's first row (the glu of the two products when glu)."""
+        """numpy: y of x's first row (the glu of the two products when glu), once."""
+        if getattr(self, "_ref", None) is None:
+            self._ref = self._reference()
+        return self._ref
+
+    def _reference(self) -> np.ndarray:
         from gguf.constants import GGMLQuantizationType
         from gguf.quants import dequantize
 
