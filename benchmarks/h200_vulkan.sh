@@ -75,6 +75,19 @@ for m in /tmp/models/*.gguf; do
 done
 [ "$MODE" != llama ] && for m in /tmp/models/*.gguf; do python3 benchmarks/vulkan_decode_split.py "$m" | tee -a "$OUT/decode_split.txt"; done
 stamp "cera benches done"
+# the row-kernel variants on the real product shapes (SKIP_SWEEP=1: not), then, for the
+# variants named in ROW_KERNELS (e.g. ROW_KERNELS="workgroup subgroup-blk16"), the decode
+# split of every model under each
+if [ "$MODE" != llama ] && [ -z "${SKIP_SWEEP:-}" ]; then
+    python3 benchmarks/vulkan_matvec_sweep.py --check --json "$OUT/matvec_sweep.json" 2>&1 | tee "$OUT/matvec_sweep.txt"
+    for k in ${ROW_KERNELS:-}; do
+        for m in /tmp/models/*.gguf; do
+            echo -n "$k: " | tee -a "$OUT/decode_split_kernels.txt"
+            CERA_VULKAN_ROW_KERNEL=$k python3 benchmarks/vulkan_decode_split.py "$m" | tee -a "$OUT/decode_split_kernels.txt"
+        done
+    done
+    stamp "sweep done"
+fi
 
 if [ "$MODE" != test ]; then
     wait "$BUILD"; rc=$?
