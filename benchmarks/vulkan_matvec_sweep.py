@@ -104,8 +104,15 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
             lanes = min(BLK_LANES[variant], ctx.subgroup_size)
             if lanes:
                 per = wgsl.MV_WG // lanes
-            key = ("sweep", "matvec_blk", types, kind, R, per, lanes)
-            pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_blk(types, kind, R, per, False, lanes), n_b, ro)
+            vec = variant.endswith("-v4")
+            n_v = sum(wgsl.vec_view(t) for t in types) if vec else 0
+            key = ("sweep", "matvec_blk", types, kind, R, per, lanes, vec)
+            pipe, layout = ctx.pipeline(
+                key,
+                lambda: wgsl.matvec_blk(types, kind, R, per, False, lanes, vec=vec),
+                n_b + n_v,
+                tuple(range(2, n_b + n_v)),
+            )
             return pipe, layout, per
         key = ("sweep", "matvec_sg", types, kind, R, per, span)
         pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_sg(types, kind, True, R, per, False, span), n_b, ro)
@@ -156,7 +163,7 @@ class Case:
         p[:13] = [self.K, self.N, M, 0, self.K, self.y_off, self.N, 0, 0, 0, 0, self.row_bytes, self.row_bytes]
         return p
 
-    def bind_groups(self, layout, params_buf):
+    def bind_groups(self, layout, params_buf, vec: bool = False):
         out = []
         for bufs in self.buffers:
             entries = [
@@ -165,6 +172,11 @@ class Case:
             ]
             for j, b in enumerate(bufs):
                 entries.append({"binding": 2 + j, "resource": {"buffer": b, "offset": 0, "size": b.size}})
+            if vec and wgsl_vec_view(self.t):  # the weights again, as the vec4 views
+                for j, b in enumerate(bufs):
+                    entries.append(
+                        {"binding": 2 + len(bufs) + j, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                    )
             out.append(self.ctx.device.create_bind_group(layout=layout, entries=entries))
             _arenas[id(out[-1])] = self.arena
         return out
@@ -187,6 +199,12 @@ class Case:
             g, u = ys
             return g / (1.0 + np.exp(-g)) * u
         return ys[0]
+
+
+def wgsl_vec_view(t: str) -> bool:
+    from cera_backend_vulkan.wgsl import vec_view
+
+    return vec_view(t)
 
 
 def _groups(n_wg: int) -> tuple[int, int]:
@@ -229,14 +247,14 @@ def read_y(ctx, case: Case, M: int) -> np.ndarray:
     return np.frombuffer(bytes(raw), np.float32).reshape(M, case.N).copy()
 
 
-def check(ctx, case: Case, pipe, layout, per: int) -> str:
+def check(ctx, case: Case, pipe, layout, per: int, vec: bool = False) -> str:
     """Rows of an M-row batch equal one-row results bit for bit; one row near numpy."""
     wgpu = ctx.wgpu
     M = max(case.R, 3) if case.R > 1 else 3
     results = {}
     for m in [1, M]:
         pbuf = ctx.device.create_buffer_with_data(data=case.params(m), usage=wgpu.BufferUsage.UNIFORM)
-        bgs = case.bind_groups(layout, pbuf)[:1]
+        bgs = case.bind_groups(layout, pbuf, vec)[:1]
         if m == 1:
             # each row alone: x row r moved to row 0's place
             rows = []
@@ -319,9 +337,9 @@ def main() -> None:
                 continue
             pipe, layout, per = k
             if args.check:
-                checks[v] = check(ctx, case, pipe, layout, per)
+                checks[v] = check(ctx, case, pipe, layout, per, v.endswith("-v4"))
             pbuf = ctx.device.create_buffer_with_data(data=case.params(args.rows), usage=wgpu.BufferUsage.UNIFORM)
-            bgs = case.bind_groups(layout, pbuf)
+            bgs = case.bind_groups(layout, pbuf, v.endswith("-v4"))
             groups = _groups(-(-N // per))
             run_pass(ctx, pipe, bgs, groups, reps, qs, qbuf)  # warm-up
             ts = [run_pass(ctx, pipe, bgs, groups, reps, qs, qbuf) / reps for _ in range(trials)]

@@ -46,7 +46,16 @@ def test_tiled_products(case):
 @needs_vulkan
 @pytest.mark.parametrize(
     "kernel",
-    ["workgroup", "workgroup-1pass", "subgroup", "subgroup-x2", "subgroup-x4", "subgroup-blk", "subgroup-blk8"],
+    [
+        "workgroup",
+        "workgroup-1pass",
+        "subgroup",
+        "subgroup-x2",
+        "subgroup-x4",
+        "subgroup-blk",
+        "subgroup-blk8",
+        "subgroup-blk-v4",
+    ],
 )
 @pytest.mark.parametrize(
     "case", [c for c in _cases() if c.op == "linear" and c.name.endswith(("1]", "1x1x1]"))], ids=str
@@ -129,7 +138,8 @@ def _quantized_copy(src: Path, dst: Path, ggml_type: str) -> Path:
 @needs_vulkan
 @pytest.mark.parametrize("ggml_type", ["IQ4_NL", "Q4_0"])
 @pytest.mark.parametrize(
-    "row_kernel", [None, "workgroup", "workgroup-1pass", "subgroup-x4", "subgroup-blk", "subgroup-blk8"]
+    "row_kernel",
+    [None, "workgroup", "workgroup-1pass", "subgroup-x4", "subgroup-blk", "subgroup-blk8", "subgroup-blk-v4"],
 )
 def test_tiny_family_with_quantized_weights(ggml_type, row_kernel, tmp_path):
     """A decoder whose products all read one quantized type, against the reference: the

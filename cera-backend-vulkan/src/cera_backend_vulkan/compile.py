@@ -57,9 +57,12 @@ ROW_KERNELS = {
     "subgroup-blk": 8,
     "subgroup-blk16": 8,
     "subgroup-blk8": 8,
+    "subgroup-blk-v4": 8,
+    "subgroup-blk16-v4": 8,
 }
-# "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a workgroup
-BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8}
+# "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a
+# workgroup; "-v4": Q4_K weights read with 16-byte loads through a second, vec4 binding
+BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8, "subgroup-blk-v4": 0, "subgroup-blk16-v4": 16}
 
 
 def grid(n: int) -> tuple[int, int]:
@@ -386,6 +389,18 @@ class VulkanExecutable(Executable):
         return 0, self._mv_sg
 
     @property
+    def _mv_vec(self) -> bool:
+        """The block-wise kernel reads Q4_K through a vec4 view (wgsl.DQ32_VEC)."""
+        return self._row_kernel[1].endswith("-v4")
+
+    def _vec_binds(self, binds: list) -> tuple[list, tuple]:
+        """matvec_blk(vec=True): binds with each vec4-viewed weight bound again, and the
+        read-only bindings."""
+        extra = [b for b in binds if wgsl.vec_view(b[1].ggml_type)] if self._mv_vec else []
+        out = list(binds) + extra
+        return out, tuple(range(2, 2 + len(out)))
+
+    @property
     def _mv_onepass(self) -> bool:
         """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
         return self._row_kernel[1] == "workgroup-1pass" and bool(self.ctx.subgroups)
@@ -466,9 +481,11 @@ class VulkanExecutable(Executable):
                 R, sg = self._mv_rows(M), self.ctx.subgroups
                 if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
                     lanes, per = self._mv_blk
-                    self._emit(("matvec_blk", types, kind, R, per, fuse, lanes), lambda R=R, per=per, lanes=lanes: wgsl.matvec_blk(types, kind, R, per, fuse, lanes),
-                               params, -(-rows // per),
-                               binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
+                    vec = self._mv_vec
+                    binds, ro = self._vec_binds([("w", g, bo, bs), ("w", u, uo, us)])
+                    self._emit(("matvec_blk", types, kind, R, per, fuse, lanes, vec),
+                               lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
+                               params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
                 if self._mv_sg:
                     per, span = self._mv_sg, min(4, self._mv_span)
@@ -516,9 +533,11 @@ class VulkanExecutable(Executable):
                         R, sg = self._mv_rows(M), self.ctx.subgroups
                         if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
                             lanes, per = self._mv_blk
-                            self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse, lanes),
-                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes: wgsl.matvec_blk((t,), None, R, per, fuse, lanes),
-                                       params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+                            vec = self._mv_vec
+                            binds, ro = self._vec_binds([("w", w, bo, bs)])
+                            self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse, lanes, vec),
+                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
+                                       params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
                             continue
                         if self._mv_sg:
                             per, span = self._mv_sg, min(4, self._mv_span)
@@ -563,8 +582,10 @@ class VulkanExecutable(Executable):
         params[1] = at
         types = tuple(types)
         if blk:
-            self._emit(("matvec_blk_seg", types, R, F, fuse, lanes), lambda: wgsl.matvec_blk(types, None, R, F, fuse, lanes, True),
-                       params, at // F, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
+            vec = self._mv_vec
+            binds, ro = self._vec_binds(binds)
+            self._emit(("matvec_blk_seg", types, R, F, fuse, lanes, vec), lambda: wgsl.matvec_blk(types, None, R, F, fuse, lanes, True, vec),
+                       params, at // F, binds=binds, read_only=ro,
                        label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
             if residual is None and step.residual is not None:
                 self._op_add(step.residual[0])

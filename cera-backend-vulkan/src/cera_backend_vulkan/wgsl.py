@@ -1768,16 +1768,69 @@ DQ32_GENERIC = """
 """
 
 
-def dq32_lib(ggml_type: str, var: str, binding: int) -> str:
-    """A weight's binding, its dq8 decoder and its dq32 decoder (32 elements at once)."""
+# Q4_K through a second view of the same buffer as vec4<u32> (16-byte loads: a block's
+# 144 bytes are nine of them, 16-byte aligned): a sub-block is its header (d, dmin and the
+# 12 scale bytes, one load) and the 32 nibble bytes of its pair (two loads)
+DQ32_VEC = {
+    "Q4_K": """
+    let blk = (base >> 4u) + (c >> 3u) * 9u;
+    let s = c & 7u;
+    let hd = {W}v[blk];
+    let dm = unpack2x16float(hd.x);
+    let k0 = hd.y; let k1 = hd.z; let k2 = hd.w;
+    let lo = select(k0, k1, s >= 4u);
+    let hi = select(k1, k2, s >= 4u);
+    let sh = (s & 3u) * 8u;
+    let b_s = (lo >> sh) & 0xffu;
+    let b_s4 = (hi >> sh) & 0xffu;
+    let b_sm4 = (k0 >> sh) & 0xffu;
+    var sc = b_s & 63u; var mn = b_s4 & 63u;
+    if (s >= 4u) {
+        sc = (b_s4 & 15u) | ((b_sm4 >> 6u) << 4u);
+        mn = (b_s4 >> 4u) | ((b_s >> 6u) << 4u);
+    }
+    let d = dm.x * f32(sc); let m = dm.y * f32(mn);
+    let q = blk + 1u + 2u * (s >> 1u);
+    let qa = {W}v[q]; let qb = {W}v[q + 1u];
+    let n = (s & 1u) * 4u;
+    return V32(nib4(qa.x, n) * d - m, nib4(qa.y, n) * d - m, nib4(qa.z, n) * d - m, nib4(qa.w, n) * d - m,
+               nib4(qb.x, n) * d - m, nib4(qb.y, n) * d - m, nib4(qb.z, n) * d - m, nib4(qb.w, n) * d - m);
+""",
+}
+
+
+def vec_view(ggml_type: str) -> bool:
+    """Whether matvec_blk(vec=True) binds a weight of this type a second time, as vec4."""
+    return ggml_type in DQ32_VEC
+
+
+def dq32_lib(ggml_type: str, var: str, binding: int, vec_binding: int = 0) -> str:
+    """A weight's binding, its dq8 decoder and its dq32 decoder (32 elements at once);
+    with ``vec_binding`` (a type of DQ32_VEC), the decoder reads the second, vec4 view."""
     src = weight_lib(ggml_type, var, binding) + WIN8.replace("{W}", var)
     body = DQ32.get(ggml_type, DQ32_GENERIC).replace("{W}", var)
+    if vec_binding and ggml_type in DQ32_VEC:
+        src += f"@group(0) @binding({vec_binding}) var<storage, read> {var}v: array<vec4<u32>>;\n"
+        body = DQ32_VEC[ggml_type].replace("{W}", var)
     src += f"fn dq32_{var}(base: u32, c: u32) -> V32 {{{body}}}\n"
     return src
 
 
+def vec_bindings(types: tuple[str, ...]) -> list[int]:
+    """matvec_blk(vec=True): the binding of each weight's vec4 view (0: none), after the
+    weights' own bindings (2 .. 1 + len(types))."""
+    out, at = [], 2 + len(types)
+    for t in types:
+        if vec_view(t):
+            out.append(at)
+            at += 1
+        else:
+            out.append(0)
+    return out
+
+
 def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1,
-               norm: bool = False, lanes: int = 0, segments: bool = False) -> str:  # fmt: skip
+               norm: bool = False, lanes: int = 0, segments: bool = False, vec: bool = False) -> str:  # fmt: skip
     """`matvec_sg` (a subgroup per output feature, several features a workgroup, no
     barrier) with each lane taking 32 consecutive columns a step, decoded at once
     (dq32: Q4_1, Q5_0, Q8_0, Q4_K and Q6_K read their blocks with whole-word loads, each
@@ -1791,10 +1844,14 @@ def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, pe
     the same pairs, so the same bits): for short rows (K = 576: 18 steps of 32 columns, a
     32-lane subgroup would leave 14 lanes idle).
 
+    ``vec``: Q4_K weights are also bound a second time (`vec_bindings`) and read with
+    16-byte loads (DQ32_VEC).
+
     ``segments``: the products of one input (Q, K, V) in one dispatch, parameters and
     layout as `matvec_segments` (each weight's features padded to a multiple of the
     features a workgroup holds); ``types`` are then the segments' weights, not a glu pair."""
-    libs = V32 + BYTES4 + "".join(dq32_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
+    vb = vec_bindings(types) if vec else [0] * len(types)
+    libs = V32 + BYTES4 + "".join(dq32_lib(t, f"W{i}", 2 + i, vb[i]) for i, t in enumerate(types))
     n_w = 1 if segments else len(types)
     R = rows
     decl = "".join(f"        var a{i}_{r} = 0.0;\n" for i in range(n_w) for r in range(R))
