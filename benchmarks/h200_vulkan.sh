@@ -120,6 +120,19 @@ for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_spli
 timeout 90 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 0 -n 4 -r 1 --profile 2>&1 | grep -v "^$"
 [ -f benchmarks/vulkan_matvec_sweep.py ] && timeout 150 python3 benchmarks/vulkan_matvec_sweep.py 2>&1
 stamp "cera benches done"
+# the row-kernel variants on the real product shapes (SKIP_SWEEP=1: not), then, for the
+# variants named in ROW_KERNELS (e.g. ROW_KERNELS="workgroup subgroup-blk16"), the decode
+# split of every model under each
+if [ "$MODE" != llama ] && [ -z "${SKIP_SWEEP:-}" ]; then
+    python3 benchmarks/vulkan_matvec_sweep.py --check --json "$OUT/matvec_sweep.json" 2>&1 | tee "$OUT/matvec_sweep.txt"
+    for k in ${ROW_KERNELS:-}; do
+        for m in /tmp/models/*.gguf; do
+            echo -n "$k: " | tee -a "$OUT/decode_split_kernels.txt"
+            CERA_VULKAN_ROW_KERNEL=$k python3 benchmarks/vulkan_decode_split.py "$m" | tee -a "$OUT/decode_split_kernels.txt"
+        done
+    done
+    stamp "sweep done"
+fi
 
 for _ in $(seq 60); do [ -f /tmp/llama.rc ] && break; sleep 5; done
 stamp "llama build rc=$(cat /tmp/llama.rc 2>/dev/null || echo unfinished)"

@@ -36,7 +36,7 @@ def main() -> None:
         wait.append(exe.timing[1])
     med = statistics.median
     print(
-        f"{m.name}: {len(exe.dispatches)} dispatches; per token (median ms): total {1e3 * med(total):.3f}, "
+        f"{m.name}: {len(exe.dispatches)} dispatches, recorded by {exe.record_mode!r}; per token (median ms): total {1e3 * med(total):.3f}, "
         f"recording {1e3 * med(rec):.3f}, submit to read-back {1e3 * med(wait):.3f}; {1 / med(total):.1f} tok/s greedy"
     )
 

@@ -44,7 +44,19 @@ def test_tiled_products(case):
 
 
 @needs_vulkan
-@pytest.mark.parametrize("kernel", ["workgroup", "subgroup"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        "workgroup",
+        "workgroup-1pass",
+        "subgroup",
+        "subgroup-x2",
+        "subgroup-x4",
+        "subgroup-blk",
+        "subgroup-blk8",
+        "subgroup-blk-v4",
+    ],
+)
 @pytest.mark.parametrize(
     "case", [c for c in _cases() if c.op == "linear" and c.name.endswith(("1]", "1x1x1]"))], ids=str
 )
@@ -55,7 +67,7 @@ def test_row_kernels(case, kernel):
     from cera_backend_vulkan.backend import VulkanBackend
 
     b = VulkanBackend()
-    if kernel == "subgroup" and not b.ctx.subgroups:
+    if kernel.startswith("subgroup") and not b.ctx.subgroups:
         pytest.skip("this adapter has no subgroup operations")
     b.row_kernel = kernel
     conformance.check_op(b, case)
@@ -125,7 +137,10 @@ def _quantized_copy(src: Path, dst: Path, ggml_type: str) -> Path:
 
 @needs_vulkan
 @pytest.mark.parametrize("ggml_type", ["IQ4_NL", "Q4_0"])
-@pytest.mark.parametrize("row_kernel", [None, "workgroup"])
+@pytest.mark.parametrize(
+    "row_kernel",
+    [None, "workgroup", "workgroup-1pass", "subgroup-x4", "subgroup-blk", "subgroup-blk8", "subgroup-blk-v4"],
+)
 def test_tiny_family_with_quantized_weights(ggml_type, row_kernel, tmp_path):
     """A decoder whose products all read one quantized type, against the reference: the
     fused kernels take several weights of a type at once (two IQ4_NL weights in one kernel
@@ -155,3 +170,74 @@ def test_q8_0_cache_is_refused_by_name():
     spec.add(AttentionKV(2, 32, 32))
     with pytest.raises(UnsupportedOperation, match="q8_0"):
         VulkanBackend().new_state(spec, 64, kv_type="q8_0")
+
+
+@needs_vulkan
+@pytest.mark.parametrize("case", [c for c in _cases() if c.op == "argmax"], ids=str)
+def test_argmax_two_stage(case, monkeypatch):
+    """The two-stage argmax of long rows (chunks, then their best) on the conformance
+    case, split into chunks of 3 values."""
+    from cera_backend_vulkan.backend import VulkanBackend
+    from cera_backend_vulkan.compile import VulkanExecutable
+
+    monkeypatch.setattr(VulkanExecutable, "SELECT_SPLIT", 4)
+    monkeypatch.setattr(VulkanExecutable, "SELECT_CHUNK", 3)
+    conformance.check_op(VulkanBackend(), case)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("n", [20001, 151936])
+def test_argmax_two_stage_ties(n):
+    """Two-stage and one-workgroup argmax agree bit for bit on rows full of ties (the
+    lowest index wins), as numpy's argmax."""
+    import numpy as np
+
+    from cera_backend_vulkan import device as gpu
+    from cera_backend_vulkan import wgsl
+    from cera_backend_vulkan.compile import VulkanExecutable, grid
+
+    ctx = gpu.context(0)
+    wgpu = ctx.wgpu
+    rng = np.random.default_rng(1)
+    rows = 3
+    x = rng.integers(-4, 4, (rows, n)).astype(np.float32)  # the maximum 3 appears many times
+    x[1] = -1.0
+    x[1, [n - 1, n // 2 + 7, 5000]] = 2.0  # ties across chunks
+    x[2, :] = -7.5  # all equal: index 0
+    chunk = max(VulkanExecutable.SELECT_CHUNK, -(-n // 1024))
+    chunks = -(-n // chunk)
+    scratch = rows * n
+    out1, out2 = scratch + 2 * rows * chunks, scratch + 2 * rows * chunks + rows
+    arena = ctx.buffer((out2 + rows) * 4)
+    ctx.queue.write_buffer(arena, 0, np.ascontiguousarray(x))
+    runs = [
+        (("select",), wgsl.select_top, [rows, n, 0, out1, 1, 0], rows),
+        (("select_partial",), wgsl.select_partial, [rows, n, 0, scratch, chunk, chunks], rows * chunks),
+        (("select_combine",), wgsl.select_combine, [rows, chunks, scratch, out2, 0, 0], rows),
+    ]
+    enc = ctx.device.create_command_encoder()
+    keep = []
+    for key, src, params, groups in runs:
+        pipe, layout = ctx.pipeline(key, src, 2)
+        p = np.zeros(64, np.uint32)
+        p[: len(params)] = params
+        pbuf = ctx.device.create_buffer_with_data(data=p, usage=wgpu.BufferUsage.UNIFORM)
+        bg = ctx.device.create_bind_group(
+            layout=layout,
+            entries=[
+                {"binding": 0, "resource": {"buffer": pbuf, "offset": 0, "size": 256}},
+                {"binding": 1, "resource": {"buffer": arena, "offset": 0, "size": arena.size}},
+            ],
+        )
+        keep.append((pbuf, bg))
+        cp = enc.begin_compute_pass()
+        cp.set_pipeline(pipe)
+        cp.set_bind_group(0, bg)
+        gx, gy = grid(groups)
+        cp.dispatch_workgroups(gx, gy, 1)
+        cp.end()
+    ctx.queue.submit([enc.finish()])
+    got = np.frombuffer(bytes(ctx.queue.read_buffer(arena, out1 * 4, 2 * rows * 4)), np.int32)
+    want = np.argmax(x, axis=1)
+    assert got[:rows].tolist() == want.tolist()
+    assert got[rows:].tolist() == want.tolist()

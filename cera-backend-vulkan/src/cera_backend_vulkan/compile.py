@@ -23,6 +23,7 @@ each row's one-token result bit for bit); many rows through the tiled `wgsl.matm
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import weakref
@@ -34,12 +35,34 @@ from cera.errors import SessionError, ShapeError, UnsupportedOperation
 from cera.graph import Graph, Tensor, WeightRef
 from cera.planning import Step, arena_layout, placements, plan_steps
 
-from . import wgsl
+from . import record, wgsl
 
 UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
 EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6}
 MAX_GRID = 65535
+# the few-row (decode) kernels, by name (VulkanBackend.row_kernel, CERA_VULKAN_ROW_KERNEL):
+# "workgroup*": wgsl.matvec, a workgroup of 128 threads per 4 features ("-1pass": one
+# shared-memory pass for all its sums); "subgroup*": wgsl.matvec_sg, a subgroup per
+# feature and no barrier, each lane taking 1, 2 or 4 consecutive groups of 8 columns a
+# step (the value: that span; 0 for the workgroup ones)
+# "subgroup-blk": wgsl.matvec_blk, a subgroup per feature, each lane decoding 32 columns
+# at once with whole-word loads (K a multiple of 32; else "subgroup");
+ROW_KERNELS = {
+    "workgroup": 0,
+    "workgroup-1pass": 0,
+    "subgroup": 1,
+    "subgroup-x2": 2,
+    "subgroup-x4": 4,
+    "subgroup-blk": 8,
+    "subgroup-blk16": 8,
+    "subgroup-blk8": 8,
+    "subgroup-blk-v4": 8,
+    "subgroup-blk16-v4": 8,
+}
+# "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a
+# workgroup; "-v4": Q4_K weights read with 16-byte loads through a second, vec4 binding
+BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8, "subgroup-blk-v4": 0, "subgroup-blk16-v4": 16}
 
 
 def grid(n: int) -> tuple[int, int]:
@@ -130,6 +153,8 @@ class VulkanExecutable(Executable):
         self._const_cache: dict = {}
         self.dispatches: list[Dispatch] = []
         self._wrote_pos = False
+        # kv_store folded into the keys' rope dispatch (CERA_VULKAN_FOLD_KV=0: apart)
+        self.fold_kv = os.environ.get("CERA_VULKAN_FOLD_KV", "1") != "0"
 
         absorbed = {id(n) for n in self._fused_norm.values()}
         for i, step in enumerate(steps):
@@ -169,6 +194,8 @@ class VulkanExecutable(Executable):
             self.readback_bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, "outputs"
         )
         self._static_bgs = None
+        self._vocab: int | None = None  # rows of the token embedding table (_check)
+        self.record_mode = record.default_mode()  # how run records the pass (record.py)
         self._state_bgs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last_profile: list[tuple[str, float]] = []
         self.timing = (0.0, 0.0)
@@ -328,15 +355,56 @@ class VulkanExecutable(Executable):
         return not self._tiled(x.size // K, K) and K % 8 == 0
 
     @property
+    def _row_kernel(self) -> tuple[str, str]:
+        """The few-row kernel (ROW_KERNELS): the backend's ``row_kernel``, else
+        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and "workgroup"
+        on GPUs; (family, variant)."""
+        name = self.backend.row_kernel or os.environ.get("CERA_VULKAN_ROW_KERNEL", "").strip() or None
+        if name is None:
+            name = "subgroup" if self.ctx.software else "workgroup"
+        if name not in ROW_KERNELS:
+            raise UnsupportedOperation(f"backend 'vulkan': row kernel {name!r} is not one of {', '.join(ROW_KERNELS)}")
+        return name.partition("-")[0], name
+
+    @property
     def _mv_sg(self) -> int:
-        """On a software adapter with subgroups: features per workgroup of the barrier-free
-        matvec (a subgroup each); else 0 (a workgroup per feature)."""
-        if not self.ctx.subgroups:
-            return 0
-        force = self.backend.row_kernel
-        if (force or ("subgroup" if self.ctx.software else "workgroup")) != "subgroup":
+        """With subgroups and a "subgroup" row kernel: features per workgroup of the
+        barrier-free matvec (a subgroup each); else 0 (a workgroup per feature)."""
+        if not self.ctx.subgroups or self._row_kernel[0] != "subgroup":
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
+
+    @property
+    def _mv_span(self) -> int:
+        """Groups of 8 columns a lane of the subgroup kernel takes per step (8: the
+        block-wise kernel, wgsl.matvec_blk)."""
+        return ROW_KERNELS[self._row_kernel[1]]
+
+    @property
+    def _mv_blk(self) -> tuple[int, int]:
+        """The block-wise kernel's (lanes a feature, 0: a subgroup; features a workgroup)."""
+        lanes = BLK_LANES.get(self._row_kernel[1], 0)
+        if lanes:
+            lanes = min(lanes, self.ctx.subgroup_size)
+            return lanes, wgsl.MV_WG // lanes
+        return 0, self._mv_sg
+
+    @property
+    def _mv_vec(self) -> bool:
+        """The block-wise kernel reads Q4_K through a vec4 view (wgsl.DQ32_VEC)."""
+        return self._row_kernel[1].endswith("-v4")
+
+    def _vec_binds(self, binds: list) -> tuple[list, tuple]:
+        """matvec_blk(vec=True): binds with each vec4-viewed weight bound again, and the
+        read-only bindings."""
+        extra = [b for b in binds if wgsl.vec_view(b[1].ggml_type)] if self._mv_vec else []
+        out = list(binds) + extra
+        return out, tuple(range(2, 2 + len(out)))
+
+    @property
+    def _mv_onepass(self) -> bool:
+        """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
+        return self._row_kernel[1] == "workgroup-1pass" and bool(self.ctx.subgroups)
 
     @staticmethod
     def _mv_feats(R: int) -> int:
@@ -377,9 +445,10 @@ class VulkanExecutable(Executable):
             glu is not None and not tiled and all(n.args[2] is None for n in step.nodes)
             and self.consumers.get(step.nodes[0].out.id, 0) == 1 and self.consumers.get(step.nodes[1].out.id, 0) == 1
         )  # fmt: skip
+        blk = bool(self._mv_sg) and self._mv_span == 8 and K % 32 == 0
         segments = (
-            glu is None and not tiled and not self._mv_sg and 1 < len(step.nodes) <= 4
-            and self._mv_feats(self._mv_rows(M)) > 1
+            glu is None and not tiled and (blk or not self._mv_sg) and 1 < len(step.nodes) <= 4
+            and (blk or self._mv_feats(self._mv_rows(M)) > 1)
             and all(len(self.weights[n.args[1].name].shape) == 2
                     and len(self._weight_chunks(self.weights[n.args[1].name], self.weights[n.args[1].name].shape[1])) == 1
                     for n in step.nodes)
@@ -411,14 +480,22 @@ class VulkanExecutable(Executable):
                     u.row_bytes,
                 ] + nparams
                 R, sg = self._mv_rows(M), self.ctx.subgroups
+                if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
+                    lanes, per = self._mv_blk
+                    vec = self._mv_vec
+                    binds, ro = self._vec_binds([("w", g, bo, bs), ("w", u, uo, us)])
+                    self._emit(("matvec_blk", types, kind, R, per, fuse, lanes, vec),
+                               lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
+                               params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
+                    continue
                 if self._mv_sg:
-                    per = self._mv_sg
-                    self._emit(("matvec_sg", types, kind, R, per, fuse), lambda R=R, per=per: wgsl.matvec_sg(types, kind, True, R, per, fuse),
+                    per, span = self._mv_sg, min(4, self._mv_span)
+                    self._emit(("matvec_sg", types, kind, R, per, fuse, span), lambda R=R, per=per, span=span: wgsl.matvec_sg(types, kind, True, R, per, fuse, span),
                                params, -(-rows // per),
                                binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                F = self._mv_feats(R)
-                self._emit(("matvec", types, kind, R, sg, fuse, F), lambda sg=sg, R=R, F=F: wgsl.matvec(types, kind, sg, R, fuse, F), params,
+                F, one = self._mv_feats(R), self._mv_onepass
+                self._emit(("matvec", types, kind, R, sg, fuse, F, one), lambda sg=sg, R=R, F=F, one=one: wgsl.matvec(types, kind, sg, R, fuse, F, one), params,
                            -(-rows // F),
                            binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
         else:
@@ -455,15 +532,23 @@ class VulkanExecutable(Executable):
                                    label=f"matmul {w.ggml_type}")  # fmt: skip
                     else:
                         R, sg = self._mv_rows(M), self.ctx.subgroups
+                        if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
+                            lanes, per = self._mv_blk
+                            vec = self._mv_vec
+                            binds, ro = self._vec_binds([("w", w, bo, bs)])
+                            self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse, lanes, vec),
+                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
+                                       params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
+                            continue
                         if self._mv_sg:
-                            per = self._mv_sg
-                            self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse),
-                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse: wgsl.matvec_sg((t,), None, True, R, per, fuse),
+                            per, span = self._mv_sg, min(4, self._mv_span)
+                            self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse, span),
+                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse, span=span: wgsl.matvec_sg((t,), None, True, R, per, fuse, span),
                                        params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
                             continue
-                        F = self._mv_feats(R)
-                        self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse, F),
-                                   lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse, F=F: wgsl.matvec((t,), None, sg, R, fuse, F),
+                        F, one = self._mv_feats(R), self._mv_onepass
+                        self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse, F, one),
+                                   lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse, F=F, one=one: wgsl.matvec((t,), None, sg, R, fuse, F, one),
                                    params, -(-rows // F),
                                    binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
             if glu is not None:
@@ -472,9 +557,13 @@ class VulkanExecutable(Executable):
                 self._op_add(step.residual[0])
 
     def _segments(self, step, x, K, M, xs, residual, nparams, fuse) -> None:
-        """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments."""
+        """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments (or
+        wgsl.matvec_blk's segments under the block-wise row kernel)."""
         R = self._mv_rows(M)
         F = self._mv_feats(R)
+        blk = bool(self._mv_sg) and self._mv_span == 8
+        if blk:
+            lanes, F = self._mv_blk
         params = [K, 0, M, self.off(x), xs, 0, 0, 0, 0, 0, 0, 0, 0] + (nparams or [0, 0])
         params += [0] * (wgsl.SEG_BASE - len(params))
         binds, types, at = [], [], 0
@@ -493,8 +582,17 @@ class VulkanExecutable(Executable):
             at += -(-N // F) * F
         params[1] = at
         types = tuple(types)
-        sg = self.ctx.subgroups
-        self._emit(("matvec_seg", types, R, sg, fuse, F), lambda: wgsl.matvec_segments(types, sg, R, fuse, F), params,
+        if blk:
+            vec = self._mv_vec
+            binds, ro = self._vec_binds(binds)
+            self._emit(("matvec_blk_seg", types, R, F, fuse, lanes, vec), lambda: wgsl.matvec_blk(types, None, R, F, fuse, lanes, True, vec),
+                       params, at // F, binds=binds, read_only=ro,
+                       label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
+            if residual is None and step.residual is not None:
+                self._op_add(step.residual[0])
+            return
+        sg, one = self.ctx.subgroups, self._mv_onepass
+        self._emit(("matvec_seg", types, R, sg, fuse, F, one), lambda: wgsl.matvec_segments(types, sg, R, fuse, F, one), params,
                    at // F, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
                    label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
         if residual is None and step.residual is not None:
@@ -608,7 +706,24 @@ class VulkanExecutable(Executable):
         self._wrote_pos = True
         params = [n, nkv, dk, dv, self.off(k), self.off(v), cap, self.seq_off, self.n_seq,
                   self.off(self.graph.inputs["positions"]), st.n_ctx, int(first)]  # fmt: skip
-        self._emit(("kv_store", f16), lambda: wgsl.kv_store(f16), params, n * nkv, binds=kvb, label="kv_store")
+        last = self.dispatches[-1] if self.dispatches else None
+        if (
+            self.fold_kv
+            and last is not None
+            and last.key == ("rope",)
+            and last.params[0] != last.params[16]
+            and last.params[19] == self.off(k)
+            and last.params[17] == nkv
+            and last.params[2] == dk
+            and last.params[16] + n * nkv == last.params[0]
+        ):
+            # the keys' rotation is the previous dispatch (the second of a rope pair):
+            # the cache stores join it (wgsl.rope_kv)
+            self.dispatches.pop()
+            self._emit(("rope_kv", f16), lambda: wgsl.rope_kv(f16), last.params[:20] + params,
+                       last.params[0] + n * nkv, binds=kvb, label="rope+kv_store")  # fmt: skip
+        else:
+            self._emit(("kv_store", f16), lambda: wgsl.kv_store(f16), params, n * nkv, binds=kvb, label="kv_store")
         if dk > 512:
             raise UnsupportedOperation(f"backend 'vulkan': attention heads of {dk} values (at most 512)")
         params = [n, heads, nkv, dk, dv, self.off(q), self.off(node.out), cap, self.seq_off, self.n_seq,
@@ -644,11 +759,25 @@ class VulkanExecutable(Executable):
         rows = x.size // n
         self._emit(("softmax",), wgsl.softmax, [rows, n, self.off(x), self.off(node.out)], rows, label="softmax")
 
+    # argmax over rows longer than this: two stages (wgsl.select_partial / select_combine),
+    # chunks of SELECT_CHUNK values each read by their own workgroup
+    SELECT_SPLIT = 8192
+    SELECT_CHUNK = 2048
+
     def _select(self, node, k: int, values_off: int = 0) -> None:
         x = node.args[0]
         self._need_contiguous(node, x)
         n = x.shape[-1]
         rows = x.size // n
+        if k == 1 and n > self.SELECT_SPLIT:
+            chunk = max(self.SELECT_CHUNK, -(-n // 1024))
+            chunks = -(-n // chunk)
+            scratch = self.const(np.zeros(2 * rows * chunks, np.uint32), np.uint32)
+            self._emit(("select_partial",), wgsl.select_partial, [rows, n, self.off(x), scratch, chunk, chunks],
+                       rows * chunks, label=f"{node.op} (chunks)")  # fmt: skip
+            self._emit(("select_combine",), wgsl.select_combine, [rows, chunks, scratch, self.off(node.out), 0, values_off],
+                       rows, label=f"{node.op} (combine)")  # fmt: skip
+            return
         params = [rows, n, self.off(x), self.off(node.out), k, values_off]
         self._emit(("select",), wgsl.select_top, params, rows, label=node.op)
 
@@ -834,11 +963,19 @@ class VulkanExecutable(Executable):
 
     # -- bind groups ---------------------------------------------------------------------------
 
+    def _plan(self, state) -> record.Plan:
+        """The bind groups of state (or of no state) with their raw handles, made once."""
+        cached = self._state_bgs.get(state) if state is not None else self._static_bgs
+        if cached is None:
+            bgs = self._bind_groups(state)
+            cached = record.Plan([d.pipe for d in self.dispatches], bgs, [d.groups for d in self.dispatches])
+            if state is not None:
+                self._state_bgs[state] = cached
+            else:
+                self._static_bgs = cached
+        return cached
+
     def _bind_groups(self, state) -> list:
-        if state is not None:
-            cached = self._state_bgs.get(state)
-            if cached is not None:
-                return cached
         dev = self.ctx.device
         out = []
         for i, d in enumerate(self.dispatches):
@@ -859,8 +996,6 @@ class VulkanExecutable(Executable):
                     res = {"buffer": state.pos_buffer, "offset": 0, "size": state.pos_buffer.size}
                 entries.append({"binding": 2 + j, "resource": res})
             out.append(dev.create_bind_group(layout=d.layout, entries=entries))
-        if state is not None:
-            self._state_bgs[state] = out
         return out
 
     # -- running ---------------------------------------------------------------------------------
@@ -895,14 +1030,16 @@ class VulkanExecutable(Executable):
             raise SessionError(
                 "this compiled graph was made for a state of another shape (context, slots or cache type)"
             )
-        if "embedding" in self.graph.ops_used():
-            toks = np.asarray(inputs.tokens)
+        if self._vocab is None:
             # only the tables the token ids index (an encoder also looks up token types and
-            # positions, whose tables are smaller than the vocabulary)
-            vocab = min((self.weights[n.args[0].name].shape[1] for n in self.graph.nodes
-                         if n.op == "embedding" and getattr(n.args[1], "name", None) == "tokens"),
-                        default=None)  # fmt: skip
-            if vocab is not None and toks.size and (toks.min() < 0 or toks.max() >= vocab):
+            # positions, whose tables are smaller than the vocabulary); 0: no such table
+            self._vocab = min((self.weights[n.args[0].name].shape[1] for n in self.graph.nodes
+                               if n.op == "embedding" and getattr(n.args[1], "name", None) == "tokens"),
+                              default=0)  # fmt: skip
+        if self._vocab:
+            vocab = self._vocab
+            toks = np.asarray(inputs.tokens)
+            if toks.size and (toks.min() < 0 or toks.max() >= vocab):
                 raise ShapeError(f"a token id of {toks.tolist()[:8]} is outside the embedding table of {vocab} rows")
         if state is not None:
             slots = np.asarray(inputs.slots)
@@ -915,21 +1052,15 @@ class VulkanExecutable(Executable):
         ctx = self.ctx
         with ctx.lock, self._lock:
             t0 = time.perf_counter()
-            bgs = self._bind_groups(state)
+            plan = self._plan(state)
             ctx.queue.write_buffer(self.arena, 0, self._io(inputs))
             enc = ctx.device.create_command_encoder()
             if profile and ctx.timestamps:
-                qs = self._record_profiled(enc, bgs)
+                qs = self._record_profiled(enc, plan.bgs)
             else:
                 qs = None
                 cp = enc.begin_compute_pass()
-                last = None
-                for d, bg in zip(self.dispatches, bgs, strict=True):
-                    if d.pipe is not last:
-                        cp.set_pipeline(d.pipe)
-                        last = d.pipe
-                    cp.set_bind_group(0, bg)
-                    cp.dispatch_workgroups(d.groups[0], d.groups[1], 1)
+                plan.record(cp, self.record_mode)
                 cp.end()
             for _name, (first, count, at, *_rest) in self.out_spans.items():
                 enc.copy_buffer_to_buffer(self.arena, first * 4, self.readback, at, count * 4)

@@ -346,8 +346,27 @@ MV_ROWS = 8  # activation rows a matvec dispatch multiplies per pass over the we
 MV_WG = 128  # threads of a matvec workgroup
 
 
+def _reduce_onepass(names: list[str]) -> tuple[str, str]:
+    """The workgroup sums of several accumulators with two barriers in all (instead of
+    two per accumulator): each subgroup's `subgroupAdd` of every accumulator goes to
+    shared memory, then every thread adds the subgroups' parts in subgroup order (the
+    same sums in the same order as `wsum`, so the same bits). Returns (declaration,
+    code). Needs subgroups of at least 4 lanes (WGSL's minimum)."""
+    n = len(names)
+    decl = f"var<workgroup> part1: array<f32, {n * 32}>;\n"
+    code = "        let sgi = t / sgs;\n"
+    for k, v in enumerate(names):
+        code += f"        let r{k}_ = subgroupAdd({v});\n"
+        code += f"        if (t % sgs == 0u) {{ part1[{k * 32}u + sgi] = r{k}_; }}\n"
+    code += "        workgroupBarrier();\n"
+    for k, v in enumerate(names):
+        code += f"        {{ var s = 0.0; for (var i = 0u; i < {MV_WG}u / sgs; i++) {{ s += part1[{k * 32}u + i]; }} {v} = s; }}\n"
+    code += "        workgroupBarrier();\n"
+    return decl, code
+
+
 def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1,
-           norm: bool = False, feats: int = 1) -> str:  # fmt: skip
+           norm: bool = False, feats: int = 1, onepass: bool = False) -> str:  # fmt: skip
     """y = x W^T for a few rows of x: one workgroup of 128 threads per output feature,
     thread t taking the groups of 8 columns t, t + 128, ... (several warps per row keep
     enough loads in flight to hide memory latency), then one sum over the workgroup
@@ -367,7 +386,10 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Tru
     (P 14: eps).
 
     ``feats`` output features per workgroup share each load of x (decode: x would
-    otherwise be read once per feature, several times the weights' bytes)."""
+    otherwise be read once per feature, several times the weights' bytes).
+
+    ``onepass`` (with subgroups): all the accumulators summed over the workgroup at once,
+    two barriers in all instead of two per accumulator (`_reduce_onepass`)."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     n_w = len(types)
     R = rows
@@ -429,6 +451,9 @@ fn wsum(v: f32, t: u32) -> f32 {{
         for r in range(R)
         for j in range(F)
     )
+    if onepass and subgroups:
+        decl1, reduce = _reduce_onepass([f"a{i}_{r}_{j}" for i in range(n_w) for r in range(R) for j in range(F)])
+        reducer += decl1
     prologue = ""
     nw_load = ""
     if norm:
@@ -497,14 +522,14 @@ SEG_BASE = 20  # matvec_segments: parameters of segment s start at P(SEG_BASE + 
 
 
 def matvec_segments(types: tuple[str, ...], subgroups: bool = True, rows: int = 1, norm: bool = False,
-                    feats: int = 4) -> str:  # fmt: skip
+                    feats: int = 4, onepass: bool = False) -> str:  # fmt: skip
     """Several products of one input in one dispatch (a layer's Q, K and V): the weights'
     output features laid end to end, each weight's run starting at a multiple of
     ``feats`` so a workgroup never straddles two. As `matvec` otherwise (per feature the
     same sums in the same order). P: 0 K, 1 features in all (padded), 2 M, 3 x offset, 4 x
     row stride, 13/14 norm as `matvec`; per segment s at P(20 + 8 s): first feature, N, y
     offset, y row stride, bias offset + 1, weight row bytes, residual offset + 1,
-    residual row stride."""
+    residual row stride. ``onepass``: as `matvec`'s."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     R, F = rows, feats
     cases = "".join(f"        case {i}u: {{ return dq8_W{i}(base, g); }}\n" for i in range(len(types) - 1))
@@ -561,6 +586,9 @@ fn wsum(v: f32, t: u32) -> f32 {{
 """
         builtins, call = "", "wsum({v}, t)"
     reduce = "".join(f"        a{r}_{j} = {call.format(v=f'a{r}_{j}')};\n" for r in range(R) for j in range(F))
+    if onepass and subgroups:
+        decl1, reduce = _reduce_onepass([f"a{r}_{j}" for r in range(R) for j in range(F)])
+        reducer += decl1
     prologue, nw_load = "", ""
     if norm:
         for r in range(R):
@@ -624,7 +652,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 
 def matvec_sg(types: tuple[str, ...], glu: str | None = None, subgroups: bool = True, rows: int = 1, per: int = 1,
-           norm: bool = False) -> str:  # fmt: skip
+              norm: bool = False, span: int = 1) -> str:  # fmt: skip
     """The matvec for software adapters (lavapipe), where a workgroup barrier is a switch
     between fibres: each subgroup computes one output feature alone, no barrier at all.
     Otherwise as `matvec`.
@@ -645,7 +673,13 @@ def matvec_sg(types: tuple[str, ...], glu: str | None = None, subgroups: bool = 
     ``norm``: x is the input of an rms_norm that only these products read (fused: one
     dispatch less a layer): each row's 1/rms is summed by the subgroup first, x is
     multiplied by the norm weight (P 13: its offset + 1; 0 none) as it is read, and the
-    sums are scaled by 1/rms (P 14: eps)."""
+    sums are scaled by 1/rms (P 14: eps).
+
+    ``span``: each lane takes ``span`` consecutive groups of 8 columns per step (lane l:
+    groups span l .. span l + span - 1, then span (l + lanes) ...), unrolled: more loads
+    in flight per lane and, for the block types, neighbouring groups of one block (its
+    scales read once from cache). Each row's sum still runs in the same order whatever
+    ``rows`` and M."""
     libs = "".join(weight_lib(t, f"W{i}", 2 + i) for i, t in enumerate(types))
     n_w = len(types)
     R = rows
@@ -745,6 +779,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
         }}
 """
+    body = f"{deq}{nw_load}{fma}"
+    if span == 1:
+        loop = f"""        for (var g = {lane0}; g < K / 8u; g += step) {{
+{body}        }}"""
+    else:
+        unrolled = "".join(f"          {{\n            let g = g0 + {u}u;\n{body}          }}\n" for u in range(span))
+        loop = f"""        let gn = K / 8u;
+        for (var g0 = {lane0} * {span}u; g0 < gn; g0 += step * {span}u) {{
+          if (g0 + {span}u <= gn) {{
+{unrolled}          }} else {{
+            for (var g = g0; g < gn; g++) {{
+{body}            }}
+          }}
+        }}"""
     return (
         HEADER
         + ARENA_F32
@@ -756,8 +804,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let col = n + P(10u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
-{decl}{prologue}        for (var g = {lane0}; g < K / 8u; g += step) {{
-{deq}{nw_load}{fma}        }}
+{decl}{prologue}{loop}
 {reduce}{stores}    }}
 {"  }" if subgroups else ""}
 }}
@@ -958,16 +1005,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
-def rope() -> str:
-    """Rotary embedding of x [n, heads, dim]: a thread per rotated pair. P: 0 n*heads,
-    1 heads, 2 dim, 3 x offset, 4 out offset, 5 positions offset, 6 n_dims, 7 neox,
-    8 base, 9 freq_scale, 10 ext_factor, 11 attn_factor, 12 beta_fast, 13 beta_slow,
-    14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied."""
-    return (
-        HEADER
-        + ARENA_U32
-        + GRID
-        + """
+ROPE_BODY = """
 fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
     return n_dims * log(n_orig / (beta * 6.283185307179586)) / (2.0 * log(base));
 }
@@ -976,16 +1014,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // a second tensor (the keys, after the queries) may share the dispatch: P 16 the
     // first tensor's rows x heads, 17 the second's heads, 18/19 its input/output offsets
     var rh = wg_linear(wid, nwg);
-    if (rh >= P(0u)) { return; }
+{TAIL}    if (rh >= P(0u)) { return; }
     let dim = P(2u);
     var row = rh / P(1u);
     var x = P(3u) + rh * dim;
     var o = P(4u) + rh * dim;
+    var second = false;
     if (rh >= P(16u)) {
         rh -= P(16u);
         row = rh / P(17u);
         x = P(18u) + rh * dim;
         o = P(19u) + rh * dim;
+        second = true;
     }
     let nd = P(6u);
     for (var j = nd + t; j < dim; j += 64u) { A[o + j] = A[x + j]; }
@@ -1016,9 +1056,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         A[o + i0] = bitcast<u32>(x0 * c - x1 * s);
         A[o + i1] = bitcast<u32>(x0 * s + x1 * c);
     }
-}
+{KEYS}}
 """
-    )
+
+
+def rope() -> str:
+    """Rotary embedding of x [n, heads, dim]: a thread per rotated pair. P: 0 n*heads,
+    1 heads, 2 dim, 3 x offset, 4 out offset, 5 positions offset, 6 n_dims, 7 neox,
+    8 base, 9 freq_scale, 10 ext_factor, 11 attn_factor, 12 beta_fast, 13 beta_slow,
+    14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied."""
+    return HEADER + ARENA_U32 + GRID + ROPE_BODY.replace("{TAIL}", "").replace("{KEYS}", "")
 
 
 # The per-run sequence table in the arena (compile.py writes it): at P(seq) offset,
@@ -1032,6 +1079,73 @@ fn seq_of(r: u32, seq: u32, n_seq: u32) -> u32 {
     return s;
 }
 """
+
+
+def _kv_stores(kv_f16: bool) -> tuple[str, str, str]:
+    """kv_store's two stores (of element e of (row r, kv head h), ``nh`` kv heads, ``base``
+    the cell's row of the cache; the parameters at P(KVP + i), KVP set by the kernel)
+    and the loop step."""
+    if kv_f16:
+        store_k = "K[base * (dk / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(KVP + 4u) + (r * nh + h) * dk + e]), bitcast<f32>(A[P(KVP + 4u) + (r * nh + h) * dk + e + 1u])));"
+        store_v = "V[base * (dv / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(KVP + 5u) + (r * nh + h) * dv + e]), bitcast<f32>(A[P(KVP + 5u) + (r * nh + h) * dv + e + 1u])));"
+        return store_k, store_v, "2u"
+    store_k = "K[base * dk + e] = A[P(KVP + 4u) + (r * nh + h) * dk + e];"
+    store_v = "V[base * dv + e] = A[P(KVP + 5u) + (r * nh + h) * dv + e];"
+    return store_k, store_v, "1u"
+
+
+def _kv_cell(kvp: int) -> str:
+    """The cache row ``base`` of (row r, kv head h) and the sizes, for _kv_stores."""
+    return f"""        let KVP = {kvp}u;
+        let nh = P(KVP + 1u);
+        let seq = P(KVP + 7u); let n_seq = P(KVP + 8u);
+        let sq = seq_of(r, seq, n_seq);
+        let slot = A[seq + sq]; let start = A[seq + n_seq + sq]; let r0 = A[seq + 2u * n_seq + sq];
+        let cell = start + r - r0;
+        let cap = P(KVP + 6u);
+        let base = (slot * nh + h) * cap + cell % cap;
+        let dk = P(KVP + 2u); let dv = P(KVP + 3u);
+"""
+
+
+def rope_kv(kv_f16: bool) -> str:
+    """`rope` of a layer's queries and keys (a pair, P 0..19 as `rope`) with `kv_store`
+    folded in (its parameters at P 20..31): the keys' workgroups also write their rotated
+    row into the cache (after a storage barrier: it reads back the row its threads
+    wrote), and n x kv heads more workgroups after the rotations write the values (and
+    the cells' positions). One dispatch instead of two a layer."""
+    store_k, store_v, step = _kv_stores(kv_f16)
+    tail = f"""    let total = P(0u);
+    if (rh >= total) {{
+        // the values of (row r, kv head h)
+        let vh = rh - total;
+        if (vh >= P(20u) * P(21u)) {{ return; }}
+        let r = vh / P(21u); let h = vh % P(21u);
+{_kv_cell(20)}        for (var e = t * {step}; e < dv; e += 64u * {step}) {{ {store_v} }}
+        if (P(31u) != 0u && h == 0u && t == 0u) {{
+            POS[slot * P(30u) + cell] = bitcast<i32>(A[P(29u) + r]);
+        }}
+        return;
+    }}
+"""
+    keys = f"""    if (second) {{
+        storageBarrier();
+        let r = row; let h = rh % P(17u);
+{_kv_cell(20)}        for (var e = t * {step}; e < dk; e += 64u * {step}) {{ {store_k} }}
+    }}
+"""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+"""
+        + ROPE_BODY.replace("{TAIL}", tail).replace("{KEYS}", keys)
+    )
 
 
 def kv_store(kv_f16: bool) -> str:
@@ -1340,6 +1454,99 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 }
+"""
+    )
+
+
+SELECT_WG = 256  # threads of the two-stage argmax's workgroups
+
+
+def select_partial() -> str:
+    """argmax, first stage: workgroup (r, c) finds the best of chunk c of row r (value
+    descending, then index ascending, as `select_top`) and writes its (value, index) to
+    a scratch table; `select_combine` then picks each row's best of its chunks. For long
+    rows (a vocabulary): many workgroups share the reading instead of one a row.
+    P: 0 rows, 1 row length, 2 x offset, 3 scratch offset (2 words a chunk), 4 chunk
+    length, 5 chunks a row."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+var<workgroup> bv: array<f32, {SELECT_WG}>;
+var<workgroup> bi: array<u32, {SELECT_WG}>;
+fn better(v: f32, i: u32, w: f32, j: u32) -> bool {{ return v > w || (v == w && i < j); }}
+@compute @workgroup_size({SELECT_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let w = wg_linear(wid, nwg);
+    if (w >= P(0u) * P(5u)) {{ return; }}
+    let r = w / P(5u); let c = w % P(5u);
+    let n = P(1u); let x = P(2u) + r * n;
+    let lo = c * P(4u); let hi = min(n, lo + P(4u));
+    var v = -3.4e38; var vi = 0xffffffffu;
+    for (var i = lo + t; i < hi; i += {SELECT_WG}u) {{
+        let a = bitcast<f32>(A[x + i]);
+        if (vi == 0xffffffffu || better(a, i, v, vi)) {{ v = a; vi = i; }}
+    }}
+    bv[t] = v; bi[t] = vi;
+    workgroupBarrier();
+    for (var s = {SELECT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{
+            let j = bi[t + s];
+            if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {{
+                bv[t] = bv[t + s]; bi[t] = j;
+            }}
+        }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{
+        A[P(3u) + 2u * w] = bitcast<u32>(bv[0]);
+        A[P(3u) + 2u * w + 1u] = bi[0];
+    }}
+}}
+"""
+    )
+
+
+def select_combine() -> str:
+    """argmax, second stage: one workgroup a row picks the best (value, index) of its
+    chunks' (`select_partial`) in the same order. P: 0 rows, 1 chunks a row, 2 scratch
+    offset, 3 out offset (ids, int32), 4 (unused), 5 values out offset + 1."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+var<workgroup> bv: array<f32, {SELECT_WG}>;
+var<workgroup> bi: array<u32, {SELECT_WG}>;
+fn better(v: f32, i: u32, w: f32, j: u32) -> bool {{ return v > w || (v == w && i < j); }}
+@compute @workgroup_size({SELECT_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let r = wg_linear(wid, nwg);
+    if (r >= P(0u)) {{ return; }}
+    let nc = P(1u); let base = P(2u) + 2u * r * nc;
+    var v = -3.4e38; var vi = 0xffffffffu;
+    for (var c = t; c < nc; c += {SELECT_WG}u) {{
+        let a = bitcast<f32>(A[base + 2u * c]);
+        let i = A[base + 2u * c + 1u];
+        if (i != 0xffffffffu && (vi == 0xffffffffu || better(a, i, v, vi))) {{ v = a; vi = i; }}
+    }}
+    bv[t] = v; bi[t] = vi;
+    workgroupBarrier();
+    for (var s = {SELECT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{
+            let j = bi[t + s];
+            if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {{
+                bv[t] = bv[t + s]; bi[t] = j;
+            }}
+        }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{
+        A[P(3u) + r] = bi[0];
+        if (P(5u) != 0u) {{ A[P(5u) - 1u + r] = bitcast<u32>(bv[0]); }}
+    }}
+}}
 """
     )
 
@@ -1693,5 +1900,368 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     A[o] = v.a.x; A[o + 1u] = v.a.y; A[o + 2u] = v.a.z; A[o + 3u] = v.a.w;
     A[o + 4u] = v.b.x; A[o + 5u] = v.b.y; A[o + 6u] = v.b.z; A[o + 7u] = v.b.w;
 }
+"""
+    )
+
+
+# -- the block-wise row kernel (compile.ROW_KERNELS "subgroup-blk") ----------------------------
+
+# 32 consecutive elements of a row, decoded at once: dq32_<W>(row byte offset, c) gives
+# elements 32c .. 32c + 31 as eight vec4. The types that matter most in the real files
+# read their block (or sub-block) with a few whole-word loads, each once; the others
+# decode it as four groups of 8 (dq8).
+V32 = """
+struct V32 { v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>, v4: vec4<f32>, v5: vec4<f32>, v6: vec4<f32>, v7: vec4<f32> }
+struct U8w { a: vec4<u32>, b: vec4<u32> }
+"""
+
+# 8 words from a 2-byte aligned byte offset (9 loads, no branch: a lane's blocks may be
+# aligned differently from its neighbours')
+WIN8 = """
+fn win8_{W}(o: u32) -> U8w {
+    let i = o >> 2u;
+    let a = vec4<u32>({W}[i], {W}[i + 1u], {W}[i + 2u], {W}[i + 3u]);
+    let b = vec4<u32>({W}[i + 4u], {W}[i + 5u], {W}[i + 6u], {W}[i + 7u]);
+    let c = {W}[i + 8u];
+    let odd = (o & 3u) != 0u;
+    let a2 = (a >> vec4<u32>(16u)) | (vec4<u32>(a.y, a.z, a.w, b.x) << vec4<u32>(16u));
+    let b2 = (b >> vec4<u32>(16u)) | (vec4<u32>(b.y, b.z, b.w, c) << vec4<u32>(16u));
+    return U8w(select(a, a2, odd), select(b, b2, odd));
+}
+"""
+
+# the nibbles / bit fields of a word's 4 bytes, as 4 values (once per kernel)
+BYTES4 = """
+fn nib4(w: u32, sh: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w >> sh) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u));
+}
+fn bits4(w: u32, sh: u32, m: u32) -> vec4<u32> {
+    return (vec4<u32>(w >> sh) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(m);
+}
+"""
+
+DQ32 = {
+    # 20 bytes, 4-aligned: d, m, 16 bytes (element j: low nibble of byte j, j + 16: high)
+    "Q4_1": """
+    let i = (base + c * 20u) >> 2u;
+    let dm = unpack2x16float({W}[i]);
+    let q0 = {W}[i + 1u]; let q1 = {W}[i + 2u]; let q2 = {W}[i + 3u]; let q3 = {W}[i + 4u];
+    let d = dm.x; let m = dm.y;
+    return V32(nib4(q0, 0u) * d + m, nib4(q1, 0u) * d + m, nib4(q2, 0u) * d + m, nib4(q3, 0u) * d + m,
+               nib4(q0, 4u) * d + m, nib4(q1, 4u) * d + m, nib4(q2, 4u) * d + m, nib4(q3, 4u) * d + m);
+""",
+    # 22 bytes, 2-aligned: d, 32 high bits, 16 bytes of nibbles (6 loads)
+    "Q5_0": """
+    let o = base + c * 22u;
+    let i = o >> 2u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u]; let w5 = {W}[i + 5u];
+    let odd = (o & 3u) != 0u;
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    let qh = select((w0 >> 16u) | (w1 << 16u), w1, odd);
+    let q0 = select((w1 >> 16u) | (w2 << 16u), w2, odd);
+    let q1 = select((w2 >> 16u) | (w3 << 16u), w3, odd);
+    let q2 = select((w3 >> 16u) | (w4 << 16u), w4, odd);
+    let q3 = select((w4 >> 16u) | (w5 << 16u), w5, odd);
+    let hb = vec4<u32>(0u, 1u, 2u, 3u);
+    let s = vec4<f32>(16.0);
+    return V32(
+        (vec4<f32>(bits4(q0, 0u, 15u) | (((vec4<u32>(qh) >> hb) & vec4<u32>(1u)) << vec4<u32>(4u))) - s) * d,
+        (vec4<f32>(bits4(q1, 0u, 15u) | (((vec4<u32>(qh) >> (hb + 4u)) & vec4<u32>(1u)) << vec4<u32>(4u))) - s) * d,
+        (vec4<f32>(bits4(q2, 0u, 15u) | (((vec4<u32>(qh) >> (hb + 8u)) & vec4<u32>(1u)) << vec4<u32>(4u))) - s) * d,
+        (vec4<f32>(bits4(q3, 0u, 15u) | (((vec4<u32>(qh) >> (hb + 12u)) & vec4<u32>(1u)) << vec4<u32>(4u))) - s) * d,
+        (vec4<f32>(bits4(q0, 4u, 15u) | (((vec4<u32>(qh) >> (hb + 16u)) & vec4<u32>(1u)) << vec4<u32>(4u))) - s) * d,
+        (vec4<f32>(bits4(q1, 4u, 15u) | (((vec4<u32>(qh) >> (hb + 20u)) & vec4<u32>(1u)) << vec4<u32>(4u))) - s) * d,
+        (vec4<f32>(bits4(q2, 4u, 15u) | (((vec4<u32>(qh) >> (hb + 24u)) & vec4<u32>(1u)) << vec4<u32>(4u))) - s) * d,
+        (vec4<f32>(bits4(q3, 4u, 15u) | (((vec4<u32>(qh) >> (hb + 28u)) & vec4<u32>(1u)) << vec4<u32>(4u))) - s) * d);
+""",
+    # 34 bytes, 2-aligned: d, 32 signed bytes (9 loads)
+    "Q8_0": """
+    let o = base + c * 34u;
+    let d = unpack2x16float(({W}[o >> 2u] >> ((o & 2u) * 8u)) & 0xffffu).x;
+    let q = win8_{W}(o + 2u);
+    let m = vec4<u32>(24u, 16u, 8u, 0u);
+    return V32(
+        vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q.a.x) << m) >> vec4<u32>(24u)) * d,
+        vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q.a.y) << m) >> vec4<u32>(24u)) * d,
+        vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q.a.z) << m) >> vec4<u32>(24u)) * d,
+        vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q.a.w) << m) >> vec4<u32>(24u)) * d,
+        vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q.b.x) << m) >> vec4<u32>(24u)) * d,
+        vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q.b.y) << m) >> vec4<u32>(24u)) * d,
+        vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q.b.z) << m) >> vec4<u32>(24u)) * d,
+        vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q.b.w) << m) >> vec4<u32>(24u)) * d);
+""",
+    # 144 bytes per 256 (4-aligned): sub-block s = c & 7: its scale and min from the 12
+    # bytes at 4 (3 loads), its 32 nibbles from the 32 bytes of its pair (8 loads)
+    "Q4_K": """
+    let blk = (base >> 2u) + (c >> 3u) * 36u;
+    let s = c & 7u;
+    let dm = unpack2x16float({W}[blk]);
+    let k0 = {W}[blk + 1u]; let k1 = {W}[blk + 2u]; let k2 = {W}[blk + 3u];
+    // bytes s, s + 4 (and s - 4 for s >= 4) of the 12
+    let lo = select(k0, k1, s >= 4u);
+    let hi = select(k1, k2, s >= 4u);
+    let sh = (s & 3u) * 8u;
+    let b_s = (lo >> sh) & 0xffu;
+    let b_s4 = (hi >> sh) & 0xffu;
+    let b_sm4 = (k0 >> sh) & 0xffu;
+    var sc = b_s & 63u; var mn = b_s4 & 63u;
+    if (s >= 4u) {
+        sc = (b_s4 & 15u) | ((b_sm4 >> 6u) << 4u);
+        mn = (b_s4 >> 4u) | ((b_s >> 6u) << 4u);
+    }
+    let d = dm.x * f32(sc); let m = dm.y * f32(mn);
+    let q = blk + 4u + 8u * (s >> 1u);
+    let n = (s & 1u) * 4u;
+    return V32(nib4({W}[q], n) * d - m, nib4({W}[q + 1u], n) * d - m, nib4({W}[q + 2u], n) * d - m, nib4({W}[q + 3u], n) * d - m,
+               nib4({W}[q + 4u], n) * d - m, nib4({W}[q + 5u], n) * d - m, nib4({W}[q + 6u], n) * d - m, nib4({W}[q + 7u], n) * d - m);
+""",
+    # 210 bytes per 256 (2-aligned): quarter k of half h (c & 7 = 4 h + k): 32 low
+    # nibbles (nibble k >> 1 of 32 bytes at 64 h + 32 (k & 1)), 32 2-bit highs (bits 2k of
+    # the 32 bytes at 128 + 32 h), two signed scales (bytes 192 + 8 h + 2 k and + 1), d
+    "Q6_K": """
+    let blk = base + (c >> 3u) * 210u;
+    let h = (c >> 2u) & 1u;
+    let k = c & 3u;
+    let d = unpack2x16float(({W}[(blk + 208u) >> 2u] >> ((blk & 2u) * 8u)) & 0xffffu).x;
+    let so = blk + 192u + 8u * h + 2u * k;
+    let sw = ({W}[so >> 2u] >> ((so & 2u) * 8u)) & 0xffffu;
+    let s0 = f32(bitcast<i32>(sw << 24u) >> 24u) * d;
+    let s1 = f32(bitcast<i32>(sw << 16u) >> 24u) * d;
+    let ql = win8_{W}(blk + 64u * h + 32u * (k & 1u));
+    let qh = win8_{W}(blk + 128u + 32u * h);
+    let n = (k >> 1u) * 4u;
+    let hs = 2u * k;
+    let z = vec4<f32>(32.0);
+    return V32(
+        (vec4<f32>(bits4(ql.a.x, n, 15u) | (bits4(qh.a.x, hs, 3u) << vec4<u32>(4u))) - z) * s0,
+        (vec4<f32>(bits4(ql.a.y, n, 15u) | (bits4(qh.a.y, hs, 3u) << vec4<u32>(4u))) - z) * s0,
+        (vec4<f32>(bits4(ql.a.z, n, 15u) | (bits4(qh.a.z, hs, 3u) << vec4<u32>(4u))) - z) * s0,
+        (vec4<f32>(bits4(ql.a.w, n, 15u) | (bits4(qh.a.w, hs, 3u) << vec4<u32>(4u))) - z) * s0,
+        (vec4<f32>(bits4(ql.b.x, n, 15u) | (bits4(qh.b.x, hs, 3u) << vec4<u32>(4u))) - z) * s1,
+        (vec4<f32>(bits4(ql.b.y, n, 15u) | (bits4(qh.b.y, hs, 3u) << vec4<u32>(4u))) - z) * s1,
+        (vec4<f32>(bits4(ql.b.z, n, 15u) | (bits4(qh.b.z, hs, 3u) << vec4<u32>(4u))) - z) * s1,
+        (vec4<f32>(bits4(ql.b.w, n, 15u) | (bits4(qh.b.w, hs, 3u) << vec4<u32>(4u))) - z) * s1);
+""",
+}
+
+DQ32_GENERIC = """
+    let g = c * 4u;
+    let x0 = dq8_{W}(base, g); let x1 = dq8_{W}(base, g + 1u); let x2 = dq8_{W}(base, g + 2u); let x3 = dq8_{W}(base, g + 3u);
+    return V32(x0.a, x0.b, x1.a, x1.b, x2.a, x2.b, x3.a, x3.b);
+"""
+
+
+# Q4_K through a second view of the same buffer as vec4<u32> (16-byte loads: a block's
+# 144 bytes are nine of them, 16-byte aligned): a sub-block is its header (d, dmin and the
+# 12 scale bytes, one load) and the 32 nibble bytes of its pair (two loads)
+DQ32_VEC = {
+    "Q4_K": """
+    let blk = (base >> 4u) + (c >> 3u) * 9u;
+    let s = c & 7u;
+    let hd = {W}v[blk];
+    let dm = unpack2x16float(hd.x);
+    let k0 = hd.y; let k1 = hd.z; let k2 = hd.w;
+    let lo = select(k0, k1, s >= 4u);
+    let hi = select(k1, k2, s >= 4u);
+    let sh = (s & 3u) * 8u;
+    let b_s = (lo >> sh) & 0xffu;
+    let b_s4 = (hi >> sh) & 0xffu;
+    let b_sm4 = (k0 >> sh) & 0xffu;
+    var sc = b_s & 63u; var mn = b_s4 & 63u;
+    if (s >= 4u) {
+        sc = (b_s4 & 15u) | ((b_sm4 >> 6u) << 4u);
+        mn = (b_s4 >> 4u) | ((b_s >> 6u) << 4u);
+    }
+    let d = dm.x * f32(sc); let m = dm.y * f32(mn);
+    let q = blk + 1u + 2u * (s >> 1u);
+    let qa = {W}v[q]; let qb = {W}v[q + 1u];
+    let n = (s & 1u) * 4u;
+    return V32(nib4(qa.x, n) * d - m, nib4(qa.y, n) * d - m, nib4(qa.z, n) * d - m, nib4(qa.w, n) * d - m,
+               nib4(qb.x, n) * d - m, nib4(qb.y, n) * d - m, nib4(qb.z, n) * d - m, nib4(qb.w, n) * d - m);
+""",
+}
+
+
+def vec_view(ggml_type: str) -> bool:
+    """Whether matvec_blk(vec=True) binds a weight of this type a second time, as vec4."""
+    return ggml_type in DQ32_VEC
+
+
+def dq32_lib(ggml_type: str, var: str, binding: int, vec_binding: int = 0) -> str:
+    """A weight's binding, its dq8 decoder and its dq32 decoder (32 elements at once);
+    with ``vec_binding`` (a type of DQ32_VEC), the decoder reads the second, vec4 view."""
+    src = weight_lib(ggml_type, var, binding) + WIN8.replace("{W}", var)
+    body = DQ32.get(ggml_type, DQ32_GENERIC).replace("{W}", var)
+    if vec_binding and ggml_type in DQ32_VEC:
+        src += f"@group(0) @binding({vec_binding}) var<storage, read> {var}v: array<vec4<u32>>;\n"
+        body = DQ32_VEC[ggml_type].replace("{W}", var)
+    src += f"fn dq32_{var}(base: u32, c: u32) -> V32 {{{body}}}\n"
+    return src
+
+
+def vec_bindings(types: tuple[str, ...]) -> list[int]:
+    """matvec_blk(vec=True): the binding of each weight's vec4 view (0: none), after the
+    weights' own bindings (2 .. 1 + len(types))."""
+    out, at = [], 2 + len(types)
+    for t in types:
+        if vec_view(t):
+            out.append(at)
+            at += 1
+        else:
+            out.append(0)
+    return out
+
+
+def matvec_blk(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1,
+               norm: bool = False, lanes: int = 0, segments: bool = False, vec: bool = False) -> str:  # fmt: skip
+    """`matvec_sg` (a subgroup per output feature, several features a workgroup, no
+    barrier) with each lane taking 32 consecutive columns a step, decoded at once
+    (dq32: Q4_1, Q5_0, Q8_0, Q4_K and Q6_K read their blocks with whole-word loads, each
+    once; the other types as four groups of 8). Needs subgroups and K a multiple of 32.
+    Parameters, ``rows``, ``glu``, ``norm``: as `matvec_sg`; each row's sum runs in the same
+    order whatever ``rows`` and M.
+
+    ``lanes`` (a power of two, at most the subgroup size; 0: the whole subgroup): that
+    many lanes per feature, MV_WG / lanes features a workgroup (``per`` is then
+    ignored), summed by a butterfly of `subgroupShuffleXor` (every lane of a feature adds
+    the same pairs, so the same bits): for short rows (K = 576: 18 steps of 32 columns, a
+    32-lane subgroup would leave 14 lanes idle).
+
+    ``vec``: Q4_K weights are also bound a second time (`vec_bindings`) and read with
+    16-byte loads (DQ32_VEC).
+
+    ``segments``: the products of one input (Q, K, V) in one dispatch, parameters and
+    layout as `matvec_segments` (each weight's features padded to a multiple of the
+    features a workgroup holds); ``types`` are then the segments' weights, not a glu pair."""
+    vb = vec_bindings(types) if vec else [0] * len(types)
+    libs = V32 + BYTES4 + "".join(dq32_lib(t, f"W{i}", 2 + i, vb[i]) for i, t in enumerate(types))
+    n_w = 1 if segments else len(types)
+    R = rows
+    decl = "".join(f"        var a{i}_{r} = 0.0;\n" for i in range(n_w) for r in range(R))
+    deq = "".join(f"            let w{i} = dq32_W{i}(n * P({11 + i}u), c);\n" for i in range(n_w))
+    if segments:
+        cases = "".join(f"        case {i}u: {{ return dq32_W{i}(base, c); }}\n" for i in range(len(types) - 1))
+        libs += f"""
+fn dq32_seg(seg: u32, base: u32, c: u32) -> V32 {{
+    switch seg {{
+{cases}        default: {{ return dq32_W{len(types) - 1}(base, c); }}
+    }}
+}}
+"""
+        deq = "            let w0 = dq32_seg(seg, nl * P(sb + 5u), c);\n"
+    nw_load = ""
+    if norm:
+        nw_load = "            let hasnw = P(13u) != 0u;\n            let no = P(13u) - 1u + c * 32u;\n"
+    fma = ""
+    for r in range(R):
+        fma += f"            if ({r}u < nr) {{\n"
+        fma += f"                let xo = P(3u) + (m0 + {r}u) * P(4u) + c * 32u;\n"
+        for q in range(8):
+            o = 4 * q
+            x = f"vec4<f32>(A[xo + {o}u], A[xo + {o + 1}u], A[xo + {o + 2}u], A[xo + {o + 3}u])"
+            if norm:
+                nw = f"select(vec4<f32>(1.0), vec4<f32>(A[no + {o}u], A[no + {o + 1}u], A[no + {o + 2}u], A[no + {o + 3}u]), hasnw)"
+                fma += f"                let x{q} = {x} * {nw};\n"
+            else:
+                fma += f"                let x{q} = {x};\n"
+        for i in range(n_w):
+            terms = " + ".join(f"dot(x{q}, w{i}.v{q})" for q in range(8))
+            fma += f"                a{i}_{r} += {terms};\n"
+        fma += "            }\n"
+    act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
+    L = lanes
+
+    def red(v: str) -> str:
+        if not L:
+            return f"subgroupAdd({v})"
+        return f"bfly({v})"
+
+    reduce = "".join(f"        a{i}_{r} = {red(f'a{i}_{r}')};\n" for i in range(n_w) for r in range(R))
+    prologue = ""
+    if norm:
+        for r in range(R):
+            prologue += f"""        var inv{r} = 1.0;
+        if ({r}u < nr) {{
+            var q = 0.0;
+            for (var g = lane; g < K / 8u; g += sgs) {{
+                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;
+                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
+                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
+                q += dot(xa, xa) + dot(xb, xb);
+            }}
+            q = {red("q")};
+            inv{r} = inverseSqrt(q / f32(K) + PF(14u));
+        }}
+"""
+    stores = ""
+    for r in range(R):
+        sc = f" * inv{r}" if norm else ""
+        if segments:
+            stores += f"""        if ({r}u < nr && lane == 0u && nl < P(sb + 1u)) {{
+            var y = a0_{r}{sc};
+            if (P(sb + 4u) != 0u) {{ y += A[P(sb + 4u) - 1u + nl]; }}
+            if (P(sb + 6u) != 0u) {{ y += A[P(sb + 6u) - 1u + (m0 + {r}u) * P(sb + 7u) + nl]; }}
+            A[P(sb + 2u) + (m0 + {r}u) * P(sb + 3u) + nl] = y;
+        }}
+"""
+            continue
+        s1 = f"let s1 = a1_{r}{sc};" if n_w > 1 else ""
+        stores += f"""        if ({r}u < nr && lane == 0u) {{
+            var s0 = a0_{r}{sc};
+            {s1}
+            if (P(7u) != 0u) {{ s0 += A[P(7u) - 1u + col]; }}
+            var y = {act};
+            if (P(8u) != 0u) {{ y += A[P(8u) - 1u + (m0 + {r}u) * P(9u) + col]; }}
+            A[P(5u) + (m0 + {r}u) * P(6u) + col] = y;
+        }}
+"""
+    segsel = ""
+    if segments:
+        # the segment of feature n (the last whose first feature is <= n), its local index
+        segsel = "    var seg = 0u;\n"
+        segsel += "".join(f"    if (n >= P({SEG_BASE + 8 * i}u)) {{ seg = {i}u; }}\n" for i in range(1, len(types)))
+        segsel += f"    let sb = {SEG_BASE}u + 8u * seg;\n    let nl = n - P(sb);\n"
+    if not L:
+        head = f"""
+@compute @workgroup_size({MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32,
+        @builtin(subgroup_size) sgs: u32, @builtin(subgroup_invocation_id) lane: u32) {{
+  for (var f = t / sgs; f < {per}u; f += {MV_WG}u / sgs) {{
+    let n = wg_linear(wid, nwg) * {per}u + f;
+    if (n >= P(1u)) {{ break; }}
+"""
+    else:
+        bfly = "".join(
+            f"    v += subgroupShuffleXor(v, {o}u);\n" for o in (1 << k for k in range(L.bit_length() - 2, -1, -1))
+        )
+        head = f"""
+fn bfly(x: f32) -> f32 {{
+    var v = x;
+{bfly}    return v;
+}}
+@compute @workgroup_size({MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+  let sgs = {L}u;
+  let lane = t % {L}u;
+  {{
+    let n = wg_linear(wid, nwg) * {MV_WG // L}u + t / {L}u;
+    if (n >= P(1u)) {{ return; }}
+"""
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + ACTIVATIONS
+        + libs
+        + f"""
+{head}{segsel}    let K = P(0u); let M = P(2u);
+    let col = n + P(10u);
+    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
+        let nr = min({R}u, M - m0);
+{decl}{prologue}        for (var c = lane; c < K / 32u; c += sgs) {{
+{deq}{nw_load}{fma}        }}
+{reduce}{stores}    }}
+  }}
+}}
 """
     )
