@@ -53,7 +53,7 @@ fi
 exec > >(tee -a "$OUT/log.txt") 2>&1
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 [ "$(cat /tmp/llama.rc 2>/dev/null)" = 0 ] || rm -f /tmp/llama.started /tmp/llama.rc
-start_llama_build
+start_llama_build  # in the background, from the first seconds
 if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
@@ -114,34 +114,29 @@ stamp "tests done"
 wait "${pids[@]}"
 
 MODELS=$(for m in /tmp/models/*.gguf; do printf -- "--model %s " "$m"; done)
-(cd benchmarks && timeout 200 python3 bench_models_one.py cera --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
-for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
-# the per-kernel profile of one decoded token (timestamp queries; each dispatch in a pass of its own)
-timeout 90 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 0 -n 4 -r 1 --profile 2>&1 | grep -v "^$"
-[ -f benchmarks/vulkan_matvec_sweep.py ] && timeout 150 python3 benchmarks/vulkan_matvec_sweep.py 2>&1
-stamp "cera benches done"
-# the row-kernel variants on the real product shapes (SKIP_SWEEP=1: not), then, for the
-# variants named in ROW_KERNELS (e.g. ROW_KERNELS="workgroup subgroup-blk16"), the decode
-# split of every model under each
-if [ "$MODE" != llama ] && [ -z "${SKIP_SWEEP:-}" ]; then
-    python3 benchmarks/vulkan_matvec_sweep.py --check --json "$OUT/matvec_sweep.json" 2>&1 | tee "$OUT/matvec_sweep.txt"
-    for k in ${ROW_KERNELS:-}; do
-        for m in /tmp/models/*.gguf; do
-            echo -n "$k: " | tee -a "$OUT/decode_split_kernels.txt"
-            CERA_VULKAN_ROW_KERNEL=$k python3 benchmarks/vulkan_decode_split.py "$m" | tee -a "$OUT/decode_split_kernels.txt"
-        done
-    done
+# the row-kernel variants on the real product shapes, checked (SKIP_SWEEP=1: not): GPU work,
+# while llama.cpp may still be building
+if [ -z "${SKIP_SWEEP:-}" ]; then
+    timeout 240 python3 benchmarks/vulkan_matvec_sweep.py --check 2>&1
     stamp "sweep done"
 fi
-
+# timings want the CPU to themselves (recording a pass is host work): the build first
 for _ in $(seq 60); do [ -f /tmp/llama.rc ] && break; sleep 5; done
 stamp "llama build rc=$(cat /tmp/llama.rc 2>/dev/null || echo unfinished)"
 tail -3 /tmp/llama_build.log 2>/dev/null
+# the decode split of every model under each row kernel named in ROW_KERNELS (the first is
+# the default's), then both engines side by side, cera under BENCH_KERNEL (default: its own)
+for k in ${ROW_KERNELS:-}; do
+    for m in /tmp/models/*.gguf; do
+        echo -n "$k: "; CERA_VULKAN_ROW_KERNEL=$k timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+    done
+done 2>&1
+[ -z "${ROW_KERNELS:-}" ] && for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
+stamp "decode split done"
+(cd benchmarks && CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 200 python3 bench_models_one.py cera --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
 if [ "$(cat /tmp/llama.rc 2>/dev/null)" = 0 ]; then
-    export PYTHONPATH=/tmp/llama:/tmp/site
-    (cd benchmarks && timeout 150 python3 bench_models_one.py llama.cpp --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
-    # the built engine comes back (its libraries), so a later call need not build it again
-    # (in pieces of 15 MB: a file that comes back is at most 16 MB, and at most 8 files)
-    tar cJf - -C /tmp llama | split -b 15000000 -d -a 1 - "$OUT/llama_vulkan_build.tar.xz."
+    (cd benchmarks && PYTHONPATH=/tmp/llama:/tmp/site timeout 150 python3 bench_models_one.py llama.cpp --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1 | grep -E "tok/s|rror"
 fi
+# the per-kernel profile of one decoded token (timestamp queries; each dispatch in a pass of its own)
+CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 90 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 0 -n 4 -r 1 --profile 2>&1 | grep -v "^$"
 stamp "done"
