@@ -130,7 +130,18 @@ for k in ${ROW_KERNELS:-}; do
     for m in /tmp/models/*.gguf; do
         echo -n "$k: "; CERA_VULKAN_ROW_KERNEL=$k timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
     done
-done 2>&1
+done 2>&1 | tee /tmp/split.txt
+if [ -n "${ROW_KERNELS:-}" ] && [ -z "${BENCH_KERNEL:-}" ]; then  # the fastest over the four files' decode steps
+    BENCH_KERNEL=$(python3 -c "
+import re, collections
+t = collections.defaultdict(float); n = collections.Counter()
+for line in open('/tmp/split.txt'):
+    m = re.match(r'(\S+): .*total ([0-9.]+)', line)
+    if m: t[m[1]] += float(m[2]); n[m[1]] += 1
+full = [k for k in t if n[k] == max(n.values())]
+print(min(full, key=t.get) if full else '')")
+    echo "BENCH_KERNEL=$BENCH_KERNEL (the least decode time summed over the files)"
+fi
 [ -z "${ROW_KERNELS:-}" ] && for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
 stamp "decode split done"
 (cd benchmarks && CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 200 python3 bench_models_one.py cera --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
