@@ -75,7 +75,7 @@ def test_row_kernels(case, kernel):
 
 @needs_vulkan
 @pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
-@pytest.mark.parametrize("row_kernel", [None, "workgroup"])
+@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass"])
 def test_tiny_family(vulkan, path, row_kernel):
     from cera.engine import model_ops, read_model
     from cera.errors import CeraError
@@ -92,8 +92,8 @@ def test_tiny_family(vulkan, path, row_kernel):
         pytest.skip(f"{path.stem} uses ops {missing} the Vulkan backend does not have yet")
     # F32 weights and f32 arithmetic throughout; the reference uses float64 and the gemma
     # families' GELU through ggml's f16 table is the largest term (conformance.TOL_F16_TABLE)
-    # row_kernel "workgroup": the GPUs' few-row kernels (with Q/K/V in one dispatch) also
-    # where this adapter would choose otherwise
+    # row_kernel "workgroup(-1pass)": the GPUs' few-row kernels (with Q/K/V in one
+    # dispatch; -1pass is their default) also where this adapter would choose otherwise
     from cera_backend_vulkan.backend import VulkanBackend
 
     b = VulkanBackend()

@@ -282,10 +282,10 @@ class VulkanBackend(Backend):
         # products of many rows: None chooses (tiled on GPUs, row kernels on software
         # adapters); True/False forces it (tests run the tiled kernel on lavapipe)
         self.tiled: bool | None = None
-        # products of a few rows: "workgroup" (a workgroup per output feature: GPUs) or
-        # "subgroup" (a subgroup per feature, no barriers: software adapters), or one of
-        # their variants (compile.ROW_KERNELS: "workgroup-1pass", "subgroup-x2",
-        # "subgroup-x4"); None chooses (CERA_VULKAN_ROW_KERNEL, else by the adapter)
+        # products of a few rows: "workgroup-1pass" (a workgroup per 4 output features:
+        # GPUs' default) or "subgroup" (a subgroup per feature, no barriers: software
+        # adapters'), or another of compile.ROW_KERNELS; None chooses
+        # (CERA_VULKAN_ROW_KERNEL, else by the adapter)
         self.row_kernel: str | None = None
         self._ctx = None
         found = gpu.adapters()

@@ -357,11 +357,13 @@ class VulkanExecutable(Executable):
     @property
     def _row_kernel(self) -> tuple[str, str]:
         """The few-row kernel (ROW_KERNELS): the backend's ``row_kernel``, else
-        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and "workgroup"
-        on GPUs; (family, variant)."""
+        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and
+        "workgroup-1pass" on GPUs (on the H200 the fastest decode step of the four real
+        files' layouts among workgroup, workgroup-1pass, subgroup and the block-wise ones,
+        by 0-3% over workgroup; benchmarks/README.md); (family, variant)."""
         name = self.backend.row_kernel or os.environ.get("CERA_VULKAN_ROW_KERNEL", "").strip() or None
         if name is None:
-            name = "subgroup" if self.ctx.software else "workgroup"
+            name = "subgroup" if self.ctx.software else "workgroup-1pass"
         if name not in ROW_KERNELS:
             raise UnsupportedOperation(f"backend 'vulkan': row kernel {name!r} is not one of {', '.join(ROW_KERNELS)}")
         return name.partition("-")[0], name
