@@ -161,7 +161,7 @@ def test_gemma3_sliding_window_rings_compute_what_full_caches_compute(gemma3_pat
         s = loaded.new_session(n_ctx=1024, n_batch=64, swa_full=swa_full)
         s.append_tokens(ids)
         got = [s.evaluate().copy()]
-        for t in range(12):
+        for _ in range(12):
             s.append_tokens([int(np.argmax(got[-1]))])
             got.append(s.evaluate().copy())
         caps = {a.shape[2] for a in s.state.k.values()}
