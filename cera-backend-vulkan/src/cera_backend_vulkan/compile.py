@@ -382,6 +382,10 @@ class VulkanExecutable(Executable):
         block-wise kernel, wgsl.matvec_blk)."""
         return ROW_KERNELS[self._row_kernel[1]]
 
+    def _blk(self, K: int) -> bool:
+        """Products of rows of K values take the block-wise kernel (wgsl.matvec_blk)."""
+        return bool(self._mv_sg) and self._mv_span == 8 and K % 32 == 0
+
     @property
     def _mv_blk(self) -> tuple[int, int]:
         """The block-wise kernel's (lanes a feature, 0: a subgroup; features a workgroup)."""
@@ -447,7 +451,7 @@ class VulkanExecutable(Executable):
             glu is not None and not tiled and all(n.args[2] is None for n in step.nodes)
             and self.consumers.get(step.nodes[0].out.id, 0) == 1 and self.consumers.get(step.nodes[1].out.id, 0) == 1
         )  # fmt: skip
-        blk = bool(self._mv_sg) and self._mv_span == 8 and K % 32 == 0
+        blk = self._blk(K)
         segments = (
             glu is None and not tiled and (blk or not self._mv_sg) and 1 < len(step.nodes) <= 4
             and (blk or self._mv_feats(self._mv_rows(M)) > 1)
@@ -482,7 +486,7 @@ class VulkanExecutable(Executable):
                     u.row_bytes,
                 ] + nparams
                 R, sg = self._mv_rows(M), self.ctx.subgroups
-                if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
+                if self._blk(K):
                     lanes, per = self._mv_blk
                     vec = self._mv_vec
                     binds, ro = self._vec_binds([("w", g, bo, bs), ("w", u, uo, us)])
@@ -534,7 +538,7 @@ class VulkanExecutable(Executable):
                                    label=f"matmul {w.ggml_type}")  # fmt: skip
                     else:
                         R, sg = self._mv_rows(M), self.ctx.subgroups
-                        if self._mv_sg and self._mv_span == 8 and K % 32 == 0:
+                        if self._blk(K):
                             lanes, per = self._mv_blk
                             vec = self._mv_vec
                             binds, ro = self._vec_binds([("w", w, bo, bs)])

@@ -1938,6 +1938,19 @@ fn nib4(w: u32, sh: u32) -> vec4<f32> {
 fn bits4(w: u32, sh: u32, m: u32) -> vec4<u32> {
     return (vec4<u32>(w >> sh) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(m);
 }
+// Q4_K/Q5_K: scale and min of sub-block s from the 12 packed scale bytes, held as three
+// words (kscale_<W> reads the same bytes one load each): bytes s, s + 4 (and s - 4 for
+// s >= 4)
+fn kscale3(k0: u32, k1: u32, k2: u32, s: u32) -> vec2<f32> {
+    let sh = (s & 3u) * 8u;
+    let b_s = (select(k0, k1, s >= 4u) >> sh) & 0xffu;
+    let b_s4 = (select(k1, k2, s >= 4u) >> sh) & 0xffu;
+    if (s < 4u) {
+        return vec2<f32>(f32(b_s & 63u), f32(b_s4 & 63u));
+    }
+    let b_sm4 = (k0 >> sh) & 0xffu;
+    return vec2<f32>(f32((b_s4 & 15u) | ((b_sm4 >> 6u) << 4u)), f32((b_s4 >> 4u) | ((b_s >> 6u) << 4u)));
+}
 """
 
 DQ32 = {
@@ -1997,19 +2010,8 @@ DQ32 = {
     let s = c & 7u;
     let dm = unpack2x16float({W}[blk]);
     let k0 = {W}[blk + 1u]; let k1 = {W}[blk + 2u]; let k2 = {W}[blk + 3u];
-    // bytes s, s + 4 (and s - 4 for s >= 4) of the 12
-    let lo = select(k0, k1, s >= 4u);
-    let hi = select(k1, k2, s >= 4u);
-    let sh = (s & 3u) * 8u;
-    let b_s = (lo >> sh) & 0xffu;
-    let b_s4 = (hi >> sh) & 0xffu;
-    let b_sm4 = (k0 >> sh) & 0xffu;
-    var sc = b_s & 63u; var mn = b_s4 & 63u;
-    if (s >= 4u) {
-        sc = (b_s4 & 15u) | ((b_sm4 >> 6u) << 4u);
-        mn = (b_s4 >> 4u) | ((b_s >> 6u) << 4u);
-    }
-    let d = dm.x * f32(sc); let m = dm.y * f32(mn);
+    let sm = kscale3(k0, k1, k2, s);
+    let d = dm.x * sm.x; let m = dm.y * sm.y;
     let q = blk + 4u + 8u * (s >> 1u);
     let n = (s & 1u) * 4u;
     return V32(nib4({W}[q], n) * d - m, nib4({W}[q + 1u], n) * d - m, nib4({W}[q + 2u], n) * d - m, nib4({W}[q + 3u], n) * d - m,
@@ -2061,18 +2063,8 @@ DQ32_VEC = {
     let hd = {W}v[blk];
     let dm = unpack2x16float(hd.x);
     let k0 = hd.y; let k1 = hd.z; let k2 = hd.w;
-    let lo = select(k0, k1, s >= 4u);
-    let hi = select(k1, k2, s >= 4u);
-    let sh = (s & 3u) * 8u;
-    let b_s = (lo >> sh) & 0xffu;
-    let b_s4 = (hi >> sh) & 0xffu;
-    let b_sm4 = (k0 >> sh) & 0xffu;
-    var sc = b_s & 63u; var mn = b_s4 & 63u;
-    if (s >= 4u) {
-        sc = (b_s4 & 15u) | ((b_sm4 >> 6u) << 4u);
-        mn = (b_s4 >> 4u) | ((b_s >> 6u) << 4u);
-    }
-    let d = dm.x * f32(sc); let m = dm.y * f32(mn);
+    let sm = kscale3(k0, k1, k2, s);
+    let d = dm.x * sm.x; let m = dm.y * sm.y;
     let q = blk + 1u + 2u * (s >> 1u);
     let qa = {W}v[q]; let qb = {W}v[q + 1u];
     let n = (s & 1u) * 4u;

@@ -212,9 +212,14 @@ class Session:
     def logits(self) -> np.ndarray | None:
         return None if self.last is None else self.last.get("logits")
 
-    def _forward(self, tokens: list[int], outputs: Outputs, **layout) -> dict:
+    def _seq_step(self, tokens) -> SeqStep:
+        """``tokens`` as this sequence's next step: its slot, at the positions after what
+        the state holds."""
         start = len(self.tokens)
-        step = SeqStep(self.slot, tuple(tokens), tuple(range(start, start + len(tokens))))
+        return SeqStep(self.slot, tuple(tokens), tuple(range(start, start + len(tokens))))
+
+    def _forward(self, tokens: list[int], outputs: Outputs, **layout) -> dict:
+        step = self._seq_step(tokens)
         if self.scheduler is not None:
             return self.scheduler.forward(self, step, outputs, **layout)
         return self.runner.forward(self.state, [step], outputs, **layout)
@@ -296,8 +301,7 @@ class Session:
     def _decode_step(self) -> SeqStep:
         """The one queued token of a lockstep decode step, as the driver's batch row."""
         self._check_room()
-        start = len(self.tokens)
-        return SeqStep(self.slot, (self.pending[0],), (start,))
+        return self._seq_step(self.pending[:1])
 
     def _refresh_last(self, want: Outputs) -> None:
         """The kept output of the last position lacks what is wanted now (only an argmax
