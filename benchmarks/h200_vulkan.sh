@@ -7,6 +7,9 @@
 #                  Debian trixie's glslc/Vulkan headers and start building llama-cpp-python
 #                  0.3.36 with -DGGML_VULKAN=ON in the background (setsid: it outlives the
 #                  call, and runs while the next chunks arrive)
+#   quick          install, rebuild the files' layouts, then the decode split of each with
+#                  its per-dispatch profile (vulkan_decode_split.py --profile), and the
+#                  command in $LAB if set: a short call for one kernel change
 #   run            everything else, in one call: install, reassemble the real SmolLM2 file
 #                  (chunks smol.part*), `cera run --device vulkan` on it, the Vulkan tests
 #                  (conformance, greedy vs the CPU on the real file), then cera and llama.cpp
@@ -87,6 +90,14 @@ for s in /tmp/stage/skel/*.skel; do
     pids+=($!)
 done
 
+if [ "$MODE" = quick ]; then
+    wait "${pids[@]}"
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader; echo "commit ${COMMIT:-unknown}"
+    for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m" --profile ${PROFILE_N:-14}; done
+    [ -n "${LAB:-}" ] && bash -c "$LAB"
+    stamp "done"
+    exit 0
+fi
 {
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 python3 -c "

@@ -2,7 +2,11 @@
 (host, Python), and from the submission to the read-back (the device's work plus the
 round trip), averaged over decode steps of a greedy loop.
 
-    python benchmarks/vulkan_decode_split.py MODEL [--tokens 64]
+    python benchmarks/vulkan_decode_split.py MODEL [--tokens 64] [--profile N]
+
+``--profile N``: also the device time of every dispatch of one decode step (timestamps
+in the step's own pass where the adapter allows it): the first N dispatches in order,
+then the sum per kernel.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--profile", type=int, default=-1, metavar="N")
     args = ap.parse_args()
     m = cera.load(args.model, device="vulkan", quiet=True)
     st = m.runner.new_state(args.tokens + 32)
@@ -39,6 +44,21 @@ def main() -> None:
         f"{m.name}: {len(exe.dispatches)} dispatches, recorded by {exe.record_mode!r}; per token (median ms): total {1e3 * med(total):.3f}, "
         f"recording {1e3 * med(rec):.3f}, submit to read-back {1e3 * med(wait):.3f}; {1 / med(total):.1f} tok/s greedy"
     )
+    if args.profile >= 0:
+        m.backend.profile = True
+        m.runner.forward(st, [SeqStep(slot, [tok], [16 + args.tokens])], ARGMAX)
+        m.backend.profile = False
+        prof = exe.profile()
+        for name, ns in prof[: args.profile]:
+            print(f"  {ns / 1e3:8.2f} us  {name}")
+        by: dict = {}
+        for name, ns in prof:
+            c, t = by.get(name, (0, 0))
+            by[name] = (c + 1, t + ns)
+        total_ns = sum(ns for _, ns in prof)
+        print(f"  per kernel ({exe._profile_stamps} stamps; {total_ns / 1e3:.1f} us in all):")
+        for name, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+            print(f"  {c:4d} x {t / c / 1e3:7.2f} us = {t / 1e3:8.1f} us  {100 * t / total_ns:5.1f}%  {name}")
 
 
 if __name__ == "__main__":

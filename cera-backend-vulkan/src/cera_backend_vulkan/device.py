@@ -18,8 +18,10 @@ _adapters: list | None = None
 _contexts: dict[int, GpuContext] = {}
 
 # Features used when the adapter offers them (none is required: the kernels run on the
-# WebGPU core); timestamp queries give `cera bench --profile` its per-kernel times.
-WANTED_FEATURES = ("timestamp-query", "shader-f16", "subgroup")
+# WebGPU core); timestamp queries give `cera bench --profile` its per-kernel times, and
+# timestamps inside a pass let that profile time the dispatches where they run, in the
+# token's one pass (without them each dispatch gets a pass of its own).
+WANTED_FEATURES = ("timestamp-query", "timestamp-query-inside-passes", "shader-f16", "subgroup")
 
 
 def _wgpu():
@@ -138,6 +140,10 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(subgroup_size) s: u32)
     @property
     def timestamps(self) -> bool:
         return "timestamp-query" in self.features
+
+    @property
+    def timestamps_in_pass(self) -> bool:
+        return self.timestamps and "timestamp-query-inside-passes" in self.features
 
     def pipeline(self, key, source, n_bindings: int, read_only: tuple[int, ...] = ()):
         """The compute pipeline of kernel variant ``key`` (``source()`` gives its WGSL)
