@@ -63,7 +63,9 @@ fi
 export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e ./cera-core -e ./cera-backend-cpu -e ./cera-backend-vulkan \
+# quick: no CPU backend (its C build takes most of a minute there)
+CPU_PKG=$([ "$MODE" = quick ] || echo "-e ./cera-backend-cpu")
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e ./cera-core $CPU_PKG -e ./cera-backend-vulkan \
     $(for d in cera-models/*/; do [ -f "$d/pyproject.toml" ] && printf -- "-e ./%s " "$d"; done) -e ./cera-cli >/tmp/pip.log 2>&1 || { tail -30 /tmp/pip.log; exit 1; }
 stamp "installed"
 
@@ -94,6 +96,9 @@ if [ "$MODE" = quick ]; then
     wait "${pids[@]}"
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader; echo "commit ${COMMIT:-unknown}"
     for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m" --profile ${PROFILE_N:-14}; done
+    for k in ${ROW_KERNELS:-}; do for a in ${ATTENTIONS:-lanes}; do for m in /tmp/models/*.gguf; do
+        echo -n "$k $a: "; CERA_VULKAN_ROW_KERNEL=$k CERA_VULKAN_ATTENTION=$a timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+    done; done; done
     [ -n "${LAB:-}" ] && bash -c "$LAB"
     stamp "done"
     exit 0

@@ -1,6 +1,8 @@
-"""Where a decoded token's time goes on the Vulkan backend: recording its compute pass
-(host, Python), and from the submission to the read-back (the device's work plus the
-round trip), averaged over decode steps of a greedy loop.
+"""Where a decoded token's time goes on the Vulkan backend: the host's work before the
+submission (writing the inputs; recording the pass, unless it was recorded during the
+previous step), and from the submission to the read-back (the device's work plus the
+round trip, with the next step's recording overlapped), averaged over decode steps of a
+greedy loop.
 
     python benchmarks/vulkan_decode_split.py MODEL [--tokens 64] [--profile N]
 
@@ -42,7 +44,7 @@ def main() -> None:
     med = statistics.median
     print(
         f"{m.name}: {len(exe.dispatches)} dispatches, recorded by {exe.record_mode!r}; per token (median ms): total {1e3 * med(total):.3f}, "
-        f"recording {1e3 * med(rec):.3f}, submit to read-back {1e3 * med(wait):.3f}; {1 / med(total):.1f} tok/s greedy"
+        f"before the submission {1e3 * med(rec):.3f}, submit to read-back {1e3 * med(wait):.3f}; {1 / med(total):.1f} tok/s greedy"
     )
     if args.profile >= 0:
         m.backend.profile = True

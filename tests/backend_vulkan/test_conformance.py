@@ -47,6 +47,7 @@ def test_tiled_products(case):
 @pytest.mark.parametrize(
     "kernel",
     [
+        "mixed",
         "workgroup",
         "workgroup-1pass",
         "subgroup",
@@ -75,7 +76,7 @@ def test_row_kernels(case, kernel):
 
 @needs_vulkan
 @pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
-@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass"])
+@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "mixed"])
 def test_tiny_family(vulkan, path, row_kernel):
     from cera.engine import model_ops, read_model
     from cera.errors import CeraError
@@ -241,3 +242,45 @@ def test_argmax_two_stage_ties(n):
     want = np.argmax(x, axis=1)
     assert got[:rows].tolist() == want.tolist()
     assert got[rows:].tolist() == want.tolist()
+
+
+def _f16_attention_cases():
+    """The suite's cached-attention cases over an f16 cache (the caches models run with),
+    and longer ones: several 128-cell chunks, and a sliding window whose cells wrap
+    around a ring."""
+    import attrs
+
+    from cera.graph import AttentionSpec
+
+    base = next(c for c in _cases() if c.name == "attention[f16]")
+    out = []
+    for c in _cases():
+        if c.op == "attention" and c.kv_type == "f32":
+            out.append(attrs.evolve(c, name=c.name.replace("]", ",f16]"), kv_type="f16", tolerance=1e-2))
+    long_passes = ((150,), (100,), (1,), (1,))
+    out.append(attrs.evolve(base, name="attention[f16,long]", passes=long_passes, n_ctx=400))
+    spec = AttentionSpec(scale=0.25, window=40, softcap=20.0)
+    window = attrs.evolve(out[0], name="attention[f16,window,ring]", passes=((30,), (25,), (1,), (20,), (1,)))
+
+    def build(g, w, s, spec=spec):
+        n = g.layout.n_tokens
+        q = g.reshape(conformance._x(g, 128), (n, 4, 32))
+        k = g.reshape(conformance._x(g, 64, "k"), (n, 2, 32))
+        v = g.reshape(conformance._x(g, 64, "v"), (n, 2, 32))
+        g.output("y", g.attention(q, k, v, s[0], spec))
+
+    out.append(attrs.evolve(window, build=build, state=(conformance.AttentionKV(2, 32, 32, window=40),)))
+    return out
+
+
+@needs_vulkan
+@pytest.mark.parametrize("kernel", ["lanes", "chunked"])
+@pytest.mark.parametrize("case", _f16_attention_cases(), ids=str)
+def test_attention_kernels_f16(case, kernel, monkeypatch):
+    """Both kernels of attention over an f16 cache against the reference: "lanes" (the
+    default; wgsl.attention_lanes) and "chunked" (wgsl.attention), including contexts of
+    several chunks and a sliding window on a ring of cells."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    monkeypatch.setenv("CERA_VULKAN_ATTENTION", kernel)
+    conformance.check_op(VulkanBackend(), case)

@@ -49,6 +49,7 @@ MAX_GRID = 65535
 # "subgroup-blk": wgsl.matvec_blk, a subgroup per feature, each lane decoding 32 columns
 # at once with whole-word loads (K a multiple of 32; else "subgroup");
 ROW_KERNELS = {
+    "mixed": 1,
     "workgroup": 0,
     "workgroup-1pass": 0,
     "subgroup": 1,
@@ -60,6 +61,11 @@ ROW_KERNELS = {
     "subgroup-blk-v4": 8,
     "subgroup-blk16-v4": 8,
 }
+# "mixed": per product, "subgroup" for rows of at most MIXED_K values and
+# "workgroup-1pass" beyond (and for Q/K/V in one dispatch): on the H200's sweep the
+# subgroup kernel won the short rows (gate/up, q/o, the output of K <= 1536) by 10-40%
+# and lost the long ones (down, K 2048-8960) by 10-40%
+MIXED_K = 2048
 # "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a
 # workgroup; "-v4": Q4_K weights read with 16-byte loads through a second, vec4 binding
 BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8, "subgroup-blk-v4": 0, "subgroup-blk16-v4": 16}
@@ -199,6 +205,7 @@ class VulkanExecutable(Executable):
         self._state_bgs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last_profile: list[tuple[str, float]] = []
         self.timing = (0.0, 0.0)
+        self._ready = None  # (plan, command buffer): the next run's commands, recorded ahead
 
     # -- memory ----------------------------------------------------------------------------------
 
@@ -376,6 +383,13 @@ class VulkanExecutable(Executable):
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
+    def _sg_for(self, K: int) -> int:
+        """_mv_sg for a product of rows of K values (the "mixed" row kernel decides per
+        product)."""
+        if self._row_kernel[1] == "mixed":
+            return max(1, wgsl.MV_WG // self.ctx.subgroup_size) if self.ctx.subgroups and K <= MIXED_K else 0
+        return self._mv_sg
+
     @property
     def _mv_span(self) -> int:
         """Groups of 8 columns a lane of the subgroup kernel takes per step (8: the
@@ -410,7 +424,7 @@ class VulkanExecutable(Executable):
     @property
     def _mv_onepass(self) -> bool:
         """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
-        return self._row_kernel[1] == "workgroup-1pass" and bool(self.ctx.subgroups)
+        return self._row_kernel[1] in ("workgroup-1pass", "mixed") and bool(self.ctx.subgroups)
 
     @staticmethod
     def _mv_feats(R: int) -> int:
@@ -494,8 +508,8 @@ class VulkanExecutable(Executable):
                                lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
                                params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                if self._mv_sg:
-                    per, span = self._mv_sg, min(4, self._mv_span)
+                if self._sg_for(K):
+                    per, span = self._sg_for(K), min(4, self._mv_span)
                     self._emit(("matvec_sg", types, kind, R, per, fuse, span), lambda R=R, per=per, span=span: wgsl.matvec_sg(types, kind, True, R, per, fuse, span),
                                params, -(-rows // per),
                                binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
@@ -546,8 +560,8 @@ class VulkanExecutable(Executable):
                                        lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
                                        params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
                             continue
-                        if self._mv_sg:
-                            per, span = self._mv_sg, min(4, self._mv_span)
+                        if self._sg_for(K):
+                            per, span = self._sg_for(K), min(4, self._mv_span)
                             self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse, span),
                                        lambda t=w.ggml_type, R=R, per=per, fuse=fuse, span=span: wgsl.matvec_sg((t,), None, True, R, per, fuse, span),
                                        params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
@@ -736,8 +750,22 @@ class VulkanExecutable(Executable):
                   self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
                   int(spec.window or 0), 1, 0, 0]  # fmt: skip
         kind = self.kv_type
+        if self._attention_kernel == "lanes" and kind == "f16" and dk % 8 == 0 and dv % 8 == 0 and dk <= 256 and dv <= 256:
+            self._emit(("attention_lanes", dv, dk), lambda: wgsl.attention_lanes(dv, dk), params, n * heads, binds=kvb,
+                       read_only=(2, 3, 4), label="attention")  # fmt: skip
+            return
         self._emit(("attention", kind, dv, dk), lambda: wgsl.attention(kind, dv, dk), params, n * heads, binds=kvb,
                    label="attention")  # fmt: skip
+
+    @property
+    def _attention_kernel(self) -> str:
+        """The cached attention's kernel: "lanes" (wgsl.attention_lanes: f16 caches, heads
+        of at most 256 multiple-of-8 values; the others take "chunked") or "chunked"
+        (wgsl.attention), from ``CERA_VULKAN_ATTENTION`` (default "lanes")."""
+        name = os.environ.get("CERA_VULKAN_ATTENTION", "").strip() or "lanes"
+        if name not in ("lanes", "chunked"):
+            raise UnsupportedOperation(f"backend 'vulkan': attention kernel {name!r} is not lanes or chunked")
+        return name
 
     def _op_attention_full(self, node) -> None:
         q, k, v = node.args
@@ -1059,20 +1087,25 @@ class VulkanExecutable(Executable):
         with ctx.lock, self._lock:
             t0 = time.perf_counter()
             plan = self._plan(state)
-            ctx.queue.write_buffer(self.arena, 0, self._io(inputs))
-            enc = ctx.device.create_command_encoder()
+            ready, self._ready = self._ready, None
+            qs = None
             if profile and ctx.timestamps:
+                enc = ctx.device.create_command_encoder()
                 qs = self._record_profiled(enc, plan.bgs)
+                commands = self._finish(enc)
+            elif ready is not None and ready[0] is plan:
+                commands = ready[1]
             else:
-                qs = None
-                cp = enc.begin_compute_pass()
-                plan.record(cp, self.record_mode)
-                cp.end()
-            for _name, (first, count, at, *_rest) in self.out_spans.items():
-                enc.copy_buffer_to_buffer(self.arena, first * 4, self.readback, at, count * 4)
+                commands = self._commands(plan)
+            # written before the commands run, whenever they were recorded (queue order)
+            ctx.queue.write_buffer(self.arena, 0, self._io(inputs))
             t1 = time.perf_counter()
-            ctx.queue.submit([enc.finish()])
+            ctx.queue.submit([commands])
             ctx.n_dispatch += len(self.dispatches)
+            if qs is None:
+                # the next run's commands, recorded while the device runs these: a decode
+                # loop calls again with the same state, and the inputs are data
+                self._ready = (plan, self._commands(plan))
             self.readback.map_sync(ctx.wgpu.MapMode.READ)
             try:
                 raw = bytes(self.readback.read_mapped())
@@ -1091,6 +1124,20 @@ class VulkanExecutable(Executable):
             out[name] = np.array(flat, copy=True).reshape(shape if self.graph.outputs[name].shape else ())
         return out
 
+    def _commands(self, plan):
+        """The command buffer of one run over plan's bind groups: the pass, then the
+        outputs' copies into the read-back buffer."""
+        enc = self.ctx.device.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        plan.record(cp, self.record_mode)
+        cp.end()
+        return self._finish(enc)
+
+    def _finish(self, enc):
+        for _name, (first, count, at, *_rest) in self.out_spans.items():
+            enc.copy_buffer_to_buffer(self.arena, first * 4, self.readback, at, count * 4)
+        return enc.finish()
+
     # -- profiling ---------------------------------------------------------------------------------
 
     def _record_profiled(self, enc, bgs):
@@ -1100,8 +1147,11 @@ class VulkanExecutable(Executable):
         run), else each dispatch in a pass of its own (which adds the cost of a pass)."""
         wgpu = self.ctx.wgpu
         n = len(self.dispatches)
-        qs = self.ctx.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n)
-        if self.ctx.timestamps_in_pass:
+        # every query of the set is written: resolving one never written waits for it
+        chain = self.ctx.timestamps_in_pass
+        count = n + 1 if chain else 2 * n
+        qs = self.ctx.device.create_query_set(type=wgpu.QueryType.timestamp, count=count)
+        if chain:
             cp = enc.begin_compute_pass()
             cp._write_timestamp(qs, 0)
             for i, (d, bg) in enumerate(zip(self.dispatches, bgs, strict=True)):
@@ -1120,8 +1170,8 @@ class VulkanExecutable(Executable):
                 cp.dispatch_workgroups(d.groups[0], d.groups[1], 1)
                 cp.end()
             self._profile_stamps = "pairs"
-        buf = self.ctx.buffer(16 * n, wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC, "timestamps")
-        enc.resolve_query_set(qs, 0, 2 * n, buf, 0)
+        buf = self.ctx.buffer(8 * count, wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC, "timestamps")
+        enc.resolve_query_set(qs, 0, count, buf, 0)
         return buf
 
     def _read_profile(self, buf) -> None:

@@ -1368,6 +1368,168 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
+ATT_WG = 128  # threads of attention_lanes: cells a chunk
+
+
+def attention_lanes(dv: int, dk: int) -> str:
+    """Attention over an f16 cache for heads of dk, dv values (multiples of 8, at most
+    256), latency first: a decode step has a few workgroups (rows x heads), each a chain
+    of dependent loads, so every load a thread needs is issued at once. One workgroup of
+    128 threads per (query row, head), 128 cells a chunk, online softmax in f32:
+
+    - scores: thread t takes cell t of the chunk, its key read as dk / 8 16-byte loads
+      (all in flight together), the query from shared memory;
+    - the chunk's max and sum: shared-memory trees (7 steps) instead of a loop over the
+      chunk in every thread;
+    - values: thread t takes 8 values (one 16-byte load a cell) of every (128 / (dv / 8))th
+      cell, four cells at a time, so a chunk costs 1-4 round trips to memory instead of
+      one per four cells; the threads' partial sums meet once, at the end, in a fixed
+      order (a row's result does not depend on the other rows of the pass).
+
+    Parameters as `attention` ("f16")."""
+    lanes = dv // 8
+    subs = ATT_WG // lanes
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + f"""
+@group(0) @binding(2) var<storage, read> K4: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> V4: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> POS: array<i32>;
+fn h8(w: vec4<u32>) -> V8 {{
+    return V8(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+}}
+var<workgroup> qs: array<vec4<f32>, {dk // 4}>;
+var<workgroup> sc: array<f32, {ATT_WG}>;
+var<workgroup> red: array<f32, {ATT_WG}>;
+var<workgroup> part: array<vec4<f32>, {2 * ATT_WG}>;
+var<workgroup> u_lo: u32;
+var<workgroup> u_hi: u32;
+var<workgroup> u_r: f32;
+fn tree_max(v: f32, t: u32) -> f32 {{
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = {ATT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] = max(red[t], red[t + s]); }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{ u_r = red[0]; }}
+    return workgroupUniformLoad(&u_r);
+}}
+fn tree_sum(v: f32, t: u32) -> f32 {{
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = {ATT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] = red[t] + red[t + s]; }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{ u_r = red[0]; }}
+    return workgroupUniformLoad(&u_r);
+}}
+@compute @workgroup_size({ATT_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let rh = wg_linear(wid, nwg);
+    let nh = P(1u);
+    // whole workgroups leave together (uniform): the barriers below see all threads
+    if (rh >= P(0u) * nh) {{ return; }}
+    let r = rh / nh; let h = rh % nh;
+    let nkv = P(2u);
+    let g = h / (nh / nkv);
+    let seq = P(8u); let n_seq = P(9u);
+    let s = seq_of(r, seq, n_seq);
+    let slot = A[seq + s]; let start = A[seq + n_seq + s];
+    let n = A[seq + 3u * n_seq + s];
+    let cap = P(7u);
+    let qpos = bitcast<i32>(A[P(10u) + r]);
+    let window = i32(P(14u));
+    let scale = PF(12u); let cap_s = PF(13u);
+    let qo = P(5u) + (r * nh + h) * {dk}u;
+    for (var e = t; e < {dk // 4}u; e += {ATT_WG}u) {{
+        qs[e] = vec4<f32>(bitcast<f32>(A[qo + 4u * e]), bitcast<f32>(A[qo + 4u * e + 1u]),
+                          bitcast<f32>(A[qo + 4u * e + 2u]), bitcast<f32>(A[qo + 4u * e + 3u]));
+    }}
+    if (t == 0u) {{
+        let c_hi = start + n;
+        u_lo = select(0u, c_hi - cap, c_hi > cap); u_hi = c_hi;
+    }}
+    let lo = workgroupUniformLoad(&u_lo);
+    let hi = workgroupUniformLoad(&u_hi);
+    let head = (slot * nkv + g) * cap;
+    let lane = t % {lanes}u; let sub = t / {lanes}u;
+    var m = -3.0e38;
+    var l = 0.0;
+    var acc = V8(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var c0 = lo; c0 < hi; c0 += {ATT_WG}u) {{
+        let c = c0 + t;
+        var score = -3.0e38;
+        if (c < hi) {{
+            let p = POS[slot * P(11u) + c];
+            var vis = p >= 0 && p <= qpos;
+            if (window > 0) {{ vis = vis && (qpos - p < window) && (p - qpos < window); }}
+            if (vis) {{
+                let kb = (head + c % cap) * {dk // 8}u;
+                var d = 0.0;
+                for (var e = 0u; e < {dk // 8}u; e++) {{
+                    let k = h8(K4[kb + e]);
+                    d += dot(qs[2u * e], k.a) + dot(qs[2u * e + 1u], k.b);
+                }}
+                d *= scale;
+                if (cap_s > 0.0) {{
+                    let u = d / cap_s;
+                    d = cap_s * select(1.0 - 2.0 / (exp(2.0 * u) + 1.0), sign(u), abs(u) > 15.0);
+                }}
+                score = d;
+            }}
+        }}
+        // a chunk without a visible cell changes nothing: its weights are 0, alpha 1
+        let cm = tree_max(score, t);
+        let mn = max(m, cm);
+        let alpha = exp(m - mn);
+        let pw = select(0.0, exp(score - mn), score > -1.0e38);
+        sc[t] = pw;
+        let ps = tree_sum(pw, t);
+        l = l * alpha + ps;
+        acc.a *= alpha; acc.b *= alpha;
+        let cnt = min({ATT_WG}u, hi - c0);
+        var j = sub;
+        for (; j + {3 * subs}u < cnt; j += {4 * subs}u) {{
+            let p0 = sc[j]; let p1 = sc[j + {subs}u]; let p2 = sc[j + {2 * subs}u]; let p3 = sc[j + {3 * subs}u];
+            let v0 = h8(V4[(head + (c0 + j) % cap) * {lanes}u + lane]);
+            let v1 = h8(V4[(head + (c0 + j + {subs}u) % cap) * {lanes}u + lane]);
+            let v2 = h8(V4[(head + (c0 + j + {2 * subs}u) % cap) * {lanes}u + lane]);
+            let v3 = h8(V4[(head + (c0 + j + {3 * subs}u) % cap) * {lanes}u + lane]);
+            // a masked cell (weight 0) adds nothing even if its values are not finite
+            if (p0 != 0.0) {{ acc.a += p0 * v0.a; acc.b += p0 * v0.b; }}
+            if (p1 != 0.0) {{ acc.a += p1 * v1.a; acc.b += p1 * v1.b; }}
+            if (p2 != 0.0) {{ acc.a += p2 * v2.a; acc.b += p2 * v2.b; }}
+            if (p3 != 0.0) {{ acc.a += p3 * v3.a; acc.b += p3 * v3.b; }}
+        }}
+        for (; j < cnt; j += {subs}u) {{
+            let pj = sc[j];
+            let v = h8(V4[(head + (c0 + j) % cap) * {lanes}u + lane]);
+            if (pj != 0.0) {{ acc.a += pj * v.a; acc.b += pj * v.b; }}
+        }}
+        m = mn;
+        workgroupBarrier();
+    }}
+    part[2u * t] = acc.a; part[2u * t + 1u] = acc.b;
+    workgroupBarrier();
+    if (t < {lanes}u) {{
+        var a = vec4<f32>(0.0); var b = vec4<f32>(0.0);
+        for (var i = 0u; i < {subs}u; i++) {{ a += part[2u * (i * {lanes}u + t)]; b += part[2u * (i * {lanes}u + t) + 1u]; }}
+        let inv = select(0.0, 1.0 / l, l > 0.0);
+        let o = P(6u) + (r * nh + h) * {dv}u + 8u * t;
+        a *= inv; b *= inv;
+        A[o] = bitcast<u32>(a.x); A[o + 1u] = bitcast<u32>(a.y); A[o + 2u] = bitcast<u32>(a.z); A[o + 3u] = bitcast<u32>(a.w);
+        A[o + 4u] = bitcast<u32>(b.x); A[o + 5u] = bitcast<u32>(b.y); A[o + 6u] = bitcast<u32>(b.z); A[o + 7u] = bitcast<u32>(b.w);
+    }}
+}}
+"""
+    )
+
+
 def softmax() -> str:
     """Softmax of rows: one workgroup a row. P: 0 rows, 1 row length, 2 x offset, 3 out
     offset."""

@@ -91,6 +91,7 @@ class OpCase:
     kv_type: str = "f32"
     inputs: Callable | None = None  # (rng, layout) -> {name: array} for declared inputs
     ids_gap: float = 0.0  # for argmax / top_k: required gap between the reference's values
+    n_ctx: int = 128  # the state's context (cells per slot)
 
     def __str__(self) -> str:
         return self.name
@@ -176,7 +177,7 @@ def check_op(backend, case: OpCase, seed: int = 0) -> None:
             spec = StateSpec()
             srefs = [spec.add(d) for d in case.state]
             n_seq = max(len(p) for p in case.passes)
-            n_ctx = 128
+            n_ctx = case.n_ctx
             n_batch = max(max(p) for p in case.passes)  # small batches: sliding windows become rings
             states = [
                 b.new_state(spec, n_ctx, n_slots=n_seq, kv_type=case.kv_type, n_batch=n_batch) for b in (backend, ref)
