@@ -750,7 +750,7 @@ class VulkanExecutable(Executable):
                   self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
                   int(spec.window or 0), 1, 0, 0]  # fmt: skip
         kind = self.kv_type
-        if self._attention_kernel == "lanes" and kind == "f16" and dk % 8 == 0 and dv % 8 == 0 and dk <= 256 and dv <= 256:
+        if self._attention_kernel == "lanes" and kind == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256:
             self._emit(("attention_lanes", dv, dk), lambda: wgsl.attention_lanes(dv, dk), params, n * heads, binds=kvb,
                        read_only=(2, 3, 4), label="attention")  # fmt: skip
             return
