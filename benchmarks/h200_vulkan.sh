@@ -7,9 +7,10 @@
 #                  Debian trixie's glslc/Vulkan headers and start building llama-cpp-python
 #                  0.3.36 with -DGGML_VULKAN=ON in the background (setsid: it outlives the
 #                  call, and runs while the next chunks arrive)
-#   quick          install, rebuild the files' layouts, then the decode split of each with
-#                  its per-dispatch profile (vulkan_decode_split.py --profile), and the
-#                  command in $LAB if set: a short call for one kernel change
+#   quick          install, rebuild the files' layouts, then (PROFILE_N set) the decode
+#                  split of each with its per-dispatch profile (vulkan_decode_split.py
+#                  --profile) under BENCH_KERNEL, the splits under each of ROW_KERNELS x
+#                  ATTENTIONS, and the command in $LAB: a short call for one kernel change
 #   run            everything else, in one call: install, reassemble the real SmolLM2 file
 #                  (chunks smol.part*), `cera run --device vulkan` on it, the Vulkan tests
 #                  (conformance, greedy vs the CPU on the real file), then cera and llama.cpp
@@ -95,7 +96,9 @@ done
 if [ "$MODE" = quick ]; then
     wait "${pids[@]}"
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader; echo "commit ${COMMIT:-unknown}"
-    for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m" --profile ${PROFILE_N:-14}; done
+    [ -n "${PROFILE_N:-}" ] && for m in /tmp/models/*.gguf; do
+        CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 60 python3 benchmarks/vulkan_decode_split.py "$m" --profile $PROFILE_N
+    done
     for k in ${ROW_KERNELS:-}; do for a in ${ATTENTIONS:-lanes}; do for m in /tmp/models/*.gguf; do
         echo -n "$k $a: "; CERA_VULKAN_ROW_KERNEL=$k CERA_VULKAN_ATTENTION=$a timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
     done; done; done

@@ -96,6 +96,16 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
     kind = "swiglu" if glu else None
     n_b = 2 + len(types)
     ro = tuple(range(2, n_b))
+    if variant.startswith("unit"):
+        if not ctx.subgroups:
+            return None
+        from cera_backend_vulkan.compile import UNIT_FEATS
+
+        F = UNIT_FEATS[variant]
+        per = F * (wgsl.MV_WG // ctx.subgroup_size)
+        key = ("sweep", "matvec_unit", types, kind, R, per, F)
+        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, False), n_b, ro)
+        return pipe, layout, per
     if variant.startswith("subgroup"):
         if not ctx.subgroups:
             return None
@@ -295,8 +305,7 @@ def main() -> None:
     t_start = time.perf_counter()
     ctx = gpu.context(args.device_index)
     wgpu = ctx.wgpu
-    # "mixed" is subgroup or workgroup-1pass by the shape: nothing of its own to time
-    variants = [v for v in args.variants.split(",") if v] or [v for v in ROW_KERNELS if v != "mixed"]
+    variants = [v for v in args.variants.split(",") if v] or list(ROW_KERNELS)
     for v in variants:
         if v not in ROW_KERNELS:
             sys.exit(f"unknown variant {v!r}; known: {', '.join(ROW_KERNELS)}")

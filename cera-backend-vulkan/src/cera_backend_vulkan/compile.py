@@ -49,7 +49,9 @@ MAX_GRID = 65535
 # "subgroup-blk": wgsl.matvec_blk, a subgroup per feature, each lane decoding 32 columns
 # at once with whole-word loads (K a multiple of 32; else "subgroup");
 ROW_KERNELS = {
-    "mixed": 1,
+    "unit": 1,
+    "unit-f1": 1,
+    "unit-f4": 1,
     "workgroup": 0,
     "workgroup-1pass": 0,
     "subgroup": 1,
@@ -61,11 +63,10 @@ ROW_KERNELS = {
     "subgroup-blk-v4": 8,
     "subgroup-blk16-v4": 8,
 }
-# "mixed": per product, "subgroup" for rows of at most MIXED_K values and
-# "workgroup-1pass" beyond (and for Q/K/V in one dispatch): on the H200's sweep the
-# subgroup kernel won the short rows (gate/up, q/o, the output of K <= 1536) by 10-40%
-# and lost the long ones (down, K 2048-8960) by 10-40%
-MIXED_K = 2048
+# "unit", "unit-f1", "unit-f4": wgsl.matvec_unit, 2 (1, 4) features a subgroup, 32
+# weights a lane a step with x in 16-byte loads (with subgroups, for single products and
+# gate/up; else, and for Q/K/V in one dispatch, "workgroup-1pass")
+UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4}
 # "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a
 # workgroup; "-v4": Q4_K weights read with 16-byte loads through a second, vec4 binding
 BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8, "subgroup-blk-v4": 0, "subgroup-blk16-v4": 16}
@@ -383,12 +384,17 @@ class VulkanExecutable(Executable):
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
-    def _sg_for(self, K: int) -> int:
-        """_mv_sg for a product of rows of K values (the "mixed" row kernel decides per
-        product)."""
-        if self._row_kernel[1] == "mixed":
-            return max(1, wgsl.MV_WG // self.ctx.subgroup_size) if self.ctx.subgroups and K <= MIXED_K else 0
-        return self._mv_sg
+    def _unit(self, x, K: int) -> int:
+        """Features a subgroup of wgsl.matvec_unit computes for a product of x (rows of K
+        values) under the row kernel, 0 where it does not apply: no subgroups, or x (or
+        the fused norm's weight) not at a multiple of 4 values."""
+        F = UNIT_FEATS.get(self._row_kernel[1], 0)
+        if not F or not self.ctx.subgroups or K % 32 or self.off(x) % 4 or self.stride(x) % 4:
+            return 0
+        norm = getattr(self, "_norm_now", None)
+        if norm is not None and norm.args[1] is not None and self.operand(norm.args[1]) % 4:
+            return 0
+        return F
 
     @property
     def _mv_span(self) -> int:
@@ -424,7 +430,7 @@ class VulkanExecutable(Executable):
     @property
     def _mv_onepass(self) -> bool:
         """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
-        return self._row_kernel[1] in ("workgroup-1pass", "mixed") and bool(self.ctx.subgroups)
+        return (self._row_kernel[1] == "workgroup-1pass" or self._row_kernel[0] == "unit") and bool(self.ctx.subgroups)
 
     @staticmethod
     def _mv_feats(R: int) -> int:
@@ -508,8 +514,15 @@ class VulkanExecutable(Executable):
                                lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
                                params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                if self._sg_for(K):
-                    per, span = self._sg_for(K), min(4, self._mv_span)
+                UF = self._unit(x, K)
+                if UF:
+                    per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
+                    self._emit(("matvec_unit", types, kind, R, per, UF, fuse), lambda R=R, per=per, UF=UF: wgsl.matvec_unit(types, kind, R, per, UF, fuse),
+                               params, -(-rows // per), binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3),
+                               label=f"matvec+{kind} {types[0]}")  # fmt: skip
+                    continue
+                if self._mv_sg:
+                    per, span = self._mv_sg, min(4, self._mv_span)
                     self._emit(("matvec_sg", types, kind, R, per, fuse, span), lambda R=R, per=per, span=span: wgsl.matvec_sg(types, kind, True, R, per, fuse, span),
                                params, -(-rows // per),
                                binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
@@ -560,8 +573,15 @@ class VulkanExecutable(Executable):
                                        lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
                                        params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
                             continue
-                        if self._sg_for(K):
-                            per, span = self._sg_for(K), min(4, self._mv_span)
+                        UF = self._unit(x, K)
+                        if UF:
+                            per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
+                            self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse),
+                                       lambda t=w.ggml_type, R=R, per=per, UF=UF, fuse=fuse: wgsl.matvec_unit((t,), None, R, per, UF, fuse),
+                                       params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+                            continue
+                        if self._mv_sg:
+                            per, span = self._mv_sg, min(4, self._mv_span)
                             self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse, span),
                                        lambda t=w.ggml_type, R=R, per=per, fuse=fuse, span=span: wgsl.matvec_sg((t,), None, True, R, per, fuse, span),
                                        params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
