@@ -49,6 +49,7 @@ MAX_GRID = 65535
 # "subgroup-blk": wgsl.matvec_blk, a subgroup per feature, each lane decoding 32 columns
 # at once with whole-word loads (K a multiple of 32; else "subgroup");
 ROW_KERNELS = {
+    "auto": 0,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -67,6 +68,15 @@ ROW_KERNELS = {
 # weights a lane a step with x in 16-byte loads (with subgroups, for single products and
 # gate/up; else, and for Q/K/V in one dispatch, "workgroup-1pass")
 UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4}
+# "auto" (the GPUs' default): "unit-f4" for the wide products, "workgroup-1pass" for the
+# rest. On the H200's sweep (benchmarks/README.md) unit-f4 took the output products
+# (N 49152-262144) and Qwen 1.5B's gate/up (K 1536, N 2 x 8960) in 0.25-0.8 of
+# workgroup-1pass's time, except SmolLM2's output (K 576, too few units a lane), and lost
+# every product of fewer than 8192 features or rows of more than 2048 values
+def auto_unit(K: int, N: int) -> bool:
+    return K >= 640 and (N >= 65536 or (N >= 8192 and K <= 2048))
+
+
 # "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a
 # workgroup; "-v4": Q4_K weights read with 16-byte loads through a second, vec4 binding
 BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8, "subgroup-blk-v4": 0, "subgroup-blk16-v4": 16}
@@ -365,13 +375,13 @@ class VulkanExecutable(Executable):
     @property
     def _row_kernel(self) -> tuple[str, str]:
         """The few-row kernel (ROW_KERNELS): the backend's ``row_kernel``, else
-        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and
-        "workgroup-1pass" on GPUs (on the H200 the fastest decode step of the four real
-        files' layouts among workgroup, workgroup-1pass, subgroup and the block-wise ones,
-        by 0-3% over workgroup; benchmarks/README.md); (family, variant)."""
+        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and "auto" on
+        GPUs (workgroup-1pass, which gave the H200 the fastest decode step of the four
+        real files' layouts among the single kernels, with unit-f4 for the wide products:
+        auto_unit; benchmarks/README.md); (family, variant)."""
         name = self.backend.row_kernel or os.environ.get("CERA_VULKAN_ROW_KERNEL", "").strip() or None
         if name is None:
-            name = "subgroup" if self.ctx.software else "workgroup-1pass"
+            name = "subgroup" if self.ctx.software else "auto"
         if name not in ROW_KERNELS:
             raise UnsupportedOperation(f"backend 'vulkan': row kernel {name!r} is not one of {', '.join(ROW_KERNELS)}")
         return name.partition("-")[0], name
@@ -384,11 +394,12 @@ class VulkanExecutable(Executable):
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
-    def _unit(self, x, K: int) -> int:
+    def _unit(self, x, K: int, N: int) -> int:
         """Features a subgroup of wgsl.matvec_unit computes for a product of x (rows of K
-        values) under the row kernel, 0 where it does not apply: no subgroups, or x (or
-        the fused norm's weight) not at a multiple of 4 values."""
-        F = UNIT_FEATS.get(self._row_kernel[1], 0)
+        values) by N features under the row kernel, 0 where it does not apply: no
+        subgroups, or x (or the fused norm's weight) not at a multiple of 4 values."""
+        name = self._row_kernel[1]
+        F = 4 if name == "auto" and auto_unit(K, N) else UNIT_FEATS.get(name, 0)
         if not F or not self.ctx.subgroups or K % 32 or self.off(x) % 4 or self.stride(x) % 4:
             return 0
         norm = getattr(self, "_norm_now", None)
@@ -430,7 +441,8 @@ class VulkanExecutable(Executable):
     @property
     def _mv_onepass(self) -> bool:
         """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
-        return (self._row_kernel[1] == "workgroup-1pass" or self._row_kernel[0] == "unit") and bool(self.ctx.subgroups)
+        family, name = self._row_kernel
+        return (name in ("workgroup-1pass", "auto") or family == "unit") and bool(self.ctx.subgroups)
 
     @staticmethod
     def _mv_feats(R: int) -> int:
@@ -514,7 +526,7 @@ class VulkanExecutable(Executable):
                                lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
                                params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                UF = self._unit(x, K)
+                UF = self._unit(x, K, N)
                 if UF:
                     per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
                     self._emit(("matvec_unit", types, kind, R, per, UF, fuse), lambda R=R, per=per, UF=UF: wgsl.matvec_unit(types, kind, R, per, UF, fuse),
@@ -573,7 +585,7 @@ class VulkanExecutable(Executable):
                                        lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
                                        params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
                             continue
-                        UF = self._unit(x, K)
+                        UF = self._unit(x, K, N)
                         if UF:
                             per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
                             self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse),
