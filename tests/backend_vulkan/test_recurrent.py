@@ -123,3 +123,40 @@ def test_moe_expert_types(vulkan, types):
     C.check_op(
         vulkan, C.OpCase(f"moe[{tg},{tu},{td}]", "moe", moe, weights, passes=((7,), (1, 1)), tolerance=C.TOL_QUANT)
     )
+
+
+@needs_vulkan
+@pytest.mark.parametrize("name", ["lfm2", "mamba2"])
+def test_copy_cells_as_the_reference(name):
+    """Slots copied on the device (`VulkanState.copy_cells`: caches, conv/SSM state and
+    positions; a search's hypotheses, as Whisper's beams) and then decoded give the
+    reference's logits, whose host arrays are copied by `HostState.copy_cells`. The copy
+    is a permutation with a repeat: slot 0 takes slot 1's sequence, slots 1 and 2 slot 0's."""
+    from cera.graph import ALL_LOGITS
+    from cera.runtime import SeqStep
+    from cera.testing import reference
+
+    path, gguf, loaded = _load(name)
+    want = reference.load(path, None)
+    try:
+        rng = np.random.default_rng(5)
+        prompts = [rng.integers(0, loaded.model.n_vocab, 4 + 3 * i).tolist() for i in range(3)]
+        src, dst = [1, 0, 0], [0, 1, 2]
+        logits = []
+        for m in (loaded, want):
+            runner = m.runner
+            st = runner.new_state(32, n_slots=3, kv_type="f32")
+            for i, p in enumerate(prompts):
+                st.acquire()
+                runner.forward(st, [SeqStep(i, p, range(len(p)))], ALL_LOGITS)
+            st.copy_cells(src, dst)
+            steps = [SeqStep(d, [7], [len(prompts[s])]) for s, d in zip(src, dst, strict=True)]
+            logits.append(runner.forward(st, steps, ALL_LOGITS)["logits"].astype(np.float64))
+        got, ref = logits
+        err = float(np.abs(got - ref).max())
+        assert err <= 1e-3 * max(1.0, float(np.abs(ref).max())), f"{name}: logits differ by {err:.3g}"
+        # the copies are the sequences copied: slots 1 and 2 decode alike
+        assert np.array_equal(got[1], got[2])
+    finally:
+        want.close()
+        gguf.close()

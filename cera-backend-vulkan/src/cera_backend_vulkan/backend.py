@@ -3,10 +3,12 @@
 - Weights are uploaded once, in their GGUF block layout (no dequantized copies); the WGSL
   kernels decode the blocks as they read them (wgsl.py).
 - The state (`VulkanState`) keeps each layer's KV cache on the device ([slot, kv head,
-  cell, dim], f16 or f32) with the cells' positions; the host keeps the bookkeeping
-  (filled cells, positions) that `cera.state.HostState` defines, so sessions, the
-  scheduler, checkpoints and the prefix cache use it unchanged. Snapshots, restores and
-  context shifts copy one slot between the device and the host.
+  cell, dim], f16 or f32) with the cells' positions, and the recurrent state and
+  cross-attention memories ([slot, row, kv head, dim], f32) too; the host keeps the
+  bookkeeping (filled cells, positions, the rows each memory holds) that
+  `cera.state.HostState` defines, so sessions, the scheduler, checkpoints and the prefix
+  cache use it unchanged. Snapshots, restores and context shifts copy one slot between
+  the device and the host; `copy_cells` copies slots on the device.
 - `compile` lowers a graph to a fixed list of dispatches with their parameters and bind
   groups made once (compile.py); a run writes the per-run inputs once, records every
   dispatch into one compute pass, submits once and reads back only the declared outputs
@@ -98,18 +100,24 @@ class DeviceKV:
 
 
 class _SlotArrays:
-    """One slot's cache as host arrays, indexable like HostState's (``a[slot]``), so the
-    host's snapshot/restore/shift code runs unchanged on a copy of that slot."""
+    """One slot's cache as host arrays, indexable like HostState's (``a[slot]``, or
+    ``a[slot, rows]`` as a cross-attention memory is), so the host's
+    snapshot/restore/shift code runs unchanged on a copy of that slot."""
 
     def __init__(self, shape, arrays: dict):
         self.shape = shape
         self._arrays = arrays
 
-    def __getitem__(self, slot):
-        return self._arrays[slot]
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            return self._arrays[key[0]][key[1:]]
+        return self._arrays[key]
 
-    def __setitem__(self, slot, value):  # HostState.restore assigns recurrent state whole
-        self._arrays[slot][...] = value
+    def __setitem__(self, key, value):  # HostState.restore assigns recurrent state whole, memories by rows
+        if isinstance(key, tuple):
+            self._arrays[key[0]][key[1:]] = value
+        else:
+            self._arrays[key][...] = value
 
 
 _state_ids = itertools.count(1)
@@ -118,7 +126,10 @@ _state_ids = itertools.count(1)
 class VulkanState(HostState):
     """`HostState` whose KV caches and cell positions live on the device (see the module
     docstring). ``k``/``v`` map declarations to `DeviceKV` (shapes, for the runtime's
-    geometry and checkpoints); the cell positions are mirrored in ``pos_buffer``."""
+    geometry and checkpoints), as do ``conv_state``/``ssm_state`` and
+    ``cross_k``/``cross_v``; the cell positions are mirrored in ``pos_buffer``; the rows
+    each cross-attention memory holds (``cross_len``) stay on the host, which writes them
+    into every run that reads a memory."""
 
     def __init__(self, ctx, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
         if kv_type not in KV_TYPES:
@@ -142,6 +153,9 @@ class VulkanState(HostState):
         for i, d in enumerate(self.decls):
             if d.kind in ("conv", "ssm"):
                 self._allocate_recurrent(i, d, n_slots)
+                continue
+            if d.kind == "cross":
+                self._allocate_cross(i, d, n_slots)
                 continue
             if d.kind != "kv":
                 raise UnsupportedOperation(
@@ -187,9 +201,37 @@ class VulkanState(HostState):
                 f"({self.ctx.max_binding}); use fewer sequences"
             )
 
+    def _allocate_cross(self, i: int, d, n_slots: int) -> None:
+        """A cross-attention memory: keys and values of up to ``max_len`` rows per slot
+        ([slot, row, kv head, dim], f32 as HostState's), and the host's record of the rows
+        each slot holds (none yet)."""
+        if d.k_dim % 2 or d.v_dim % 2:
+            raise UnsupportedOperation(f"backend 'vulkan' needs even head dimensions, not {d.k_dim}/{d.v_dim}")
+        for store, dim, what in ((self.cross_k, d.k_dim, "keys"), (self.cross_v, d.v_dim, "values")):
+            try:
+                store[i] = DeviceKV(self.ctx, (n_slots, d.max_len, d.n_kv_heads, dim), np.float32, f"cross {what} {i}")
+            except gpu.BufferTooLarge as e:
+                raise ResourceExhausted(
+                    f"backend 'vulkan': the cross-attention {what} of {n_slots} sequences need a {e.size}-byte buffer, "
+                    f"more than the adapter's {e.limit}; use fewer sequences"
+                ) from None
+            if store[i].nbytes > self.ctx.max_binding:
+                raise ResourceExhausted(
+                    f"backend 'vulkan': cross-attention {what} of {store[i].nbytes} bytes are more than one binding "
+                    f"may hold ({self.ctx.max_binding}); use fewer sequences"
+                )
+        self.cross_len[i] = np.zeros(n_slots, np.int64)
+
+    # the per-slot stores besides the KV caches: recurrent state and cross-attention memories
+    SLOT_STORES = ("conv_state", "ssm_state", "cross_k", "cross_v")
+
     def _recurrent_items(self):
         """(store name, index, DeviceKV) of every conv and SSM state."""
         return [(name, i, a) for name in ("conv_state", "ssm_state") for i, a in getattr(self, name).items()]
+
+    def _slot_items(self):
+        """(store name, index, DeviceKV) of every store of SLOT_STORES."""
+        return [(name, i, a) for name in self.SLOT_STORES for i, a in getattr(self, name).items()]
 
     def clear(self, slot: int) -> None:
         # HostState.clear zeroes the recurrent state's host arrays; here they are on the
@@ -212,13 +254,13 @@ class VulkanState(HostState):
             for store, dkv in ((ks, kv), (vs, self.v[i])):
                 raw = self.ctx.queue.read_buffer(dkv.buffer, slot * dkv.slot_bytes, dkv.slot_bytes)
                 store[i] = np.frombuffer(bytes(raw), dkv.dtype).reshape(dkv.shape[1:]).copy()
-        for name, i, a in self._recurrent_items():
+        for name, i, a in self._slot_items():
             raw = self.ctx.queue.read_buffer(a.buffer, slot * a.slot_bytes, a.slot_bytes)
             ks[(name, i)] = np.frombuffer(bytes(raw), a.dtype).reshape(a.shape[1:]).copy()
         return ks, vs
 
     def _write_slot(self, slot: int, ks: dict, vs: dict) -> None:
-        for name, i, a in self._recurrent_items():
+        for name, i, a in self._slot_items():
             self.ctx.queue.write_buffer(a.buffer, slot * a.slot_bytes, np.ascontiguousarray(ks[(name, i)], a.dtype))
         for i in self.k:
             for dkv, arr in ((self.k[i], ks[i]), (self.v[i], vs[i])):
@@ -235,16 +277,19 @@ class VulkanState(HostState):
             else:
                 ks = {i: np.zeros(kv.shape[1:], kv.dtype) for i, kv in self.k.items()}
                 vs = {i: np.zeros(kv.shape[1:], kv.dtype) for i, kv in self.v.items()}
-                ks.update({(name, i): np.zeros(a.shape[1:], a.dtype) for name, i, a in self._recurrent_items()})
-            dev_k, dev_v, dev_conv, dev_ssm = self.k, self.v, self.conv_state, self.ssm_state
+                ks.update({(name, i): np.zeros(a.shape[1:], a.dtype) for name, i, a in self._slot_items()})
+            dev_k, dev_v = self.k, self.v
+            dev = {name: getattr(self, name) for name in self.SLOT_STORES}
             self.k = {i: _SlotArrays(dev_k[i].shape, {slot: ks[i]}) for i in dev_k}
             self.v = {i: _SlotArrays(dev_v[i].shape, {slot: vs[i]}) for i in dev_v}
-            self.conv_state = {i: _SlotArrays(a.shape, {slot: ks[("conv_state", i)]}) for i, a in dev_conv.items()}
-            self.ssm_state = {i: _SlotArrays(a.shape, {slot: ks[("ssm_state", i)]}) for i, a in dev_ssm.items()}
+            for name, stores in dev.items():
+                setattr(self, name, {i: _SlotArrays(a.shape, {slot: ks[(name, i)]}) for i, a in stores.items()})
             try:
                 result = fn()
             finally:
-                self.k, self.v, self.conv_state, self.ssm_state = dev_k, dev_v, dev_conv, dev_ssm
+                self.k, self.v = dev_k, dev_v
+                for name, stores in dev.items():
+                    setattr(self, name, stores)
             if write:
                 self._write_slot(slot, ks, vs)
             return result
@@ -258,9 +303,36 @@ class VulkanState(HostState):
     def shift(self, slot: int, keep: int, n_discard: int) -> None:
         self._on_host(slot, lambda: HostState.shift(self, slot, keep, n_discard), write=True)
 
+    def copy_cells(self, src, dst) -> None:
+        """HostState.copy_cells on the device: each slot's caches, recurrent state and
+        cell positions go through a scratch buffer (in one command buffer, so a permutation
+        of slots works), whole slots (the device copies ranges, not cells); the host's
+        positions and filled cells follow. Cross-attention memories stay."""
+        src, dst = [int(s) for s in src], [int(d) for d in dst]
+        if src == dst:
+            return
+        for s in (*src, *dst):
+            self._check_slot(s)
+        stores = [*self.k.values(), *self.v.values(), *(a for _name, _i, a in self._recurrent_items())]
+        spans = [(a.buffer, a.slot_bytes) for a in stores] + [(self.pos_buffer, self.pos[0].nbytes)]
+        with self.ctx.lock:
+            scratch = self.ctx.buffer(sum(size for _buf, size in spans) * len(src), label="slot copies")
+            enc = self.ctx.device.create_command_encoder()
+            at = 0
+            for buf, size in spans:
+                for j, s in enumerate(src):
+                    enc.copy_buffer_to_buffer(buf, s * size, scratch, at + j * size, size)
+                for j, d in enumerate(dst):
+                    enc.copy_buffer_to_buffer(scratch, at + j * size, buf, d * size, size)
+                at += size * len(src)
+            self.ctx.queue.submit([enc.finish()])
+            s_idx, d_idx = np.asarray(src), np.asarray(dst)
+            self.pos[d_idx] = self.pos[s_idx]  # whole rows, as the device's
+            self.n_filled[d_idx] = self.n_filled[s_idx]
+
     def nbytes(self) -> int:
-        recurrent = [*self.conv_state.values(), *self.ssm_state.values()]
-        return self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values(), *recurrent])
+        stores = [a for _name, _i, a in self._slot_items()]
+        return self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values(), *stores])
 
 
 class VulkanBackend(Backend):

@@ -31,7 +31,7 @@ import weakref
 import numpy as np
 
 from cera.backend import Executable, StepInputs
-from cera.errors import SessionError, ShapeError, UnsupportedOperation
+from cera.errors import ContextFull, SessionError, ShapeError, UnsupportedOperation
 from cera.graph import Graph, Tensor, WeightRef
 from cera.planning import Step, arena_layout, placements, plan_steps
 
@@ -104,8 +104,9 @@ def state_geometry(state) -> tuple:
 
 class Dispatch:
     """One kernel launch: pipeline, parameters, bindings after the arena (("w", weight,
-    byte offset, size) or ("k"/"v", decl index) or ("pos",) or ("conv"/"ssm", decl index)),
-    workgroups, and a label for the profile."""
+    byte offset, size) or ("k"/"v", decl index) or ("pos",) or ("conv"/"ssm", decl index)
+    or ("xk"/"xv", decl index): a cross-attention memory's keys or values), workgroups,
+    and a label for the profile."""
 
     __slots__ = ("key", "pipe", "layout", "params", "binds", "groups", "label")
 
@@ -162,6 +163,17 @@ class VulkanExecutable(Executable):
             at += -(-max(1, t.size) // 16) * 16
         self.seq_off = at
         at += -(-4 * self.n_seq // 16) * 16
+        # per cross-attention memory the graph reads: the rows each slot holds, as they
+        # will be after this pass's stores (the host keeps the record, HostState.cross_len,
+        # and writes it here every run: the kernels read lengths, not positions)
+        self.cross_off: dict[int, int] = {}
+        n_slots = state.n_slots if state is not None else 1
+        for node in graph.nodes:
+            if node.op == "cross_attention" and node.args[1].index not in self.cross_off:
+                self.cross_off[node.args[1].index] = at
+                at += -(-n_slots // 16) * 16
+        self.cross_stores: list[int] = []  # memories store_cross writes (decl indices)
+        self.cross_reads: list[tuple[int, bool]] = []  # memories cross_attention reads, shared or not
         self.io_words = at
         self.act_base = at
         self.const_base = at + act_bytes // 4
@@ -272,24 +284,25 @@ class VulkanExecutable(Executable):
         gx, gy = groups if isinstance(groups, tuple) else grid(groups)
         self.dispatches.append(Dispatch(key, pipe, layout, list(params), list(binds), (gx, gy), label))
 
-    def _weight_chunks(self, w, n_rows: int):
-        """Row ranges of a weight, each bindable at once: [(first row, rows, byte offset,
-        byte size)]."""
+    def _weight_chunks(self, w, n_rows: int, row_bytes: int | None = None):
+        """Row ranges of a weight (rows of ``row_bytes``, by default the file's rows),
+        each bindable at once: [(first row, rows, byte offset, byte size)]."""
+        row_bytes = row_bytes or w.row_bytes
         limit = self.ctx.max_binding
-        total = w.row_bytes * n_rows
+        total = row_bytes * n_rows
         buf_size = w.buffer.size
         if total + 4 <= limit:
             return [(0, n_rows, 0, buf_size)]
         align = self.ctx.storage_align
-        step = align // math.gcd(w.row_bytes, align)
-        per = (limit - 8) // w.row_bytes // step * step
+        step = align // math.gcd(row_bytes, align)
+        per = (limit - 8) // row_bytes // step * step
         if per < 1:
             raise UnsupportedOperation(f"backend 'vulkan': a row of weight {w.name!r} exceeds one binding")
         out = []
         for r0 in range(0, n_rows, per):
             n = min(per, n_rows - r0)
-            start = r0 * w.row_bytes
-            size = min(buf_size - start, -(-(n * w.row_bytes + 4) // 4) * 4)
+            start = r0 * row_bytes
+            size = min(buf_size - start, -(-(n * row_bytes + 4) // 4) * 4)
             out.append((r0, n, start, size))
         return out
 
@@ -394,13 +407,14 @@ class VulkanExecutable(Executable):
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
-    def _unit(self, x, K: int, N: int) -> int:
+    def _unit(self, x_off: int, xs: int, K: int, N: int) -> int:
         """Features a subgroup of wgsl.matvec_unit computes for a product of x (rows of K
-        values) by N features under the row kernel, 0 where it does not apply: no
-        subgroups, or x (or the fused norm's weight) not at a multiple of 4 values."""
+        values at x_off, xs apart) by N features under the row kernel, 0 where it does
+        not apply: no subgroups, or x (or the fused norm's weight) not at a multiple of 4
+        values."""
         name = self._row_kernel[1]
         F = 4 if name == "auto" and auto_unit(K, N) else UNIT_FEATS.get(name, 0)
-        if not F or not self.ctx.subgroups or K % 32 or self.off(x) % 4 or self.stride(x) % 4:
+        if not F or not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
             return 0
         norm = getattr(self, "_norm_now", None)
         if norm is not None and norm.args[1] is not None and self.operand(norm.args[1]) % 4:
@@ -526,7 +540,7 @@ class VulkanExecutable(Executable):
                                lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
                                params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                UF = self._unit(x, K, N)
+                UF = self._unit(self.off(x), xs, K, N)
                 if UF:
                     per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
                     self._emit(("matvec_unit", types, kind, R, per, UF, fuse), lambda R=R, per=per, UF=UF: wgsl.matvec_unit(types, kind, R, per, UF, fuse),
@@ -549,64 +563,57 @@ class VulkanExecutable(Executable):
                 w = self.weights[wref.name]
                 if len(w.shape) != 2:
                     raise ShapeError(f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed")
-                N = w.shape[1]
                 out, res, res_stride = node.out, 0, 0
                 if residual is not None and residual[1] == i:
                     out = residual[0].out
                     res, res_stride = self.off(residual[2]) + 1, residual[2].shape[-1]
                 b = self.operand(bias) + 1 if bias is not None else 0
-                for r0, rows, bo, bs in self._weight_chunks(w, N):
-                    params = [
-                        K,
-                        rows,
-                        M,
-                        self.off(x),
-                        xs,
-                        self.off(out),
-                        N,
-                        b,
-                        res,
-                        res_stride,
-                        r0,
-                        w.row_bytes,
-                        0,
-                    ] + nparams
-                    if tiled:
-                        self._emit(("matmul", w.ggml_type), lambda t=w.ggml_type: wgsl.matmul(t), params,
-                                   (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
-                                   label=f"matmul {w.ggml_type}")  # fmt: skip
-                    else:
-                        R, sg = self._mv_rows(M), self.ctx.subgroups
-                        if self._blk(K):
-                            lanes, per = self._mv_blk
-                            vec = self._mv_vec
-                            binds, ro = self._vec_binds([("w", w, bo, bs)])
-                            self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse, lanes, vec),
-                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
-                                       params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
-                            continue
-                        UF = self._unit(x, K, N)
-                        if UF:
-                            per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
-                            self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse),
-                                       lambda t=w.ggml_type, R=R, per=per, UF=UF, fuse=fuse: wgsl.matvec_unit((t,), None, R, per, UF, fuse),
-                                       params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
-                            continue
-                        if self._mv_sg:
-                            per, span = self._mv_sg, min(4, self._mv_span)
-                            self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse, span),
-                                       lambda t=w.ggml_type, R=R, per=per, fuse=fuse, span=span: wgsl.matvec_sg((t,), None, True, R, per, fuse, span),
-                                       params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
-                            continue
-                        F, one = self._mv_feats(R), self._mv_onepass
-                        self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse, F, one),
-                                   lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse, F=F, one=one: wgsl.matvec((t,), None, sg, R, fuse, F, one),
-                                   params, -(-rows // F),
-                                   binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+                self._product(w, w.row_bytes, w.shape[1], K, M, self.off(x), xs, self.off(out), b, res, res_stride,
+                              nparams, fuse, tiled)  # fmt: skip
             if glu is not None:
                 self._op_glu(glu)
             if step.residual is not None and residual is None:
                 self._op_add(step.residual[0])
+
+    def _product(self, w, row_bytes: int, N: int, K: int, M: int, x_off: int, xs: int, out_off: int, b: int,
+                 res: int, res_stride: int, nparams: list, fuse: bool, tiled: bool) -> None:  # fmt: skip
+        """y = x W^T (+ bias, + residual) for M rows of K values and the N rows of W, each
+        ``row_bytes`` long: a dispatch per bindable chunk of W, through the tiled kernel or
+        the row kernel (products steps, and conv1d's product of its columns)."""
+        for r0, rows, bo, bs in self._weight_chunks(w, N, row_bytes):
+            params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
+            if tiled:
+                self._emit(("matmul", w.ggml_type), lambda t=w.ggml_type: wgsl.matmul(t), params,
+                           (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
+                           label=f"matmul {w.ggml_type}")  # fmt: skip
+                continue
+            R, sg = self._mv_rows(M), self.ctx.subgroups
+            if self._blk(K):
+                lanes, per = self._mv_blk
+                vec = self._mv_vec
+                binds, ro = self._vec_binds([("w", w, bo, bs)])
+                self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse, lanes, vec),
+                           lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
+                           params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
+                continue
+            UF = self._unit(x_off, xs, K, N)
+            if UF:
+                per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
+                self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse),
+                           lambda t=w.ggml_type, R=R, per=per, UF=UF, fuse=fuse: wgsl.matvec_unit((t,), None, R, per, UF, fuse),
+                           params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+                continue
+            if self._mv_sg:
+                per, span = self._mv_sg, min(4, self._mv_span)
+                self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse, span),
+                           lambda t=w.ggml_type, R=R, per=per, fuse=fuse, span=span: wgsl.matvec_sg((t,), None, True, R, per, fuse, span),
+                           params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+                continue
+            F, one = self._mv_feats(R), self._mv_onepass
+            self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse, F, one),
+                       lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse, F=F, one=one: wgsl.matvec((t,), None, sg, R, fuse, F, one),
+                       params, -(-rows // F),
+                       binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
 
     def _segments(self, step, x, K, M, xs, residual, nparams, fuse) -> None:
         """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments (or
@@ -971,6 +978,80 @@ class VulkanExecutable(Executable):
         self._emit(("ssm_scan", N), lambda: wgsl.ssm_scan(N), params, -(-count // 64), binds=[("ssm", ref.index)],
                    label="ssm_scan")  # fmt: skip
 
+    # -- encoder-decoder families ------------------------------------------------------------------
+
+    def _op_conv1d(self, node) -> None:
+        """The convolution's columns into scratch memory (wgsl.im2col), then their product
+        with the weight as the file holds it: ``out`` rows of in * kernel values (GGML
+        shape [kernel, in, out]), read in its own blocks by the products' kernels."""
+        x, wref, bias = node.args
+        w = self.weights[wref.name]
+        kernel, c_in, c_out = w.shape
+        n_out = node.out.shape[0]
+        K = c_in * kernel
+        if K % 8:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': conv1d with {c_in} channels x a kernel of {kernel} ({K} values per output; "
+                f"a multiple of 8 is needed)"
+            )
+        cols = self._scratch(n_out * K)
+        count = n_out * K
+        params = [count, K, kernel, node.attrs["stride"], node.attrs["padding"], x.shape[0], self.off(x),
+                  self.stride(x), cols]  # fmt: skip
+        self._emit(("im2col",), wgsl.im2col, params, -(-count // 256), label="conv1d columns")
+        b = self.operand(bias) + 1 if bias is not None else 0
+        self._product(w, c_in * w.row_bytes, c_out, K, n_out, cols, K, self.off(node.out), b, 0, 0, [], False,
+                      self._tiled(n_out, K))  # fmt: skip
+
+    def _cross_memory(self, node, ref):
+        st = self.template
+        if st is None or ref.index not in getattr(st, "cross_k", {}):
+            raise ShapeError(f"{node.op} needs a state holding its cross-attention memory to compile against")
+        return st.cross_k[ref.index]
+
+    def _op_store_cross(self, node) -> None:
+        """A thread per (row, element) copies each sequence's keys and values into its
+        slot's memory (wgsl.store_cross); the rows stored are recorded by the host after
+        the run (`run`), as HostState's CrossView.store records them."""
+        k, v, ref = node.args
+        self._need_contiguous(node, k, v)
+        mem = self._cross_memory(node, ref)
+        decl = ref.decl
+        max_len = mem.shape[1]
+        if tuple(k.shape[1:]) != (decl.n_kv_heads, decl.k_dim) or tuple(v.shape[1:]) != (decl.n_kv_heads, decl.v_dim):
+            raise ShapeError(f"store_cross: k {k.shape} and v {v.shape} for a memory of {decl.n_kv_heads} heads x "
+                             f"{decl.k_dim}/{decl.v_dim}")  # fmt: skip
+        for _r0, n in self.graph.layout.groups:
+            if n > max_len:
+                raise ContextFull(f"cross-attention memory of {n} rows exceeds its size of {max_len}")
+        kw, vw = decl.n_kv_heads * decl.k_dim, decl.n_kv_heads * decl.v_dim
+        count = k.shape[0] * max(kw, vw)
+        params = [count, kw, vw, self.off(k), self.off(v), max_len, self.seq_off, self.n_seq]
+        self._emit(("store_cross",), wgsl.store_cross, params, -(-count // 64),
+                   binds=[("xk", ref.index), ("xv", ref.index)], label="store_cross")  # fmt: skip
+        self.cross_stores.append(ref.index)
+
+    def _op_cross_attention(self, node) -> None:
+        """wgsl.attention over the slot's memory (kv "cross"): a workgroup per (query row,
+        head), every stored row visible; the rows stored per slot come from the io region
+        (``cross_off``)."""
+        q, ref = node.args
+        self._need_contiguous(node, q)
+        mem = self._cross_memory(node, ref)
+        spec = node.attrs["spec"]
+        shared = bool(node.attrs.get("shared", False))
+        decl = ref.decl
+        n, heads, dk = q.shape
+        nkv, dv = decl.n_kv_heads, decl.v_dim
+        if dk > 512:
+            raise UnsupportedOperation(f"backend 'vulkan': cross_attention heads of {dk} values (at most 512)")
+        params = [n, heads, nkv, dk, dv, self.off(q), self.off(node.out), mem.shape[1], self.seq_off, self.n_seq,
+                  0, 0, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0), 0, int(shared),
+                  self.cross_off[ref.index], 0]  # fmt: skip
+        self._emit(("attention", "cross", dv, dk), lambda: wgsl.attention("cross", dv, dk), params, n * heads,
+                   binds=[("xk", ref.index), ("xv", ref.index)], label="cross_attention")  # fmt: skip
+        self.cross_reads.append((ref.index, shared))
+
     # -- experts ---------------------------------------------------------------------------------
 
     def _scratch(self, words: int) -> int:
@@ -1058,6 +1139,9 @@ class VulkanExecutable(Executable):
                 elif b[0] in ("conv", "ssm"):
                     rec = (state.conv_state if b[0] == "conv" else state.ssm_state)[b[1]]
                     res = {"buffer": rec.buffer, "offset": 0, "size": rec.buffer.size}
+                elif b[0] in ("xk", "xv"):
+                    mem = (state.cross_k if b[0] == "xk" else state.cross_v)[b[1]]
+                    res = {"buffer": mem.buffer, "offset": 0, "size": mem.buffer.size}
                 else:
                     res = {"buffer": state.pos_buffer, "offset": 0, "size": state.pos_buffer.size}
                 entries.append({"binding": 2 + j, "resource": res})
@@ -1066,7 +1150,7 @@ class VulkanExecutable(Executable):
 
     # -- running ---------------------------------------------------------------------------------
 
-    def _io(self, inputs: StepInputs) -> np.ndarray:
+    def _io(self, inputs: StepInputs, cross: dict) -> np.ndarray:
         io = np.zeros(self.io_words, np.uint32)
         for name, (at, count) in self.io.items():
             if name == "tokens":
@@ -1089,7 +1173,31 @@ class VulkanExecutable(Executable):
         io[s + n : s + 2 * n] = np.asarray(inputs.starts, np.int64)
         io[s + 2 * n : s + 3 * n] = [g[0] for g in groups]
         io[s + 3 * n : s + 4 * n] = [g[1] for g in groups]
+        for i, at in self.cross_off.items():
+            io[at : at + len(cross[i])] = cross[i]
         return io
+
+    def _cross_lengths(self, state, inputs: StepInputs) -> dict:
+        """The rows of cross-attention memory each slot holds after this pass, per memory
+        the graph touches: the host's record with this pass's stores (each sequence's rows
+        into its slot). A memory read from a slot that holds none is refused, as the CPU
+        backend refuses it."""
+        if not self.cross_stores and not self.cross_reads:
+            return {}
+        slots = np.asarray(inputs.slots)
+        used = {*self.cross_stores, *(i for i, _ in self.cross_reads)}
+        out = {i: state.cross_len[i].copy() for i in used}
+        for i in self.cross_stores:
+            for s, (_r0, n) in enumerate(self.graph.layout.groups):
+                out[i][slots[s]] = n
+        for i, shared in self.cross_reads:
+            for slot in slots[:1] if shared else slots:
+                if out[i][slot] <= 0:
+                    raise SessionError(
+                        f"cross_attention: sequence slot {int(slot)} holds no cross-attention memory (state {i}); "
+                        f"store one first (an encoder pass)"
+                    )
+        return out
 
     def _check(self, state, inputs: StepInputs) -> None:
         if state_geometry(state) != self.geometry:
@@ -1114,6 +1222,7 @@ class VulkanExecutable(Executable):
 
     def run(self, state, inputs: StepInputs, profile: bool | None = None) -> dict[str, np.ndarray]:
         self._check(state, inputs)
+        cross = self._cross_lengths(state, inputs)
         profile = self.backend.profile if profile is None else profile
         ctx = self.ctx
         with ctx.lock, self._lock:
@@ -1130,7 +1239,7 @@ class VulkanExecutable(Executable):
             else:
                 commands = self._commands(plan)
             # written before the commands run, whenever they were recorded (queue order)
-            ctx.queue.write_buffer(self.arena, 0, self._io(inputs))
+            ctx.queue.write_buffer(self.arena, 0, self._io(inputs, cross))
             t1 = time.perf_counter()
             ctx.queue.submit([commands])
             ctx.n_dispatch += len(self.dispatches)
@@ -1147,6 +1256,8 @@ class VulkanExecutable(Executable):
                 self._read_profile(qs)
             # host time recording the pass, and from the submission to the read-back
             self.timing = (t1 - t0, time.perf_counter() - t1)
+            for i in self.cross_stores:  # the memories now hold this pass's rows
+                state.cross_len[i][...] = cross[i]
         out = {}
         for name, (_first, count, at, shape, (s, last), dtype) in self.out_spans.items():
             flat = np.frombuffer(raw, dtype, count=count, offset=at)

@@ -11,7 +11,8 @@ Conventions shared by every kernel (compile.py relies on them):
   ``array<f32>`` or, when it also moves integers, ``array<u32>`` (floats through
   ``bitcast``), so integer data never passes through float arithmetic;
 - further bindings are weights (``array<u32>``: the GGUF bytes as they are in the file,
-  read with the unaligned loads below), the KV cache of a state, its cell positions.
+  read with the unaligned loads below), the KV cache of a state, its cell positions, its
+  recurrent state or its cross-attention memories.
 
 Weights are read in their GGUF block layout. Every type is decoded by one function,
 ``dq8_<W>(row_byte_offset, g) -> V8``, giving elements 8g..8g+7 of a row: all block sizes
@@ -1401,12 +1402,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 def attention(kv: str, dv: int, dk: int = 0) -> str:
     """Attention of each (query row, head) over the visible cells of its sequence: one
     workgroup of 64 threads per pair, 64 cells at a time, online softmax in f32. ``kv``:
-    "f16" / "f32" (the state's cache, positions from the state) or "act" (keys and
+    "f16" / "f32" (the state's cache, positions from the state), "act" (keys and
     values are this pass's activations, positions the pass's: attention without a
-    cache). P: 0 rows, 1 heads, 2 kv heads, 3 dk, 4 dv, 5 q offset, 6 out offset,
-    7 capacity, 8 seq table offset, 9 n_seq, 10 q positions offset, 11 n_ctx, 12 scale,
-    13 softcap (0: none), 14 window (0: none), 15 causal (attention without a cache),
-    16 k offset, 17 v offset (act)."""
+    cache) or "cross" (a cross-attention memory of the state, f32 [slot, row, kv head,
+    dim], every stored row visible). P: 0 rows, 1 heads, 2 kv heads, 3 dk, 4 dv, 5 q
+    offset, 6 out offset, 7 capacity (cross: the memory's rows per slot), 8 seq table
+    offset, 9 n_seq, 10 q positions offset, 11 n_ctx, 12 scale, 13 softcap (0: none),
+    14 window (0: none), 15 causal (attention without a cache; cross: shared, every
+    sequence reads the batch's first one's memory), 16 k offset, 17 v offset (act;
+    cross: 16 the offset of the rows stored per slot, u32 [slots])."""
     per = max(1, -(-dv // 64))
     if kv == "f16":
         binds = """
@@ -1426,13 +1430,33 @@ fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(K[base +
 fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(V[base + e]); }
 """
         kstep = 2
+    elif kv == "cross":
+        binds = """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(K[base + e]), bitcast<f32>(K[base + e + 1u])); }
+fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(V[base + e]); }
+"""
+        kstep = 2
     else:
         binds = """
 fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(A[P(16u) + base + e]), bitcast<f32>(A[P(16u) + base + e + 1u])); }
 fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
 """
         kstep = 2
-    if kv == "act":
+    qpos = "bitcast<i32>(A[P(10u) + r])"
+    if kv == "cross":
+        # row c of the memory of the sequence's slot (of the batch's first sequence when
+        # shared), every stored row visible: no positions, no mask
+        cell_setup = """
+    let mslot = A[seq + select(s, 0u, P(15u) != 0u)];
+    let c_lo = 0u; let c_hi = A[P(16u) + mslot];
+"""
+        kbase = "((mslot * cap + c) * nkv + g) * dk"
+        vbase = "((mslot * cap + c) * nkv + g) * dv"
+        cpos = "0"
+        qpos = "0"
+    elif kv == "act":
         # cell c of the sequence is row r0 + c of this pass; key rows are [n, kv heads, dk]
         cell_setup = """
     let c_lo = 0u; let c_hi = n;
@@ -1448,7 +1472,7 @@ fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
         kbase = "((slot * nkv + g) * cap + c % cap) * dk"
         vbase = "((slot * nkv + g) * cap + c % cap) * dv"
         cpos = "POS[slot * P(11u) + c]"
-    causal = "P(15u) != 0u" if kv == "act" else "true"
+    causal = "P(15u) != 0u" if kv == "act" else "false" if kv == "cross" else "true"
     # the key loop with the head size baked in: unrolled by the compiler, its loads
     # issued together instead of one round trip each
     if dk and dk % 8 == 0:
@@ -1494,7 +1518,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let slot = A[seq + s]; let start = A[seq + n_seq + s];
     let r0 = A[seq + 2u * n_seq + s]; let n = A[seq + 3u * n_seq + s];
     let cap = P(7u);
-    let qpos = bitcast<i32>(A[P(10u) + r]);
+    let qpos = {qpos};
     let window = i32(P(14u));
     let scale = PF(12u); let cap_s = PF(13u);
     for (var e = t; e < dk; e += 64u) {{ qs[e] = bitcast<f32>(A[P(5u) + (r * nh + h) * dk + e]); }}
@@ -2221,6 +2245,70 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
     for (var j = 0u; j < {d_state}u; j++) {{ S[sb + j] = st[j]; }}
 }}
+"""
+    )
+
+
+# -- encoder-decoder families ---------------------------------------------------------------------
+
+
+def im2col() -> str:
+    """The columns of a full 1-D convolution (cera.ops.conv1d), a thread per value:
+    cols[t, c * kernel + i] = x[t * stride + i - padding, c], zero outside x, so that the
+    convolution is the product of cols with the weight as the file holds it ([out] rows
+    of in * kernel values, c major). P: 0 out frames * in * kernel, 1 in * kernel,
+    2 kernel, 3 stride, 4 padding, 5 in frames, 6 x offset, 7 x row stride, 8 cols
+    offset."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + """
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 256u + t;
+    if (i >= P(0u)) { return; }
+    let width = P(1u); let kernel = P(2u);
+    let row = i / width; let j = i % width;
+    let c = j / kernel; let tap = j % kernel;
+    // the source frame, shifted by the padding so that it stays unsigned
+    let src = row * P(3u) + tap;
+    var v = 0u;
+    if (src >= P(4u) && src - P(4u) < P(5u)) { v = A[P(6u) + (src - P(4u)) * P(7u) + c]; }
+    A[P(8u) + i] = v;
+}
+"""
+    )
+
+
+def store_cross() -> str:
+    """Each sequence's keys and values ([rows, kv heads, dim], rows from its first)
+    into its slot of a cross-attention memory (bindings 2 and 3: f32 [slot, row, kv
+    heads, dim]): a thread per (row, element) of the wider of the two rows. P: 0 rows *
+    that width, 1 k row width (kv heads * dk), 2 v row width, 3 k offset, 4 v offset,
+    5 memory rows per slot, 6 seq table offset, 7 n_seq."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= P(0u)) { return; }
+    let kw = P(1u); let vw = P(2u);
+    let w = max(kw, vw);
+    let r = i / w; let e = i % w;
+    let seq = P(6u); let n_seq = P(7u);
+    let s = seq_of(r, seq, n_seq);
+    let slot = A[seq + s]; let r0 = A[seq + 2u * n_seq + s];
+    let cell = slot * P(5u) + r - r0;
+    if (e < kw) { K[cell * kw + e] = A[P(3u) + r * kw + e]; }
+    if (e < vw) { V[cell * vw + e] = A[P(4u) + r * vw + e]; }
+}
 """
     )
 

@@ -411,6 +411,26 @@ class HostState:
 
     # -- editing ---------------------------------------------------------------------------------
 
+    def copy_cells(self, src, dst) -> None:
+        """Slots ``dst[i]`` become copies of slots ``src[i]``: their cells, positions and
+        recurrent state, in one go (a permutation of slots works). Cross-attention
+        memories stay: the hypotheses of a search over one source (beams, samples) start
+        from one prompt's cache and read one memory."""
+        src, dst = [int(s) for s in src], [int(d) for d in dst]
+        if src == dst:
+            return
+        for s in (*src, *dst):
+            self._check_slot(s)
+        n = int(max(self.n_filled[s] for s in src))
+        s_idx, d_idx = np.asarray(src), np.asarray(dst)
+        for i in self.k:
+            self.k[i][d_idx, :, :n] = self.k[i][s_idx, :, :n]
+            self.v[i][d_idx, :, :n] = self.v[i][s_idx, :, :n]
+        for a in (*self.conv_state.values(), *self.ssm_state.values()):
+            a[d_idx] = a[s_idx]
+        self.pos[d_idx, :n] = self.pos[s_idx, :n]
+        self.n_filled[d_idx] = self.n_filled[s_idx]
+
     def can_truncate(self, slot: int, n: int) -> str | None:
         """None if the slot can be cut back to its first n cells, else why not."""
         filled = int(self.n_filled[slot])

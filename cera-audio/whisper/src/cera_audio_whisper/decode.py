@@ -28,7 +28,9 @@ LOGITS = Outputs(("logits",))
 
 # -- the state's slots ------------------------------------------------------------------------
 # Beams and samples start from the prompt's cache, so slots are copied rather than
-# recomputed. These touch only a `cera.state.HostState`'s arrays.
+# recomputed. kv_reset touches only the bookkeeping every `cera.state.HostState` keeps on
+# the host; the copies are the state's own (`HostState.copy_cells`: on the device for a
+# GPU backend's state).
 
 
 def kv_reset(state, slot: int) -> None:
@@ -40,16 +42,8 @@ def kv_reset(state, slot: int) -> None:
 
 def kv_copy(state, src: list[int], dst: list[int]) -> None:
     """Slots ``dst[i]`` become copies of slots ``src[i]`` (cells and positions; in one go,
-    so a permutation of beams works)."""
-    if list(src) == list(dst):
-        return
-    n = int(max(state.n_filled[s] for s in src))
-    s_idx, d_idx = np.asarray(src), np.asarray(dst)
-    for i in state.k:
-        state.k[i][d_idx, :, :n] = state.k[i][s_idx, :, :n]
-        state.v[i][d_idx, :, :n] = state.v[i][s_idx, :, :n]
-    state.pos[d_idx, :n] = state.pos[s_idx, :n]
-    state.n_filled[d_idx] = state.n_filled[s_idx]
+    so a permutation of beams works); their cross-attention memories stay."""
+    state.copy_cells(src, dst)
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -190,7 +184,7 @@ class WindowDecoder:
             cands = []
             masked = np.stack([self._masked(rows[b], toks) for b, (toks, _) in enumerate(beams)])
             lps = log_softmax_rows(masked)  # one numpy pass for all beams
-            for b, (toks, score) in enumerate(beams):
+            for b, (_toks, score) in enumerate(beams):
                 lp = lps[b]
                 k = min(K + 1, len(lp))
                 top = np.argpartition(-lp, k - 1)[:k]
