@@ -126,7 +126,7 @@ timeout 120 cera run -m smollm2-135m-instruct-q4_1 --device vulkan --seed 7 -p "
 stamp "cera run done"
 
 # the greedy tests need the real files: SmolLM2 when its chunks came, never Gemma 3 there
-timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan -rs \
+timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan -rs \
     --deselect tests/backend_vulkan/test_greedy.py::test_greedy_continuation_gemma3 \
     $([ $REAL = 1 ] || echo --ignore=tests/backend_vulkan/test_greedy.py) 2>&1 | tail -25
 stamp "tests done"
@@ -168,5 +168,6 @@ if [ "$(cat /tmp/llama.rc 2>/dev/null)" = 0 ]; then
     (cd benchmarks && PYTHONPATH=/tmp/llama:/tmp/site timeout 150 python3 bench_models_one.py llama.cpp --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1 | grep -E "tok/s|rror"
 fi
 # the per-kernel profile of one decoded token (timestamp queries; each dispatch in a pass of its own)
-CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 90 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 0 -n 4 -r 1 --profile 2>&1 | grep -v "^$"
+# (and of a prompt pass of 512 tokens)
+CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 90 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 512 -n 4 -r 1 --profile 2>&1 | grep -v "^$"
 stamp "done"

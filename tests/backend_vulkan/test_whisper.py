@@ -366,3 +366,21 @@ def test_tiny_en_against_cpu():
     finally:
         cpu.close()
         vk.close()
+
+
+@needs_vulkan
+def test_auto_passes_over_an_emulated_adapter_for_whisper(tiny_whisper):
+    """Under --device auto Whisper takes what cera.load takes: a software Vulkan adapter
+    (lavapipe) is passed over for the CPU backend (it is slower there), by name it runs."""
+    pytest.importorskip("cera_audio_whisper", reason=NO_WHISPER)
+    from cera_audio_whisper.model import WhisperModel
+
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    if not VulkanBackend().probe().software:
+        pytest.skip("this Vulkan adapter is a GPU: under auto it is the one to take")
+    m = WhisperModel(tiny_whisper, device="auto", threads=1)
+    try:
+        assert m.backend.name == "cpu"
+    finally:
+        m.close()

@@ -68,6 +68,8 @@ ROW_KERNELS = {
 # weights a lane a step with x in 16-byte loads (with subgroups, for single products and
 # gate/up; else, and for Q/K/V in one dispatch, "workgroup-1pass")
 UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4}
+
+
 # "auto" (the GPUs' default): "unit-f4" for the wide products, "workgroup-1pass" for the
 # rest. On the H200's sweep (benchmarks/README.md) unit-f4 took the output products
 # (N 49152-262144) and Qwen 1.5B's gate/up (K 1536, N 2 x 8960) in 0.25-0.8 of
@@ -140,11 +142,35 @@ class VulkanExecutable(Executable):
         self._fused_norm: dict[int, object] = {}  # products step index -> the rms_norm node it absorbs
         # and rope nodes that share the previous rope's dispatch (queries and keys)
         self._rope_pair: set[int] = set()
+        # rms_norms whose output only an add reads: (norm node id) -> (add node, its other operand)
+        self._norm_add: dict[int, tuple] = {}
+        # a layer's per-head query and key norms, their rotations and the query's scale
+        # (qwen3, gemma3): one rope dispatch (wgsl ROPE_BODY's norm and scale);
+        # (rope node id) -> its rms_norm node, (first rope's id) -> the scale node
+        self._rope_norm: dict[int, object] = {}
+        self._rope_scale: dict[int, object] = {}
         planned: list[Step] = []
+        fused: set[int] = set()  # first nodes of steps already merged into another
+        skip_until = 0
         for i, step in enumerate(steps):
+            if i < skip_until:
+                continue
+            qk = self._qk_norm_rope(steps, i)
+            if qk:
+                planned.append(Step(tuple(n for st in steps[i : i + qk] for n in st.nodes)))
+                skip_until = i + qk
+                continue
             if i > 0 and self._can_fuse_norm(steps[i - 1], step):
                 self._fused_norm[i] = steps[i - 1].nodes[0]
                 planned[-1] = Step(steps[i - 1].nodes + step.nodes, step.glu, step.residual)
+                fused.add(id(step.nodes[0]))
+                continue
+            add = self._norm_then_add(steps[i - 1], step) if i > 0 and id(steps[i - 1].nodes[0]) not in fused else None
+            if add is not None:
+                # the add joins the norm's dispatch (wgsl.norm's residual): one step for
+                # the memory plan, so the sum never lands on rows the norm still reads
+                self._norm_add[id(steps[i - 1].nodes[0])] = add
+                planned[-1] = Step(planned[-1].nodes + step.nodes)
                 continue
             if i > 0 and id(steps[i - 1].nodes[0]) not in self._rope_pair and self._rope_pairs(steps[i - 1], step):
                 self._rope_pair.add(id(step.nodes[0]))
@@ -185,7 +211,12 @@ class VulkanExecutable(Executable):
         # kv_store folded into the keys' rope dispatch (CERA_VULKAN_FOLD_KV=0: apart)
         self.fold_kv = os.environ.get("CERA_VULKAN_FOLD_KV", "1") != "0"
 
-        absorbed = {id(n) for n in self._fused_norm.values()}
+        absorbed = (
+            {id(n) for n in self._fused_norm.values()}
+            | {id(a) for a, _ in self._norm_add.values()}
+            | {id(n) for n in self._rope_norm.values()}
+            | {id(n) for n in self._rope_scale.values()}
+        )
         for i, step in enumerate(steps):
             if id(step.nodes[0]) in absorbed:
                 continue
@@ -368,6 +399,62 @@ class VulkanExecutable(Executable):
             and self.contiguous(a.args[0])
             and self.contiguous(b.args[0])
         )
+
+    def _qk_norm_rope(self, steps: list[Step], i: int) -> int:
+        """How many steps from i form [rms_norm(q), rms_norm(k)] + [rope(q), rope(k)] +
+        [scale(q)], the norms (each over a head, read only by its rope) or the scale (read
+        only the query's rotation) or both there (0: not so); records them for _op_rope,
+        which runs them all as one dispatch."""
+
+        def single(k):
+            return k < len(steps) and len(steps[k].nodes) == 1 and not steps[k].glu and not steps[k].residual
+
+        if not (single(i) and single(i + 1)):
+            return 0
+        first = steps[i].nodes[0]
+        j = i + 2 if first.op == "rms_norm" else i  # the rotations' first step
+        if not (single(j) and single(j + 1) and self._rope_pairs(steps[j], steps[j + 1])):
+            return 0
+        ra, rb = steps[j].nodes[0], steps[j + 1].nodes[0]
+        norms = ()
+        if j == i + 2:
+            norms = (first, steps[i + 1].nodes[0])
+            for norm, rope in zip(norms, (ra, rb), strict=True):
+                x, w = norm.args[0], norm.args[1]
+                if norm.op != "rms_norm" or rope.args[0] is not norm.out or self.consumers.get(norm.out.id, 0) != 1:
+                    return 0
+                if isinstance(w, Tensor) or x.shape != norm.out.shape or not self.contiguous(x):
+                    return 0
+        sc = steps[j + 2].nodes[0] if single(j + 2) else None
+        if not (sc is not None and sc.op == "scale" and sc.args[0] is ra.out
+                and self.consumers.get(ra.out.id, 0) == 1 and self.contiguous(sc.out)):  # fmt: skip
+            sc = None
+        if not norms and sc is None:
+            return 0
+        for rope, norm in zip((ra, rb), norms, strict=False):
+            self._rope_norm[id(rope)] = norm
+        if sc is not None:
+            self._rope_scale[id(ra)] = sc
+        self._rope_pair.add(id(rb))
+        return j + 2 + (sc is not None) - i
+
+    def _norm_then_add(self, step: Step, nxt: Step):
+        """(the add, its other operand) when step is an rms_norm whose output only nxt, an
+        add of a contiguous tensor of the same shape, reads (a sandwich norm's residual:
+        gemma 2/3, olmo2); else None."""
+        node = step.nodes[0]
+        if node.op != "rms_norm" or len(step.nodes) != 1 or len(nxt.nodes) != 1 or nxt.is_products:
+            return None
+        add = nxt.nodes[0]
+        if add.op != "add" or self.consumers.get(node.out.id, 0) != 1:
+            return None
+        a, b = add.args
+        other = b if a is node.out else a if b is node.out else None
+        if other is None or not isinstance(other, Tensor) or other.shape != node.out.shape:
+            return None
+        if not (self.contiguous(other) and self.contiguous(node.args[0]) and self.contiguous(add.out)):
+            return None
+        return add, other
 
     def _can_fuse_norm(self, step: Step, nxt: Step) -> bool:
         """An rms_norm whose output only the next step's products read, run by the
@@ -721,33 +808,57 @@ class VulkanExecutable(Executable):
         for p in (w, b):
             if isinstance(p, Tensor) and p.size != n:
                 raise UnsupportedOperation(f"backend 'vulkan': {node.op} with a per-row operand of shape {p.shape}")
-        params = [int(layer), rows, n, self.off(x), self.off(node.out), self.operand(w) + 1 if w is not None else 0,
-                  self.operand(b) + 1 if b is not None else 0, f32_bits(node.attrs["eps"])]  # fmt: skip
-        self._emit(("norm",), wgsl.norm, params, rows, label=node.op)
+        out, res, label = node.out, 0, node.op
+        if id(node) in self._norm_add:  # the residual add that follows, in the same dispatch
+            add, other = self._norm_add[id(node)]
+            out, res, label = add.out, self.off(other) + 1, f"{node.op}+add"
+        params = [int(layer), rows, n, self.off(x), self.off(out), self.operand(w) + 1 if w is not None else 0,
+                  self.operand(b) + 1 if b is not None else 0, f32_bits(node.attrs["eps"]), res]  # fmt: skip
+        self._emit(("norm",), wgsl.norm, params, rows, label=label)
 
     def _op_layer_norm(self, node) -> None:
         self._op_rms_norm(node, layer=True)
 
     def _op_rope(self, node) -> None:
         x, pos = node.args
+        out = node.out
+        # a per-head rms_norm before (its input is read) and a scale after (its output
+        # written): _qk_norm_rope; P 32/34 the norm weight + 1, 33/35 eps (first/second
+        # tensor), 36 the first tensor's output scale (0: none), 37 norm flags (1, 2)
+        norm = self._rope_norm.get(id(node))
+        nparams = [0, 0, 0, 0, 0]
+        if norm is not None:
+            x = norm.args[0]
+            w = norm.args[1]
+            nparams[:2] = [self.operand(w) + 1 if w is not None else 0, f32_bits(norm.attrs["eps"])]
+            nparams[4] = 1
+        scale = self._rope_scale.get(id(node))
+        if scale is not None:
+            out = scale.out
+            nparams[3] = f32_bits(scale.attrs["s"])
         self._need_contiguous(node, x)
         spec = node.attrs["spec"]
         n, heads, dim = x.shape
         ff = 0
         if spec.freq_factors is not None:
             ff = self.const(np.asarray(spec.freq_factors, np.float32), key=("ff", spec.freq_factors)) + 1
-        params = [n * heads, heads, dim, self.off(x), self.off(node.out), self.off(pos), spec.n_dims, int(spec.neox),
+        params = [n * heads, heads, dim, self.off(x), self.off(out), self.off(pos), spec.n_dims, int(spec.neox),
                   f32_bits(spec.base), f32_bits(spec.freq_scale), f32_bits(spec.ext_factor), f32_bits(spec.attn_factor),
                   f32_bits(spec.beta_fast), f32_bits(spec.beta_slow), spec.n_ctx_orig, ff, n * heads, 1, 0, 0]  # fmt: skip
+        params += [0] * 12 + nparams[:2] + [0, 0, nparams[3], nparams[4]]
         if id(node) in self._rope_pair:
             # the second of a pair (see _rope_pairs): it joins the previous dispatch
             last = self.dispatches[-1]
             assert last.key == ("rope",) and last.params[0] == last.params[16]
             last.params[0] += n * heads
-            last.params[17:20] = [heads, self.off(x), self.off(node.out)]
+            last.params[17:20] = [heads, self.off(x), self.off(out)]
+            if norm is not None:
+                last.params[34:36] = nparams[:2]
+                last.params[37] |= 2
             last.groups = grid(last.params[0])
             return
-        self._emit(("rope",), wgsl.rope, params, n * heads, label="rope")
+        label = ("norm+" if norm is not None else "") + "rope" + ("+scale" if scale is not None else "")
+        self._emit(("rope",), wgsl.rope, params, n * heads, label=label)
 
     def _op_attention(self, node) -> None:
         q, k, v, ref = node.args
@@ -779,8 +890,8 @@ class VulkanExecutable(Executable):
             # the keys' rotation is the previous dispatch (the second of a rope pair):
             # the cache stores join it (wgsl.rope_kv)
             self.dispatches.pop()
-            self._emit(("rope_kv", f16), lambda: wgsl.rope_kv(f16), last.params[:20] + params,
-                       last.params[0] + n * nkv, binds=kvb, label="rope+kv_store")  # fmt: skip
+            self._emit(("rope_kv", f16), lambda: wgsl.rope_kv(f16), last.params[:20] + params + last.params[32:],
+                       last.params[0] + n * nkv, binds=kvb, label=f"{last.label}+kv_store")  # fmt: skip
         else:
             self._emit(("kv_store", f16), lambda: wgsl.kv_store(f16), params, n * nkv, binds=kvb, label="kv_store")
         if dk > 512:

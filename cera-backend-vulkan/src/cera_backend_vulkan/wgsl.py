@@ -1165,8 +1165,9 @@ NORM_WG = 256
 
 def norm() -> str:
     """rms_norm (P(0) = 0) and layer_norm (1) of rows: one workgroup a row. P: 1 rows,
-    2 row length, 3 x offset, 4 out offset, 5 weight offset + 1, 6 bias offset + 1, 7 eps.
-    Sums in f32 over the workgroup's tree."""
+    2 row length, 3 x offset, 4 out offset, 5 weight offset + 1, 6 bias offset + 1, 7 eps,
+    8 residual offset + 1 (rows added to the result: an add fused in; 0 none). Sums in f32
+    over the workgroup's tree."""
     return (
         HEADER
         + ARENA_F32
@@ -1204,6 +1205,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var y = (A[x + i] - mean) * inv;
         if (P(5u) != 0u) {{ y *= A[P(5u) - 1u + i]; }}
         if (P(6u) != 0u) {{ y += A[P(6u) - 1u + i]; }}
+        if (P(8u) != 0u) {{ y += A[P(8u) - 1u + r * n + i]; }}
         A[o + i] = y;
     }}
 }}
@@ -1214,6 +1216,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 ROPE_BODY = """
 fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
     return n_dims * log(n_orig / (beta * 6.283185307179586)) / (2.0 * log(base));
+}
+var<workgroup> rred: array<f32, 64>;
+fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {
+    var v = bitcast<f32>(A[x + j]);
+    if (inv != 1.0) { v *= inv; }
+    if (nw != 0u) { v *= bitcast<f32>(A[nw - 1u + j]); }
+    return v;
 }
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -1233,8 +1242,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         o = P(19u) + rh * dim;
         second = true;
     }
+    // an rms_norm of the row first (P 37 bit 1: the first tensor's rows, bit 2: the
+    // second's; P 32/34 weight + 1, 33/35 eps), a scale of the first tensor's output
+    // after (P 36, f32 bits; 0: none)
+    var inv = 1.0;
+    var nw = 0u;
+    if ((P(37u) & select(1u, 2u, second)) != 0u) {
+        var q = 0.0;
+        for (var j = t; j < dim; j += 64u) { let v = bitcast<f32>(A[x + j]); q += v * v; }
+        rred[t] = q;
+        workgroupBarrier();
+        for (var s = 32u; s > 0u; s >>= 1u) {
+            if (t < s) { rred[t] += rred[t + s]; }
+            workgroupBarrier();
+        }
+        inv = inverseSqrt(rred[0] / f32(dim) + PF(select(33u, 35u, second)));
+        nw = P(select(32u, 34u, second));
+    }
+    var osc = 1.0;
+    if (!second && P(36u) != 0u) { osc = PF(36u); }
     let nd = P(6u);
-    for (var j = nd + t; j < dim; j += 64u) { A[o + j] = A[x + j]; }
+    for (var j = nd + t; j < dim; j += 64u) { A[o + j] = bitcast<u32>(xin(x, j, inv, nw) * osc); }
     let pos = f32(bitcast<i32>(A[P(5u) + row]));
     let ndf = f32(nd);
     let base = PF(8u); let fs = PF(9u); let ext = PF(10u);
@@ -1258,9 +1286,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let c = cos(theta) * mscale; let s = sin(theta) * mscale;
         var i0 = 2u * i; var i1 = 2u * i + 1u;
         if (P(7u) != 0u) { i0 = i; i1 = i + nd / 2u; }
-        let x0 = bitcast<f32>(A[x + i0]); let x1 = bitcast<f32>(A[x + i1]);
-        A[o + i0] = bitcast<u32>(x0 * c - x1 * s);
-        A[o + i1] = bitcast<u32>(x0 * s + x1 * c);
+        let x0 = xin(x, i0, inv, nw); let x1 = xin(x, i1, inv, nw);
+        A[o + i0] = bitcast<u32>((x0 * c - x1 * s) * osc);
+        A[o + i1] = bitcast<u32>((x0 * s + x1 * c) * osc);
     }
 {KEYS}}
 """

@@ -238,6 +238,7 @@ def _choose_backend(gguf, device: str, manager, ops: set, threads: int | None):
         s.name for s in sorted(manager.backends.values(), key=lambda s: (-s.priority, s.name)) if not s.placeholder
     ]  # fmt: skip
     reasons = []
+    emulated = []  # passed over as choose_backend does, without a note on every run
     for name in names:
         try:
             backend, notes = choose_backend(gguf, name, manager, **options)
@@ -246,6 +247,13 @@ def _choose_backend(gguf, device: str, manager, ops: set, threads: int | None):
                 raise
             reasons.append(str(e))
             continue
+        if device == "auto" and backend.probe().software:
+            # as cera.engine.choose_backend under "auto": an emulated GPU (lavapipe) is
+            # slower than the CPU backend; it runs only when asked for by name
+            emulated.append(f"{name}: {backend.probe().device} computes on the CPU (software emulation); "
+                            "ask for it by name to use it")  # fmt: skip
+            backend.close()
+            continue
         missing = backend.missing_ops(ops)
         if not missing:
             return backend, reasons + notes
@@ -253,7 +261,8 @@ def _choose_backend(gguf, device: str, manager, ops: set, threads: int | None):
         reasons.append(f"backend {name!r} lacks ops {missing} that Whisper uses")
         if device != "auto":
             raise BackendUnavailable(reasons[-1])
-    raise BackendUnavailable("no installed backend can run Whisper: " + "; ".join(reasons or ["none is installed"]))
+    why = reasons + emulated
+    raise BackendUnavailable("no installed backend can run Whisper: " + "; ".join(why or ["none is installed"]))
 
 
 class WhisperModel:

@@ -138,7 +138,7 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
                 continue
             total = sum(k["ns"] for k in ks)
             click.echo(f"kernels of {what} ({sum(k['count'] for k in ks)} dispatches, {total / 1e3:.1f} us on the device, "
-                       f"each timed in a pass of its own):")  # fmt: skip
+                       f"timestamps between the dispatches, which add to each):")  # fmt: skip
             for k in ks:
                 click.echo(f"  {k['kernel']:28s} {k['count']:5d} x {k['ns'] / 1e3:10.1f} us  {100 * k['ns'] / max(total, 1):5.1f} %")
 
