@@ -22,8 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
 CLIP = REPO / "tests" / "audio_whisper" / "data" / "long.flac"
 SPOKEN = (
@@ -63,13 +61,13 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
+    from cera_audio_whisper.default import model_path
+    from cera_audio_whisper.model import WhisperModel
+    from cera_audio_whisper.transcribe import TranscribeOptions, Transcription
     from faster_whisper import WhisperModel as FwModel
 
     from cera import bundles
     from cera.audio import read_audio
-    from cera_audio_whisper.default import model_path
-    from cera_audio_whisper.model import WhisperModel
-    from cera_audio_whisper.transcribe import TranscribeOptions, Transcription
 
     audio = read_audio(a.audio, 16000).samples
     duration = len(audio) / 16000
@@ -84,11 +82,11 @@ def main(argv=None):
             for decoding in a.decoding.split(","):
                 beam = 1 if decoding == "greedy" else 5
 
-                def run_cera():
+                def run_cera(cera_model=cera_model, beam=beam):
                     segs = list(Transcription(cera_model, audio, TranscribeOptions(language="en", beam_size=beam)))
                     return "".join(s.text for s in segs)
 
-                def run_fw():
+                def run_fw(fw=fw, beam=beam):
                     segs, _ = fw.transcribe(audio, language="en", beam_size=beam)
                     return "".join(s.text for s in segs)
 

@@ -305,10 +305,9 @@ def main() -> None:
     t_start = time.perf_counter()
     ctx = gpu.context(args.device_index)
     wgpu = ctx.wgpu
-    # "auto" is unit-f4 or workgroup-1pass by the shape (compile.auto_unit): nothing of its own
-    variants = [v for v in args.variants.split(",") if v] or [v for v in ROW_KERNELS if v != "auto"]
+    variants = [v for v in args.variants.split(",") if v] or list(ROW_KERNELS)
     for v in variants:
-        if v not in ROW_KERNELS or v == "auto":
+        if v not in ROW_KERNELS:
             sys.exit(f"unknown variant {v!r}; known: {', '.join(ROW_KERNELS)}")
     reps = args.reps or (4 if args.quick else 64)
     trials = args.trials or (1 if args.quick else 5)

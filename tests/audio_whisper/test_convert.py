@@ -8,12 +8,12 @@ import json
 import struct
 
 import pytest
+from cera_audio_whisper.convert import convert
+from cera_audio_whisper.ct2 import SourceModelError
 
 from cera import bundles
 from cera.gguf import GGUFFile
 from cera.tokenizer import Tokenizer
-from cera_audio_whisper.convert import convert
-from cera_audio_whisper.ct2 import SourceModelError
 
 
 @pytest.fixture(scope="module")

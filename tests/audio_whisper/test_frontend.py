@@ -7,9 +7,8 @@ import importlib.util
 
 import numpy as np
 import pytest
-from whisper_helpers import DATA, clip
-
 from cera_audio_whisper import mel
+from whisper_helpers import DATA, clip
 
 # Same window, FFT and filterbank: the features agree to float32 rounding (measured: 0).
 TOLERANCE = 1e-5

@@ -12,9 +12,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-
 from cera_audio_whisper.transcribe import TranscribeOptions, Transcription
-
 from whisper_helpers import clip, edit_distance, words
 
 FAST_CLIPS = ["fox", "numbers", "silence"]
@@ -87,8 +85,8 @@ def test_beam5_close_to_faster_whisper_slow(tiny_f32, base_f32, reference, name)
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["german", "french", "spanish", "fox"])
 def test_language_detection_base(base_f32, reference, name):
-    from cera_audio_whisper.transcribe import detect_language
     from cera_audio_whisper import mel
+    from cera_audio_whisper.transcribe import detect_language
 
     ref = reference["models"]["faster-whisper-base"]["language"][name]
     state = base_f32.new_state(1)

@@ -47,7 +47,6 @@ def test_tiled_products(case):
 @pytest.mark.parametrize(
     "kernel",
     [
-        "auto",
         "unit",
         "unit-f1",
         "unit-f4",
@@ -79,7 +78,7 @@ def test_row_kernels(case, kernel):
 
 @needs_vulkan
 @pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
-@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "unit", "auto"])
+@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "unit"])
 def test_tiny_family(vulkan, path, row_kernel):
     from cera.engine import model_ops, read_model
     from cera.errors import CeraError

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import tiny_hf
 
 PROMPT = "The three primary colours are"

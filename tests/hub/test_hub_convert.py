@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import tiny_hf
+
 from cera import hub as H
 from cera.convert import ConversionError, convert_folder, quantize_gguf
 from cera.errors import ModelNotFound
@@ -266,7 +266,7 @@ for i in range(2):
 tiny_hf.write_safetensors(src / "model-00002-of-00002.safetensors", t)
 """
 
-CONVERT_MEASURED = """
+CONVERT_MEASURED = r"""
 import json, re, sys
 from pathlib import Path
 import numpy as np

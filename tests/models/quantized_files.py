@@ -95,9 +95,10 @@ def _type_for(name: str, shape: tuple[int, ...], weights: str, embd: str) -> str
 
 def make(name: str, dest: Path | None = None) -> Path:
     """The file for one entry of FILES, made if the cache lacks it."""
-    from cera.bundles import fetch_file
     from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
     from gguf.quants import dequantize
+
+    from cera.bundles import fetch_file
 
     weights, embd = FILES[name]
     path = dest or cache_dir() / f"smollm2-135m-{name.lower()}.gguf"

@@ -49,7 +49,6 @@ MAX_GRID = 65535
 # "subgroup-blk": wgsl.matvec_blk, a subgroup per feature, each lane decoding 32 columns
 # at once with whole-word loads (K a multiple of 32; else "subgroup");
 ROW_KERNELS = {
-    "auto": 0,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -68,17 +67,9 @@ ROW_KERNELS = {
 # weights a lane a step with x in 16-byte loads (with subgroups, for single products and
 # gate/up; else, and for Q/K/V in one dispatch, "workgroup-1pass")
 UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4}
-
-
-# "auto" (the GPUs' default): "unit-f4" for the wide products, "workgroup-1pass" for the
-# rest. On the H200's sweep (benchmarks/README.md) unit-f4 took the output products
-# (N 49152-262144) and Qwen 1.5B's gate/up (K 1536, N 2 x 8960) in 0.25-0.8 of
-# workgroup-1pass's time, except SmolLM2's output (K 576, too few units a lane), and lost
-# every product of fewer than 8192 features or rows of more than 2048 values
-def auto_unit(K: int, N: int) -> bool:
-    return K >= 640 and (N >= 65536 or (N >= 8192 and K <= 2048))
-
-
+# They won the H200 sweep's wide products (the outputs, Qwen 1.5B's gate/up: 0.25-0.8 of
+# workgroup-1pass's time, each shape alone) but not the whole token there (Qwen 1.5B
+# 4.77 against 4.54 ms with unit-f4 on those products only): not the default
 # "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a
 # workgroup; "-v4": Q4_K weights read with 16-byte loads through a second, vec4 binding
 BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8, "subgroup-blk-v4": 0, "subgroup-blk16-v4": 16}
@@ -475,13 +466,12 @@ class VulkanExecutable(Executable):
     @property
     def _row_kernel(self) -> tuple[str, str]:
         """The few-row kernel (ROW_KERNELS): the backend's ``row_kernel``, else
-        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and "auto" on
-        GPUs (workgroup-1pass, which gave the H200 the fastest decode step of the four
-        real files' layouts among the single kernels, with unit-f4 for the wide products:
-        auto_unit; benchmarks/README.md); (family, variant)."""
+        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and
+        "workgroup-1pass" on GPUs (on the H200 the fastest decode step of the four real
+        files' layouts among the kernels, benchmarks/README.md); (family, variant)."""
         name = self.backend.row_kernel or os.environ.get("CERA_VULKAN_ROW_KERNEL", "").strip() or None
         if name is None:
-            name = "subgroup" if self.ctx.software else "auto"
+            name = "subgroup" if self.ctx.software else "workgroup-1pass"
         if name not in ROW_KERNELS:
             raise UnsupportedOperation(f"backend 'vulkan': row kernel {name!r} is not one of {', '.join(ROW_KERNELS)}")
         return name.partition("-")[0], name
@@ -499,8 +489,7 @@ class VulkanExecutable(Executable):
         values at x_off, xs apart) by N features under the row kernel, 0 where it does
         not apply: no subgroups, or x (or the fused norm's weight) not at a multiple of 4
         values."""
-        name = self._row_kernel[1]
-        F = 4 if name == "auto" and auto_unit(K, N) else UNIT_FEATS.get(name, 0)
+        F = UNIT_FEATS.get(self._row_kernel[1], 0)
         if not F or not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
             return 0
         norm = getattr(self, "_norm_now", None)
@@ -543,7 +532,7 @@ class VulkanExecutable(Executable):
     def _mv_onepass(self) -> bool:
         """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
         family, name = self._row_kernel
-        return (name in ("workgroup-1pass", "auto") or family == "unit") and bool(self.ctx.subgroups)
+        return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 
     @staticmethod
     def _mv_feats(R: int) -> int:

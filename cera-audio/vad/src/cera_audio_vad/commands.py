@@ -11,7 +11,6 @@ import math
 
 import click
 
-
 # SegmentParams field -> the flag that sets it
 _FLAGS = {
     "min_silence_at_max_speech_ms": "--min-silence-at-max-speech-ms",

@@ -1,5 +1,8 @@
 """Extract the JSON Schema test cases of llama.cpp's tests/test-json-schema-to-grammar.cpp."""
-import json, re, sys
+import json
+import re
+import sys
+
 src = open(sys.argv[1]).read()
 cases = []
 for m in re.finditer(r'test\(\{\s*(SUCCESS|FAILURE),\s*"([^"]*)",\s*R"""\((.*?)\)"""', src, re.S):
