@@ -64,10 +64,11 @@ fi
 export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
-# quick: no CPU backend (its C build takes most of a minute there)
-CPU_PKG=$([ "$MODE" = quick ] || echo "-e ./cera-backend-cpu")
+# quick: no CPU backend (its C build takes most of a minute there) unless CPU=1; EXTRA:
+# more distributions to install (e.g. "-e ./cera-audio/whisper")
+CPU_PKG=$([ "$MODE" = quick ] && [ -z "${CPU:-}" ] || echo "-e ./cera-backend-cpu")
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e ./cera-core $CPU_PKG -e ./cera-backend-vulkan \
-    $(for d in cera-models/*/; do [ -f "$d/pyproject.toml" ] && printf -- "-e ./%s " "$d"; done) -e ./cera-cli >/tmp/pip.log 2>&1 || { tail -30 /tmp/pip.log; exit 1; }
+    $(for d in cera-models/*/; do [ -f "$d/pyproject.toml" ] && printf -- "-e ./%s " "$d"; done) -e ./cera-cli ${EXTRA:-} >/tmp/pip.log 2>&1 || { tail -30 /tmp/pip.log; exit 1; }
 stamp "installed"
 
 # the real SmolLM2 file, where cera's bundle cache looks for it (the stamp is re-checked
