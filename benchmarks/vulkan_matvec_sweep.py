@@ -3,7 +3,7 @@ shape of the four real files, timed on the adapter: GB/s of weight bytes per var
 shape, and the best variant per shape.
 
     python benchmarks/vulkan_matvec_sweep.py [--variants workgroup,subgroup-x4] [--rows 1]
-        [--reps 64] [--min-mb 256] [--check] [--quick] [--json OUT]
+        [--reps 64] [--min-mb 256] [--check] [--quick] [--norm] [--json OUT]
 
 Each (variant, shape) is one compute pass of ``--reps`` dispatches of that kernel, each
 reading another copy of the weights (copies cycled so that together they exceed
@@ -22,6 +22,9 @@ dequantized weights (relative error printed, 1e-4 expected).
 
 ``--quick``: a few small shapes, few repetitions, for a software adapter (lavapipe), to
 check the script and the kernels; its figures mean nothing.
+
+``--norm``: the kernels with x's rms_norm fused in (the norm weight in the arena), as a
+decode step runs the products that follow a norm (gate/up, Q/K/V, the output).
 
 Variants are the backend's row kernels (cera_backend_vulkan.compile.ROW_KERNELS): the
 backend picks one with ``CERA_VULKAN_ROW_KERNEL=<name>`` (or ``VulkanBackend.row_kernel``).
@@ -87,6 +90,10 @@ QUICK_SHAPES = [
 ]
 
 
+NORM = False  # --norm: the kernels with an rms_norm of x fused in (weight in the arena)
+EPS = 1e-6
+
+
 def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
     """(pipeline, layout, features per workgroup) of a row-kernel variant, as
     compile.VulkanExecutable._products builds it."""
@@ -103,8 +110,8 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
 
         F = UNIT_FEATS[variant]
         per = F * (wgsl.MV_WG // ctx.subgroup_size)
-        key = ("sweep", "matvec_unit", types, kind, R, per, F)
-        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, False), n_b, ro)
+        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM)
+        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM), n_b, ro)
         return pipe, layout, per
     if variant.startswith("subgroup"):
         if not ctx.subgroups:
@@ -116,24 +123,24 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
                 per = wgsl.MV_WG // lanes
             vec = variant.endswith("-v4")
             n_v = sum(wgsl.vec_view(t) for t in types) if vec else 0
-            key = ("sweep", "matvec_blk", types, kind, R, per, lanes, vec)
+            key = ("sweep", "matvec_blk", types, kind, R, per, lanes, vec, NORM)
             pipe, layout = ctx.pipeline(
                 key,
-                lambda: wgsl.matvec_blk(types, kind, R, per, False, lanes, vec=vec),
+                lambda: wgsl.matvec_blk(types, kind, R, per, NORM, lanes, vec=vec),
                 n_b + n_v,
                 tuple(range(2, n_b + n_v)),
             )
             return pipe, layout, per
-        key = ("sweep", "matvec_sg", types, kind, R, per, span)
-        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_sg(types, kind, True, R, per, False, span), n_b, ro)
+        key = ("sweep", "matvec_sg", types, kind, R, per, span, NORM)
+        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_sg(types, kind, True, R, per, NORM, span), n_b, ro)
         return pipe, layout, per
     F = VulkanExecutable._mv_feats(R)
     one = variant == "workgroup-1pass"
     if one and not ctx.subgroups:
         return None
     sg = ctx.subgroups
-    key = ("sweep", "matvec", types, kind, R, sg, F, one)
-    pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec(types, kind, sg, R, False, F, one), n_b, ro)
+    key = ("sweep", "matvec", types, kind, R, sg, F, one, NORM)
+    pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec(types, kind, sg, R, NORM, F, one), n_b, ro)
     return pipe, layout, F
 
 
@@ -162,15 +169,22 @@ class Case:
             self.buffers.append(bufs)
         self.x = rng.standard_normal((max(R, 3), K)).astype(np.float32)
         self.y_off = max(R, 3) * K
-        self.arena_words = self.y_off + max(R, 3) * N + 16
+        # --norm: the rms_norm weight after y (at a multiple of 4 values, as the unit kernel needs)
+        self.nw_off = -(-(self.y_off + max(R, 3) * N) // 4) * 4
+        self.nw = rng.uniform(0.5, 1.5, K).astype(np.float32)
+        self.arena_words = self.nw_off + K + 16
         self.arena = ctx.buffer(self.arena_words * 4)
         ctx.queue.write_buffer(self.arena, 0, np.ascontiguousarray(self.x))
+        ctx.queue.write_buffer(self.arena, self.nw_off * 4, self.nw)
 
     def params(self, M: int) -> np.ndarray:
         p = np.zeros(64, np.uint32)
         # K, N, M, x offset, x row stride, y offset, y row stride, bias, residual,
         # residual stride, first feature, row bytes, second row bytes
         p[:13] = [self.K, self.N, M, 0, self.K, self.y_off, self.N, 0, 0, 0, 0, self.row_bytes, self.row_bytes]
+        if NORM:  # the norm weight's offset + 1, eps
+            p[13] = self.nw_off + 1
+            p[14] = np.float32(EPS).view(np.uint32)
         return p
 
     def bind_groups(self, layout, params_buf, vec: bool = False):
@@ -202,9 +216,12 @@ class Case:
         from gguf.quants import dequantize
 
         ys = []
+        x = self.x[0].astype(np.float64)
+        if NORM:
+            x = x / np.sqrt(np.mean(x * x) + EPS) * self.nw
         for h in self.host:
             w = dequantize(h.reshape(-1), GGMLQuantizationType[self.t]).reshape(self.N, self.K)
-            ys.append(w.astype(np.float64) @ self.x[0].astype(np.float64))
+            ys.append(w.astype(np.float64) @ x)
         if self.glu:
             g, u = ys
             return g / (1.0 + np.exp(-g)) * u
@@ -288,6 +305,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default="", help="comma-separated (default: all of compile.ROW_KERNELS)")
     ap.add_argument("--rows", type=int, default=1, help="activation rows M (decode: 1)")
+    ap.add_argument("--norm", action="store_true",
+                    help="with the rms_norm of x fused in, as a decode step runs gate/up and the output")
     ap.add_argument("--reps", type=int, default=0, help="dispatches per timed pass (default 64; 4 with --quick)")
     ap.add_argument("--trials", type=int, default=0, help="timed passes per case (default 5; 1 with --quick)")
     ap.add_argument("--min-mb", type=int, default=0, help="weight copies cycled: at least this many MB")
@@ -297,6 +316,8 @@ def main() -> None:
     ap.add_argument("--device-index", type=int, default=0)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
+    global NORM
+    NORM = args.norm
 
     from cera_backend_vulkan import device as gpu
     from cera_backend_vulkan.compile import ROW_KERNELS, VulkanExecutable
