@@ -305,8 +305,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default="", help="comma-separated (default: all of compile.ROW_KERNELS)")
     ap.add_argument("--rows", type=int, default=1, help="activation rows M (decode: 1)")
-    ap.add_argument("--norm", action="store_true",
-                    help="with the rms_norm of x fused in, as a decode step runs gate/up and the output")
+    ap.add_argument(
+        "--norm",
+        action="store_true",
+        help="with the rms_norm of x fused in, as a decode step runs gate/up and the output",
+    )
     ap.add_argument("--reps", type=int, default=0, help="dispatches per timed pass (default 64; 4 with --quick)")
     ap.add_argument("--trials", type=int, default=0, help="timed passes per case (default 5; 1 with --quick)")
     ap.add_argument("--min-mb", type=int, default=0, help="weight copies cycled: at least this many MB")
