@@ -32,6 +32,10 @@ def main() -> None:
             engine = CeraEngine(path, args.threads, device=args.device)
         else:
             engine = LlamaCppEngine(path, args.threads, gpu=args.device != "cpu")
+            if path == args.models[0]:  # its device as it reports it (matrix cores or not: prompt speed)
+                for line in engine.load_log.splitlines():
+                    if line.startswith("ggml_vulkan:") or "matrix cores" in line:
+                        print(f"llama.cpp {line.strip()}", flush=True)
         name = path.rsplit("/", 1)[-1]
         for test in tests:
             prefix, ids = test_ids(args.seed, name, test, engine.n_vocab)

@@ -166,7 +166,8 @@ fi
 stamp "decode split done"
 (cd benchmarks && CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 200 python3 bench_models_one.py cera --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
 if [ "$(cat /tmp/llama.rc 2>/dev/null)" = 0 ]; then
-    (cd benchmarks && PYTHONPATH=/tmp/llama:/tmp/site timeout 150 python3 bench_models_one.py llama.cpp --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1 | grep -E "tok/s|rror"
+    # with llama.cpp's Vulkan device line (matrix cores / coopmat: its prompt speed depends on them)
+    (cd benchmarks && PYTHONPATH=/tmp/llama:/tmp/site timeout 150 python3 bench_models_one.py llama.cpp --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1 | grep -E "tok/s|rror|ggml_vulkan|coopmat|matrix cores"
 fi
 # the per-kernel profile of one decoded token (timestamp queries; each dispatch in a pass of its own)
 # (and of a prompt pass of 512 tokens)
