@@ -484,11 +484,10 @@ class VulkanExecutable(Executable):
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
-    def _unit(self, x_off: int, xs: int, K: int, N: int) -> int:
+    def _unit(self, x_off: int, xs: int, K: int) -> int:
         """Features a subgroup of wgsl.matvec_unit computes for a product of x (rows of K
-        values at x_off, xs apart) by N features under the row kernel, 0 where it does
-        not apply: no subgroups, or x (or the fused norm's weight) not at a multiple of 4
-        values."""
+        values at x_off, xs apart) under the row kernel, 0 where it does not apply: no
+        subgroups, or x (or the fused norm's weight) not at a multiple of 4 values."""
         F = UNIT_FEATS.get(self._row_kernel[1], 0)
         if not F or not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
             return 0
@@ -616,7 +615,7 @@ class VulkanExecutable(Executable):
                                lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
                                params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                UF = self._unit(self.off(x), xs, K, N)
+                UF = self._unit(self.off(x), xs, K)
                 if UF:
                     per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
                     self._emit(("matvec_unit", types, kind, R, per, UF, fuse), lambda R=R, per=per, UF=UF: wgsl.matvec_unit(types, kind, R, per, UF, fuse),
@@ -672,7 +671,7 @@ class VulkanExecutable(Executable):
                            lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
                            params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
                 continue
-            UF = self._unit(x_off, xs, K, N)
+            UF = self._unit(x_off, xs, K)
             if UF:
                 per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
                 self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse),
