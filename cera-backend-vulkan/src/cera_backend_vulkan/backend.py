@@ -1,7 +1,7 @@
 """The Vulkan backend: `cera.backend.Backend` on a GPU through wgpu (Vulkan, Metal, DX12).
 
 - Weights are uploaded once, in their GGUF block layout (no dequantized copies); the WGSL
-  kernels decode the blocks as they read them (wgsl.py).
+  kernels decode the blocks as they read them (wgsl/blocks.py).
 - The state (`VulkanState`) keeps each layer's KV cache on the device ([slot, kv head,
   cell, dim], f16 or f32) with the cells' positions, and the recurrent state and
   cross-attention memories ([slot, row, kv head, dim], f32) too; the host keeps the

@@ -529,7 +529,7 @@ class VulkanExecutable(Executable):
 
     @property
     def _mv_onepass(self) -> bool:
-        """The workgroup kernel's sums all at once (wgsl._reduce_onepass)."""
+        """The workgroup kernel's sums all at once (wgsl.products._reduce_onepass)."""
         family, name = self._row_kernel
         return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 

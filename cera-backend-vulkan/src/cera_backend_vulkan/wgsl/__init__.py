@@ -1,0 +1,123 @@
+"""WGSL source of the kernels, generated per variant (tensor type, head size, ...).
+
+Conventions shared by every kernel (compile.py relies on them):
+
+- binding 0 is the dispatch's parameters, a uniform block of up to 64 32-bit words read
+  with ``P(i)`` (u32), ``PI(i)`` (i32) and ``PF(i)`` (f32); a dispatch's parameters are
+  fixed when the graph is compiled, so nothing is written per dispatch at run time;
+- binding 1 is the executable's arena: every activation, the graph's inputs (token ids,
+  positions) and the per-run table of sequences (slots, starts, first rows, lengths)
+  live in it, at element offsets given in the parameters. A kernel declares it as
+  ``array<f32>`` or, when it also moves integers, ``array<u32>`` (floats through
+  ``bitcast``), so integer data never passes through float arithmetic;
+- further bindings are weights (``array<u32>``: the GGUF bytes as they are in the file,
+  read with the unaligned loads of blocks.py), the KV cache of a state, its cell positions, its
+  recurrent state or its cross-attention memories.
+
+Weights are read in their GGUF block layout. Every type is decoded by one function,
+``dq8_<W>(row_byte_offset, g) -> V8``, giving elements 8g..8g+7 of a row: all block sizes
+are multiples of 8, so products, row gathers and tiles all go through that one function.
+
+A module per kind of kernel, every name re-exported here (``wgsl.matvec``...): common
+(parameters, arena, helpers), blocks (the decoders), products (row and tiled kernels),
+products_unit and products_blk (row-kernel variants), pointwise (element-wise ops,
+norms), rows (embeddings, softmax, argmax/top-k, gathers), attention (rope, cache stores,
+attention), hybrid (short convolutions, the SSM scan, experts), encdec (Whisper's).
+"""
+
+from __future__ import annotations
+
+from .attention import ATT_WG, ROPE_BODY, attention, attention_lanes, kv_store, rope, rope_kv
+from .blocks import BLOCKS, DQ8, IQ4NL_TABLE, KSCALE, READERS, WEIGHT_BINDING, row_bytes, weight_lib
+from .common import ACTIVATIONS, ARENA_F32, ARENA_U32, GRID, HEADER, SEQ_FN, WG
+from .encdec import im2col, store_cross
+from .hybrid import CONV_MAX, conv_causal, moe_down, moe_logits, moe_route, moe_up, ssm_scan
+from .pointwise import NORM_WG, elementwise, norm
+from .products import MV_ROWS, MV_WG, SEG_BASE, TK, TM, TN, matmul, matvec, matvec_segments, matvec_sg
+from .products_blk import BYTES4, DQ32, DQ32_GENERIC, DQ32_VEC, V32, WIN8, dq32_lib, matvec_blk, vec_bindings, vec_view
+from .products_unit import UNIT_DECODERS, UNIT_GENERIC, UNIT_LAYOUT, UNIT_XOFF, matvec_unit, unit_layout
+from .rows import (
+    SELECT_WG,
+    embedding,
+    embedding_dense,
+    gather,
+    select_combine,
+    select_partial,
+    select_top,
+    seq_mean,
+    softmax,
+    upcast,
+)
+
+__all__ = [
+    "HEADER",
+    "ARENA_F32",
+    "ARENA_U32",
+    "GRID",
+    "ACTIVATIONS",
+    "SEQ_FN",
+    "WEIGHT_BINDING",
+    "READERS",
+    "DQ8",
+    "KSCALE",
+    "IQ4NL_TABLE",
+    "BLOCKS",
+    "weight_lib",
+    "row_bytes",
+    "MV_ROWS",
+    "MV_WG",
+    "matvec",
+    "SEG_BASE",
+    "matvec_segments",
+    "matvec_sg",
+    "TM",
+    "TN",
+    "TK",
+    "matmul",
+    "UNIT_LAYOUT",
+    "UNIT_XOFF",
+    "UNIT_DECODERS",
+    "UNIT_GENERIC",
+    "unit_layout",
+    "matvec_unit",
+    "V32",
+    "WIN8",
+    "BYTES4",
+    "DQ32",
+    "DQ32_GENERIC",
+    "DQ32_VEC",
+    "vec_view",
+    "dq32_lib",
+    "vec_bindings",
+    "matvec_blk",
+    "elementwise",
+    "NORM_WG",
+    "norm",
+    "WG",
+    "embedding",
+    "softmax",
+    "select_top",
+    "SELECT_WG",
+    "select_partial",
+    "select_combine",
+    "gather",
+    "seq_mean",
+    "embedding_dense",
+    "upcast",
+    "ROPE_BODY",
+    "rope",
+    "rope_kv",
+    "kv_store",
+    "attention",
+    "ATT_WG",
+    "attention_lanes",
+    "CONV_MAX",
+    "conv_causal",
+    "moe_logits",
+    "moe_route",
+    "moe_up",
+    "moe_down",
+    "ssm_scan",
+    "im2col",
+    "store_cross",
+]

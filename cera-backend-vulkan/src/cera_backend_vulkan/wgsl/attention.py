@@ -1,0 +1,567 @@
+"""Rotations, the KV cache's stores, and attention over the cache or this pass's rows."""
+
+from __future__ import annotations
+
+from .common import ARENA_U32, GRID, HEADER, SEQ_FN
+
+ROPE_BODY = """
+fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
+    return n_dims * log(n_orig / (beta * 6.283185307179586)) / (2.0 * log(base));
+}
+var<workgroup> rred: array<f32, 64>;
+fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {
+    var v = bitcast<f32>(A[x + j]);
+    if (inv != 1.0) { v *= inv; }
+    if (nw != 0u) { v *= bitcast<f32>(A[nw - 1u + j]); }
+    return v;
+}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    // a second tensor (the keys, after the queries) may share the dispatch: P 16 the
+    // first tensor's rows x heads, 17 the second's heads, 18/19 its input/output offsets
+    var rh = wg_linear(wid, nwg);
+{TAIL}    if (rh >= P(0u)) { return; }
+    let dim = P(2u);
+    var row = rh / P(1u);
+    var x = P(3u) + rh * dim;
+    var o = P(4u) + rh * dim;
+    var second = false;
+    if (rh >= P(16u)) {
+        rh -= P(16u);
+        row = rh / P(17u);
+        x = P(18u) + rh * dim;
+        o = P(19u) + rh * dim;
+        second = true;
+    }
+    // an rms_norm of the row first (P 37 bit 1: the first tensor's rows, bit 2: the
+    // second's; P 32/34 weight + 1, 33/35 eps), a scale of the first tensor's output
+    // after (P 36, f32 bits; 0: none)
+    var inv = 1.0;
+    var nw = 0u;
+    if ((P(37u) & select(1u, 2u, second)) != 0u) {
+        var q = 0.0;
+        for (var j = t; j < dim; j += 64u) { let v = bitcast<f32>(A[x + j]); q += v * v; }
+        rred[t] = q;
+        workgroupBarrier();
+        for (var s = 32u; s > 0u; s >>= 1u) {
+            if (t < s) { rred[t] += rred[t + s]; }
+            workgroupBarrier();
+        }
+        inv = inverseSqrt(rred[0] / f32(dim) + PF(select(33u, 35u, second)));
+        nw = P(select(32u, 34u, second));
+    }
+    var osc = 1.0;
+    if (!second && P(36u) != 0u) { osc = PF(36u); }
+    let nd = P(6u);
+    for (var j = nd + t; j < dim; j += 64u) { A[o + j] = bitcast<u32>(xin(x, j, inv, nw) * osc); }
+    let pos = f32(bitcast<i32>(A[P(5u) + row]));
+    let ndf = f32(nd);
+    let base = PF(8u); let fs = PF(9u); let ext = PF(10u);
+    var mscale = PF(11u);
+    var low = 0.0; var high = 0.0;
+    if (ext != 0.0) {
+        low = max(0.0, floor(corr_dim(PF(12u), ndf, f32(P(14u)), base)));
+        high = min(ndf - 1.0, ceil(corr_dim(PF(13u), ndf, f32(P(14u)), base)));
+        mscale *= 1.0 + 0.1 * log(1.0 / fs);
+    }
+    for (var i = t; i < nd / 2u; i += 64u) {
+        var ff = 1.0;
+        if (P(15u) != 0u) { ff = bitcast<f32>(A[P(15u) - 1u + i]); }
+        let extrap = pos * pow(base, -2.0 * f32(i) / ndf) / ff;
+        var theta = fs * extrap;
+        if (ext != 0.0) {
+            let ramp = 1.0 - clamp((f32(i) - low) / max(0.001, high - low), 0.0, 1.0);
+            let mix = ramp * ext;
+            theta = theta * (1.0 - mix) + extrap * mix;
+        }
+        let c = cos(theta) * mscale; let s = sin(theta) * mscale;
+        var i0 = 2u * i; var i1 = 2u * i + 1u;
+        if (P(7u) != 0u) { i0 = i; i1 = i + nd / 2u; }
+        let x0 = xin(x, i0, inv, nw); let x1 = xin(x, i1, inv, nw);
+        A[o + i0] = bitcast<u32>((x0 * c - x1 * s) * osc);
+        A[o + i1] = bitcast<u32>((x0 * s + x1 * c) * osc);
+    }
+{KEYS}}
+"""
+
+
+def rope() -> str:
+    """Rotary embedding of x [n, heads, dim]: a thread per rotated pair. P: 0 n*heads,
+    1 heads, 2 dim, 3 x offset, 4 out offset, 5 positions offset, 6 n_dims, 7 neox,
+    8 base, 9 freq_scale, 10 ext_factor, 11 attn_factor, 12 beta_fast, 13 beta_slow,
+    14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied."""
+    return HEADER + ARENA_U32 + GRID + ROPE_BODY.replace("{TAIL}", "").replace("{KEYS}", "")
+
+
+# The per-run sequence table in the arena (compile.py writes it): at P(seq) offset,
+# n_seq entries each of slots, starts, first rows, row counts.
+def _kv_stores(kv_f16: bool) -> tuple[str, str, str]:
+    """kv_store's two stores (of element e of (row r, kv head h), ``nh`` kv heads, ``base``
+    the cell's row of the cache; the parameters at P(KVP + i), KVP set by the kernel)
+    and the loop step."""
+    if kv_f16:
+        store_k = "K[base * (dk / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(KVP + 4u) + (r * nh + h) * dk + e]), bitcast<f32>(A[P(KVP + 4u) + (r * nh + h) * dk + e + 1u])));"
+        store_v = "V[base * (dv / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(KVP + 5u) + (r * nh + h) * dv + e]), bitcast<f32>(A[P(KVP + 5u) + (r * nh + h) * dv + e + 1u])));"
+        return store_k, store_v, "2u"
+    store_k = "K[base * dk + e] = A[P(KVP + 4u) + (r * nh + h) * dk + e];"
+    store_v = "V[base * dv + e] = A[P(KVP + 5u) + (r * nh + h) * dv + e];"
+    return store_k, store_v, "1u"
+
+
+def _kv_cell(kvp: int) -> str:
+    """The cache row ``base`` of (row r, kv head h) and the sizes, for _kv_stores."""
+    return f"""        let KVP = {kvp}u;
+        let nh = P(KVP + 1u);
+        let seq = P(KVP + 7u); let n_seq = P(KVP + 8u);
+        let sq = seq_of(r, seq, n_seq);
+        let slot = A[seq + sq]; let start = A[seq + n_seq + sq]; let r0 = A[seq + 2u * n_seq + sq];
+        let cell = start + r - r0;
+        let cap = P(KVP + 6u);
+        let base = (slot * nh + h) * cap + cell % cap;
+        let dk = P(KVP + 2u); let dv = P(KVP + 3u);
+"""
+
+
+def rope_kv(kv_f16: bool) -> str:
+    """`rope` of a layer's queries and keys (a pair, P 0..19 as `rope`) with `kv_store`
+    folded in (its parameters at P 20..31): the keys' workgroups also write their rotated
+    row into the cache (after a storage barrier: it reads back the row its threads
+    wrote), and n x kv heads more workgroups after the rotations write the values (and
+    the cells' positions). One dispatch instead of two a layer."""
+    store_k, store_v, step = _kv_stores(kv_f16)
+    tail = f"""    let total = P(0u);
+    if (rh >= total) {{
+        // the values of (row r, kv head h)
+        let vh = rh - total;
+        if (vh >= P(20u) * P(21u)) {{ return; }}
+        let r = vh / P(21u); let h = vh % P(21u);
+{_kv_cell(20)}        for (var e = t * {step}; e < dv; e += 64u * {step}) {{ {store_v} }}
+        if (P(31u) != 0u && h == 0u && t == 0u) {{
+            POS[slot * P(30u) + cell] = bitcast<i32>(A[P(29u) + r]);
+        }}
+        return;
+    }}
+"""
+    keys = f"""    if (second) {{
+        storageBarrier();
+        let r = row; let h = rh % P(17u);
+{_kv_cell(20)}        for (var e = t * {step}; e < dk; e += 64u * {step}) {{ {store_k} }}
+    }}
+"""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+"""
+        + ROPE_BODY.replace("{TAIL}", tail).replace("{KEYS}", keys)
+    )
+
+
+def kv_store(kv_f16: bool) -> str:
+    """Write this pass's keys and values into each sequence's cells of the cache (and the
+    cells' positions). A thread per (row, kv head, element). P: 0 rows, 1 kv heads, 2 dk,
+    3 dv, 4 k offset, 5 v offset, 6 capacity, 7 seq table offset, 8 n_seq, 9 positions
+    offset, 10 n_ctx, 11 write positions (1: this is the pass's first cache)."""
+    if kv_f16:
+        store_k = "K[base * (dk / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(4u) + (r * nh + h) * dk + e]), bitcast<f32>(A[P(4u) + (r * nh + h) * dk + e + 1u])));"
+        store_v = "V[base * (dv / 2u) + (e / 2u)] = pack2x16float(vec2<f32>(bitcast<f32>(A[P(5u) + (r * nh + h) * dv + e]), bitcast<f32>(A[P(5u) + (r * nh + h) * dv + e + 1u])));"
+        step = "2u"
+    else:
+        store_k = "K[base * dk + e] = A[P(4u) + (r * nh + h) * dk + e];"
+        store_v = "V[base * dv + e] = A[P(5u) + (r * nh + h) * dv + e];"
+        step = "1u"
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + f"""
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let rh = wg_linear(wid, nwg);
+    let nh = P(1u);
+    if (rh >= P(0u) * nh) {{ return; }}
+    let r = rh / nh; let h = rh % nh;
+    let seq = P(7u); let n_seq = P(8u);
+    let s = seq_of(r, seq, n_seq);
+    let slot = A[seq + s]; let start = A[seq + n_seq + s]; let r0 = A[seq + 2u * n_seq + s];
+    let cell = start + r - r0;
+    let cap = P(6u);
+    let base = (slot * nh + h) * cap + cell % cap;
+    let dk = P(2u); let dv = P(3u);
+    for (var e = t * {step}; e < dk; e += 64u * {step}) {{ {store_k} }}
+    for (var e = t * {step}; e < dv; e += 64u * {step}) {{ {store_v} }}
+    if (P(11u) != 0u && h == 0u && t == 0u) {{
+        POS[slot * P(10u) + cell] = bitcast<i32>(A[P(9u) + r]);
+    }}
+}}
+"""
+    )
+
+
+def attention(kv: str, dv: int, dk: int = 0) -> str:
+    """Attention of each (query row, head) over the visible cells of its sequence: one
+    workgroup of 64 threads per pair, 64 cells at a time, online softmax in f32. ``kv``:
+    "f16" / "f32" (the state's cache, positions from the state), "act" (keys and
+    values are this pass's activations, positions the pass's: attention without a
+    cache) or "cross" (a cross-attention memory of the state, f32 [slot, row, kv head,
+    dim], every stored row visible). P: 0 rows, 1 heads, 2 kv heads, 3 dk, 4 dv, 5 q
+    offset, 6 out offset, 7 capacity (cross: the memory's rows per slot), 8 seq table
+    offset, 9 n_seq, 10 q positions offset, 11 n_ctx, 12 scale, 13 softcap (0: none),
+    14 window (0: none), 15 causal (attention without a cache; cross: shared, every
+    sequence reads the batch's first one's memory), 16 k offset, 17 v offset (act;
+    cross: 16 the offset of the rows stored per slot, u32 [slots])."""
+    per = max(1, -(-dv // 64))
+    if kv == "f16":
+        binds = """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+fn kval(base: u32, e: u32) -> vec2<f32> { return unpack2x16float(K[(base + e) / 2u]); }
+fn vval(base: u32, e: u32) -> f32 { return unpack2x16float(V[(base + e) / 2u])[e & 1u]; }
+"""
+        kstep = 2
+    elif kv == "f32":
+        binds = """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(K[base + e]), bitcast<f32>(K[base + e + 1u])); }
+fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(V[base + e]); }
+"""
+        kstep = 2
+    elif kv == "cross":
+        binds = """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(K[base + e]), bitcast<f32>(K[base + e + 1u])); }
+fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(V[base + e]); }
+"""
+        kstep = 2
+    else:
+        binds = """
+fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(A[P(16u) + base + e]), bitcast<f32>(A[P(16u) + base + e + 1u])); }
+fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
+"""
+        kstep = 2
+    qpos = "bitcast<i32>(A[P(10u) + r])"
+    if kv == "cross":
+        # row c of the memory of the sequence's slot (of the batch's first sequence when
+        # shared), every stored row visible: no positions, no mask
+        cell_setup = """
+    let mslot = A[seq + select(s, 0u, P(15u) != 0u)];
+    let c_lo = 0u; let c_hi = A[P(16u) + mslot];
+"""
+        kbase = "((mslot * cap + c) * nkv + g) * dk"
+        vbase = "((mslot * cap + c) * nkv + g) * dv"
+        cpos = "0"
+        qpos = "0"
+    elif kv == "act":
+        # cell c of the sequence is row r0 + c of this pass; key rows are [n, kv heads, dk]
+        cell_setup = """
+    let c_lo = 0u; let c_hi = n;
+"""
+        kbase = "(r0 + c) * nkv * dk + g * dk"
+        vbase = "(r0 + c) * nkv * dv + g * dv"
+        cpos = "bitcast<i32>(A[P(10u) + r0 + c])"
+    else:
+        cell_setup = """
+    let c_hi = start + n;
+    let c_lo = select(0u, c_hi - cap, c_hi > cap);
+"""
+        kbase = "((slot * nkv + g) * cap + c % cap) * dk"
+        vbase = "((slot * nkv + g) * cap + c % cap) * dv"
+        cpos = "POS[slot * P(11u) + c]"
+    causal = "P(15u) != 0u" if kv == "act" else "false" if kv == "cross" else "true"
+    # the key loop with the head size baked in: unrolled by the compiler, its loads
+    # issued together instead of one round trip each
+    if dk and dk % 8 == 0:
+        kloop = f"""                for (var e = 0u; e < {dk}u; e += 8u) {{
+                    let k0 = kval(kb, e); let k1 = kval(kb, e + 2u); let k2 = kval(kb, e + 4u); let k3 = kval(kb, e + 6u);
+                    d += qs[e] * k0.x + qs[e + 1u] * k0.y + qs[e + 2u] * k1.x + qs[e + 3u] * k1.y
+                       + qs[e + 4u] * k2.x + qs[e + 5u] * k2.y + qs[e + 6u] * k3.x + qs[e + 7u] * k3.y;
+                }}
+"""
+    else:
+        kloop = f"""                for (var e = 0u; e < dk; e += {kstep}u) {{
+                    let kv2 = kval(kb, e);
+                    d += qs[e] * kv2.x + qs[e + 1u] * kv2.y;
+                }}
+"""
+    vunroll = ""
+    for q in range(4):
+        vunroll += f"""                        {{ let pj = sc[j + {q}u]; let c = c0 + j + {q}u;
+                          a += select(0.0, pj * vval({vbase}, e), pj != 0.0); }}
+"""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + binds
+        + f"""
+var<workgroup> qs: array<f32, 512>;
+var<workgroup> sc: array<f32, 64>;
+var<workgroup> u_lo: u32;
+var<workgroup> u_hi: u32;
+var<workgroup> u_cm: f32;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let rh = wg_linear(wid, nwg);
+    let nh = P(1u);
+    if (rh >= P(0u) * nh) {{ return; }}
+    let r = rh / nh; let h = rh % nh;
+    let nkv = P(2u); let dk = P(3u); let dv = P(4u);
+    let g = h / (nh / nkv);
+    let seq = P(8u); let n_seq = P(9u);
+    let s = seq_of(r, seq, n_seq);
+    let slot = A[seq + s]; let start = A[seq + n_seq + s];
+    let r0 = A[seq + 2u * n_seq + s]; let n = A[seq + 3u * n_seq + s];
+    let cap = P(7u);
+    let qpos = {qpos};
+    let window = i32(P(14u));
+    let scale = PF(12u); let cap_s = PF(13u);
+    for (var e = t; e < dk; e += 64u) {{ qs[e] = bitcast<f32>(A[P(5u) + (r * nh + h) * dk + e]); }}
+    workgroupBarrier();
+{cell_setup}
+    // the loop bounds come from the arena: made uniform for the barriers inside
+    if (t == 0u) {{ u_lo = c_lo; u_hi = c_hi; }}
+    let lo = workgroupUniformLoad(&u_lo);
+    let hi = workgroupUniformLoad(&u_hi);
+    var m = -3.0e38;
+    var l = 0.0;
+    var acc: array<f32, {per}>;
+    for (var i = 0u; i < {per}u; i++) {{ acc[i] = 0.0; }}
+    for (var c0 = lo; c0 < hi; c0 += 64u) {{
+        let c = c0 + t;
+        var score = -3.0e38;
+        if (c < hi) {{
+            let p = {cpos};
+            var vis = p >= 0 && (!({causal}) || p <= qpos);
+            if (window > 0) {{ vis = vis && (qpos - p < window) && (p - qpos < window); }}
+            if (vis) {{
+                let kb = {kbase};
+                var d = 0.0;
+{kloop}
+                d *= scale;
+                if (cap_s > 0.0) {{
+                    let u = d / cap_s;
+                    d = cap_s * select(1.0 - 2.0 / (exp(2.0 * u) + 1.0), sign(u), abs(u) > 15.0);
+                }}
+                score = d;
+            }}
+        }}
+        sc[t] = score;
+        workgroupBarrier();
+        var cm = -3.0e38;
+        for (var j = 0u; j < 64u; j++) {{ cm = max(cm, sc[j]); }}
+        if (t == 0u) {{ u_cm = cm; }}
+        cm = workgroupUniformLoad(&u_cm);
+        if (cm > -1.0e38) {{
+            let mn = max(m, cm);
+            let alpha = exp(m - mn);
+            sc[t] = select(0.0, exp(score - mn), score > -1.0e38);
+            workgroupBarrier();
+            var ps = 0.0;
+            let cnt = min(64u, hi - c0);
+            for (var j = 0u; j < cnt; j++) {{ ps += sc[j]; }}
+            l = l * alpha + ps;
+            for (var i = 0u; i < {per}u; i++) {{
+                let e = t + 64u * i;
+                if (e < dv) {{
+                    var a = acc[i] * alpha;
+                    // four cells an iteration: independent loads in flight; a masked
+                    // cell (weight 0) adds nothing even if its value is not finite
+                    var j = 0u;
+                    for (; j + 4u <= cnt; j += 4u) {{
+{vunroll}                    }}
+                    for (; j < cnt; j++) {{
+                        let pj = sc[j];
+                        let c = c0 + j;
+                        a += select(0.0, pj * vval({vbase}, e), pj != 0.0);
+                    }}
+                    acc[i] = a;
+                }}
+            }}
+            m = mn;
+            workgroupBarrier();
+        }}
+    }}
+    let o = P(6u) + (r * nh + h) * dv;
+    for (var i = 0u; i < {per}u; i++) {{
+        let e = t + 64u * i;
+        if (e < dv) {{ A[o + e] = bitcast<u32>(select(0.0, acc[i] / l, l > 0.0)); }}
+    }}
+}}
+"""
+    )
+
+
+ATT_WG = 128  # threads of attention_lanes: cells a chunk
+
+
+def attention_lanes(dv: int, dk: int) -> str:
+    """Attention over an f16 cache for heads of dk, dv values (multiples of 8, at most
+    256), latency first: a decode step has a few workgroups (rows x heads), each a chain
+    of dependent loads, so every load a thread needs is issued at once. One workgroup of
+    128 threads per (query row, head), 128 cells a chunk, online softmax in f32:
+
+    - scores: thread t takes cell t of the chunk, its key read as dk / 8 16-byte loads
+      (all in flight together), the query from shared memory;
+    - the chunk's max and sum: shared-memory trees (7 steps) instead of a loop over the
+      chunk in every thread;
+    - values: thread t takes 8 values (one 16-byte load a cell) of every (128 / (dv / 8))th
+      cell, four cells at a time, so a chunk costs 1-4 round trips to memory instead of
+      one per four cells; the threads' partial sums meet once, at the end, in a fixed
+      order (a row's result does not depend on the other rows of the pass).
+
+    Parameters as `attention` ("f16")."""
+    lanes = dv // 8
+    subs = ATT_WG // lanes
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + SEQ_FN
+        + f"""
+@group(0) @binding(2) var<storage, read> K4: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> V4: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> POS: array<i32>;
+fn h8(w: vec4<u32>) -> V8 {{
+    return V8(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+}}
+var<workgroup> qs: array<vec4<f32>, {dk // 4}>;
+var<workgroup> sc: array<f32, {ATT_WG}>;
+var<workgroup> red: array<f32, {ATT_WG}>;
+var<workgroup> part: array<vec4<f32>, {2 * ATT_WG}>;
+var<workgroup> u_lo: u32;
+var<workgroup> u_hi: u32;
+var<workgroup> u_r: f32;
+fn tree_max(v: f32, t: u32) -> f32 {{
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = {ATT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] = max(red[t], red[t + s]); }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{ u_r = red[0]; }}
+    return workgroupUniformLoad(&u_r);
+}}
+fn tree_sum(v: f32, t: u32) -> f32 {{
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = {ATT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] = red[t] + red[t + s]; }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{ u_r = red[0]; }}
+    return workgroupUniformLoad(&u_r);
+}}
+@compute @workgroup_size({ATT_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let rh = wg_linear(wid, nwg);
+    let nh = P(1u);
+    // whole workgroups leave together (uniform): the barriers below see all threads
+    if (rh >= P(0u) * nh) {{ return; }}
+    let r = rh / nh; let h = rh % nh;
+    let nkv = P(2u);
+    let g = h / (nh / nkv);
+    let seq = P(8u); let n_seq = P(9u);
+    let s = seq_of(r, seq, n_seq);
+    let slot = A[seq + s]; let start = A[seq + n_seq + s];
+    let n = A[seq + 3u * n_seq + s];
+    let cap = P(7u);
+    let qpos = bitcast<i32>(A[P(10u) + r]);
+    let window = i32(P(14u));
+    let scale = PF(12u); let cap_s = PF(13u);
+    let qo = P(5u) + (r * nh + h) * {dk}u;
+    for (var e = t; e < {dk // 4}u; e += {ATT_WG}u) {{
+        qs[e] = vec4<f32>(bitcast<f32>(A[qo + 4u * e]), bitcast<f32>(A[qo + 4u * e + 1u]),
+                          bitcast<f32>(A[qo + 4u * e + 2u]), bitcast<f32>(A[qo + 4u * e + 3u]));
+    }}
+    if (t == 0u) {{
+        let c_hi = start + n;
+        u_lo = select(0u, c_hi - cap, c_hi > cap); u_hi = c_hi;
+    }}
+    let lo = workgroupUniformLoad(&u_lo);
+    let hi = workgroupUniformLoad(&u_hi);
+    let head = (slot * nkv + g) * cap;
+    let lane = t % {lanes}u; let sub = t / {lanes}u;
+    var m = -3.0e38;
+    var l = 0.0;
+    var acc = V8(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var c0 = lo; c0 < hi; c0 += {ATT_WG}u) {{
+        let c = c0 + t;
+        var score = -3.0e38;
+        if (c < hi) {{
+            let p = POS[slot * P(11u) + c];
+            var vis = p >= 0 && p <= qpos;
+            if (window > 0) {{ vis = vis && (qpos - p < window) && (p - qpos < window); }}
+            if (vis) {{
+                let kb = (head + c % cap) * {dk // 8}u;
+                var d = 0.0;
+                for (var e = 0u; e < {dk // 8}u; e++) {{
+                    let k = h8(K4[kb + e]);
+                    d += dot(qs[2u * e], k.a) + dot(qs[2u * e + 1u], k.b);
+                }}
+                d *= scale;
+                if (cap_s > 0.0) {{
+                    let u = d / cap_s;
+                    d = cap_s * select(1.0 - 2.0 / (exp(2.0 * u) + 1.0), sign(u), abs(u) > 15.0);
+                }}
+                score = d;
+            }}
+        }}
+        // a chunk without a visible cell changes nothing: its weights are 0, alpha 1
+        let cm = tree_max(score, t);
+        let mn = max(m, cm);
+        let alpha = exp(m - mn);
+        let pw = select(0.0, exp(score - mn), score > -1.0e38);
+        sc[t] = pw;
+        let ps = tree_sum(pw, t);
+        l = l * alpha + ps;
+        acc.a *= alpha; acc.b *= alpha;
+        let cnt = min({ATT_WG}u, hi - c0);
+        var j = sub;
+        for (; j + {3 * subs}u < cnt; j += {4 * subs}u) {{
+            let p0 = sc[j]; let p1 = sc[j + {subs}u]; let p2 = sc[j + {2 * subs}u]; let p3 = sc[j + {3 * subs}u];
+            let v0 = h8(V4[(head + (c0 + j) % cap) * {lanes}u + lane]);
+            let v1 = h8(V4[(head + (c0 + j + {subs}u) % cap) * {lanes}u + lane]);
+            let v2 = h8(V4[(head + (c0 + j + {2 * subs}u) % cap) * {lanes}u + lane]);
+            let v3 = h8(V4[(head + (c0 + j + {3 * subs}u) % cap) * {lanes}u + lane]);
+            // a masked cell (weight 0) adds nothing even if its values are not finite
+            if (p0 != 0.0) {{ acc.a += p0 * v0.a; acc.b += p0 * v0.b; }}
+            if (p1 != 0.0) {{ acc.a += p1 * v1.a; acc.b += p1 * v1.b; }}
+            if (p2 != 0.0) {{ acc.a += p2 * v2.a; acc.b += p2 * v2.b; }}
+            if (p3 != 0.0) {{ acc.a += p3 * v3.a; acc.b += p3 * v3.b; }}
+        }}
+        for (; j < cnt; j += {subs}u) {{
+            let pj = sc[j];
+            let v = h8(V4[(head + (c0 + j) % cap) * {lanes}u + lane]);
+            if (pj != 0.0) {{ acc.a += pj * v.a; acc.b += pj * v.b; }}
+        }}
+        m = mn;
+        workgroupBarrier();
+    }}
+    part[2u * t] = acc.a; part[2u * t + 1u] = acc.b;
+    workgroupBarrier();
+    if (t < {lanes}u) {{
+        var a = vec4<f32>(0.0); var b = vec4<f32>(0.0);
+        for (var i = 0u; i < {subs}u; i++) {{ a += part[2u * (i * {lanes}u + t)]; b += part[2u * (i * {lanes}u + t) + 1u]; }}
+        let inv = select(0.0, 1.0 / l, l > 0.0);
+        let o = P(6u) + (r * nh + h) * {dv}u + 8u * t;
+        a *= inv; b *= inv;
+        A[o] = bitcast<u32>(a.x); A[o + 1u] = bitcast<u32>(a.y); A[o + 2u] = bitcast<u32>(a.z); A[o + 3u] = bitcast<u32>(a.w);
+        A[o + 4u] = bitcast<u32>(b.x); A[o + 5u] = bitcast<u32>(b.y); A[o + 6u] = bitcast<u32>(b.z); A[o + 7u] = bitcast<u32>(b.w);
+    }}
+}}
+"""
+    )

@@ -1,0 +1,102 @@
+"""Element-wise ops and the norms."""
+
+from __future__ import annotations
+
+from .common import ACTIVATIONS, ARENA_F32, GRID, HEADER
+
+
+def elementwise() -> str:
+    """One kernel for the elementwise ops, by opcode P(0): 0 unary (P(6) kind), 1 glu
+    (P(6) 0 swiglu / 1 geglu), 2 add, 3 mul, 4 scale (P(7) s), 5 softcap (P(7) cap),
+    6 copy of a row-strided view. P: 1 count, 2 out offset, 3 a offset, 4 b offset,
+    5 b length (b broadcast: index mod its length), 8 row length, 9 a row stride
+    (copy)."""
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + ACTIVATIONS
+        + """
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 256u + t;
+    if (i >= P(1u)) { return; }
+    let op = P(0u);
+    let a = A[P(3u) + i];
+    var y = 0.0;
+    switch op {
+        case 0u: { y = act_(P(6u), a); }
+        case 1u: {
+            let u = A[P(4u) + i];
+            if (P(6u) == 0u) { y = silu_(a) * u; } else { y = gelu_(a) * u; }
+        }
+        case 2u: { y = a + A[P(4u) + i % P(5u)]; }
+        case 3u: { y = a * A[P(4u) + i % P(5u)]; }
+        case 4u: { y = a * PF(7u); }
+        case 5u: {
+            let c = PF(7u);
+            let u = a / c;
+            y = c * select(1.0 - 2.0 / (exp(2.0 * u) + 1.0), sign(u), abs(u) > 15.0);
+        }
+        default: {
+            let n = P(8u);
+            y = A[P(3u) + (i / n) * P(9u) + i % n];
+        }
+    }
+    A[P(2u) + i] = y;
+}
+"""
+    )
+
+
+NORM_WG = 256
+
+
+def norm() -> str:
+    """rms_norm (P(0) = 0) and layer_norm (1) of rows: one workgroup a row. P: 1 rows,
+    2 row length, 3 x offset, 4 out offset, 5 weight offset + 1, 6 bias offset + 1, 7 eps,
+    8 residual offset + 1 (rows added to the result: an add fused in; 0 none). Sums in f32
+    over the workgroup's tree."""
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + f"""
+var<workgroup> red: array<f32, {NORM_WG}>;
+fn wsum(v: f32, t: u32) -> f32 {{
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = {NORM_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] += red[t + s]; }}
+        workgroupBarrier();
+    }}
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}}
+@compute @workgroup_size({NORM_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let r = wg_linear(wid, nwg);
+    if (r >= P(1u)) {{ return; }}
+    let n = P(2u);
+    let x = P(3u) + r * n;
+    var mean = 0.0;
+    if (P(0u) == 1u) {{
+        var s = 0.0;
+        for (var i = t; i < n; i += {NORM_WG}u) {{ s += A[x + i]; }}
+        mean = wsum(s, t) / f32(n);
+    }}
+    var q = 0.0;
+    for (var i = t; i < n; i += {NORM_WG}u) {{ let d = A[x + i] - mean; q += d * d; }}
+    let inv = inverseSqrt(wsum(q, t) / f32(n) + PF(7u));
+    let o = P(4u) + r * n;
+    for (var i = t; i < n; i += {NORM_WG}u) {{
+        var y = (A[x + i] - mean) * inv;
+        if (P(5u) != 0u) {{ y *= A[P(5u) - 1u + i]; }}
+        if (P(6u) != 0u) {{ y += A[P(6u) - 1u + i]; }}
+        if (P(8u) != 0u) {{ y += A[P(8u) - 1u + r * n + i]; }}
+        A[o + i] = y;
+    }}
+}}
+"""
+    )

@@ -1,0 +1,211 @@
+"""The unit row kernel: 32 weights a lane a step, x in 16-byte loads (compile.ROW_KERNELS unit)."""
+
+from __future__ import annotations
+
+from .blocks import weight_lib
+from .common import ACTIVATIONS, GRID, HEADER
+from .products import MV_WG
+
+# -- the unit kernel: 32 weights a lane, x in 16-byte loads ------------------------------------
+
+# A "unit" is 32 elements of a row that one lane decodes with one read of their block's
+# header: a whole block of the 32-element types, an eighth of a K-quant super-block. Each
+# layout says which 8 runs of 4 elements (x's 16-byte loads) a unit takes, and each type
+# with a layout of its own has a decoder ``unit_<W>(row_byte_offset, u, x) -> f32`` that
+# returns the unit's dot product with those 8 vectors of x. Types without one go through
+# their dq8 decoder four times (the "lin" layout: 32 consecutive elements).
+UNIT_LAYOUT = {"Q4_K": "k4", "Q6_K": "k6"}
+UNIT_XOFF = {
+    # 32 consecutive elements
+    "lin": "return 32u * u + 4u * k;",
+    # Q4_K: sub-blocks 2j and 2j + 1 share 32 bytes of nibbles (low, high); part p = 2j + h
+    # of super-block b takes bytes 16h..16h+15 of them: elements 64j + 16h .. + 15 (low)
+    # and 64j + 32 + 16h .. + 15 (high)
+    "k4": """let b = u >> 3u; let p = u & 7u;
+    return 256u * b + 64u * (p >> 1u) + 16u * (p & 1u) + 32u * (k >> 2u) + 4u * (k & 3u);""",
+    # Q6_K: half n (128 elements) of super-block b, bytes l = lq .. lq + 7 of its low
+    # nibbles, which hold elements l, l + 32, l + 64, l + 96 (quarters q = k >> 1)
+    "k6": """let b = u >> 3u; let p = u & 7u;
+    return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
+}
+UNIT_DECODERS = {
+    "Q4_K": """
+fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
+    let w = select(select(s2, s1, i < 8u), s0, i < 4u);
+    return (w >> (8u * (i & 3u))) & 255u;
+}
+fn ksm_{W}(s0: u32, s1: u32, s2: u32, s: u32) -> vec2<f32> {
+    if (s < 4u) {
+        return vec2<f32>(f32(kbyte_{W}(s0, s1, s2, s) & 63u), f32(kbyte_{W}(s0, s1, s2, s + 4u) & 63u));
+    }
+    let hi = kbyte_{W}(s0, s1, s2, s + 4u);
+    return vec2<f32>(f32((hi & 15u) | ((kbyte_{W}(s0, s1, s2, s - 4u) >> 6u) << 4u)),
+                     f32((hi >> 4u) | ((kbyte_{W}(s0, s1, s2, s) >> 6u) << 4u)));
+}
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    let b = u >> 3u; let p = u & 7u; let j = p >> 1u;
+    let o = (rb + 144u * b) >> 2u;
+    let dm = unpack2x16float({W}[o]);
+    let s0 = {W}[o + 1u]; let s1 = {W}[o + 2u]; let s2 = {W}[o + 3u];
+    let q = o + 4u + 8u * j + 4u * (p & 1u);
+    let q0 = {W}[q]; let q1 = {W}[q + 1u]; let q2 = {W}[q + 2u]; let q3 = {W}[q + 3u];
+    let lo = ksm_{W}(s0, s1, s2, 2u * j); let hi = ksm_{W}(s0, s1, s2, 2u * j + 1u);
+    let m = vec4<u32>(0u, 8u, 16u, 24u); let f = vec4<u32>(15u);
+    let dl = dot(x[0], vec4<f32>((vec4<u32>(q0) >> m) & f)) + dot(x[1], vec4<f32>((vec4<u32>(q1) >> m) & f))
+           + dot(x[2], vec4<f32>((vec4<u32>(q2) >> m) & f)) + dot(x[3], vec4<f32>((vec4<u32>(q3) >> m) & f));
+    let m4 = m + vec4<u32>(4u);
+    let dh = dot(x[4], vec4<f32>((vec4<u32>(q0) >> m4) & f)) + dot(x[5], vec4<f32>((vec4<u32>(q1) >> m4) & f))
+           + dot(x[6], vec4<f32>((vec4<u32>(q2) >> m4) & f)) + dot(x[7], vec4<f32>((vec4<u32>(q3) >> m4) & f));
+    let one = vec4<f32>(1.0);
+    let xl = dot(x[0] + x[1] + x[2] + x[3], one); let xh = dot(x[4] + x[5] + x[6] + x[7], one);
+    return dm.x * (lo.x * dl + hi.x * dh) - dm.y * (lo.y * xl + hi.y * xh);
+}
+""",
+    "Q6_K": """
+fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    return vec4<f32>(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
+                     | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
+}
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
+    let blk = rb + 210u * b;
+    let a0 = rd32_{W}(blk + 64u * n + l); let a1 = rd32_{W}(blk + 64u * n + l + 4u);
+    let c0 = rd32_{W}(blk + 64u * n + 32u + l); let c1 = rd32_{W}(blk + 64u * n + 36u + l);
+    let h0 = rd32_{W}(blk + 128u + 32u * n + l); let h1 = rd32_{W}(blk + 132u + 32u * n + l);
+    let sw0 = rd32_{W}(blk + 192u + 8u * n + (l >> 4u)); let sw1 = rd32_{W}(blk + 196u + 8u * n + (l >> 4u));
+    let d = f16_{W}(blk + 208u);
+    let sc = vec4<f32>(vec4<i32>(vec4<u32>(sw0, sw0 >> 16u, sw1, sw1 >> 16u) << vec4<u32>(24u)) >> vec4<u32>(24u));
+    let d0 = dot(x[0], q6v_{W}(a0, h0, 0u, 0u)) + dot(x[1], q6v_{W}(a1, h1, 0u, 0u));
+    let d1 = dot(x[2], q6v_{W}(c0, h0, 0u, 2u)) + dot(x[3], q6v_{W}(c1, h1, 0u, 2u));
+    let d2 = dot(x[4], q6v_{W}(a0, h0, 4u, 4u)) + dot(x[5], q6v_{W}(a1, h1, 4u, 4u));
+    let d3 = dot(x[6], q6v_{W}(c0, h0, 4u, 6u)) + dot(x[7], q6v_{W}(c1, h1, 4u, 6u));
+    return d * dot(sc, vec4<f32>(d0, d1, d2, d3));
+}
+""",
+}
+UNIT_GENERIC = """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    var s = 0.0;
+    for (var i = 0u; i < 4u; i++) {
+        let w = dq8_{W}(rb, 4u * u + i);
+        s += dot(x[2u * i], w.a) + dot(x[2u * i + 1u], w.b);
+    }
+    return s;
+}
+"""
+
+
+def unit_layout(types: tuple[str, ...]) -> str:
+    """The unit layout a product of these weight types runs with: their own when they
+    share one, else "lin" (every type's dq8 decoder)."""
+    kinds = {UNIT_LAYOUT.get(t, "lin") for t in types}
+    return kinds.pop() if len(kinds) == 1 else "lin"
+
+
+def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
+                norm: bool = False) -> str:  # fmt: skip
+    """y = x W^T for a few rows of x, bandwidth first: each subgroup computes ``feats``
+    output features, lane l taking units l, l + lanes, ... of 32 weights (see
+    UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as vec4s; x's
+    offset, row stride and K multiples of 4), shared by the features, and each weight
+    decoded with one read of its block header per 32 values; `subgroupAdd` sums the lanes
+    (no barrier). A workgroup holds ``per`` features (its subgroups loop over them, so
+    the result is right whatever subgroup size the driver picks). Every row's sum runs
+    in the same order whatever ``rows`` and M, so a row of a batch is bit for bit its
+    one-row product. Parameters, ``glu`` and ``norm`` as `matvec` (the norm weight's
+    offset a multiple of 4 too)."""
+    layout = unit_layout(types)
+    libs = ""
+    for i, t in enumerate(types):
+        var = f"W{i}"
+        libs += weight_lib(t, var, 2 + i)
+        libs += (UNIT_DECODERS[t] if layout != "lin" else UNIT_GENERIC).replace("{W}", var)
+    n_w, R, F = len(types), rows, feats
+    decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
+    xload = ""
+    for r in range(R):
+        xload += f"            var x{r}: array<vec4<f32>, 8>;\n"
+        xload += f"            if ({r}u < nr) {{\n"
+        xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
+        xload += "                for (var k = 0u; k < 8u; k++) {\n"
+        if norm:
+            xload += f"                    let e = xoff(u, k);\n                    x{r}[k] = A[(xo + e) >> 2u] * nw(e) * inv{r};\n"
+        else:
+            xload += f"                    x{r}[k] = A[(xo + xoff(u, k)) >> 2u];\n"
+        xload += "                }\n            }\n"
+    fma = "".join(f"            let rb{i}_{j} = n{j} * P({11 + i}u);\n" for i in range(n_w) for j in range(F))
+    for r in range(R):
+        fma += f"            if ({r}u < nr) {{\n"
+        for i in range(n_w):
+            for j in range(F):
+                fma += f"                a{i}_{r}_{j} += unit_W{i}(rb{i}_{j}, u, x{r});\n"
+        fma += "            }\n"
+    reduce = "".join(
+        f"        a{i}_{r}_{j} = subgroupAdd(a{i}_{r}_{j});\n" for i in range(n_w) for r in range(R) for j in range(F)
+    )
+    prologue = ""
+    if norm:
+        # each row's 1/rms first (the subgroup's sum of squares), folded into x as it is read
+        for r in range(R):
+            prologue += f"""        var inv{r} = 1.0;
+        if ({r}u < nr) {{
+            var q = 0.0;
+            for (var e = 4u * lane; e < K; e += 4u * sgs) {{
+                let v = A[(P(3u) + (m0 + {r}u) * P(4u) + e) >> 2u];
+                q += dot(v, v);
+            }}
+            inv{r} = inverseSqrt(subgroupAdd(q) / f32(K) + PF(14u));
+        }}
+"""
+    act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
+    stores = ""
+    for r in range(R):
+        for j in range(F):
+            s1 = f"let s1 = a1_{r}_{j};" if n_w > 1 else ""
+            stores += f"""        if ({r}u < nr && lane == 0u && nn{j} < P(1u)) {{
+            let col = nn{j} + P(10u);
+            var s0 = a0_{r}_{j};
+            {s1}
+            if (P(7u) != 0u) {{ s0 += As(P(7u) - 1u + col); }}
+            var y = {act};
+            if (P(8u) != 0u) {{ y += As(P(8u) - 1u + (m0 + {r}u) * P(9u) + col); }}
+            let yo = P(5u) + (m0 + {r}u) * P(6u) + col;
+            A[yo >> 2u][yo & 3u] = y;
+        }}
+"""
+    nn = "".join(f"    let nn{j} = nb + {j}u;\n    let n{j} = min(nn{j}, P(1u) - 1u);\n" for j in range(F))
+    nw = ""
+    if norm:
+        nw = """fn nw(e: u32) -> vec4<f32> {
+    if (P(13u) == 0u) { return vec4<f32>(1.0); }
+    return A[(P(13u) - 1u + e) >> 2u];
+}
+"""
+    return (
+        HEADER
+        + "@group(0) @binding(1) var<storage, read_write> A: array<vec4<f32>>;\n"
+        + "fn As(i: u32) -> f32 { return A[i >> 2u][i & 3u]; }\n"
+        + GRID
+        + ACTIVATIONS
+        + libs
+        + f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n"
+        + nw
+        + f"""
+@compute @workgroup_size({MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32,
+        @builtin(subgroup_size) sgs: u32, @builtin(subgroup_invocation_id) lane: u32) {{
+  for (var fb = (t / sgs) * {F}u; fb < {per}u; fb += ({MV_WG}u / sgs) * {F}u) {{
+    let nb = wg_linear(wid, nwg) * {per}u + fb;
+    if (nb >= P(1u)) {{ break; }}
+{nn}    let K = P(0u); let M = P(2u);
+    let units = K / 32u;
+    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
+        let nr = min({R}u, M - m0);
+{decl}{prologue}        for (var u = lane; u < units; u += sgs) {{
+{xload}{fma}        }}
+{reduce}{stores}    }}
+  }}
+}}
+"""
+    )
