@@ -141,7 +141,6 @@ class VulkanExecutable(Executable):
         self._rope_norm: dict[int, object] = {}
         self._rope_scale: dict[int, object] = {}
         planned: list[Step] = []
-        fused: set[int] = set()  # first nodes of steps already merged into another
         skip_until = 0
         for i, step in enumerate(steps):
             if i < skip_until:
@@ -154,9 +153,8 @@ class VulkanExecutable(Executable):
             if i > 0 and self._can_fuse_norm(steps[i - 1], step):
                 self._fused_norm[i] = steps[i - 1].nodes[0]
                 planned[-1] = Step(steps[i - 1].nodes + step.nodes, step.glu, step.residual)
-                fused.add(id(step.nodes[0]))
                 continue
-            add = self._norm_then_add(steps[i - 1], step) if i > 0 and id(steps[i - 1].nodes[0]) not in fused else None
+            add = self._norm_then_add(steps[i - 1], step) if i > 0 else None
             if add is not None:
                 # the add joins the norm's dispatch (wgsl.norm's residual): one step for
                 # the memory plan, so the sum never lands on rows the norm still reads
@@ -487,12 +485,10 @@ class VulkanExecutable(Executable):
     def _unit(self, x_off: int, xs: int, K: int) -> int:
         """Features a subgroup of wgsl.matvec_unit computes for a product of x (rows of K
         values at x_off, xs apart) under the row kernel, 0 where it does not apply: no
-        subgroups, or x (or the fused norm's weight) not at a multiple of 4 values."""
+        subgroups, or x not at a multiple of 4 values (a fused norm's weight always is: a
+        constant, placed at a multiple of 16)."""
         F = UNIT_FEATS.get(self._row_kernel[1], 0)
         if not F or not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
-            return 0
-        norm = getattr(self, "_norm_now", None)
-        if norm is not None and norm.args[1] is not None and self.operand(norm.args[1]) % 4:
             return 0
         return F
 
@@ -814,16 +810,13 @@ class VulkanExecutable(Executable):
         # written): _qk_norm_rope; P 32/34 the norm weight + 1, 33/35 eps (first/second
         # tensor), 36 the first tensor's output scale (0: none), 37 norm flags (1, 2)
         norm = self._rope_norm.get(id(node))
-        nparams = [0, 0, 0, 0, 0]
+        norm_w = norm_eps = out_scale = 0
         if norm is not None:
-            x = norm.args[0]
-            w = norm.args[1]
-            nparams[:2] = [self.operand(w) + 1 if w is not None else 0, f32_bits(norm.attrs["eps"])]
-            nparams[4] = 1
+            x, w = norm.args[0], norm.args[1]
+            norm_w, norm_eps = self.operand(w) + 1 if w is not None else 0, f32_bits(norm.attrs["eps"])
         scale = self._rope_scale.get(id(node))
         if scale is not None:
-            out = scale.out
-            nparams[3] = f32_bits(scale.attrs["s"])
+            out, out_scale = scale.out, f32_bits(scale.attrs["s"])
         self._need_contiguous(node, x)
         spec = node.attrs["spec"]
         n, heads, dim = x.shape
@@ -833,7 +826,7 @@ class VulkanExecutable(Executable):
         params = [n * heads, heads, dim, self.off(x), self.off(out), self.off(pos), spec.n_dims, int(spec.neox),
                   f32_bits(spec.base), f32_bits(spec.freq_scale), f32_bits(spec.ext_factor), f32_bits(spec.attn_factor),
                   f32_bits(spec.beta_fast), f32_bits(spec.beta_slow), spec.n_ctx_orig, ff, n * heads, 1, 0, 0]  # fmt: skip
-        params += [0] * 12 + nparams[:2] + [0, 0, nparams[3], nparams[4]]
+        params += [0] * 12 + [norm_w, norm_eps, 0, 0, out_scale, int(norm is not None)]
         if id(node) in self._rope_pair:
             # the second of a pair (see _rope_pairs): it joins the previous dispatch
             last = self.dispatches[-1]
@@ -841,7 +834,7 @@ class VulkanExecutable(Executable):
             last.params[0] += n * heads
             last.params[17:20] = [heads, self.off(x), self.off(out)]
             if norm is not None:
-                last.params[34:36] = nparams[:2]
+                last.params[34:36] = [norm_w, norm_eps]
                 last.params[37] |= 2
             last.groups = grid(last.params[0])
             return

@@ -106,7 +106,10 @@ def backend_options(spec: BackendSpec, options_type: type, given: dict) -> dict:
 
 
 def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=None, n_ctx: int = DEFAULT_N_CTX,
-                   **options) -> tuple[Backend, list[str]]:  # fmt: skip
+                   ops: set | None = None, **options) -> tuple[Backend, list[str]]:  # fmt: skip
+    """The backend ``device`` names, or under "auto" the highest-priority one that can run
+    the file (admission, the ops of ``model``'s graphs or the given ``ops``, memory; an
+    emulated GPU only when named), with why others were passed over."""
     explicit = device != "auto"
     if explicit:
         candidates = [manager.backend_spec(device)]
@@ -116,7 +119,8 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
             from .distributions import no_backend_hint
 
             raise BackendUnavailable(f"no backend is loaded; {no_backend_hint(manager.allow == set())}")
-    ops = model_ops(model, n_ctx) if model is not None else None
+    if ops is None and model is not None:
+        ops = model_ops(model, n_ctx)
     notes = []  # why each real backend was passed over (placeholders would only repeat "not implemented")
     reasons = []  # every backend's, for the error when none can run it
     for spec in candidates:

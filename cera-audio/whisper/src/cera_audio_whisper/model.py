@@ -229,40 +229,12 @@ class WhisperDecoder(_Whisper):
 
 def _choose_backend(gguf, device: str, manager, ops: set, threads: int | None):
     """The backend to run on: the one named, or under "auto" the highest-priority one that
-    can run here, takes the options and implements every op of both graphs."""
+    can run here, takes the options and implements every op of both graphs (as
+    cera.engine.choose_backend picks one for any model: an emulated GPU only by name)."""
     from cera.engine import choose_backend
-    from cera.errors import BackendUnavailable, InvalidOptions
 
     options = {"threads": threads} if threads is not None else {}
-    names = [device] if device != "auto" else [
-        s.name for s in sorted(manager.backends.values(), key=lambda s: (-s.priority, s.name)) if not s.placeholder
-    ]  # fmt: skip
-    reasons = []
-    emulated = []  # passed over as choose_backend does, without a note on every run
-    for name in names:
-        try:
-            backend, notes = choose_backend(gguf, name, manager, **options)
-        except (BackendUnavailable, InvalidOptions) as e:
-            if device != "auto":
-                raise
-            reasons.append(str(e))
-            continue
-        if device == "auto" and backend.probe().software:
-            # as cera.engine.choose_backend under "auto": an emulated GPU (lavapipe) is
-            # slower than the CPU backend; it runs only when asked for by name
-            emulated.append(f"{name}: {backend.probe().device} computes on the CPU (software emulation); "
-                            "ask for it by name to use it")  # fmt: skip
-            backend.close()
-            continue
-        missing = backend.missing_ops(ops)
-        if not missing:
-            return backend, reasons + notes
-        backend.close()
-        reasons.append(f"backend {name!r} lacks ops {missing} that Whisper uses")
-        if device != "auto":
-            raise BackendUnavailable(reasons[-1])
-    why = reasons + emulated
-    raise BackendUnavailable("no installed backend can run Whisper: " + "; ".join(why or ["none is installed"]))
+    return choose_backend(gguf, device, manager, ops=ops, **options)
 
 
 class WhisperModel:

@@ -10,8 +10,7 @@ fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
 }
 var<workgroup> rred: array<f32, 64>;
 fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {
-    var v = bitcast<f32>(A[x + j]);
-    if (inv != 1.0) { v *= inv; }
+    var v = bitcast<f32>(A[x + j]) * inv;
     if (nw != 0u) { v *= bitcast<f32>(A[nw - 1u + j]); }
     return v;
 }
@@ -445,21 +444,12 @@ var<workgroup> part: array<vec4<f32>, {2 * ATT_WG}>;
 var<workgroup> u_lo: u32;
 var<workgroup> u_hi: u32;
 var<workgroup> u_r: f32;
-fn tree_max(v: f32, t: u32) -> f32 {{
+// the workgroup's max (is_max) or sum of v, through a shared-memory tree
+fn tree(v: f32, t: u32, is_max: bool) -> f32 {{
     red[t] = v;
     workgroupBarrier();
     for (var s = {ATT_WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] = max(red[t], red[t + s]); }}
-        workgroupBarrier();
-    }}
-    if (t == 0u) {{ u_r = red[0]; }}
-    return workgroupUniformLoad(&u_r);
-}}
-fn tree_sum(v: f32, t: u32) -> f32 {{
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = {ATT_WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] = red[t] + red[t + s]; }}
+        if (t < s) {{ red[t] = select(red[t] + red[t + s], max(red[t], red[t + s]), is_max); }}
         workgroupBarrier();
     }}
     if (t == 0u) {{ u_r = red[0]; }}
@@ -521,12 +511,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }}
         }}
         // a chunk without a visible cell changes nothing: its weights are 0, alpha 1
-        let cm = tree_max(score, t);
+        let cm = tree(score, t, true);
         let mn = max(m, cm);
         let alpha = exp(m - mn);
         let pw = select(0.0, exp(score - mn), score > -1.0e38);
         sc[t] = pw;
-        let ps = tree_sum(pw, t);
+        let ps = tree(pw, t, false);
         l = l * alpha + ps;
         acc.a *= alpha; acc.b *= alpha;
         let cnt = min({ATT_WG}u, hi - c0);
