@@ -32,13 +32,16 @@ def child(model: str, tokens: int, prompt: int) -> None:
     if prompt:
         test = TestSpec("pp", prompt)
         eng._context_for(test)
-        eng._decode([1 + i % 100 for i in range(prompt)])
+        for _ in range(2):  # the second pass is the one printed (warm)
+            eng._prepare(test, [])
+            eng._decode([1 + i % 100 for i in range(prompt)])
     else:
-        test = TestSpec("tg", tokens)
+        # 2 x tokens steps: the logger prints after each ``tokens``; the second print
+        # is of warm steps only (llama.cpp compiles some pipelines on first use)
+        test = TestSpec("tg", 2 * tokens)
         eng._context_for(test)
-        eng._decode([1])  # the first step: evaluation 1 (the frequency counts it)
-        for i in range(tokens - 1):
-            eng._decode([2 + i % 100])
+        for i in range(2 * tokens):
+            eng._decode([1 + i % 100])
     sys.stderr.flush()
 
 
@@ -60,7 +63,7 @@ def main() -> None:
         print(f"# llama.cpp Vulkan per-op profile of {Path(args.model).name}: {title}", flush=True)
         p = subprocess.run(cmd + ["--child", kind], env=env, capture_output=True, text=True, timeout=300)
         lines = p.stderr.splitlines()
-        # the block the logger printed last (the forced print at exit repeats nothing new)
+        # the block the logger printed last: warm steps only
         starts = [i for i, ln in enumerate(lines) if ln.startswith("Vulkan Timings:")]
         keep = [ln for ln in lines if "ggml_vulkan:" in ln][:2]
         for ln in keep:
@@ -68,7 +71,7 @@ def main() -> None:
         if not starts:
             print("no timings printed; stderr tail:\n" + "\n".join(lines[-20:]))
             continue
-        first = starts[0]
+        first = starts[-1]
         end = next((i for i in range(first, len(lines)) if lines[i].startswith("Total time")), len(lines) - 1)
         print("\n".join(lines[first + 1 : end + 1]), flush=True)
 

@@ -94,7 +94,7 @@ NORM = False  # --norm: the kernels with an rms_norm of x fused in (weight in th
 EPS = 1e-6
 
 
-def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
+def kernel(ctx, variant: str, types: tuple, glu: bool, R: int, K: int, N: int):
     """(pipeline, layout, features per workgroup) of a row-kernel variant, as
     compile.VulkanExecutable._products builds it."""
     from cera_backend_vulkan import wgsl
@@ -106,12 +106,11 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int):
     if variant.startswith("unit"):
         if not ctx.subgroups:
             return None
-        from cera_backend_vulkan.compile import UNIT_FEATS
+        from cera_backend_vulkan.compile import unit_plan
 
-        F = UNIT_FEATS[variant]
-        per = F * (wgsl.MV_WG // ctx.subgroup_size)
-        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM)
-        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM), n_b, ro)
+        group, F, per = unit_plan(variant, K, N, len(types), ctx.subgroup_size)
+        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group)
+        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group), n_b, ro)
         return pipe, layout, per
     if variant.startswith("subgroup"):
         if not ctx.subgroups:
@@ -366,7 +365,7 @@ def main() -> None:
         case = Case(ctx, t, K, N, glu, R, min_bytes, rng)
         gbs, us, checks = {}, {}, {}
         for v in variants:
-            k = kernel(ctx, v, (t, t) if glu else (t,), glu, R)
+            k = kernel(ctx, v, (t, t) if glu else (t,), glu, R, K, N)
             if k is None:
                 continue
             pipe, layout, per = k

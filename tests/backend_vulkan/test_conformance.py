@@ -47,9 +47,11 @@ def test_tiled_products(case):
 @pytest.mark.parametrize(
     "kernel",
     [
+        "unit-auto",
         "unit",
         "unit-f1",
         "unit-f4",
+        "unit-wg2",
         "workgroup",
         "workgroup-1pass",
         "subgroup",
@@ -78,7 +80,7 @@ def test_row_kernels(case, kernel):
 
 @needs_vulkan
 @pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
-@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "unit"])
+@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "unit", "unit-auto"])
 def test_tiny_family(vulkan, path, row_kernel):
     from cera.engine import model_ops, read_model
     from cera.errors import CeraError

@@ -49,9 +49,13 @@ MAX_GRID = 65535
 # "subgroup-blk": wgsl.matvec_blk, a subgroup per feature, each lane decoding 32 columns
 # at once with whole-word loads (K a multiple of 32; else "subgroup");
 ROW_KERNELS = {
+    "unit-auto": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
+    "unit-wg1": 1,
+    "unit-wg2": 1,
+    "unit-wg4": 1,
     "workgroup": 0,
     "workgroup-1pass": 0,
     "subgroup": 1,
@@ -63,13 +67,34 @@ ROW_KERNELS = {
     "subgroup-blk-v4": 8,
     "subgroup-blk16-v4": 8,
 }
-# "unit", "unit-f1", "unit-f4": wgsl.matvec_unit, 2 (1, 4) features a subgroup, 32
-# weights a lane a step with x in 16-byte loads (with subgroups, for single products and
-# gate/up; else, and for Q/K/V in one dispatch, "workgroup-1pass")
-UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4}
-# They won the H200 sweep's wide products (the outputs, Qwen 1.5B's gate/up: 0.25-0.8 of
-# workgroup-1pass's time, each shape alone) but not the whole token there (Qwen 1.5B
-# 4.77 against 4.54 ms with unit-f4 on those products only): not the default
+# "unit*": wgsl.matvec_unit, 32 weights a lane a step with x in 16-byte loads (with
+# subgroups, for single products and gate/up; else, and for Q/K/V in one dispatch,
+# "workgroup-1pass"): "unit", "unit-f1", "unit-f4" a subgroup for 2 (1, 4) features;
+# "unit-wg1/2/4" the whole workgroup for 1 (2, 4) features; "unit-auto" by the product's
+# shape (unit_plan)
+UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4, "unit-wg1": 1, "unit-wg2": 2, "unit-wg4": 4}
+
+
+def unit_plan(variant: str, K: int, N: int, n_w: int, subgroup_size: int) -> tuple[str, int, int] | None:
+    """(group, features a group, features a workgroup) of wgsl.matvec_unit for a product
+    of rows of K values with n_w weights of N features under a "unit*" row kernel; None
+    for other kernels. "unit-auto" gives long rows (128 units or more) a workgroup per
+    feature group, so that each lane has few units, and the others a subgroup, with more
+    features a group as the product widens (enough lanes in flight, x read fewer times)."""
+    if variant == "unit-auto":
+        if K // 32 >= 128:
+            group, F = "wg", 2 if N >= 1024 else 1
+        else:
+            width = N * n_w
+            group, F = "sub", 4 if width >= 32768 else 2 if width >= 8192 else 1
+    elif variant in UNIT_FEATS:
+        group, F = ("wg" if "-wg" in variant else "sub"), UNIT_FEATS[variant]
+    else:
+        return None
+    per = F if group == "wg" else F * max(1, wgsl.MV_WG // subgroup_size)
+    return group, F, per
+
+
 # "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a
 # workgroup; "-v4": Q4_K weights read with 16-byte loads through a second, vec4 binding
 BLK_LANES = {"subgroup-blk": 0, "subgroup-blk16": 16, "subgroup-blk8": 8, "subgroup-blk-v4": 0, "subgroup-blk16-v4": 16}
@@ -482,15 +507,15 @@ class VulkanExecutable(Executable):
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
-    def _unit(self, x_off: int, xs: int, K: int) -> int:
-        """Features a subgroup of wgsl.matvec_unit computes for a product of x (rows of K
-        values at x_off, xs apart) under the row kernel, 0 where it does not apply: no
-        subgroups, or x not at a multiple of 4 values (a fused norm's weight always is: a
-        constant, placed at a multiple of 16)."""
-        F = UNIT_FEATS.get(self._row_kernel[1], 0)
-        if not F or not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
-            return 0
-        return F
+    def _unit(self, x_off: int, xs: int, K: int, N: int, n_w: int) -> tuple[str, int, int] | None:
+        """unit_plan's (group, features a group, features a workgroup) of wgsl.matvec_unit
+        for a product of x (rows of K values at x_off, xs apart) with n_w weights of N
+        features under the row kernel; None where it does not apply: not a "unit*"
+        kernel, no subgroups, or x not at a multiple of 4 values (a fused norm's weight
+        always is: a constant, placed at a multiple of 16)."""
+        if not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
+            return None
+        return unit_plan(self._row_kernel[1], K, N, n_w, self.ctx.subgroup_size)
 
     @property
     def _mv_span(self) -> int:
@@ -611,10 +636,11 @@ class VulkanExecutable(Executable):
                                lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
                                params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                UF = self._unit(self.off(x), xs, K)
-                if UF:
-                    per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
-                    self._emit(("matvec_unit", types, kind, R, per, UF, fuse), lambda R=R, per=per, UF=UF: wgsl.matvec_unit(types, kind, R, per, UF, fuse),
+                plan = self._unit(self.off(x), xs, K, rows, 2)
+                if plan:
+                    grp, UF, per = plan
+                    self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp),
+                               lambda R=R, per=per, UF=UF, grp=grp: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp),
                                params, -(-rows // per), binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3),
                                label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
@@ -667,11 +693,11 @@ class VulkanExecutable(Executable):
                            lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
                            params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
                 continue
-            UF = self._unit(x_off, xs, K)
-            if UF:
-                per = UF * (wgsl.MV_WG // self.ctx.subgroup_size)
-                self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse),
-                           lambda t=w.ggml_type, R=R, per=per, UF=UF, fuse=fuse: wgsl.matvec_unit((t,), None, R, per, UF, fuse),
+            plan = self._unit(x_off, xs, K, rows, 1)
+            if plan:
+                grp, UF, per = plan
+                self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse, grp),
+                           lambda t=w.ggml_type, R=R, per=per, UF=UF, fuse=fuse, grp=grp: wgsl.matvec_unit((t,), None, R, per, UF, fuse, grp),
                            params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
                 continue
             if self._mv_sg:

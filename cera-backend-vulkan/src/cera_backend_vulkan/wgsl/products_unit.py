@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .blocks import weight_lib
 from .common import ACTIVATIONS, GRID, HEADER
-from .products import MV_WG
+from .products import MV_WG, _reduce_onepass
 
 # -- the unit kernel: 32 weights a lane, x in 16-byte loads ------------------------------------
 
@@ -15,6 +15,9 @@ from .products import MV_WG
 # returns the unit's dot product with those 8 vectors of x. Types without one go through
 # their dq8 decoder four times (the "lin" layout: 32 consecutive elements).
 UNIT_LAYOUT = {"Q4_K": "k4", "Q6_K": "k6"}
+# types whose unit decoder reads the weight as 16-byte words (array<vec4<u32>>: rows and
+# blocks at multiples of 16 bytes, as Q4_K's 144-byte blocks are)
+UNIT_VEC4 = {"Q4_K"}
 UNIT_XOFF = {
     # 32 consecutive elements
     "lin": "return 32u * u + 4u * k;",
@@ -43,12 +46,15 @@ fn ksm_{W}(s0: u32, s1: u32, s2: u32, s: u32) -> vec2<f32> {
                      f32((hi >> 4u) | ((kbyte_{W}(s0, s1, s2, s) >> 6u) << 4u)));
 }
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    // the weight bound as 16-byte words (UNIT_VEC4): the header (d, dmin, 12 bytes of
+    // scales) in one load, the unit's 16 bytes of nibbles in another
     let b = u >> 3u; let p = u & 7u; let j = p >> 1u;
-    let o = (rb + 144u * b) >> 2u;
-    let dm = unpack2x16float({W}[o]);
-    let s0 = {W}[o + 1u]; let s1 = {W}[o + 2u]; let s2 = {W}[o + 3u];
-    let q = o + 4u + 8u * j + 4u * (p & 1u);
-    let q0 = {W}[q]; let q1 = {W}[q + 1u]; let q2 = {W}[q + 2u]; let q3 = {W}[q + 3u];
+    let o = (rb + 144u * b) >> 4u;
+    let h = {W}[o];
+    let dm = unpack2x16float(h.x);
+    let s0 = h.y; let s1 = h.z; let s2 = h.w;
+    let qv = {W}[o + 1u + 2u * j + (p & 1u)];
+    let q0 = qv.x; let q1 = qv.y; let q2 = qv.z; let q3 = qv.w;
     let lo = ksm_{W}(s0, s1, s2, 2u * j); let hi = ksm_{W}(s0, s1, s2, 2u * j + 1u);
     let m = vec4<u32>(0u, 8u, 16u, 24u); let f = vec4<u32>(15u);
     let dl = dot(x[0], vec4<f32>((vec4<u32>(q0) >> m) & f)) + dot(x[1], vec4<f32>((vec4<u32>(q1) >> m) & f))
@@ -104,25 +110,40 @@ def unit_layout(types: tuple[str, ...]) -> str:
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
-                norm: bool = False) -> str:  # fmt: skip
-    """y = x W^T for a few rows of x, bandwidth first: each subgroup computes ``feats``
-    output features, lane l taking units l, l + lanes, ... of 32 weights (see
-    UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as vec4s; x's
-    offset, row stride and K multiples of 4), shared by the features, and each weight
-    decoded with one read of its block header per 32 values; `subgroupAdd` sums the lanes
-    (no barrier). A workgroup holds ``per`` features (its subgroups loop over them, so
-    the result is right whatever subgroup size the driver picks). Every row's sum runs
-    in the same order whatever ``rows`` and M, so a row of a batch is bit for bit its
-    one-row product. Parameters, ``glu`` and ``norm`` as `matvec` (the norm weight's
-    offset a multiple of 4 too)."""
+                norm: bool = False, group: str = "sub") -> str:  # fmt: skip
+    """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
+    ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
+    weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
+    vec4s; x's offset, row stride and K multiples of 4), shared by the features, and
+    each weight decoded with one read of its block header per 32 values.
+
+    ``group`` "sub": a subgroup is a group (`subgroupAdd` sums its lanes, no barrier); a
+    workgroup holds ``per`` features, its subgroups looping over them, so the result is
+    right whatever subgroup size the driver picks. "wg": the whole workgroup of MV_WG
+    threads is one group of ``per`` = ``feats`` features (long rows: more lanes on each,
+    fewer units a lane; the subgroups' sums meet in shared memory, two barriers in all).
+
+    Every row's sum runs in the same order whatever ``rows`` and M, so a row of a batch
+    is bit for bit its one-row product. Parameters, ``glu`` and ``norm`` as `matvec` (the
+    norm weight's offset a multiple of 4 too). With ``norm`` the row's sum of squares is
+    taken from the same loads of x as the products (the group's lanes read all of x
+    between them) and 1/rms scales the sums at the end: no pass over x before the
+    weights' loads start."""
     layout = unit_layout(types)
     libs = ""
     for i, t in enumerate(types):
         var = f"W{i}"
-        libs += weight_lib(t, var, 2 + i)
+        vec = layout != "lin" and t in UNIT_VEC4
+        lib = weight_lib(t, var, 2 + i)
+        if vec:
+            lib = lib.replace(f"var<storage, read> {var}: array<u32>;", f"var<storage, read> {var}: array<vec4<u32>>;")
+            lib = lib[: lib.index("fn rd8_")]  # the word readers do not apply to a vec4 view
+        libs += lib
         libs += (UNIT_DECODERS[t] if layout != "lin" else UNIT_GENERIC).replace("{W}", var)
     n_w, R, F = len(types), rows, feats
     decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
+    if norm:
+        decl += "".join(f"        var q{r} = 0.0;\n" for r in range(R))
     xload = ""
     for r in range(R):
         xload += f"            var x{r}: array<vec4<f32>, 8>;\n"
@@ -130,7 +151,9 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
         xload += "                for (var k = 0u; k < 8u; k++) {\n"
         if norm:
-            xload += f"                    let e = xoff(u, k);\n                    x{r}[k] = A[(xo + e) >> 2u] * nw(e) * inv{r};\n"
+            xload += "                    let e = xoff(u, k);\n"
+            xload += f"                    let v = A[(xo + e) >> 2u];\n                    q{r} += dot(v, v);\n"
+            xload += f"                    x{r}[k] = v * nw(e);\n"
         else:
             xload += f"                    x{r}[k] = A[(xo + xoff(u, k)) >> 2u];\n"
         xload += "                }\n            }\n"
@@ -141,31 +164,28 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
             for j in range(F):
                 fma += f"                a{i}_{r}_{j} += unit_W{i}(rb{i}_{j}, u, x{r});\n"
         fma += "            }\n"
-    reduce = "".join(
-        f"        a{i}_{r}_{j} = subgroupAdd(a{i}_{r}_{j});\n" for i in range(n_w) for r in range(R) for j in range(F)
-    )
-    prologue = ""
+    sums = [f"a{i}_{r}_{j}" for i in range(n_w) for r in range(R) for j in range(F)]
     if norm:
-        # each row's 1/rms first (the subgroup's sum of squares), folded into x as it is read
-        for r in range(R):
-            prologue += f"""        var inv{r} = 1.0;
-        if ({r}u < nr) {{
-            var q = 0.0;
-            for (var e = 4u * lane; e < K; e += 4u * sgs) {{
-                let v = A[(P(3u) + (m0 + {r}u) * P(4u) + e) >> 2u];
-                q += dot(v, v);
-            }}
-            inv{r} = inverseSqrt(subgroupAdd(q) / f32(K) + PF(14u));
-        }}
-"""
+        sums += [f"q{r}" for r in range(R)]
+    reducer = ""
+    if group == "wg":
+        decl1, reduce = _reduce_onepass(sums)
+        reducer = decl1
+        first = "t == 0u"
+    else:
+        reduce = "".join(f"        {v} = subgroupAdd({v});\n" for v in sums)
+        first = "lane == 0u"
+    if norm:
+        reduce += "".join(f"        let inv{r} = inverseSqrt(q{r} / f32(K) + PF(14u));\n" for r in range(R))
     act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
     stores = ""
     for r in range(R):
         for j in range(F):
-            s1 = f"let s1 = a1_{r}_{j};" if n_w > 1 else ""
-            stores += f"""        if ({r}u < nr && lane == 0u && nn{j} < P(1u)) {{
+            sc = f" * inv{r}" if norm else ""
+            s1 = f"let s1 = a1_{r}_{j}{sc};" if n_w > 1 else ""
+            stores += f"""        if ({r}u < nr && {first} && nn{j} < P(1u)) {{
             let col = nn{j} + P(10u);
-            var s0 = a0_{r}_{j};
+            var s0 = a0_{r}_{j}{sc};
             {s1}
             if (P(7u) != 0u) {{ s0 += As(P(7u) - 1u + col); }}
             var y = {act};
@@ -182,6 +202,26 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     return A[(P(13u) - 1u + e) >> 2u];
 }
 """
+    body = f"""{nn}    let K = P(0u); let M = P(2u);
+    let units = K / 32u;
+    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
+        let nr = min({R}u, M - m0);
+{decl}        for (var u = gl; u < units; u += gs) {{
+{xload}{fma}        }}
+{reduce}{stores}    }}
+"""
+    if group == "wg":
+        head = f"""    let nb = wg_linear(wid, nwg) * {F}u;
+    if (nb >= P(1u)) {{ return; }}
+    let gl = t; let gs = {MV_WG}u;
+{body}"""
+    else:
+        head = f"""  for (var fb = (t / sgs) * {F}u; fb < {per}u; fb += ({MV_WG}u / sgs) * {F}u) {{
+    let nb = wg_linear(wid, nwg) * {per}u + fb;
+    if (nb >= P(1u)) {{ break; }}
+    let gl = lane; let gs = sgs;
+{body}  }}
+"""
     return (
         HEADER
         + "@group(0) @binding(1) var<storage, read_write> A: array<vec4<f32>>;\n"
@@ -191,21 +231,11 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         + libs
         + f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n"
         + nw
+        + reducer
         + f"""
 @compute @workgroup_size({MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32,
         @builtin(subgroup_size) sgs: u32, @builtin(subgroup_invocation_id) lane: u32) {{
-  for (var fb = (t / sgs) * {F}u; fb < {per}u; fb += ({MV_WG}u / sgs) * {F}u) {{
-    let nb = wg_linear(wid, nwg) * {per}u + fb;
-    if (nb >= P(1u)) {{ break; }}
-{nn}    let K = P(0u); let M = P(2u);
-    let units = K / 32u;
-    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
-        let nr = min({R}u, M - m0);
-{decl}{prologue}        for (var u = lane; u < units; u += sgs) {{
-{xload}{fma}        }}
-{reduce}{stores}    }}
-  }}
-}}
+{head}}}
 """
     )
