@@ -108,9 +108,13 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int, K: int, N: int):
             return None
         from cera_backend_vulkan.compile import unit_plan
 
-        group, F, per = unit_plan(variant, K, N, len(types), ctx.subgroup_size)
-        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group)
-        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group), n_b, ro)
+        shared = int(ctx.limits["max-compute-workgroup-storage-size"]) - 1024
+        plan = unit_plan(variant, K, N, types, ctx.subgroup_size, R, shared)
+        if plan is None:  # unit-auto leaves these types to workgroup-1pass
+            return kernel(ctx, "workgroup-1pass", types, glu, R, K, N)
+        group, F, per, sk = plan
+        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group, sk)
+        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group, sk), n_b, ro)
         return pipe, layout, per
     if variant.startswith("subgroup"):
         if not ctx.subgroups:

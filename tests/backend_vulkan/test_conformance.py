@@ -48,6 +48,7 @@ def test_tiled_products(case):
     "kernel",
     [
         "unit-auto",
+        "unit-auto-gx",
         "unit",
         "unit-f1",
         "unit-f4",

@@ -50,6 +50,7 @@ MAX_GRID = 65535
 # at once with whole-word loads (K a multiple of 32; else "subgroup");
 ROW_KERNELS = {
     "unit-auto": 1,
+    "unit-auto-gx": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -75,13 +76,21 @@ ROW_KERNELS = {
 UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4, "unit-wg1": 1, "unit-wg2": 2, "unit-wg4": 4}
 
 
-def unit_plan(variant: str, K: int, N: int, n_w: int, subgroup_size: int) -> tuple[str, int, int] | None:
-    """(group, features a group, features a workgroup) of wgsl.matvec_unit for a product
-    of rows of K values with n_w weights of N features under a "unit*" row kernel; None
-    for other kernels. "unit-auto" gives long rows (128 units or more) a workgroup per
-    feature group, so that each lane has few units, and the others a subgroup, with more
-    features a group as the product widens (enough lanes in flight, x read fewer times)."""
-    if variant == "unit-auto":
+def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_size: int, rows: int = 1,
+              shared_bytes: int = 0) -> tuple[str, int, int, int] | None:  # fmt: skip
+    """(group, features a group, features a workgroup, shared_k) of wgsl.matvec_unit for
+    a product of ``rows`` rows of K values with weights of these types and N features
+    under a "unit*" row kernel; None for other kernels. "unit-auto" takes only the types
+    with a unit decoder of their own (wgsl.UNIT_LAYOUT: the K-quants; on the H200 the
+    others ran faster through workgroup-1pass, which it leaves them to), gives long rows
+    (128 units or more) a workgroup per feature group, so that each lane has few units,
+    and the others a subgroup, with more features a group as the product widens (enough
+    lanes in flight, x read fewer times); and it copies x to shared memory (shared_k = K)
+    where rows x K values fit in ``shared_bytes`` ("unit-auto-gx": never)."""
+    n_w = len(types)
+    if variant in ("unit-auto", "unit-auto-gx"):
+        if not all(t in wgsl.UNIT_LAYOUT for t in types):
+            return None
         if K // 32 >= 128:
             group, F = "wg", 2 if N >= 1024 else 1
         else:
@@ -92,8 +101,13 @@ def unit_plan(variant: str, K: int, N: int, n_w: int, subgroup_size: int) -> tup
     else:
         return None
     per = F if group == "wg" else F * max(1, wgsl.MV_WG // subgroup_size)
-    return group, F, per
+    shared_k = K if variant == "unit-auto" and rows * K * 4 <= min(shared_bytes, SHARED_X_BYTES) else 0
+    return group, F, per, shared_k
 
+
+# the most bytes of x that unit-auto copies to a workgroup's shared memory (more would
+# leave room for fewer workgroups on a multiprocessor)
+SHARED_X_BYTES = 16384
 
 # "subgroup-blk<L>": L lanes a feature (at most the subgroup's), 128 / L features a
 # workgroup; "-v4": Q4_K weights read with 16-byte loads through a second, vec4 binding
@@ -507,15 +521,16 @@ class VulkanExecutable(Executable):
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
-    def _unit(self, x_off: int, xs: int, K: int, N: int, n_w: int) -> tuple[str, int, int] | None:
+    def _unit(self, x_off: int, xs: int, K: int, N: int, types: tuple[str, ...], R: int) -> tuple | None:
         """unit_plan's (group, features a group, features a workgroup) of wgsl.matvec_unit
-        for a product of x (rows of K values at x_off, xs apart) with n_w weights of N
+        for a product of x (rows of K values at x_off, xs apart) with weights of N
         features under the row kernel; None where it does not apply: not a "unit*"
         kernel, no subgroups, or x not at a multiple of 4 values (a fused norm's weight
         always is: a constant, placed at a multiple of 16)."""
         if not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
             return None
-        return unit_plan(self._row_kernel[1], K, N, n_w, self.ctx.subgroup_size)
+        shared = int(self.ctx.limits["max-compute-workgroup-storage-size"]) - 1024  # the reducer's part
+        return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared)
 
     @property
     def _mv_span(self) -> int:
@@ -636,11 +651,11 @@ class VulkanExecutable(Executable):
                                lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
                                params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
-                plan = self._unit(self.off(x), xs, K, rows, 2)
+                plan = self._unit(self.off(x), xs, K, rows, types, R)
                 if plan:
-                    grp, UF, per = plan
-                    self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp),
-                               lambda R=R, per=per, UF=UF, grp=grp: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp),
+                    grp, UF, per, sk = plan
+                    self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk),
+                               lambda R=R, per=per, UF=UF, grp=grp, sk=sk: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk),
                                params, -(-rows // per), binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3),
                                label=f"matvec+{kind} {types[0]}")  # fmt: skip
                     continue
@@ -693,11 +708,11 @@ class VulkanExecutable(Executable):
                            lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
                            params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
                 continue
-            plan = self._unit(x_off, xs, K, rows, 1)
+            plan = self._unit(x_off, xs, K, rows, (w.ggml_type,), R)
             if plan:
-                grp, UF, per = plan
-                self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse, grp),
-                           lambda t=w.ggml_type, R=R, per=per, UF=UF, fuse=fuse, grp=grp: wgsl.matvec_unit((t,), None, R, per, UF, fuse, grp),
+                grp, UF, per, sk = plan
+                self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse, grp, sk),
+                           lambda t=w.ggml_type, R=R, per=per, UF=UF, fuse=fuse, grp=grp, sk=sk: wgsl.matvec_unit((t,), None, R, per, UF, fuse, grp, sk),
                            params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
                 continue
             if self._mv_sg:

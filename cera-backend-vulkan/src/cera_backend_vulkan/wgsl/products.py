@@ -481,14 +481,18 @@ TM, TN, TK = 64, 64, 32  # the tiled product's tile: rows x features x depth
 def matmul(ggml_type: str) -> str:
     """y = x W^T (+ bias) (+ residual) for many rows: a 64x64 tile of y per workgroup of
     256 threads, each computing 4x4 of it; x and the decoded weights pass through shared
-    memory 32 columns at a time. The 4x4 accumulators and the operands are named scalars
-    (generated unrolled): an indexed private array would go to local memory on some GPUs.
-    P as `matvec` (0-11); K must be a multiple of 32."""
-    S = TK + 1
+    memory 32 columns at a time, stored depth-major (xs[k][m], ws[k][n]) so that a
+    thread reads its 4 rows and its 4 features at one depth as two 16-byte loads (a
+    shared-memory load for every 8 FMAs; row-major scalar reads took one for every 2).
+    The 4x4 accumulators and the operands are named scalars (generated unrolled): an
+    indexed private array would go to local memory on some GPUs. Each output's sum runs
+    over k in order, one fma a step. P as `matvec` (0-11); K must be a multiple of 32."""
     acc_decl = "".join(f"    var c{i}{j} = 0.0;\n" for i in range(4) for j in range(4))
-    inner = "".join(f"            let x{i} = xs[(ty * 4u + {i}u) * {S}u + k];\n" for i in range(4))
-    inner += "".join(f"            let w{j} = ws[(tx * 4u + {j}u) * {S}u + k];\n" for j in range(4))
-    inner += "".join(f"            c{i}{j} = fma(x{i}, w{j}, c{i}{j});\n" for i in range(4) for j in range(4))
+    inner = "            let xv = xs[k * 17u + ty];\n            let wv = ws[k * 17u + tx];\n"
+    comps = "xyzw"
+    inner += "".join(
+        f"            c{i}{j} = fma(xv.{comps[i]}, wv.{comps[j]}, c{i}{j});\n" for i in range(4) for j in range(4)
+    )
     stores = ""
     for i in range(4):
         for j in range(4):
@@ -498,8 +502,10 @@ def matmul(ggml_type: str) -> str:
         + ARENA_F32
         + weight_lib(ggml_type, "W0", 2)
         + f"""
-var<workgroup> xs: array<f32, {TM * S}>;
-var<workgroup> ws: array<f32, {TN * S}>;
+// depth k, then 16 groups of 4 rows (features): element [k][4 q + c] at [k * 17 + q].c
+// (17: a depth's 16-byte stores of consecutive threads fall in different banks)
+var<workgroup> xs: array<vec4<f32>, {TK * 17}>;
+var<workgroup> ws: array<vec4<f32>, {TK * 17}>;
 fn store(m: u32, n: u32, v: f32) {{
     if (m >= P(2u) || n >= P(1u)) {{ return; }}
     let col = n + P(10u);
@@ -515,24 +521,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n0 = wid.x * {TN}u; let m0 = wid.y * {TM}u;
     let tx = t & 15u; let ty = t >> 4u;
 {acc_decl}
-    // the weight group this thread decodes: feature n0 + (t >> 2), columns 8 (t & 3)
+    // the weight group this thread decodes: feature n0 + wn, columns 8 wg .. 8 wg + 7
     let wn = t >> 2u; let wg = t & 3u;
     let wvalid = n0 + wn < N;
     let wbase = (n0 + wn) * wrow;
-    // the x values this thread loads: column t & 31, rows (t >> 5) + 8 i
+    // the x values this thread loads: column xc (consecutive threads, consecutive
+    // columns: coalesced), rows 8 xr .. 8 xr + 7, stored as two 16-byte words
     let xc = t & 31u; let xr = t >> 5u;
     for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
-        for (var i = 0u; i < 8u; i++) {{
-            let r = xr + 8u * i;
-            var v = 0.0;
-            if (m0 + r < M) {{ v = A[xo + (m0 + r) * xstride + k0 + xc]; }}
-            xs[r * {S}u + xc] = v;
+        for (var h = 0u; h < 2u; h++) {{
+            var v = vec4<f32>(0.0);
+            for (var r = 0u; r < 4u; r++) {{
+                let m = m0 + 8u * xr + 4u * h + r;
+                if (m < M) {{ v[r] = A[xo + m * xstride + k0 + xc]; }}
+            }}
+            xs[xc * 17u + 2u * xr + h] = v;
         }}
         var w = V8(vec4<f32>(0.0), vec4<f32>(0.0));
         if (wvalid) {{ w = dq8_W0(wbase, k0 / 8u + wg); }}
-        let wo = wn * {S}u + wg * 8u;
-        ws[wo] = w.a.x; ws[wo + 1u] = w.a.y; ws[wo + 2u] = w.a.z; ws[wo + 3u] = w.a.w;
-        ws[wo + 4u] = w.b.x; ws[wo + 5u] = w.b.y; ws[wo + 6u] = w.b.z; ws[wo + 7u] = w.b.w;
+        let kb = wg * 8u;
+        let q = wn >> 2u; let c = wn & 3u;
+        ws[(kb + 0u) * 17u + q][c] = w.a.x; ws[(kb + 1u) * 17u + q][c] = w.a.y;
+        ws[(kb + 2u) * 17u + q][c] = w.a.z; ws[(kb + 3u) * 17u + q][c] = w.a.w;
+        ws[(kb + 4u) * 17u + q][c] = w.b.x; ws[(kb + 5u) * 17u + q][c] = w.b.y;
+        ws[(kb + 6u) * 17u + q][c] = w.b.z; ws[(kb + 7u) * 17u + q][c] = w.b.w;
         workgroupBarrier();
         for (var k = 0u; k < {TK}u; k++) {{
 {inner}        }}

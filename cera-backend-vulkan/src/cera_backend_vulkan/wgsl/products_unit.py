@@ -110,7 +110,7 @@ def unit_layout(types: tuple[str, ...]) -> str:
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
-                norm: bool = False, group: str = "sub") -> str:  # fmt: skip
+                norm: bool = False, group: str = "sub", shared_k: int = 0) -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -128,7 +128,12 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     norm weight's offset a multiple of 4 too). With ``norm`` the row's sum of squares is
     taken from the same loads of x as the products (the group's lanes read all of x
     between them) and 1/rms scales the sums at the end: no pass over x before the
-    weights' loads start."""
+    weights' loads start.
+
+    ``shared_k`` (K, when ``rows`` x K values fit the workgroup's memory): the workgroup
+    copies its rows of x to shared memory once, and its lanes read them there: x is read
+    from memory once a workgroup instead of once a group (the arena, bound read-write,
+    may not be cached on the way)."""
     layout = unit_layout(types)
     libs = ""
     for i, t in enumerate(types):
@@ -148,14 +153,19 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     for r in range(R):
         xload += f"            var x{r}: array<vec4<f32>, 8>;\n"
         xload += f"            if ({r}u < nr) {{\n"
-        xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
+        if shared_k:
+            xload += f"                let xo = {r * shared_k}u;\n"
+            src = "XS[(xo + {e}) >> 2u]"
+        else:
+            xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
+            src = "A[(xo + {e}) >> 2u]"
         xload += "                for (var k = 0u; k < 8u; k++) {\n"
         if norm:
             xload += "                    let e = xoff(u, k);\n"
-            xload += f"                    let v = A[(xo + e) >> 2u];\n                    q{r} += dot(v, v);\n"
+            xload += f"                    let v = {src.format(e='e')};\n                    q{r} += dot(v, v);\n"
             xload += f"                    x{r}[k] = v * nw(e);\n"
         else:
-            xload += f"                    x{r}[k] = A[(xo + xoff(u, k)) >> 2u];\n"
+            xload += f"                    x{r}[k] = {src.format(e='xoff(u, k)')};\n"
         xload += "                }\n            }\n"
     fma = "".join(f"            let rb{i}_{j} = n{j} * P({11 + i}u);\n" for i in range(n_w) for j in range(F))
     for r in range(R):
@@ -202,25 +212,44 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     return A[(P(13u) - 1u + e) >> 2u];
 }
 """
-    body = f"""{nn}    let K = P(0u); let M = P(2u);
-    let units = K / 32u;
-    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
-        let nr = min({R}u, M - m0);
+    # the body for one feature group and R rows from m0 (sub: a subgroup's; wg: the workgroup's)
+    body = f"""{nn}
+        let units = K / 32u;
 {decl}        for (var u = gl; u < units; u += gs) {{
 {xload}{fma}        }}
-{reduce}{stores}    }}
-"""
+{reduce}{stores}"""
     if group == "wg":
-        head = f"""    let nb = wg_linear(wid, nwg) * {F}u;
-    if (nb >= P(1u)) {{ return; }}
-    let gl = t; let gs = {MV_WG}u;
+        feats_loop = f"""        let nb = wg_linear(wid, nwg) * {F}u;
+        let gl = t; let gs = {MV_WG}u;
 {body}"""
+        guard = f"""    if (wg_linear(wid, nwg) * {F}u >= P(1u)) {{ return; }}\n"""
     else:
-        head = f"""  for (var fb = (t / sgs) * {F}u; fb < {per}u; fb += ({MV_WG}u / sgs) * {F}u) {{
-    let nb = wg_linear(wid, nwg) * {per}u + fb;
-    if (nb >= P(1u)) {{ break; }}
-    let gl = lane; let gs = sgs;
-{body}  }}
+        # no `break` out of the loop (a barrier follows it with shared_k): the last
+        # workgroup's extra features are skipped by a guard instead
+        feats_loop = f"""        for (var fb = (t / sgs) * {F}u; fb < {per}u; fb += ({MV_WG}u / sgs) * {F}u) {{
+          let nb = wg_linear(wid, nwg) * {per}u + fb;
+          if (nb < P(1u)) {{
+            let gl = lane; let gs = sgs;
+{body}          }}
+        }}
+"""
+        guard = f"""    if (wg_linear(wid, nwg) * {per}u >= P(1u)) {{ return; }}\n"""
+    xs_decl, xs_fill, xs_done = "", "", ""
+    if shared_k:
+        xs_decl = f"var<workgroup> XS: array<vec4<f32>, {R * shared_k // 4}>;\n"
+        xs_fill = f"""        for (var i = t; i < {R * shared_k // 4}u; i += {MV_WG}u) {{
+            let r = i / {shared_k // 4}u;
+            var v = vec4<f32>(0.0);
+            if (r < nr) {{ v = A[(P(3u) + (m0 + r) * P(4u)) / 4u + i % {shared_k // 4}u]; }}
+            XS[i] = v;
+        }}
+        workgroupBarrier();
+"""
+        xs_done = "        workgroupBarrier();\n"
+    main_body = f"""{guard}    let K = P(0u); let M = P(2u);
+    for (var m0 = 0u; m0 < M; m0 += {R}u) {{
+        let nr = min({R}u, M - m0);
+{xs_fill}{feats_loop}{xs_done}    }}
 """
     return (
         HEADER
@@ -232,10 +261,11 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         + f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n"
         + nw
         + reducer
+        + xs_decl
         + f"""
 @compute @workgroup_size({MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32,
         @builtin(subgroup_size) sgs: u32, @builtin(subgroup_invocation_id) lane: u32) {{
-{head}}}
+{main_body}}}
 """
     )
