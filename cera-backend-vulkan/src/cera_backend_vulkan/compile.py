@@ -569,6 +569,15 @@ class VulkanExecutable(Executable):
         family, name = self._row_kernel
         return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 
+    @property
+    def _matmul_prefetch(self) -> bool:
+        """The tiled kernel loads the next step's operands during this step's FMAs
+        (wgsl.matmul's ``prefetch``) unless ``CERA_VULKAN_MATMUL=plain``."""
+        name = os.environ.get("CERA_VULKAN_MATMUL", "").strip() or "prefetch"
+        if name not in ("prefetch", "plain"):
+            raise UnsupportedOperation(f"backend 'vulkan': CERA_VULKAN_MATMUL={name!r} is not one of prefetch, plain")
+        return name == "prefetch"
+
     @staticmethod
     def _mv_feats(R: int) -> int:
         """Output features a workgroup of the GPU row kernel computes (sharing x's loads):
@@ -695,7 +704,8 @@ class VulkanExecutable(Executable):
         for r0, rows, bo, bs in self._weight_chunks(w, N, row_bytes):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
-                self._emit(("matmul", w.ggml_type), lambda t=w.ggml_type: wgsl.matmul(t), params,
+                pf = self._matmul_prefetch
+                self._emit(("matmul", w.ggml_type, pf), lambda t=w.ggml_type, pf=pf: wgsl.matmul(t, pf), params,
                            (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
                            label=f"matmul {w.ggml_type}")  # fmt: skip
                 continue

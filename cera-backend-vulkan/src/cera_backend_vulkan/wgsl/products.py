@@ -477,8 +477,66 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 TM, TN, TK = 64, 64, 32  # the tiled product's tile: rows x features x depth
 
+# matmul's loop over the depth: (``prefetch``) the next step's operands loaded into
+# registers during this step's FMAs, or (plain) loaded between the barriers
+PLAIN_LOOP = """    for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
+        for (var h = 0u; h < 2u; h++) {{
+            var v = vec4<f32>(0.0);
+            for (var r = 0u; r < 4u; r++) {{
+                let m = m0 + 8u * xr + 4u * h + r;
+                if (m < M) {{ v[r] = A[xo + m * xstride + k0 + xc]; }}
+            }}
+            xs[xc * 17u + 2u * xr + h] = v;
+        }}
+        var w = V8(vec4<f32>(0.0), vec4<f32>(0.0));
+        if (wvalid) {{ w = dq8_W0(wbase, k0 / 8u + wg); }}
+        let kb = wg * 8u;
+        let q = wn >> 2u; let c = wn & 3u;
+        ws[(kb + 0u) * 17u + q][c] = w.a.x; ws[(kb + 1u) * 17u + q][c] = w.a.y;
+        ws[(kb + 2u) * 17u + q][c] = w.a.z; ws[(kb + 3u) * 17u + q][c] = w.a.w;
+        ws[(kb + 4u) * 17u + q][c] = w.b.x; ws[(kb + 5u) * 17u + q][c] = w.b.y;
+        ws[(kb + 6u) * 17u + q][c] = w.b.z; ws[(kb + 7u) * 17u + q][c] = w.b.w;
+        workgroupBarrier();
+        for (var k = 0u; k < {TK}u; k++) {{
+{inner}        }}
+        workgroupBarrier();
+    }}
+"""
+PREFETCH_LOOP = """    // this step's operands, in registers: loaded during the previous step's FMAs
+    var xr0 = vec4<f32>(0.0); var xr1 = vec4<f32>(0.0);
+    var wr = V8(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var r = 0u; r < 4u; r++) {{
+        let m = m0 + 8u * xr + r;
+        if (m < M) {{ xr0[r] = A[xo + m * xstride + xc]; }}
+        if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + xc]; }}
+    }}
+    if (wvalid) {{ wr = dq8_W0(wbase, wg); }}
+    let kb = wg * 8u;
+    let q = wn >> 2u; let c = wn & 3u;
+    for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
+        xs[xc * 17u + 2u * xr] = xr0; xs[xc * 17u + 2u * xr + 1u] = xr1;
+        ws[(kb + 0u) * 17u + q][c] = wr.a.x; ws[(kb + 1u) * 17u + q][c] = wr.a.y;
+        ws[(kb + 2u) * 17u + q][c] = wr.a.z; ws[(kb + 3u) * 17u + q][c] = wr.a.w;
+        ws[(kb + 4u) * 17u + q][c] = wr.b.x; ws[(kb + 5u) * 17u + q][c] = wr.b.y;
+        ws[(kb + 6u) * 17u + q][c] = wr.b.z; ws[(kb + 7u) * 17u + q][c] = wr.b.w;
+        workgroupBarrier();
+        let k1 = k0 + {TK}u;
+        if (k1 < K) {{
+            for (var r = 0u; r < 4u; r++) {{
+                let m = m0 + 8u * xr + r;
+                if (m < M) {{ xr0[r] = A[xo + m * xstride + k1 + xc]; }}
+                if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + k1 + xc]; }}
+            }}
+            if (wvalid) {{ wr = dq8_W0(wbase, k1 / 8u + wg); }}
+        }}
+        for (var k = 0u; k < {TK}u; k++) {{
+{inner}        }}
+        workgroupBarrier();
+    }}
+"""
 
-def matmul(ggml_type: str) -> str:
+
+def matmul(ggml_type: str, prefetch: bool = True) -> str:
     """y = x W^T (+ bias) (+ residual) for many rows: a 64x64 tile of y per workgroup of
     256 threads, each computing 4x4 of it; x and the decoded weights pass through shared
     memory 32 columns at a time, stored depth-major (xs[k][m], ws[k][n]) so that a
@@ -486,7 +544,12 @@ def matmul(ggml_type: str) -> str:
     shared-memory load for every 8 FMAs; row-major scalar reads took one for every 2).
     The 4x4 accumulators and the operands are named scalars (generated unrolled): an
     indexed private array would go to local memory on some GPUs. Each output's sum runs
-    over k in order, one fma a step. P as `matvec` (0-11); K must be a multiple of 32."""
+    over k in order, one fma a step (the same bits with or without ``prefetch``). P as
+    `matvec` (0-11); K must be a multiple of 32.
+
+    ``prefetch``: the next 32 columns' x values and weight group are loaded into
+    registers while the current ones are multiplied (their loads in flight during the
+    FMAs, not between two barriers)."""
     acc_decl = "".join(f"    var c{i}{j} = 0.0;\n" for i in range(4) for j in range(4))
     inner = "            let xv = xs[k * 17u + ty];\n            let wv = ws[k * 17u + tx];\n"
     comps = "xyzw"
@@ -497,6 +560,7 @@ def matmul(ggml_type: str) -> str:
     for i in range(4):
         for j in range(4):
             stores += f"    store(m0 + ty * 4u + {i}u, n0 + tx * 4u + {j}u, c{i}{j});\n"
+    loop = (PREFETCH_LOOP if prefetch else PLAIN_LOOP).format(TK=TK, inner=inner)
     return (
         HEADER
         + ARENA_F32
@@ -528,29 +592,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // the x values this thread loads: column xc (consecutive threads, consecutive
     // columns: coalesced), rows 8 xr .. 8 xr + 7, stored as two 16-byte words
     let xc = t & 31u; let xr = t >> 5u;
-    for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
-        for (var h = 0u; h < 2u; h++) {{
-            var v = vec4<f32>(0.0);
-            for (var r = 0u; r < 4u; r++) {{
-                let m = m0 + 8u * xr + 4u * h + r;
-                if (m < M) {{ v[r] = A[xo + m * xstride + k0 + xc]; }}
-            }}
-            xs[xc * 17u + 2u * xr + h] = v;
-        }}
-        var w = V8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (wvalid) {{ w = dq8_W0(wbase, k0 / 8u + wg); }}
-        let kb = wg * 8u;
-        let q = wn >> 2u; let c = wn & 3u;
-        ws[(kb + 0u) * 17u + q][c] = w.a.x; ws[(kb + 1u) * 17u + q][c] = w.a.y;
-        ws[(kb + 2u) * 17u + q][c] = w.a.z; ws[(kb + 3u) * 17u + q][c] = w.a.w;
-        ws[(kb + 4u) * 17u + q][c] = w.b.x; ws[(kb + 5u) * 17u + q][c] = w.b.y;
-        ws[(kb + 6u) * 17u + q][c] = w.b.z; ws[(kb + 7u) * 17u + q][c] = w.b.w;
-        workgroupBarrier();
-        for (var k = 0u; k < {TK}u; k++) {{
-{inner}        }}
-        workgroupBarrier();
-    }}
-{stores}}}
+{loop}{stores}}}
 """
     )
 

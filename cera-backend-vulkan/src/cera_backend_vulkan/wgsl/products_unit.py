@@ -110,7 +110,7 @@ def unit_layout(types: tuple[str, ...]) -> str:
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
-                norm: bool = False, group: str = "sub", shared_k: int = 0) -> str:  # fmt: skip
+                norm: bool = False, group: str = "sub", shared_k: int = 0, x_read_only: bool = False) -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -133,7 +133,11 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     ``shared_k`` (K, when ``rows`` x K values fit the workgroup's memory): the workgroup
     copies its rows of x to shared memory once, and its lanes read them there: x is read
     from memory once a workgroup instead of once a group (the arena, bound read-write,
-    may not be cached on the way)."""
+    may not be cached on the way).
+
+    ``x_read_only``: x (and the norm weight) read from a read-only binding after the
+    weights' (a copy of the arena), for benchmarks/vulkan_matvec_sweep.py to measure
+    what reading x from a read-write binding costs; the backend does not use it."""
     layout = unit_layout(types)
     libs = ""
     for i, t in enumerate(types):
@@ -158,7 +162,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
             src = "XS[(xo + {e}) >> 2u]"
         else:
             xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
-            src = "A[(xo + {e}) >> 2u]"
+            src = "XR[(xo + {e}) >> 2u]" if x_read_only else "A[(xo + {e}) >> 2u]"
         xload += "                for (var k = 0u; k < 8u; k++) {\n"
         if norm:
             xload += "                    let e = xoff(u, k);\n"
@@ -212,6 +216,9 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     return A[(P(13u) - 1u + e) >> 2u];
 }
 """
+        if x_read_only:
+            nw = nw.replace("return A[", "return XR[")
+    xr_decl = f"@group(0) @binding({2 + n_w}) var<storage, read> XR: array<vec4<f32>>;\n" if x_read_only else ""
     # the body for one feature group and R rows from m0 (sub: a subgroup's; wg: the workgroup's)
     body = f"""{nn}
         let units = K / 32u;
@@ -240,7 +247,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         xs_fill = f"""        for (var i = t; i < {R * shared_k // 4}u; i += {MV_WG}u) {{
             let r = i / {shared_k // 4}u;
             var v = vec4<f32>(0.0);
-            if (r < nr) {{ v = A[(P(3u) + (m0 + r) * P(4u)) / 4u + i % {shared_k // 4}u]; }}
+            if (r < nr) {{ v = {"XR" if x_read_only else "A"}[(P(3u) + (m0 + r) * P(4u)) / 4u + i % {shared_k // 4}u]; }}
             XS[i] = v;
         }}
         workgroupBarrier();
@@ -259,6 +266,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         + ACTIVATIONS
         + libs
         + f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n"
+        + xr_decl
         + nw
         + reducer
         + xs_decl
