@@ -15,7 +15,8 @@
 #                  (chunks smol.part*), `cera run --device vulkan` on it, the Vulkan tests
 #                  (conformance, greedy vs the CPU on the real file), then cera and llama.cpp
 #                  side by side on the real file and on the other files' layouts with random
-#                  weights (gguf_skeleton.py), each engine in its own process
+#                  weights (gguf_skeleton.py), each engine in its own process; MATMULS
+#                  (e.g. "4x8 4x4") compares the tiled kernels on pp512 first
 #
 # Carried folders (all ignored by git; see benchmarks/README.md, "Vulkan on an H200"):
 #   .gl/    libvulkan1 and friends (the device tool's README)
@@ -164,6 +165,25 @@ print(min(full, key=t.get) if full else '')")
 fi
 [ -z "${ROW_KERNELS:-}" ] && for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
 stamp "decode split done"
+# the tiled (prefill) kernels named in MATMULS on the two largest files' pp512, alternated;
+# BENCH_MATMUL (unless set): the least time summed, for both engines' table below
+for k in ${MATMULS:-}; do
+    for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/qwen2.5-coder-0.5b*.gguf; do
+        echo -n "matmul $k $(basename "$m"): "
+        CERA_VULKAN_MATMUL=$k CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
+    done
+done 2>&1 | tee /tmp/matmul.txt
+if [ -n "${MATMULS:-}" ] && [ -z "${BENCH_MATMUL:-}" ]; then
+    BENCH_MATMUL=$(python3 -c "
+import re, collections
+t = collections.defaultdict(float)
+for line in open('/tmp/matmul.txt'):
+    m = re.match(r'matmul (\S+) .*pp512\s+([0-9.]+)', line)
+    if m: t[m[1]] += 512 / float(m[2])
+print(min(t, key=t.get) if t else '')")
+    echo "BENCH_MATMUL=$BENCH_MATMUL (the least pp512 time summed over the two files)"
+fi
+export CERA_VULKAN_MATMUL=${BENCH_MATMUL:-}
 (cd benchmarks && CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 200 python3 bench_models_one.py cera --device vulkan --tests pp512,tg128 --reps 3 $MODELS) 2>&1
 if [ "$(cat /tmp/llama.rc 2>/dev/null)" = 0 ]; then
     # with llama.cpp's Vulkan device line (matrix cores / coopmat: its prompt speed depends on them)

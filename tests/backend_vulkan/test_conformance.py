@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cera.testing import conformance
@@ -33,14 +34,55 @@ def test_op(vulkan, case):
 @pytest.mark.parametrize(
     "case", [c for c in _cases() if c.op == "linear" and "x" not in c.name.split(",")[-1]], ids=str
 )
-def test_tiled_products(case):
-    """The tiled kernel of many-row products (a GPU's choice) on every weight type, also
+@pytest.mark.parametrize("matmul", ["4x4", "4x8"])
+def test_tiled_products(case, matmul, monkeypatch):
+    """The tiled kernels of many-row products (a GPU's choice) on every weight type, also
     on a software adapter, whose own choice is the row kernel."""
     from cera_backend_vulkan.backend import VulkanBackend
 
+    monkeypatch.setenv("CERA_VULKAN_MATMUL", matmul)
     b = VulkanBackend()
     b.tiled = True
     conformance.check_op(b, case)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("t", ["Q4_K", "Q8_0", "F16"])
+def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
+    """Both tiled kernels sum each output over k in the same order (wgsl.matmul): the
+    same bits, on 70 rows and 200 features (two row tiles, and feature tiles of both
+    kinds filled in part), each also within the suite's tolerance of the reference."""
+    import attrs
+
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    base = next(c for c in _cases() if c.name == f"linear[{t},20]")
+    x, w, bias = base.weights
+    case = attrs.evolve(
+        base,
+        name=f"linear[{t},70x200]",
+        weights=(x, attrs.evolve(w, numpy_shape=(200, 256)), attrs.evolve(bias, numpy_shape=(200,))),
+        passes=((70,),),
+    )
+    compare = conformance._compare
+    got = {}
+    for kernel in ("4x4", "4x8"):
+        monkeypatch.setenv("CERA_VULKAN_MATMUL", kernel)
+        seen = []
+
+        def keep(case, i, g, want, seen=seen):
+            seen.append(g)
+            compare(case, i, g, want)
+
+        monkeypatch.setattr(conformance, "_compare", keep)
+        b = VulkanBackend()
+        b.tiled = True
+        conformance.check_op(b, case)
+        got[kernel] = seen
+    for a, b in zip(got["4x4"], got["4x8"], strict=True):
+        for name in a:
+            x, y = np.asarray(a[name]), np.asarray(b[name])
+            assert x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32)), name
 
 
 @needs_vulkan
@@ -49,6 +91,7 @@ def test_tiled_products(case):
     [
         "unit-auto",
         "unit-auto-gx",
+        "unit-auto-q8",
         "unit",
         "unit-f1",
         "unit-f4",

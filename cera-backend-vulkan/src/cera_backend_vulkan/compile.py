@@ -41,6 +41,9 @@ UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
 EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6}
 MAX_GRID = 65535
+# the tiled (prefill) kernels, by name (CERA_VULKAN_MATMUL): rows x features a thread
+MATMUL_KERNELS = {"4x4": 4, "4x8": 8}
+MATMUL_DEFAULT = "4x8"
 # the few-row (decode) kernels, by name (VulkanBackend.row_kernel, CERA_VULKAN_ROW_KERNEL):
 # "workgroup*": wgsl.matvec, a workgroup of 128 threads per 4 features ("-1pass": one
 # shared-memory pass for all its sums); "subgroup*": wgsl.matvec_sg, a subgroup per
@@ -51,6 +54,7 @@ MAX_GRID = 65535
 ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
+    "unit-auto-q8": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -81,15 +85,16 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     """(group, features a group, features a workgroup, shared_k) of wgsl.matvec_unit for
     a product of ``rows`` rows of K values with weights of these types and N features
     under a "unit*" row kernel; None for other kernels. "unit-auto" takes only the types
-    with a unit decoder of their own (wgsl.UNIT_LAYOUT: the K-quants; on the H200 the
-    others ran faster through workgroup-1pass, which it leaves them to), gives long rows
+    with a unit decoder of their own (UNIT_AUTO_TYPES, the K-quants; on the H200 the
+    others ran faster through workgroup-1pass, which it leaves them to; "unit-auto-q8"
+    takes Q8_0 too), gives long rows
     (128 units or more) a workgroup per feature group, so that each lane has few units,
     and the others a subgroup, with more features a group as the product widens (enough
     lanes in flight, x read fewer times); and it copies x to shared memory (shared_k = K)
     where rows x K values fit in ``shared_bytes`` ("unit-auto-gx": never)."""
     n_w = len(types)
-    if variant in ("unit-auto", "unit-auto-gx"):
-        if not all(t in wgsl.UNIT_LAYOUT for t in types):
+    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-q8"):
+        if not all(t in UNIT_AUTO_TYPES or (t == "Q8_0" and variant == "unit-auto-q8") for t in types):
             return None
         if K // 32 >= 128:
             group, F = "wg", 2 if N >= 1024 else 1
@@ -101,9 +106,12 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     else:
         return None
     per = F if group == "wg" else F * max(1, wgsl.MV_WG // subgroup_size)
-    shared_k = K if variant == "unit-auto" and rows * K * 4 <= min(shared_bytes, SHARED_X_BYTES) else 0
+    shared_k = K if variant in ("unit-auto", "unit-auto-q8") and rows * K * 4 <= min(shared_bytes, SHARED_X_BYTES) else 0
     return group, F, per, shared_k
 
+
+# the types unit-auto takes ("unit-auto-q8": Q8_0 too, through its own unit decoder)
+UNIT_AUTO_TYPES = {"Q4_K", "Q6_K"}
 
 # the most bytes of x that unit-auto copies to a workgroup's shared memory (more would
 # leave room for fewer workgroups on a multiprocessor)
@@ -503,12 +511,13 @@ class VulkanExecutable(Executable):
     @property
     def _row_kernel(self) -> tuple[str, str]:
         """The few-row kernel (ROW_KERNELS): the backend's ``row_kernel``, else
-        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and
-        "workgroup-1pass" on GPUs (on the H200 the fastest decode step of the four real
-        files' layouts among the kernels, benchmarks/README.md); (family, variant)."""
+        ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and "unit-auto"
+        on GPUs (on the H200 the fastest decode step of the four real files' layouts
+        among the kernels, benchmarks/README.md: the K-quants' products through the unit
+        kernel, the others through workgroup-1pass); (family, variant)."""
         name = self.backend.row_kernel or os.environ.get("CERA_VULKAN_ROW_KERNEL", "").strip() or None
         if name is None:
-            name = "subgroup" if self.ctx.software else "workgroup-1pass"
+            name = "subgroup" if self.ctx.software else "unit-auto"
         if name not in ROW_KERNELS:
             raise UnsupportedOperation(f"backend 'vulkan': row kernel {name!r} is not one of {', '.join(ROW_KERNELS)}")
         return name.partition("-")[0], name
@@ -570,13 +579,16 @@ class VulkanExecutable(Executable):
         return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 
     @property
-    def _matmul_prefetch(self) -> bool:
-        """The tiled kernel loads the next step's operands during this step's FMAs
-        (wgsl.matmul's ``prefetch``) unless ``CERA_VULKAN_MATMUL=plain``."""
-        name = os.environ.get("CERA_VULKAN_MATMUL", "").strip() or "prefetch"
-        if name not in ("prefetch", "plain"):
-            raise UnsupportedOperation(f"backend 'vulkan': CERA_VULKAN_MATMUL={name!r} is not one of prefetch, plain")
-        return name == "prefetch"
+    def _matmul_feats(self) -> int:
+        """Features a thread of the tiled kernel computes for each of its 4 rows
+        (wgsl.matmul's ``feats``): ``CERA_VULKAN_MATMUL`` "4x4" or "4x8", else the
+        default (MATMUL_DEFAULT)."""
+        name = os.environ.get("CERA_VULKAN_MATMUL", "").strip() or MATMUL_DEFAULT
+        if name not in MATMUL_KERNELS:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': CERA_VULKAN_MATMUL={name!r} is not one of {', '.join(MATMUL_KERNELS)}"
+            )
+        return MATMUL_KERNELS[name]
 
     @staticmethod
     def _mv_feats(R: int) -> int:
@@ -704,9 +716,9 @@ class VulkanExecutable(Executable):
         for r0, rows, bo, bs in self._weight_chunks(w, N, row_bytes):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
-                pf = self._matmul_prefetch
-                self._emit(("matmul", w.ggml_type, pf), lambda t=w.ggml_type, pf=pf: wgsl.matmul(t, pf), params,
-                           (-(-rows // wgsl.TN), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
+                fn = self._matmul_feats
+                self._emit(("matmul", w.ggml_type, fn), lambda t=w.ggml_type, fn=fn: wgsl.matmul(t, fn), params,
+                           (-(-rows // wgsl.MATMUL_TILES[fn]), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
                            label=f"matmul {w.ggml_type}")  # fmt: skip
                 continue
             R, sg = self._mv_rows(M), self.ctx.subgroups

@@ -33,7 +33,7 @@ from .common import ACTIVATIONS, ARENA_F32, ARENA_U32, GRID, HEADER, SEQ_FN, WG
 from .encdec import im2col, store_cross
 from .hybrid import CONV_MAX, conv_causal, moe_down, moe_logits, moe_route, moe_up, ssm_scan
 from .pointwise import NORM_WG, elementwise, norm
-from .products import MV_ROWS, MV_WG, SEG_BASE, TK, TM, TN, matmul, matvec, matvec_segments, matvec_sg
+from .products import MATMUL_TILES, MV_ROWS, MV_WG, SEG_BASE, TK, TM, matmul, matvec, matvec_segments, matvec_sg
 from .products_blk import BYTES4, DQ32, DQ32_GENERIC, DQ32_VEC, V32, WIN8, dq32_lib, matvec_blk, vec_bindings, vec_view
 from .products_unit import UNIT_DECODERS, UNIT_GENERIC, UNIT_LAYOUT, UNIT_VEC4, UNIT_XOFF, matvec_unit, unit_layout
 from .rows import (
@@ -71,7 +71,7 @@ __all__ = [
     "matvec_segments",
     "matvec_sg",
     "TM",
-    "TN",
+    "MATMUL_TILES",
     "TK",
     "matmul",
     "UNIT_LAYOUT",

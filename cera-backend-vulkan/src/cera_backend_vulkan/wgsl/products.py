@@ -475,101 +475,65 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
-TM, TN, TK = 64, 64, 32  # the tiled product's tile: rows x features x depth
-
-# matmul's loop over the depth: (``prefetch``) the next step's operands loaded into
-# registers during this step's FMAs, or (plain) loaded between the barriers
-PLAIN_LOOP = """    for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
-        for (var h = 0u; h < 2u; h++) {{
-            var v = vec4<f32>(0.0);
-            for (var r = 0u; r < 4u; r++) {{
-                let m = m0 + 8u * xr + 4u * h + r;
-                if (m < M) {{ v[r] = A[xo + m * xstride + k0 + xc]; }}
-            }}
-            xs[xc * 17u + 2u * xr + h] = v;
-        }}
-        var w = V8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (wvalid) {{ w = dq8_W0(wbase, k0 / 8u + wg); }}
-        let kb = wg * 8u;
-        let q = wn >> 2u; let c = wn & 3u;
-        ws[(kb + 0u) * 17u + q][c] = w.a.x; ws[(kb + 1u) * 17u + q][c] = w.a.y;
-        ws[(kb + 2u) * 17u + q][c] = w.a.z; ws[(kb + 3u) * 17u + q][c] = w.a.w;
-        ws[(kb + 4u) * 17u + q][c] = w.b.x; ws[(kb + 5u) * 17u + q][c] = w.b.y;
-        ws[(kb + 6u) * 17u + q][c] = w.b.z; ws[(kb + 7u) * 17u + q][c] = w.b.w;
-        workgroupBarrier();
-        for (var k = 0u; k < {TK}u; k++) {{
-{inner}        }}
-        workgroupBarrier();
-    }}
-"""
-PREFETCH_LOOP = """    // this step's operands, in registers: loaded during the previous step's FMAs
-    var xr0 = vec4<f32>(0.0); var xr1 = vec4<f32>(0.0);
-    var wr = V8(vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var r = 0u; r < 4u; r++) {{
-        let m = m0 + 8u * xr + r;
-        if (m < M) {{ xr0[r] = A[xo + m * xstride + xc]; }}
-        if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + xc]; }}
-    }}
-    if (wvalid) {{ wr = dq8_W0(wbase, wg); }}
-    let kb = wg * 8u;
-    let q = wn >> 2u; let c = wn & 3u;
-    for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
-        xs[xc * 17u + 2u * xr] = xr0; xs[xc * 17u + 2u * xr + 1u] = xr1;
-        ws[(kb + 0u) * 17u + q][c] = wr.a.x; ws[(kb + 1u) * 17u + q][c] = wr.a.y;
-        ws[(kb + 2u) * 17u + q][c] = wr.a.z; ws[(kb + 3u) * 17u + q][c] = wr.a.w;
-        ws[(kb + 4u) * 17u + q][c] = wr.b.x; ws[(kb + 5u) * 17u + q][c] = wr.b.y;
-        ws[(kb + 6u) * 17u + q][c] = wr.b.z; ws[(kb + 7u) * 17u + q][c] = wr.b.w;
-        workgroupBarrier();
-        let k1 = k0 + {TK}u;
-        if (k1 < K) {{
-            for (var r = 0u; r < 4u; r++) {{
-                let m = m0 + 8u * xr + r;
-                if (m < M) {{ xr0[r] = A[xo + m * xstride + k1 + xc]; }}
-                if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + k1 + xc]; }}
-            }}
-            if (wvalid) {{ wr = dq8_W0(wbase, k1 / 8u + wg); }}
-        }}
-        for (var k = 0u; k < {TK}u; k++) {{
-{inner}        }}
-        workgroupBarrier();
-    }}
-"""
+TM, TK = 64, 32  # the tiled product's tile: rows and depth (features: MATMUL_TILES)
+# features a thread computes (for each of its 4 rows) -> features a workgroup's tile has
+MATMUL_TILES = {4: 64, 8: 128}
 
 
-def matmul(ggml_type: str, prefetch: bool = True) -> str:
-    """y = x W^T (+ bias) (+ residual) for many rows: a 64x64 tile of y per workgroup of
-    256 threads, each computing 4x4 of it; x and the decoded weights pass through shared
-    memory 32 columns at a time, stored depth-major (xs[k][m], ws[k][n]) so that a
-    thread reads its 4 rows and its 4 features at one depth as two 16-byte loads (a
-    shared-memory load for every 8 FMAs; row-major scalar reads took one for every 2).
-    The 4x4 accumulators and the operands are named scalars (generated unrolled): an
-    indexed private array would go to local memory on some GPUs. Each output's sum runs
-    over k in order, one fma a step (the same bits with or without ``prefetch``). P as
-    `matvec` (0-11); K must be a multiple of 32.
+def matmul(ggml_type: str, feats: int = 4) -> str:
+    """y = x W^T (+ bias) (+ residual) for many rows: a tile of 64 rows x 16 ``feats``
+    features (MATMUL_TILES) of y per workgroup of 256 threads, each computing 4 rows x
+    ``feats`` features of it. x and the decoded weights pass through shared memory 32
+    columns at a time, stored depth-major (xs[k][m], ws[k][n]) so that a thread reads its
+    4 rows and its features at one depth as 16-byte loads (1 + feats / 4 loads for 4
+    feats FMAs). The next 32 columns' operands are loaded into registers while the
+    current ones are multiplied (their loads in flight during the FMAs). ``feats`` 8
+    gives each thread 32 independent FMAs a depth step (instruction-level parallelism
+    where few warps fit a multiprocessor) at the price of half as many workgroups.
 
-    ``prefetch``: the next 32 columns' x values and weight group are loaded into
-    registers while the current ones are multiplied (their loads in flight during the
-    FMAs, not between two barriers)."""
-    acc_decl = "".join(f"    var c{i}{j} = 0.0;\n" for i in range(4) for j in range(4))
-    inner = "            let xv = xs[k * 17u + ty];\n            let wv = ws[k * 17u + tx];\n"
+    The accumulators and operands are named scalars (generated unrolled): an indexed
+    private array would go to local memory on some GPUs. Each output's sum runs over k
+    in order, one fma a step: the same bits whatever ``feats``. P as `matvec` (0-11); K
+    must be a multiple of 32."""
+    FN = feats
+    TN = MATMUL_TILES[FN]
+    G = TN // 4  # 16-byte groups of features in a depth row of ws
+    SX, SW = TM // 4 + 1, G + 1  # row strides (16-byte words), padded against bank conflicts
+    NW = TN // 64  # weight groups of 8 a thread decodes a step
+    acc_decl = "".join(f"    var c{i}_{j} = 0.0;\n" for i in range(4) for j in range(FN))
     comps = "xyzw"
+    inner = f"            let xv = xs[k * {SX}u + ty];\n"
+    inner += "".join(f"            let wv{g} = ws[k * {SW}u + {FN // 4}u * tx + {g}u];\n" for g in range(FN // 4))
     inner += "".join(
-        f"            c{i}{j} = fma(xv.{comps[i]}, wv.{comps[j]}, c{i}{j});\n" for i in range(4) for j in range(4)
+        f"            c{i}_{j} = fma(xv.{comps[i]}, wv{j // 4}.{comps[j % 4]}, c{i}_{j});\n"
+        for i in range(4)
+        for j in range(FN)
     )
-    stores = ""
-    for i in range(4):
-        for j in range(4):
-            stores += f"    store(m0 + ty * 4u + {i}u, n0 + tx * 4u + {j}u, c{i}{j});\n"
-    loop = (PREFETCH_LOOP if prefetch else PLAIN_LOOP).format(TK=TK, inner=inner)
+    stores = "".join(
+        f"    store(m0 + ty * 4u + {i}u, n0 + tx * {FN}u + {j}u, c{i}_{j});\n" for i in range(4) for j in range(FN)
+    )
+    wdecl = "".join(
+        f"    let wn{h} = (t >> 2u) + {64 * h}u;\n    let wvalid{h} = n0 + wn{h} < N;\n"
+        f"    let wbase{h} = (n0 + wn{h}) * wrow;\n    var wr{h} = V8(vec4<f32>(0.0), vec4<f32>(0.0));\n"
+        for h in range(NW)
+    )
+    wload = "".join(f"{{ind}}if (wvalid{h}) {{{{ wr{h} = dq8_W0(wbase{h}, {{g}} + wg); }}}}\n" for h in range(NW))
+    wstore = ""
+    for h in range(NW):
+        wstore += f"        {{ let q = wn{h} >> 2u; let c = wn{h} & 3u;\n"
+        for e in range(8):
+            half, comp = ("a", "b")[e // 4], comps[e % 4]
+            wstore += f"          ws[(kb + {e}u) * {SW}u + q][c] = wr{h}.{half}.{comp};\n"
+        wstore += "        }\n"
     return (
         HEADER
         + ARENA_F32
         + weight_lib(ggml_type, "W0", 2)
         + f"""
-// depth k, then 16 groups of 4 rows (features): element [k][4 q + c] at [k * 17 + q].c
-// (17: a depth's 16-byte stores of consecutive threads fall in different banks)
-var<workgroup> xs: array<vec4<f32>, {TK * 17}>;
-var<workgroup> ws: array<vec4<f32>, {TK * 17}>;
+// depth k, then groups of 4 rows (features): element [k][4 q + c] at [k * stride + q].c
+// (a padded stride: a depth's 16-byte stores of consecutive threads fall in different banks)
+var<workgroup> xs: array<vec4<f32>, {TK * SX}>;
+var<workgroup> ws: array<vec4<f32>, {TK * SW}>;
 fn store(m: u32, n: u32, v: f32) {{
     if (m >= P(2u) || n >= P(1u)) {{ return; }}
     let col = n + P(10u);
@@ -585,14 +549,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n0 = wid.x * {TN}u; let m0 = wid.y * {TM}u;
     let tx = t & 15u; let ty = t >> 4u;
 {acc_decl}
-    // the weight group this thread decodes: feature n0 + wn, columns 8 wg .. 8 wg + 7
-    let wn = t >> 2u; let wg = t & 3u;
-    let wvalid = n0 + wn < N;
-    let wbase = (n0 + wn) * wrow;
+    // the weight groups this thread decodes: features n0 + wn (wn = t / 4, + 64 ...),
+    // columns 8 wg .. 8 wg + 7 of the step
+    let wg = t & 3u;
+{wdecl}
     // the x values this thread loads: column xc (consecutive threads, consecutive
     // columns: coalesced), rows 8 xr .. 8 xr + 7, stored as two 16-byte words
     let xc = t & 31u; let xr = t >> 5u;
-{loop}{stores}}}
+    var xr0 = vec4<f32>(0.0); var xr1 = vec4<f32>(0.0);
+    for (var r = 0u; r < 4u; r++) {{
+        let m = m0 + 8u * xr + r;
+        if (m < M) {{ xr0[r] = A[xo + m * xstride + xc]; }}
+        if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + xc]; }}
+    }}
+{wload.format(ind="    ", g="0u")}    let kb = wg * 8u;
+    for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
+        xs[xc * {SX}u + 2u * xr] = xr0; xs[xc * {SX}u + 2u * xr + 1u] = xr1;
+{wstore}        workgroupBarrier();
+        // the next step's operands, loaded while this step's are multiplied
+        let k1 = k0 + {TK}u;
+        if (k1 < K) {{
+            for (var r = 0u; r < 4u; r++) {{
+                let m = m0 + 8u * xr + r;
+                if (m < M) {{ xr0[r] = A[xo + m * xstride + k1 + xc]; }}
+                if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + k1 + xc]; }}
+            }}
+{wload.format(ind="            ", g="k1 / 8u")}        }}
+        for (var k = 0u; k < {TK}u; k++) {{
+{inner}        }}
+        workgroupBarrier();
+    }}
+{stores}}}
 """
     )
 

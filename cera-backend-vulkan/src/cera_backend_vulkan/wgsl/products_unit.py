@@ -14,7 +14,7 @@ from .products import MV_WG, _reduce_onepass
 # with a layout of its own has a decoder ``unit_<W>(row_byte_offset, u, x) -> f32`` that
 # returns the unit's dot product with those 8 vectors of x. Types without one go through
 # their dq8 decoder four times (the "lin" layout: 32 consecutive elements).
-UNIT_LAYOUT = {"Q4_K": "k4", "Q6_K": "k6"}
+UNIT_LAYOUT = {"Q4_K": "k4", "Q6_K": "k6", "Q8_0": "lin"}
 # types whose unit decoder reads the weight as 16-byte words (array<vec4<u32>>: rows and
 # blocks at multiples of 16 bytes, as Q4_K's 144-byte blocks are)
 UNIT_VEC4 = {"Q4_K"}
@@ -32,6 +32,27 @@ UNIT_XOFF = {
     return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
 }
 UNIT_DECODERS = {
+    # a whole block: f16 d and 32 signed bytes in 34 bytes, so every other block starts
+    # 2 bytes into a word; the 9 words that hold it, read once, give d and the 8 words
+    # of quants (shifted by 16 bits in the even blocks)
+    "Q8_0": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    let blk = rb + 34u * u;
+    let w0 = blk >> 2u;
+    let odd = (blk & 2u) != 0u;
+    var w: array<u32, 9>;
+    for (var i = 0u; i < 9u; i++) { w[i] = {W}[w0 + i]; }
+    let dd = unpack2x16float(w[0]);
+    let d = select(dd.x, dd.y, odd);
+    var s = 0.0;
+    for (var k = 0u; k < 8u; k++) {
+        let q = select((w[k] >> 16u) | (w[k + 1u] << 16u), w[k + 1u], odd);
+        let v = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+        s += dot(x[k], v);
+    }
+    return d * s;
+}
+""",
     "Q4_K": """
 fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
     let w = select(select(s2, s1, i < 8u), s0, i < 4u);
@@ -104,9 +125,17 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
 
 def unit_layout(types: tuple[str, ...]) -> str:
     """The unit layout a product of these weight types runs with: their own when they
-    share one, else "lin" (every type's dq8 decoder)."""
+    share one, else "lin" (each type through its own "lin" decoder, else dq8's)."""
     kinds = {UNIT_LAYOUT.get(t, "lin") for t in types}
     return kinds.pop() if len(kinds) == 1 else "lin"
+
+
+def unit_decoder(t: str, layout: str) -> str:
+    """``unit_{W}`` of weight type ``t`` under ``layout``: its own, where it has one for
+    that layout, else four of its dq8 decoder's groups (the "lin" layout)."""
+    if UNIT_LAYOUT.get(t) == layout and t in UNIT_DECODERS:
+        return UNIT_DECODERS[t]
+    return UNIT_GENERIC
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
@@ -142,13 +171,13 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     libs = ""
     for i, t in enumerate(types):
         var = f"W{i}"
-        vec = layout != "lin" and t in UNIT_VEC4
+        vec = UNIT_LAYOUT.get(t) == layout and t in UNIT_VEC4
         lib = weight_lib(t, var, 2 + i)
         if vec:
             lib = lib.replace(f"var<storage, read> {var}: array<u32>;", f"var<storage, read> {var}: array<vec4<u32>>;")
             lib = lib[: lib.index("fn rd8_")]  # the word readers do not apply to a vec4 view
         libs += lib
-        libs += (UNIT_DECODERS[t] if layout != "lin" else UNIT_GENERIC).replace("{W}", var)
+        libs += unit_decoder(t, layout).replace("{W}", var)
     n_w, R, F = len(types), rows, feats
     decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
     if norm:
