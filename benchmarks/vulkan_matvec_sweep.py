@@ -108,20 +108,13 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int, K: int, N: int):
             return None
         from cera_backend_vulkan.compile import unit_plan
 
-        ro_x = variant == "unit-auto-ro"  # diagnostic: x from a read-only copy of the arena
-        if ro_x:
-            variant = "unit-auto-gx"
-
         shared = int(ctx.limits["max-compute-workgroup-storage-size"]) - 1024
         plan = unit_plan(variant, K, N, types, ctx.subgroup_size, R, shared)
         if plan is None:  # unit-auto leaves these types to workgroup-1pass
-            return None if ro_x else kernel(ctx, "workgroup-1pass", types, glu, R, K, N)
+            return kernel(ctx, "workgroup-1pass", types, glu, R, K, N)
         group, F, per, sk = plan
-        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group, sk, ro_x)
-        n_b, ro = (n_b + 1, ro + (n_b,)) if ro_x else (n_b, ro)
-        pipe, layout = ctx.pipeline(
-            key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group, sk, ro_x), n_b, ro
-        )
+        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group, sk)
+        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group, sk), n_b, ro)
         return pipe, layout, per
     if variant.startswith("subgroup"):
         if not ctx.subgroups:
@@ -186,10 +179,7 @@ class Case:
         self.arena = ctx.buffer(self.arena_words * 4)
         ctx.queue.write_buffer(self.arena, 0, np.ascontiguousarray(self.x))
         ctx.queue.write_buffer(self.arena, self.nw_off * 4, self.nw)
-        # unit-auto-ro: the same x and norm weight in a buffer bound read-only
-        self.arena_ro = ctx.buffer(self.arena_words * 4)
-        ctx.queue.write_buffer(self.arena_ro, 0, np.ascontiguousarray(self.x))
-        ctx.queue.write_buffer(self.arena_ro, self.nw_off * 4, self.nw)
+
 
     def params(self, M: int) -> np.ndarray:
         p = np.zeros(64, np.uint32)
@@ -201,7 +191,7 @@ class Case:
             p[14] = np.float32(EPS).view(np.uint32)
         return p
 
-    def bind_groups(self, layout, params_buf, vec: bool = False, ro_x: bool = False):
+    def bind_groups(self, layout, params_buf, vec: bool = False):
         out = []
         for bufs in self.buffers:
             entries = [
@@ -215,9 +205,6 @@ class Case:
                     entries.append(
                         {"binding": 2 + len(bufs) + j, "resource": {"buffer": b, "offset": 0, "size": b.size}}
                     )
-            if ro_x:
-                size = self.arena_words * 4
-                entries.append({"binding": 2 + len(bufs), "resource": {"buffer": self.arena_ro, "offset": 0, "size": size}})
             out.append(self.ctx.device.create_bind_group(layout=layout, entries=entries))
             _arenas[id(out[-1])] = self.arena
         return out
@@ -291,24 +278,22 @@ def read_y(ctx, case: Case, M: int) -> np.ndarray:
     return np.frombuffer(bytes(raw), np.float32).reshape(M, case.N).copy()
 
 
-def check(ctx, case: Case, pipe, layout, per: int, vec: bool = False, ro_x: bool = False) -> str:
+def check(ctx, case: Case, pipe, layout, per: int, vec: bool = False) -> str:
     """Rows of an M-row batch equal one-row results bit for bit; one row near numpy."""
     wgpu = ctx.wgpu
     M = max(case.R, 3) if case.R > 1 else 3
     results = {}
     for m in [1, M]:
         pbuf = ctx.device.create_buffer_with_data(data=case.params(m), usage=wgpu.BufferUsage.UNIFORM)
-        bgs = case.bind_groups(layout, pbuf, vec, ro_x)[:1]
+        bgs = case.bind_groups(layout, pbuf, vec)[:1]
         if m == 1:
             # each row alone: x row r moved to row 0's place
             rows = []
             for r in range(M):
-                for buf in (case.arena, case.arena_ro):
-                    ctx.queue.write_buffer(buf, 0, np.ascontiguousarray(case.x[r]))
+                ctx.queue.write_buffer(case.arena, 0, np.ascontiguousarray(case.x[r]))
                 run_pass(ctx, pipe, bgs, _groups(-(-case.N // per)), 1)
                 rows.append(read_y(ctx, case, 1)[0])
-            for buf in (case.arena, case.arena_ro):
-                ctx.queue.write_buffer(buf, 0, np.ascontiguousarray(case.x))
+            ctx.queue.write_buffer(case.arena, 0, np.ascontiguousarray(case.x))
             results[1] = np.stack(rows)
         else:
             run_pass(ctx, pipe, bgs, _groups(-(-case.N // per)), 1)
@@ -350,7 +335,7 @@ def main() -> None:
     wgpu = ctx.wgpu
     variants = [v for v in args.variants.split(",") if v] or list(ROW_KERNELS)
     for v in variants:
-        if v not in ROW_KERNELS and v != "unit-auto-ro":
+        if v not in ROW_KERNELS:
             sys.exit(f"unknown variant {v!r}; known: {', '.join(ROW_KERNELS)}")
     reps = args.reps or (4 if args.quick else 64)
     trials = args.trials or (1 if args.quick else 5)
@@ -390,9 +375,9 @@ def main() -> None:
                 continue
             pipe, layout, per = k
             if args.check:
-                checks[v] = check(ctx, case, pipe, layout, per, v.endswith("-v4"), v == "unit-auto-ro")
+                checks[v] = check(ctx, case, pipe, layout, per, v.endswith("-v4"))
             pbuf = ctx.device.create_buffer_with_data(data=case.params(args.rows), usage=wgpu.BufferUsage.UNIFORM)
-            bgs = case.bind_groups(layout, pbuf, v.endswith("-v4"), v == "unit-auto-ro")
+            bgs = case.bind_groups(layout, pbuf, v.endswith("-v4"))
             groups = _groups(-(-N // per))
             run_pass(ctx, pipe, bgs, groups, reps, qs, qbuf)  # warm-up
             ts = [run_pass(ctx, pipe, bgs, groups, reps, qs, qbuf) / reps for _ in range(trials)]

@@ -91,7 +91,6 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
     [
         "unit-auto",
         "unit-auto-gx",
-        "unit-auto-q8",
         "unit",
         "unit-f1",
         "unit-f4",
@@ -332,3 +331,19 @@ def test_attention_kernels_f16(case, kernel, monkeypatch):
 
     monkeypatch.setenv("CERA_VULKAN_ATTENTION", kernel)
     conformance.check_op(VulkanBackend(), case)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("n", [1024, 1025, 1500])
+def test_norms_of_long_rows(vulkan, n):
+    """wgsl.norm keeps rows of at most 1024 values in registers and reads longer ones
+    again: both paths, and the edge between them, against the reference."""
+    from cera.testing.conformance import OpCase, WeightSpec, _emb, _x
+
+    def build(g, w, s):
+        x = _x(g, n)
+        g.output("y", g.rms_norm(x, w["n"], 1e-5))
+        g.output("z", g.layer_norm(x, w["n"], w["b"], 1e-5))
+
+    case = OpCase(f"norms[{n}]", "rms_norm", build, (_emb(n), WeightSpec("n", (n,)), WeightSpec("b", (n,))))
+    conformance.check_op(vulkan, case)

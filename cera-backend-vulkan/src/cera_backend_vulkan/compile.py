@@ -43,7 +43,8 @@ EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy"
 MAX_GRID = 65535
 # the tiled (prefill) kernels, by name (CERA_VULKAN_MATMUL): rows x features a thread
 MATMUL_KERNELS = {"4x4": 4, "4x8": 8}
-MATMUL_DEFAULT = "4x8"
+# on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time
+MATMUL_DEFAULT = "4x4"
 # the few-row (decode) kernels, by name (VulkanBackend.row_kernel, CERA_VULKAN_ROW_KERNEL):
 # "workgroup*": wgsl.matvec, a workgroup of 128 threads per 4 features ("-1pass": one
 # shared-memory pass for all its sums); "subgroup*": wgsl.matvec_sg, a subgroup per
@@ -54,7 +55,6 @@ MATMUL_DEFAULT = "4x8"
 ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
-    "unit-auto-q8": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -86,15 +86,14 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     a product of ``rows`` rows of K values with weights of these types and N features
     under a "unit*" row kernel; None for other kernels. "unit-auto" takes only the types
     with a unit decoder of their own (UNIT_AUTO_TYPES, the K-quants; on the H200 the
-    others ran faster through workgroup-1pass, which it leaves them to; "unit-auto-q8"
-    takes Q8_0 too), gives long rows
+    others ran faster through workgroup-1pass, which it leaves them to), gives long rows
     (128 units or more) a workgroup per feature group, so that each lane has few units,
     and the others a subgroup, with more features a group as the product widens (enough
     lanes in flight, x read fewer times); and it copies x to shared memory (shared_k = K)
     where rows x K values fit in ``shared_bytes`` ("unit-auto-gx": never)."""
     n_w = len(types)
-    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-q8"):
-        if not all(t in UNIT_AUTO_TYPES or (t == "Q8_0" and variant == "unit-auto-q8") for t in types):
+    if variant in ("unit-auto", "unit-auto-gx"):
+        if not all(t in UNIT_AUTO_TYPES for t in types):
             return None
         if K // 32 >= 128:
             group, F = "wg", 2 if N >= 1024 else 1
@@ -106,11 +105,12 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     else:
         return None
     per = F if group == "wg" else F * max(1, wgsl.MV_WG // subgroup_size)
-    shared_k = K if variant in ("unit-auto", "unit-auto-q8") and rows * K * 4 <= min(shared_bytes, SHARED_X_BYTES) else 0
+    shared_k = K if variant == "unit-auto" and rows * K * 4 <= min(shared_bytes, SHARED_X_BYTES) else 0
     return group, F, per, shared_k
 
 
-# the types unit-auto takes ("unit-auto-q8": Q8_0 too, through its own unit decoder)
+# the types unit-auto takes (a Q8_0 unit decoder reading each 34-byte block as 9 words
+# made the H200's decode steps 1.05-1.9x slower: Q8_0 stays with workgroup-1pass)
 UNIT_AUTO_TYPES = {"Q4_K", "Q6_K"}
 
 # the most bytes of x that unit-auto copies to a workgroup's shared memory (more would
@@ -861,7 +861,8 @@ class VulkanExecutable(Executable):
             out, res, label = add.out, self.off(other) + 1, f"{node.op}+add"
         params = [int(layer), rows, n, self.off(x), self.off(out), self.operand(w) + 1 if w is not None else 0,
                   self.operand(b) + 1 if b is not None else 0, f32_bits(node.attrs["eps"]), res]  # fmt: skip
-        self._emit(("norm",), wgsl.norm, params, rows, label=label)
+        sg = self.ctx.subgroups
+        self._emit(("norm", sg), lambda: wgsl.norm(sg), params, rows, label=label)
 
     def _op_layer_norm(self, node) -> None:
         self._op_rms_norm(node, layer=True)
@@ -945,7 +946,8 @@ class VulkanExecutable(Executable):
                   int(spec.window or 0), 1, 0, 0]  # fmt: skip
         kind = self.kv_type
         if self._attention_kernel == "lanes" and kind == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256:
-            self._emit(("attention_lanes", dv, dk), lambda: wgsl.attention_lanes(dv, dk), params, n * heads, binds=kvb,
+            sg = self.ctx.subgroups
+            self._emit(("attention_lanes", dv, dk, sg), lambda: wgsl.attention_lanes(dv, dk, sg), params, n * heads, binds=kvb,
                        read_only=(2, 3, 4), label="attention")  # fmt: skip
             return
         self._emit(("attention", kind, dv, dk), lambda: wgsl.attention(kind, dv, dk), params, n * heads, binds=kvb,

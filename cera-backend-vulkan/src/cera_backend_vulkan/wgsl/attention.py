@@ -407,7 +407,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 ATT_WG = 128  # threads of attention_lanes: cells a chunk
 
 
-def attention_lanes(dv: int, dk: int) -> str:
+def attention_lanes(dv: int, dk: int, subgroups: bool = False) -> str:
     """Attention over an f16 cache for heads of dk, dv values (multiples of 8, at most
     256), latency first: a decode step has a few workgroups (rows x heads), each a chain
     of dependent loads, so every load a thread needs is issued at once. One workgroup of
@@ -422,9 +422,42 @@ def attention_lanes(dv: int, dk: int) -> str:
       one per four cells; the threads' partial sums meet once, at the end, in a fixed
       order (a row's result does not depend on the other rows of the pass).
 
+    With ``subgroups`` the max and the sum go through `subgroupMax`/`subgroupAdd` and one
+    shared-memory step (two barriers each instead of eight). A cell's key is read before
+    its position is checked (the two loads in flight together; a hidden cell's score is
+    dropped whatever it is).
+
     Parameters as `attention` ("f16")."""
     lanes = dv // 8
     subs = ATT_WG // lanes
+    if subgroups:
+        tree_fn = f"""// the workgroup's max (is_max) or sum of v: the subgroups' results, then thread 0
+fn tree(v: f32, t: u32, is_max: bool, sgs: u32) -> f32 {{
+    var s = 0.0;
+    if (is_max) {{ s = subgroupMax(v); }} else {{ s = subgroupAdd(v); }}
+    if (t % sgs == 0u) {{ red[t / sgs] = s; }}
+    workgroupBarrier();
+    if (t == 0u) {{
+        var r = red[0];
+        for (var i = 1u; i < {ATT_WG}u / sgs; i++) {{ r = select(r + red[i], max(r, red[i]), is_max); }}
+        u_r = r;
+    }}
+    return workgroupUniformLoad(&u_r);
+}}"""
+        tree_call, sg_builtin = "tree({v}, t, {m}, sgs)", ", @builtin(subgroup_size) sgs: u32"
+    else:
+        tree_fn = f"""// the workgroup's max (is_max) or sum of v, through a shared-memory tree
+fn tree(v: f32, t: u32, is_max: bool) -> f32 {{
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = {ATT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] = select(red[t] + red[t + s], max(red[t], red[t + s]), is_max); }}
+        workgroupBarrier();
+    }}
+    if (t == 0u) {{ u_r = red[0]; }}
+    return workgroupUniformLoad(&u_r);
+}}"""
+        tree_call, sg_builtin = "tree({v}, t, {m})", ""
     return (
         HEADER
         + ARENA_U32
@@ -444,19 +477,9 @@ var<workgroup> part: array<vec4<f32>, {2 * ATT_WG}>;
 var<workgroup> u_lo: u32;
 var<workgroup> u_hi: u32;
 var<workgroup> u_r: f32;
-// the workgroup's max (is_max) or sum of v, through a shared-memory tree
-fn tree(v: f32, t: u32, is_max: bool) -> f32 {{
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = {ATT_WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] = select(red[t] + red[t + s], max(red[t], red[t + s]), is_max); }}
-        workgroupBarrier();
-    }}
-    if (t == 0u) {{ u_r = red[0]; }}
-    return workgroupUniformLoad(&u_r);
-}}
+{tree_fn}
 @compute @workgroup_size({ATT_WG})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{sg_builtin}) {{
     let rh = wg_linear(wid, nwg);
     let nh = P(1u);
     // whole workgroups leave together (uniform): the barriers below see all threads
@@ -493,15 +516,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var score = -3.0e38;
         if (c < hi) {{
             let p = POS[slot * P(11u) + c];
+            let kb = (head + c % cap) * {dk // 8}u;
+            var d = 0.0;
+            for (var e = 0u; e < {dk // 8}u; e++) {{
+                let k = h8(K4[kb + e]);
+                d += dot(qs[2u * e], k.a) + dot(qs[2u * e + 1u], k.b);
+            }}
             var vis = p >= 0 && p <= qpos;
             if (window > 0) {{ vis = vis && (qpos - p < window) && (p - qpos < window); }}
             if (vis) {{
-                let kb = (head + c % cap) * {dk // 8}u;
-                var d = 0.0;
-                for (var e = 0u; e < {dk // 8}u; e++) {{
-                    let k = h8(K4[kb + e]);
-                    d += dot(qs[2u * e], k.a) + dot(qs[2u * e + 1u], k.b);
-                }}
                 d *= scale;
                 if (cap_s > 0.0) {{
                     let u = d / cap_s;
@@ -511,12 +534,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }}
         }}
         // a chunk without a visible cell changes nothing: its weights are 0, alpha 1
-        let cm = tree(score, t, true);
+        let cm = {tree_call.format(v="score", m="true")};
         let mn = max(m, cm);
         let alpha = exp(m - mn);
         let pw = select(0.0, exp(score - mn), score > -1.0e38);
         sc[t] = pw;
-        let ps = tree(pw, t, false);
+        let ps = {tree_call.format(v="pw", m="false")};
         l = l * alpha + ps;
         acc.a *= alpha; acc.b *= alpha;
         let cnt = min({ATT_WG}u, hi - c0);

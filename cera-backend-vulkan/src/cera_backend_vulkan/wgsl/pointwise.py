@@ -52,16 +52,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 NORM_WG = 256
 
 
-def norm() -> str:
+def norm(subgroups: bool = False) -> str:
     """rms_norm (P(0) = 0) and layer_norm (1) of rows: one workgroup a row. P: 1 rows,
     2 row length, 3 x offset, 4 out offset, 5 weight offset + 1, 6 bias offset + 1, 7 eps,
     8 residual offset + 1 (rows added to the result: an add fused in; 0 none). Sums in f32
-    over the workgroup's tree."""
-    return (
-        HEADER
-        + ARENA_F32
-        + GRID
-        + f"""
+    over the workgroup: with ``subgroups``, `subgroupAdd` and one shared-memory step (two
+    barriers a sum instead of nine); else a tree. Rows of at most 4 x NORM_WG values stay
+    in registers between the passes, and the weight, bias and residual of a thread's
+    values are loaded before the sums (their loads in flight while the row is summed)."""
+    if subgroups:
+        reducer = f"""
+var<workgroup> part: array<f32, {NORM_WG}>;
+fn wsum(v: f32, t: u32, sgs: u32) -> f32 {{
+    let s = subgroupAdd(v);
+    if (t % sgs == 0u) {{ part[t / sgs] = s; }}
+    workgroupBarrier();
+    var r = 0.0;
+    for (var i = 0u; i < {NORM_WG}u / sgs; i++) {{ r += part[i]; }}
+    workgroupBarrier();
+    return r;
+}}
+"""
+        call, builtins = "wsum({v}, t, sgs)", ", @builtin(subgroup_size) sgs: u32"
+    else:
+        reducer = f"""
 var<workgroup> red: array<f32, {NORM_WG}>;
 fn wsum(v: f32, t: u32) -> f32 {{
     red[t] = v;
@@ -74,22 +88,54 @@ fn wsum(v: f32, t: u32) -> f32 {{
     workgroupBarrier();
     return r;
 }}
+"""
+        call, builtins = "wsum({v}, t)", ""
+    C = 4  # values a thread keeps in registers (rows of at most C x NORM_WG)
+    keep = "".join(
+        f"""        let i{j} = t + {j * NORM_WG}u;
+        if (i{j} < n) {{
+            x{j} = A[x + i{j}];
+            if (P(5u) != 0u) {{ w{j} = A[P(5u) - 1u + i{j}]; }}
+            if (P(6u) != 0u) {{ b{j} = A[P(6u) - 1u + i{j}]; }}
+            if (P(8u) != 0u) {{ z{j} = A[P(8u) - 1u + r * n + i{j}]; }}
+        }}
+"""
+        for j in range(C)
+    )
+    decl = "".join(f"    var x{j} = 0.0; var w{j} = 1.0; var b{j} = 0.0; var z{j} = 0.0;\n" for j in range(C))
+    mean_small = " + ".join(f"x{j}" for j in range(C))
+    q_small = " + ".join(f"select(0.0, (x{j} - mean) * (x{j} - mean), t + {j * NORM_WG}u < n)" for j in range(C))
+    out_small = "".join(
+        f"        if (t + {j * NORM_WG}u < n) {{ A[o + t + {j * NORM_WG}u] = (x{j} - mean) * inv * w{j} + b{j} + z{j}; }}\n"
+        for j in range(C)
+    )
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + reducer
+        + f"""
 @compute @workgroup_size({NORM_WG})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{builtins}) {{
     let r = wg_linear(wid, nwg);
     if (r >= P(1u)) {{ return; }}
     let n = P(2u);
     let x = P(3u) + r * n;
+    let o = P(4u) + r * n;
     var mean = 0.0;
+{decl}    if (n <= {C * NORM_WG}u) {{
+{keep}        if (P(0u) == 1u) {{ mean = {call.format(v=f"({mean_small})")} / f32(n); }}
+        let inv = inverseSqrt({call.format(v=f"({q_small})")} / f32(n) + PF(7u));
+{out_small}        return;
+    }}
     if (P(0u) == 1u) {{
         var s = 0.0;
         for (var i = t; i < n; i += {NORM_WG}u) {{ s += A[x + i]; }}
-        mean = wsum(s, t) / f32(n);
+        mean = {call.format(v="s")} / f32(n);
     }}
     var q = 0.0;
     for (var i = t; i < n; i += {NORM_WG}u) {{ let d = A[x + i] - mean; q += d * d; }}
-    let inv = inverseSqrt(wsum(q, t) / f32(n) + PF(7u));
-    let o = P(4u) + r * n;
+    let inv = inverseSqrt({call.format(v="q")} / f32(n) + PF(7u));
     for (var i = t; i < n; i += {NORM_WG}u) {{
         var y = (A[x + i] - mean) * inv;
         if (P(5u) != 0u) {{ y *= A[P(5u) - 1u + i]; }}

@@ -14,7 +14,7 @@ from .products import MV_WG, _reduce_onepass
 # with a layout of its own has a decoder ``unit_<W>(row_byte_offset, u, x) -> f32`` that
 # returns the unit's dot product with those 8 vectors of x. Types without one go through
 # their dq8 decoder four times (the "lin" layout: 32 consecutive elements).
-UNIT_LAYOUT = {"Q4_K": "k4", "Q6_K": "k6", "Q8_0": "lin"}
+UNIT_LAYOUT = {"Q4_K": "k4", "Q6_K": "k6"}
 # types whose unit decoder reads the weight as 16-byte words (array<vec4<u32>>: rows and
 # blocks at multiples of 16 bytes, as Q4_K's 144-byte blocks are)
 UNIT_VEC4 = {"Q4_K"}
@@ -32,27 +32,6 @@ UNIT_XOFF = {
     return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
 }
 UNIT_DECODERS = {
-    # a whole block: f16 d and 32 signed bytes in 34 bytes, so every other block starts
-    # 2 bytes into a word; the 9 words that hold it, read once, give d and the 8 words
-    # of quants (shifted by 16 bits in the even blocks)
-    "Q8_0": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    let blk = rb + 34u * u;
-    let w0 = blk >> 2u;
-    let odd = (blk & 2u) != 0u;
-    var w: array<u32, 9>;
-    for (var i = 0u; i < 9u; i++) { w[i] = {W}[w0 + i]; }
-    let dd = unpack2x16float(w[0]);
-    let d = select(dd.x, dd.y, odd);
-    var s = 0.0;
-    for (var k = 0u; k < 8u; k++) {
-        let q = select((w[k] >> 16u) | (w[k + 1u] << 16u), w[k + 1u], odd);
-        let v = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
-        s += dot(x[k], v);
-    }
-    return d * s;
-}
-""",
     "Q4_K": """
 fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
     let w = select(select(s2, s1, i < 8u), s0, i < 4u);
@@ -139,7 +118,7 @@ def unit_decoder(t: str, layout: str) -> str:
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
-                norm: bool = False, group: str = "sub", shared_k: int = 0, x_read_only: bool = False) -> str:  # fmt: skip
+                norm: bool = False, group: str = "sub", shared_k: int = 0) -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -162,11 +141,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     ``shared_k`` (K, when ``rows`` x K values fit the workgroup's memory): the workgroup
     copies its rows of x to shared memory once, and its lanes read them there: x is read
     from memory once a workgroup instead of once a group (the arena, bound read-write,
-    may not be cached on the way).
-
-    ``x_read_only``: x (and the norm weight) read from a read-only binding after the
-    weights' (a copy of the arena), for benchmarks/vulkan_matvec_sweep.py to measure
-    what reading x from a read-write binding costs; the backend does not use it."""
+    may not be cached on the way)."""
     layout = unit_layout(types)
     libs = ""
     for i, t in enumerate(types):
@@ -191,7 +166,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
             src = "XS[(xo + {e}) >> 2u]"
         else:
             xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
-            src = "XR[(xo + {e}) >> 2u]" if x_read_only else "A[(xo + {e}) >> 2u]"
+            src = "A[(xo + {e}) >> 2u]"
         xload += "                for (var k = 0u; k < 8u; k++) {\n"
         if norm:
             xload += "                    let e = xoff(u, k);\n"
@@ -245,9 +220,6 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     return A[(P(13u) - 1u + e) >> 2u];
 }
 """
-        if x_read_only:
-            nw = nw.replace("return A[", "return XR[")
-    xr_decl = f"@group(0) @binding({2 + n_w}) var<storage, read> XR: array<vec4<f32>>;\n" if x_read_only else ""
     # the body for one feature group and R rows from m0 (sub: a subgroup's; wg: the workgroup's)
     body = f"""{nn}
         let units = K / 32u;
@@ -276,7 +248,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         xs_fill = f"""        for (var i = t; i < {R * shared_k // 4}u; i += {MV_WG}u) {{
             let r = i / {shared_k // 4}u;
             var v = vec4<f32>(0.0);
-            if (r < nr) {{ v = {"XR" if x_read_only else "A"}[(P(3u) + (m0 + r) * P(4u)) / 4u + i % {shared_k // 4}u]; }}
+            if (r < nr) {{ v = A[(P(3u) + (m0 + r) * P(4u)) / 4u + i % {shared_k // 4}u]; }}
             XS[i] = v;
         }}
         workgroupBarrier();
@@ -295,7 +267,6 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         + ACTIVATIONS
         + libs
         + f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n"
-        + xr_decl
         + nw
         + reducer
         + xs_decl
