@@ -648,48 +648,10 @@ class VulkanExecutable(Executable):
             for (r0, rows, bo, bs), (_, _, uo, us) in zip(
                 self._weight_chunks(g, N), self._weight_chunks(u, N), strict=True
             ):
-                params = [
-                    K,
-                    rows,
-                    M,
-                    self.off(x),
-                    xs,
-                    self.off(glu.out),
-                    N,
-                    0,
-                    0,
-                    0,
-                    r0,
-                    g.row_bytes,
-                    u.row_bytes,
-                ] + nparams
-                R, sg = self._mv_rows(M), self.ctx.subgroups
-                if self._blk(K):
-                    lanes, per = self._mv_blk
-                    vec = self._mv_vec
-                    binds, ro = self._vec_binds([("w", g, bo, bs), ("w", u, uo, us)])
-                    self._emit(("matvec_blk", types, kind, R, per, fuse, lanes, vec),
-                               lambda R=R, per=per, lanes=lanes, vec=vec: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
-                               params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec+{kind} {types[0]}")  # fmt: skip
-                    continue
-                plan = self._unit(self.off(x), xs, K, rows, types, R)
-                if plan:
-                    grp, UF, per, sk = plan
-                    self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk),
-                               lambda R=R, per=per, UF=UF, grp=grp, sk=sk: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk),
-                               params, -(-rows // per), binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3),
-                               label=f"matvec+{kind} {types[0]}")  # fmt: skip
-                    continue
-                if self._mv_sg:
-                    per, span = self._mv_sg, min(4, self._mv_span)
-                    self._emit(("matvec_sg", types, kind, R, per, fuse, span), lambda R=R, per=per, span=span: wgsl.matvec_sg(types, kind, True, R, per, fuse, span),
-                               params, -(-rows // per),
-                               binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
-                    continue
-                F, one = self._mv_feats(R), self._mv_onepass
-                self._emit(("matvec", types, kind, R, sg, fuse, F, one), lambda sg=sg, R=R, F=F, one=one: wgsl.matvec(types, kind, sg, R, fuse, F, one), params,
-                           -(-rows // F),
-                           binds=[("w", g, bo, bs), ("w", u, uo, us)], read_only=(2, 3), label=f"matvec+{kind} {types[0]}")  # fmt: skip
+                params = [K, rows, M, self.off(x), xs, self.off(glu.out), N, 0, 0, 0, r0, g.row_bytes,
+                          u.row_bytes] + nparams  # fmt: skip
+                self._row_product(types, kind, [("w", g, bo, bs), ("w", u, uo, us)], params, K, M, rows,
+                                  self.off(x), xs, fuse, f"matvec+{kind} {types[0]}")  # fmt: skip
         else:
             for i, node in enumerate(step.nodes):
                 _, wref, bias = node.args
@@ -721,33 +683,42 @@ class VulkanExecutable(Executable):
                            (-(-rows // wgsl.MATMUL_TILES[fn]), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
                            label=f"matmul {w.ggml_type}")  # fmt: skip
                 continue
-            R, sg = self._mv_rows(M), self.ctx.subgroups
-            if self._blk(K):
-                lanes, per = self._mv_blk
-                vec = self._mv_vec
-                binds, ro = self._vec_binds([("w", w, bo, bs)])
-                self._emit(("matvec_blk", (w.ggml_type,), None, R, per, fuse, lanes, vec),
-                           lambda t=w.ggml_type, R=R, per=per, fuse=fuse, lanes=lanes, vec=vec: wgsl.matvec_blk((t,), None, R, per, fuse, lanes, vec=vec),
-                           params, -(-rows // per), binds=binds, read_only=ro, label=f"matvec {w.ggml_type}")  # fmt: skip
-                continue
-            plan = self._unit(x_off, xs, K, rows, (w.ggml_type,), R)
-            if plan:
-                grp, UF, per, sk = plan
-                self._emit(("matvec_unit", (w.ggml_type,), None, R, per, UF, fuse, grp, sk),
-                           lambda t=w.ggml_type, R=R, per=per, UF=UF, fuse=fuse, grp=grp, sk=sk: wgsl.matvec_unit((t,), None, R, per, UF, fuse, grp, sk),
-                           params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
-                continue
-            if self._mv_sg:
-                per, span = self._mv_sg, min(4, self._mv_span)
-                self._emit(("matvec_sg", (w.ggml_type,), None, R, per, fuse, span),
-                           lambda t=w.ggml_type, R=R, per=per, fuse=fuse, span=span: wgsl.matvec_sg((t,), None, True, R, per, fuse, span),
-                           params, -(-rows // per), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
-                continue
-            F, one = self._mv_feats(R), self._mv_onepass
-            self._emit(("matvec", (w.ggml_type,), None, R, sg, fuse, F, one),
-                       lambda t=w.ggml_type, R=R, sg=sg, fuse=fuse, F=F, one=one: wgsl.matvec((t,), None, sg, R, fuse, F, one),
-                       params, -(-rows // F),
-                       binds=[("w", w, bo, bs)], read_only=(2,), label=f"matvec {w.ggml_type}")  # fmt: skip
+            self._row_product((w.ggml_type,), None, [("w", w, bo, bs)], params, K, M, rows, x_off, xs, fuse,
+                              f"matvec {w.ggml_type}")  # fmt: skip
+
+    def _row_product(self, types: tuple, kind: str | None, binds: list, params: list, K: int, M: int, rows: int,
+                     x_off: int, xs: int, fuse: bool, label: str) -> None:  # fmt: skip
+        """One dispatch of the row kernel (ROW_KERNELS) for ``rows`` features of a product
+        of M rows of K values: one weight, or gate and up (``kind``: their glu) bound in
+        ``binds``. Which kernel: the block-wise one ("subgroup-blk*"), else the unit kernel
+        where unit_plan takes the product, else the subgroup kernel ("subgroup*"), else the
+        workgroup kernel."""
+        R, sg = self._mv_rows(M), self.ctx.subgroups
+        ro = tuple(range(2, 2 + len(binds)))
+        if self._blk(K):
+            lanes, per = self._mv_blk
+            vec = self._mv_vec
+            binds, ro = self._vec_binds(binds)
+            self._emit(("matvec_blk", types, kind, R, per, fuse, lanes, vec),
+                       lambda: wgsl.matvec_blk(types, kind, R, per, fuse, lanes, vec=vec),
+                       params, -(-rows // per), binds=binds, read_only=ro, label=label)  # fmt: skip
+            return
+        plan = self._unit(x_off, xs, K, rows, types, R)
+        if plan:
+            grp, UF, per, sk = plan
+            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk),
+                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk),
+                       params, -(-rows // per), binds=binds, read_only=ro, label=label)  # fmt: skip
+            return
+        if self._mv_sg:
+            per, span = self._mv_sg, min(4, self._mv_span)
+            self._emit(("matvec_sg", types, kind, R, per, fuse, span),
+                       lambda: wgsl.matvec_sg(types, kind, True, R, per, fuse, span),
+                       params, -(-rows // per), binds=binds, read_only=ro, label=label)  # fmt: skip
+            return
+        F, one = self._mv_feats(R), self._mv_onepass
+        self._emit(("matvec", types, kind, R, sg, fuse, F, one), lambda: wgsl.matvec(types, kind, sg, R, fuse, F, one),
+                   params, -(-rows // F), binds=binds, read_only=ro, label=label)  # fmt: skip
 
     def _segments(self, step, x, K, M, xs, residual, nparams, fuse) -> None:
         """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments (or
