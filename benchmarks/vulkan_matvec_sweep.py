@@ -108,7 +108,7 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int, K: int, N: int):
             return None
         from cera_backend_vulkan.compile import unit_plan
 
-        shared = int(ctx.limits["max-compute-workgroup-storage-size"]) - 1024
+        shared = int(ctx.limits["max-compute-workgroup-storage-size"])
         plan = unit_plan(variant, K, N, types, ctx.subgroup_size, R, shared)
         if plan is None:  # unit-auto leaves these types to workgroup-1pass
             return kernel(ctx, "workgroup-1pass", types, glu, R, K, N)

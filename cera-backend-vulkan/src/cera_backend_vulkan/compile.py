@@ -105,7 +105,12 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     else:
         return None
     per = F if group == "wg" else F * max(1, wgsl.MV_WG // subgroup_size)
-    shared_k = K if variant == "unit-auto" and rows * K * 4 <= min(shared_bytes, SHARED_X_BYTES) else 0
+    x_bytes = rows * K * 4
+    # the workgroup's sums (group "wg": 32 floats a sum, a fused norm's included) share
+    # the adapter's workgroup memory with x
+    sums_bytes = (n_w * rows * F + rows) * 32 * 4 if group == "wg" else 0
+    fits = x_bytes <= SHARED_X_BYTES and x_bytes + sums_bytes <= shared_bytes
+    shared_k = K if variant == "unit-auto" and fits else 0
     return group, F, per, shared_k
 
 
@@ -531,14 +536,14 @@ class VulkanExecutable(Executable):
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
     def _unit(self, x_off: int, xs: int, K: int, N: int, types: tuple[str, ...], R: int) -> tuple | None:
-        """unit_plan's (group, features a group, features a workgroup) of wgsl.matvec_unit
-        for a product of x (rows of K values at x_off, xs apart) with weights of N
-        features under the row kernel; None where it does not apply: not a "unit*"
-        kernel, no subgroups, or x not at a multiple of 4 values (a fused norm's weight
-        always is: a constant, placed at a multiple of 16)."""
+        """unit_plan's (group, features a group, features a workgroup, shared_k) of
+        wgsl.matvec_unit for a product of R rows of x (K values each, at x_off, xs apart)
+        with weights of these types and N features under the row kernel; None where it
+        does not apply: not a "unit*" kernel, no subgroups, or x not at a multiple of 4
+        values (a fused norm's weight always is: a constant, placed at a multiple of 16)."""
         if not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
             return None
-        shared = int(self.ctx.limits["max-compute-workgroup-storage-size"]) - 1024  # the reducer's part
+        shared = int(self.ctx.limits["max-compute-workgroup-storage-size"])
         return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared)
 
     @property

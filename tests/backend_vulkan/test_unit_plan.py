@@ -1,0 +1,51 @@
+"""compile.unit_plan, the unit kernel's plan per product shape: whatever the shape, the
+kernel it plans declares no more workgroup memory than the adapter offers (read from the
+generated WGSL, not from the plan's own arithmetic), and the plans the H200's figures
+chose stay as measured (benchmarks/README.md, "Vulkan on an H200")."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cera_backend_vulkan import wgsl
+from cera_backend_vulkan.compile import unit_plan
+
+SIZES = {"f32": 4, "u32": 4, "i32": 4, "vec4<f32>": 16, "vec4<u32>": 16}
+
+
+def workgroup_bytes(src: str) -> int:
+    total = 0
+    for elem, n in re.findall(r"var<workgroup>\s+\w+\s*:\s*array<(\w+(?:<\w+>)?),\s*(\d+)>", src):
+        total += SIZES[elem] * int(n)
+    return total
+
+
+@pytest.mark.parametrize("limit", [16384, 32768, 49152])
+@pytest.mark.parametrize("rows", [1, 2, 4, 8])
+@pytest.mark.parametrize("K,N,types", [
+    (1536, 8960, ("Q4_K", "Q4_K")), (8960, 1536, ("Q6_K",)), (1536, 151936, ("Q6_K",)),
+    (4864, 896, ("Q4_K",)), (1024, 640, ("Q4_K",)), (3584, 18944, ("Q4_K", "Q4_K")),
+])  # fmt: skip
+def test_planned_kernels_fit_the_adapters_workgroup_memory(limit, rows, K, N, types):
+    plan = unit_plan("unit-auto", K, N, types, 32, rows, limit)
+    assert plan is not None
+    group, feats, per, shared_k = plan
+    for norm in (False, True):
+        kind = "swiglu" if len(types) == 2 else None
+        src = wgsl.matvec_unit(types, kind, rows, per, feats, norm, group, shared_k)
+        assert workgroup_bytes(src) <= limit, (group, feats, shared_k)
+
+
+def test_the_measured_plans():
+    # Qwen2.5 1.5B's decode products on a 32-lane adapter with 48 KB of workgroup memory
+    assert unit_plan("unit-auto", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152) == ("sub", 2, 8, 1536)
+    assert unit_plan("unit-auto", 8960, 1536, ("Q4_K",), 32, 1, 49152) == ("wg", 2, 2, 0)
+    assert unit_plan("unit-auto", 1536, 151936, ("Q6_K",), 32, 1, 49152) == ("sub", 4, 16, 1536)
+    assert unit_plan("unit-auto", 1536, 256, ("Q4_K",), 32, 1, 49152) == ("sub", 1, 4, 1536)
+    # the other types stay with workgroup-1pass
+    assert unit_plan("unit-auto", 576, 1536, ("Q4_1", "Q4_1"), 32, 1, 49152) is None
+    assert unit_plan("unit-auto", 896, 151936, ("Q8_0",), 32, 1, 49152) is None
+    # "unit-auto-gx" never copies x to shared memory
+    assert unit_plan("unit-auto-gx", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152)[3] == 0
