@@ -34,7 +34,7 @@ def test_op(vulkan, case):
 @pytest.mark.parametrize(
     "case", [c for c in _cases() if c.op == "linear" and "x" not in c.name.split(",")[-1]], ids=str
 )
-@pytest.mark.parametrize("matmul", ["4x4", "4x8"])
+@pytest.mark.parametrize("matmul", ["4x4", "4x8", "4x4-m32"])
 def test_tiled_products(case, matmul, monkeypatch):
     """The tiled kernels of many-row products (a GPU's choice) on every weight type, also
     on a software adapter, whose own choice is the row kernel."""
@@ -49,9 +49,9 @@ def test_tiled_products(case, matmul, monkeypatch):
 @needs_vulkan
 @pytest.mark.parametrize("t", ["Q4_K", "Q8_0", "F16"])
 def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
-    """Both tiled kernels sum each output over k in the same order (wgsl.matmul): the
-    same bits, on 70 rows and 200 features (two row tiles, and feature tiles of both
-    kinds filled in part), each also within the suite's tolerance of the reference."""
+    """The tiled kernels sum each output over k in the same order (wgsl.matmul): the
+    same bits, on 70 rows and 200 features (row tiles of both sizes and feature tiles of
+    both sizes filled in part), each also within the suite's tolerance of the reference."""
     import attrs
 
     from cera_backend_vulkan.backend import VulkanBackend
@@ -66,7 +66,7 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
     )
     compare = conformance._compare
     got = {}
-    for kernel in ("4x4", "4x8"):
+    for kernel in ("4x4", "4x8", "4x4-m32"):
         monkeypatch.setenv("CERA_VULKAN_MATMUL", kernel)
         seen = []
 
@@ -79,10 +79,11 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
         b.tiled = True
         conformance.check_op(b, case)
         got[kernel] = seen
-    for a, b in zip(got["4x4"], got["4x8"], strict=True):
-        for name in a:
-            x, y = np.asarray(a[name]), np.asarray(b[name])
-            assert x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32)), name
+    for other in ("4x8", "4x4-m32"):
+        for a, b in zip(got["4x4"], got[other], strict=True):
+            for name in a:
+                x, y = np.asarray(a[name]), np.asarray(b[name])
+                assert x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32)), (other, name)
 
 
 @needs_vulkan

@@ -41,9 +41,14 @@ UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
 EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6}
 MAX_GRID = 65535
-# the tiled (prefill) kernels, by name (CERA_VULKAN_MATMUL): rows x features a thread
-MATMUL_KERNELS = {"4x4": 4, "4x8": 8}
+# the tiled (prefill) kernels, by name (CERA_VULKAN_MATMUL): rows x features a thread, and
+# rows a tile (wgsl.matmul); "auto-m32" takes 32-row tiles where 64-row ones would make
+# fewer than MATMUL_SMALL_GRID workgroups (Qwen2.5 1.5B's 1536-feature products over 512
+# rows: 192 workgroups for the H200's 132 multiprocessors), else 4x4
+MATMUL_KERNELS = {"4x4": (4, 64), "4x8": (8, 64), "4x4-m32": (4, 32), "auto-m32": None}
+MATMUL_SMALL_GRID = 256
 # on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time
+# (the 32-row tiles are not measured there yet: a variant)
 MATMUL_DEFAULT = "4x4"
 # the few-row (decode) kernels, by name (VulkanBackend.row_kernel, CERA_VULKAN_ROW_KERNEL):
 # "workgroup*": wgsl.matvec, a workgroup of 128 threads per 4 features ("-1pass": one
@@ -583,16 +588,17 @@ class VulkanExecutable(Executable):
         family, name = self._row_kernel
         return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 
-    @property
-    def _matmul_feats(self) -> int:
-        """Features a thread of the tiled kernel computes for each of its 4 rows
-        (wgsl.matmul's ``feats``): ``CERA_VULKAN_MATMUL`` "4x4" or "4x8", else the
-        default (MATMUL_DEFAULT)."""
+    def _matmul_kernel(self, N: int, M: int) -> tuple[int, int]:
+        """(features a thread, rows a tile) of the tiled kernel (wgsl.matmul) for N
+        features of M rows: ``CERA_VULKAN_MATMUL`` (MATMUL_KERNELS), else MATMUL_DEFAULT."""
         name = os.environ.get("CERA_VULKAN_MATMUL", "").strip() or MATMUL_DEFAULT
         if name not in MATMUL_KERNELS:
             raise UnsupportedOperation(
                 f"backend 'vulkan': CERA_VULKAN_MATMUL={name!r} is not one of {', '.join(MATMUL_KERNELS)}"
             )
+        if name == "auto-m32":
+            small = -(-N // wgsl.MATMUL_TILES[4]) * -(-M // wgsl.TM) < MATMUL_SMALL_GRID
+            return (4, 32) if small else (4, wgsl.TM)
         return MATMUL_KERNELS[name]
 
     @staticmethod
@@ -683,9 +689,9 @@ class VulkanExecutable(Executable):
         for r0, rows, bo, bs in self._weight_chunks(w, N, row_bytes):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
-                fn = self._matmul_feats
-                self._emit(("matmul", w.ggml_type, fn), lambda t=w.ggml_type, fn=fn: wgsl.matmul(t, fn), params,
-                           (-(-rows // wgsl.MATMUL_TILES[fn]), -(-M // wgsl.TM)), binds=[("w", w, bo, bs)], read_only=(2,),
+                fn, tm = self._matmul_kernel(rows, M)
+                self._emit(("matmul", w.ggml_type, fn, tm), lambda t=w.ggml_type, fn=fn, tm=tm: wgsl.matmul(t, fn, tm), params,
+                           (-(-rows // wgsl.MATMUL_TILES[fn]), -(-M // tm)), binds=[("w", w, bo, bs)], read_only=(2,),
                            label=f"matmul {w.ggml_type}")  # fmt: skip
                 continue
             self._row_product((w.ggml_type,), None, [("w", w, bo, bs)], params, K, M, rows, x_off, xs, fuse,

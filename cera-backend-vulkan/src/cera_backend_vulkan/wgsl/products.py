@@ -475,15 +475,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
-TM, TK = 64, 32  # the tiled product's tile: rows and depth (features: MATMUL_TILES)
+TM, TK = 64, 32  # the tiled product's tile: rows (the default) and depth (features: MATMUL_TILES)
 # features a thread computes (for each of its 4 rows) -> features a workgroup's tile has
 MATMUL_TILES = {4: 64, 8: 128}
 
 
-def matmul(ggml_type: str, feats: int = 4) -> str:
-    """y = x W^T (+ bias) (+ residual) for many rows: a tile of 64 rows x 16 ``feats``
-    features (MATMUL_TILES) of y per workgroup of 256 threads, each computing 4 rows x
-    ``feats`` features of it. x and the decoded weights pass through shared memory 32
+def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
+    """y = x W^T (+ bias) (+ residual) for many rows: a tile of ``tile_rows`` (64 or 32)
+    rows x 16 ``feats`` features (MATMUL_TILES) of y per workgroup of 4 ``tile_rows``
+    threads, each computing 4 rows x ``feats`` features of it (32 rows: twice the
+    workgroups, for products whose grid would leave multiprocessors idle). x and the decoded weights pass through shared memory 32
     columns at a time, stored depth-major (xs[k][m], ws[k][n]) so that a thread reads its
     4 rows and its features at one depth as 16-byte loads (1 + feats / 4 loads for 4
     feats FMAs). The next 32 columns' operands are loaded into registers while the
@@ -493,13 +494,14 @@ def matmul(ggml_type: str, feats: int = 4) -> str:
 
     The accumulators and operands are named scalars (generated unrolled): an indexed
     private array would go to local memory on some GPUs. Each output's sum runs over k
-    in order, one fma a step: the same bits whatever ``feats``. P as `matvec` (0-11); K
-    must be a multiple of 32."""
+    in order, one fma a step: the same bits whatever ``feats`` and ``tile_rows``. P as
+    `matvec` (0-11); K must be a multiple of 32."""
     FN = feats
     TN = MATMUL_TILES[FN]
+    T = 4 * tile_rows  # threads: 16 groups of features x tile_rows / 4 groups of rows
     G = TN // 4  # 16-byte groups of features in a depth row of ws
-    SX, SW = TM // 4 + 1, G + 1  # row strides (16-byte words), padded against bank conflicts
-    NW = TN // 64  # weight groups of 8 a thread decodes a step
+    SX, SW = tile_rows // 4 + 1, G + 1  # row strides (16-byte words), padded against bank conflicts
+    NW = TN * 4 // T  # weight groups of 8 a thread decodes a step
     acc_decl = "".join(f"    var c{i}_{j} = 0.0;\n" for i in range(4) for j in range(FN))
     comps = "xyzw"
     inner = f"            let xv = xs[k * {SX}u + ty];\n"
@@ -513,7 +515,7 @@ def matmul(ggml_type: str, feats: int = 4) -> str:
         f"    store(m0 + ty * 4u + {i}u, n0 + tx * {FN}u + {j}u, c{i}_{j});\n" for i in range(4) for j in range(FN)
     )
     wdecl = "".join(
-        f"    let wn{h} = (t >> 2u) + {64 * h}u;\n    let wvalid{h} = n0 + wn{h} < N;\n"
+        f"    let wn{h} = (t >> 2u) + {T // 4 * h}u;\n    let wvalid{h} = n0 + wn{h} < N;\n"
         f"    let wbase{h} = (n0 + wn{h}) * wrow;\n    var wr{h} = V8(vec4<f32>(0.0), vec4<f32>(0.0));\n"
         for h in range(NW)
     )
@@ -542,14 +544,14 @@ fn store(m: u32, n: u32, v: f32) {{
     if (P(8u) != 0u) {{ y += A[P(8u) - 1u + m * P(9u) + col]; }}
     A[P(5u) + m * P(6u) + col] = y;
 }}
-@compute @workgroup_size(256)
+@compute @workgroup_size({T})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
     let K = P(0u); let N = P(1u); let M = P(2u);
     let xo = P(3u); let xstride = P(4u); let wrow = P(11u);
-    let n0 = wid.x * {TN}u; let m0 = wid.y * {TM}u;
+    let n0 = wid.x * {TN}u; let m0 = wid.y * {tile_rows}u;
     let tx = t & 15u; let ty = t >> 4u;
 {acc_decl}
-    // the weight groups this thread decodes: features n0 + wn (wn = t / 4, + 64 ...),
+    // the weight groups this thread decodes: features n0 + wn (wn = t / 4, + T / 4 ...),
     // columns 8 wg .. 8 wg + 7 of the step
     let wg = t & 3u;
 {wdecl}
