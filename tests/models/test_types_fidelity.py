@@ -27,6 +27,18 @@ TYPES = ("Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "F16", "BF16", "F32", "IQ4_XS", "IQ3_
          "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")  # fmt: skip
 FAST = {"Q5_K", "IQ4_XS"}
 HAVE_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+# the types llama.cpp's CPU backend hands to its AMX kernels when its build has them and
+# weight repacking is on (ggml-cpu/amx/common.h, qtype_has_amx_kernels)
+AMX_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
+
+
+def _llama_cpp_repacks_with_amx(type_name: str) -> bool:
+    """llama.cpp as shipped runs ``type_name``'s repacked products through AMX tiles here
+    (its build reports AMX_INT8 and the type has AMX kernels): arithmetic that cera's
+    repack mode does not follow (it follows the x86 8x8 repacked kernels)."""
+    import llama_cpp
+
+    return type_name in AMX_TYPES and "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode()
 
 
 def _params():
@@ -102,6 +114,10 @@ def test_repack_mode_equals_llama_cpp_as_shipped(type_name, monkeypatch):
         if not _exact(loaded):
             pytest.skip("the repacked arithmetic is that of llama.cpp's x86 AVX-512 build")
         if HAVE_LLAMA_CPP:
+            if _llama_cpp_repacks_with_amx(type_name):
+                # (its load log says "amx repack tensor ... of type q4_0"; on the development
+                # machines of 2026-12-02 it then crashed in its first product: signal 11)
+                pytest.skip(f"llama.cpp's build here repacks {type_name} for its AMX kernels, not the x86 8x8 ones cera's repack mode follows")
             runs = tf.llama_cpp_logits(path, repack=True)
             ours = tf.cera_logits(loaded, {cid: tokens for cid, (tokens, _) in runs.items()})
             for cid, (_, ref_rows) in runs.items():
