@@ -140,8 +140,8 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
 
     ``shared_k`` (K, when ``rows`` x K values fit the workgroup's memory): the workgroup
     copies its rows of x to shared memory once, and its lanes read them there: x is read
-    from memory once a workgroup instead of once a group (the arena, bound read-write,
-    may not be cached on the way)."""
+    from memory once a workgroup instead of once a group (on the H200 it made no
+    measurable difference to a token; compile.unit_plan's "unit-auto-gx" leaves it out)."""
     layout = unit_layout(types)
     libs = ""
     for i, t in enumerate(types):
