@@ -7,10 +7,11 @@ against the one it competes with.
     PYTHONPATH=<llama-cpp-python built with -DGGML_VULKAN=ON> \\
         python benchmarks/vulkan_llama_profile.py MODEL.gguf [--tokens 64] [--prompt 512]
 
-The logger prints its averages to stderr every GGML_VK_PERF_LOGGER_FREQUENCY graph
-evaluations; this script sets the frequency to the number of decode steps, so the decode
-table averages exactly those steps (the prompt pass, when asked, is printed on its own
-first, with frequency 1 it would print every step: it runs in a second process).
+The logger prints its sums and means to stderr every GGML_VK_PERF_LOGGER_FREQUENCY
+graph evaluations. The decode table: 2 x ``--tokens`` one-token steps with the frequency
+at ``--tokens``, and the second print kept (the first holds llama.cpp's pipeline
+compilations on first use: a 222 us attention, say). The prompt table, in a second
+process (frequency 1): two passes of ``--prompt`` tokens, the second kept.
 """
 
 from __future__ import annotations
