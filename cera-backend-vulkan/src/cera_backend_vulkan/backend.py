@@ -180,6 +180,24 @@ class VulkanState(HostState):
                         f"({self.ctx.max_binding}); use a smaller context or fewer sequences"
                     )
 
+    def _slot_store(self, shape: tuple, label: str, what: str) -> DeviceKV:
+        """A zeroed f32 device store of ``shape`` ([slot, ...]) that one binding holds,
+        else ResourceExhausted naming ``what`` and the way out."""
+        n_slots = shape[0]
+        try:
+            a = DeviceKV(self.ctx, shape, np.float32, label)
+        except gpu.BufferTooLarge as e:
+            raise ResourceExhausted(
+                f"backend 'vulkan': {what} of {n_slots} sequences take a {e.size}-byte buffer, more than the "
+                f"adapter's {e.limit}; use fewer sequences"
+            ) from None
+        if a.nbytes > self.ctx.max_binding:
+            raise ResourceExhausted(
+                f"backend 'vulkan': {what} take {a.nbytes} bytes, more than one binding may hold "
+                f"({self.ctx.max_binding}); use fewer sequences"
+            )
+        return a
+
     def _allocate_recurrent(self, i: int, d, n_slots: int) -> None:
         """A short convolution's carried inputs ([slot, kernel - 1, channels]) or an SSM's
         state ([slot, heads, head_dim, state_dim]), f32 on the device and zeroed (a fresh
@@ -188,18 +206,7 @@ class VulkanState(HostState):
             shape, store, what = (n_slots, d.kernel - 1, d.channels), self.conv_state, "conv"
         else:
             shape, store, what = (n_slots, d.n_heads, d.head_dim, d.state_dim), self.ssm_state, "ssm"
-        try:
-            store[i] = DeviceKV(self.ctx, shape, np.float32, f"{what}{i}")
-        except gpu.BufferTooLarge as e:
-            raise ResourceExhausted(
-                f"backend 'vulkan': the {what} state of {n_slots} sequences needs a {e.size}-byte buffer, more than "
-                f"the adapter's {e.limit}; use fewer sequences"
-            ) from None
-        if store[i].nbytes > self.ctx.max_binding:
-            raise ResourceExhausted(
-                f"backend 'vulkan': a {what} state of {store[i].nbytes} bytes is larger than one binding may be "
-                f"({self.ctx.max_binding}); use fewer sequences"
-            )
+        store[i] = self._slot_store(shape, f"{what}{i}", f"the {what} state")
 
     def _allocate_cross(self, i: int, d, n_slots: int) -> None:
         """A cross-attention memory: keys and values of up to ``max_len`` rows per slot
@@ -208,30 +215,17 @@ class VulkanState(HostState):
         if d.k_dim % 2 or d.v_dim % 2:
             raise UnsupportedOperation(f"backend 'vulkan' needs even head dimensions, not {d.k_dim}/{d.v_dim}")
         for store, dim, what in ((self.cross_k, d.k_dim, "keys"), (self.cross_v, d.v_dim, "values")):
-            try:
-                store[i] = DeviceKV(self.ctx, (n_slots, d.max_len, d.n_kv_heads, dim), np.float32, f"cross {what} {i}")
-            except gpu.BufferTooLarge as e:
-                raise ResourceExhausted(
-                    f"backend 'vulkan': the cross-attention {what} of {n_slots} sequences need a {e.size}-byte buffer, "
-                    f"more than the adapter's {e.limit}; use fewer sequences"
-                ) from None
-            if store[i].nbytes > self.ctx.max_binding:
-                raise ResourceExhausted(
-                    f"backend 'vulkan': cross-attention {what} of {store[i].nbytes} bytes are more than one binding "
-                    f"may hold ({self.ctx.max_binding}); use fewer sequences"
-                )
+            shape = (n_slots, d.max_len, d.n_kv_heads, dim)
+            store[i] = self._slot_store(shape, f"cross {what} {i}", f"the cross-attention {what}")
         self.cross_len[i] = np.zeros(n_slots, np.int64)
 
     # the per-slot stores besides the KV caches: recurrent state and cross-attention memories
-    SLOT_STORES = ("conv_state", "ssm_state", "cross_k", "cross_v")
+    RECURRENT_STORES = ("conv_state", "ssm_state")
+    SLOT_STORES = (*RECURRENT_STORES, "cross_k", "cross_v")
 
-    def _recurrent_items(self):
-        """(store name, index, DeviceKV) of every conv and SSM state."""
-        return [(name, i, a) for name in ("conv_state", "ssm_state") for i, a in getattr(self, name).items()]
-
-    def _slot_items(self):
-        """(store name, index, DeviceKV) of every store of SLOT_STORES."""
-        return [(name, i, a) for name in self.SLOT_STORES for i, a in getattr(self, name).items()]
+    def _slot_items(self, names=SLOT_STORES):
+        """(store name, index, DeviceKV) of every store of these (SLOT_STORES: all)."""
+        return [(name, i, a) for name in names for i, a in getattr(self, name).items()]
 
     def clear(self, slot: int) -> None:
         # HostState.clear zeroes the recurrent state's host arrays; here they are on the
@@ -243,7 +237,7 @@ class VulkanState(HostState):
         finally:
             self.conv_state, self.ssm_state = dev
         with self.ctx.lock:
-            for _name, _i, a in self._recurrent_items():
+            for _name, _i, a in self._slot_items(self.RECURRENT_STORES):
                 self.ctx.queue.write_buffer(a.buffer, slot * a.slot_bytes, np.zeros(a.slot_bytes // 4, np.float32))
 
     # -- moving one slot between device and host ---------------------------------------------
@@ -313,7 +307,7 @@ class VulkanState(HostState):
             return
         for s in (*src, *dst):
             self._check_slot(s)
-        stores = [*self.k.values(), *self.v.values(), *(a for _name, _i, a in self._recurrent_items())]
+        stores = [*self.k.values(), *self.v.values(), *(a for _name, _i, a in self._slot_items(self.RECURRENT_STORES))]
         spans = [(a.buffer, a.slot_bytes) for a in stores] + [(self.pos_buffer, self.pos[0].nbytes)]
         with self.ctx.lock:
             scratch = self.ctx.buffer(sum(size for _buf, size in spans) * len(src), label="slot copies")

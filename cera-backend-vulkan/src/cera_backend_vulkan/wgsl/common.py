@@ -58,3 +58,40 @@ fn seq_of(r: u32, seq: u32, n_seq: u32) -> u32 {
 """
 
 WG = 64  # threads of the row-wise kernels
+
+
+def workgroup_sum(threads: int, subgroups: bool, array: str = "part") -> tuple[str, str, str]:
+    """``wsum``, the sum of one f32 over a workgroup of ``threads``, for the kernels that
+    need it: (its WGSL, the call with ``{v}`` for the value, the builtins ``main`` must
+    declare for it). With subgroups: `subgroupAdd`, then the subgroups' sums added in
+    subgroup order through shared memory (two barriers); else a shared-memory tree.
+    ``array``: the name of its shared array."""
+    if subgroups:
+        src = f"""
+var<workgroup> {array}: array<f32, {threads}>;
+fn wsum(v: f32, t: u32, sgs: u32) -> f32 {{
+    let s = subgroupAdd(v);
+    if (t % sgs == 0u) {{ {array}[t / sgs] = s; }}
+    workgroupBarrier();
+    var r = 0.0;
+    for (var i = 0u; i < {threads}u / sgs; i++) {{ r += {array}[i]; }}
+    workgroupBarrier();
+    return r;
+}}
+"""
+        return src, "wsum({v}, t, sgs)", ", @builtin(subgroup_size) sgs: u32"
+    src = f"""
+var<workgroup> {array}: array<f32, {threads}>;
+fn wsum(v: f32, t: u32) -> f32 {{
+    {array}[t] = v;
+    workgroupBarrier();
+    for (var s = {threads // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ {array}[t] += {array}[t + s]; }}
+        workgroupBarrier();
+    }}
+    let r = {array}[0];
+    workgroupBarrier();
+    return r;
+}}
+"""
+    return src, "wsum({v}, t)", ""

@@ -10,6 +10,10 @@ from .common import ACTIVATIONS, ARENA_U32, GRID, HEADER
 CONV_MAX = 16  # conv1d_causal: the longest kernel (LFM2's is 3, Mamba-2's 4)
 
 
+# four consecutive f32 values of the arena (a u32 view) from word o
+XV = "fn xv(o: u32) -> vec4<f32> { return vec4<f32>(bitcast<f32>(A[o]), bitcast<f32>(A[o + 1u]), bitcast<f32>(A[o + 2u]), bitcast<f32>(A[o + 3u])); }\n"
+
+
 def conv_causal() -> str:
     """LFM2's / Mamba-2's depthwise causal convolution, ggml_ssm_conv: a thread per
     (sequence, channel) walks its sequence's rows in order, the window starting from the
@@ -66,8 +70,8 @@ def moe_logits(ggml_type: str) -> str:
         + ARENA_U32
         + GRID
         + weight_lib(ggml_type, "W0", 2)
+        + XV
         + """
-fn xv(o: u32) -> vec4<f32> { return vec4<f32>(bitcast<f32>(A[o]), bitcast<f32>(A[o + 1u]), bitcast<f32>(A[o + 2u]), bitcast<f32>(A[o + 3u])); }
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = wg_linear(wid, nwg) * 64u + t;
@@ -157,8 +161,8 @@ def moe_up(gate_type: str, up_type: str) -> str:
         + ACTIVATIONS
         + weight_lib(gate_type, "W0", 2)
         + weight_lib(up_type, "W1", 3)
+        + XV
         + """
-fn xv(o: u32) -> vec4<f32> { return vec4<f32>(bitcast<f32>(A[o]), bitcast<f32>(A[o + 1u]), bitcast<f32>(A[o + 2u]), bitcast<f32>(A[o + 3u])); }
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = wg_linear(wid, nwg) * 64u + t;
@@ -191,8 +195,8 @@ def moe_down(ggml_type: str) -> str:
         + ARENA_U32
         + GRID
         + weight_lib(ggml_type, "W0", 2)
+        + XV
         + """
-fn xv(o: u32) -> vec4<f32> { return vec4<f32>(bitcast<f32>(A[o]), bitcast<f32>(A[o + 1u]), bitcast<f32>(A[o + 2u]), bitcast<f32>(A[o + 3u])); }
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = wg_linear(wid, nwg) * 64u + t;

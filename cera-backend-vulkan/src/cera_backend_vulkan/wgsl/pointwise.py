@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import ACTIVATIONS, ARENA_F32, GRID, HEADER
+from .common import ACTIVATIONS, ARENA_F32, GRID, HEADER, workgroup_sum
 
 
 def elementwise() -> str:
@@ -60,36 +60,7 @@ def norm(subgroups: bool = False) -> str:
     barriers a sum instead of nine); else a tree. Rows of at most 4 x NORM_WG values stay
     in registers between the passes, and the weight, bias and residual of a thread's
     values are loaded before the sums (their loads in flight while the row is summed)."""
-    if subgroups:
-        reducer = f"""
-var<workgroup> part: array<f32, {NORM_WG}>;
-fn wsum(v: f32, t: u32, sgs: u32) -> f32 {{
-    let s = subgroupAdd(v);
-    if (t % sgs == 0u) {{ part[t / sgs] = s; }}
-    workgroupBarrier();
-    var r = 0.0;
-    for (var i = 0u; i < {NORM_WG}u / sgs; i++) {{ r += part[i]; }}
-    workgroupBarrier();
-    return r;
-}}
-"""
-        call, builtins = "wsum({v}, t, sgs)", ", @builtin(subgroup_size) sgs: u32"
-    else:
-        reducer = f"""
-var<workgroup> red: array<f32, {NORM_WG}>;
-fn wsum(v: f32, t: u32) -> f32 {{
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = {NORM_WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] += red[t + s]; }}
-        workgroupBarrier();
-    }}
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}}
-"""
-        call, builtins = "wsum({v}, t)", ""
+    reducer, call, builtins = workgroup_sum(NORM_WG, subgroups)
     C = 4  # values a thread keeps in registers (rows of at most C x NORM_WG)
     keep = "".join(
         f"""        let i{j} = t + {j * NORM_WG}u;

@@ -3,10 +3,43 @@
 from __future__ import annotations
 
 from .blocks import weight_lib
-from .common import ACTIVATIONS, ARENA_F32, GRID, HEADER, WG
+from .common import ACTIVATIONS, ARENA_F32, GRID, HEADER, WG, workgroup_sum
 
 MV_ROWS = 8  # activation rows a matvec dispatch multiplies per pass over the weights
 MV_WG = 128  # threads of a matvec workgroup
+
+
+# A fused rms_norm (the row kernels' ``norm``): the norm weight's 8 values at group g of
+# the row (1 without a weight), and each row's 1/rms summed before the products.
+NORM_WEIGHT_LOAD = """            var nwa = vec4<f32>(1.0); var nwb = vec4<f32>(1.0);
+            if (P(13u) != 0u) {
+                let no = P(13u) - 1u + g * 8u;
+                nwa = vec4<f32>(A[no], A[no + 1u], A[no + 2u], A[no + 3u]);
+                nwb = vec4<f32>(A[no + 4u], A[no + 5u], A[no + 6u], A[no + 7u]);
+            }
+"""
+
+
+def _norm_prologue(R: int, first: str, step: str, reduced: str) -> str:
+    """``inv<r>``, 1/rms of each of the R rows from m0 (P 14: eps), each thread summing
+    the squares of the groups of 8 from ``first`` every ``step``, ``reduced`` (WGSL of
+    ``q``) their sum over the threads."""
+    out = ""
+    for r in range(R):
+        out += f"""        var inv{r} = 1.0;
+        if ({r}u < nr) {{
+            var q = 0.0;
+            for (var g = {first}; g < K / 8u; g += {step}) {{
+                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;
+                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
+                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
+                q += dot(xa, xa) + dot(xb, xb);
+            }}
+            q = {reduced};
+            inv{r} = inverseSqrt(q / f32(K) + PF(14u));
+        }}
+"""
+    return out
 
 
 def _reduce_onepass(names: list[str]) -> tuple[str, str]:
@@ -75,39 +108,8 @@ def matvec(types: tuple[str, ...], glu: str | None = None, subgroups: bool = Tru
                 fma += f"                a{i}_{r}_{j} += dot(xa, w{i}_{j}.a) + dot(xb, w{i}_{j}.b);\n"
         fma += "            }\n"
     act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
-    if subgroups:
-        # the subgroups' sums meet in shared memory, added in subgroup order
-        reducer = f"""
-var<workgroup> part: array<f32, {MV_WG}>;
-fn wsum(v: f32, t: u32, sgs: u32) -> f32 {{
-    let s = subgroupAdd(v);
-    if (t % sgs == 0u) {{ part[t / sgs] = s; }}
-    workgroupBarrier();
-    var r = 0.0;
-    for (var i = 0u; i < {MV_WG}u / sgs; i++) {{ r += part[i]; }}
-    workgroupBarrier();
-    return r;
-}}
-"""
-        builtins = ", @builtin(subgroup_size) sgs: u32"
-        call = "wsum({v}, t, sgs)"
-    else:
-        reducer = f"""
-var<workgroup> part: array<f32, {MV_WG}>;
-fn wsum(v: f32, t: u32) -> f32 {{
-    part[t] = v;
-    workgroupBarrier();
-    for (var s = {MV_WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ part[t] += part[t + s]; }}
-        workgroupBarrier();
-    }}
-    let r = part[0];
-    workgroupBarrier();
-    return r;
-}}
-"""
-        builtins = ""
-        call = "wsum({v}, t)"
+    # the subgroups' sums meet in shared memory, added in subgroup order
+    reducer, call, builtins = workgroup_sum(MV_WG, subgroups)
     reduce = "".join(
         f"        a{i}_{r}_{j} = {call.format(v=f'a{i}_{r}_{j}')};\n"
         for i in range(n_w)
@@ -117,30 +119,9 @@ fn wsum(v: f32, t: u32) -> f32 {{
     if onepass and subgroups:
         decl1, reduce = _reduce_onepass([f"a{i}_{r}_{j}" for i in range(n_w) for r in range(R) for j in range(F)])
         reducer += decl1
-    prologue = ""
-    nw_load = ""
-    if norm:
-        for r in range(R):
-            prologue += f"""        var inv{r} = 1.0;
-        if ({r}u < nr) {{
-            var q = 0.0;
-            for (var g = t; g < K / 8u; g += {MV_WG}u) {{
-                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;
-                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
-                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
-                q += dot(xa, xa) + dot(xb, xb);
-            }}
-            q = {call.format(v="q")};
-            inv{r} = inverseSqrt(q / f32(K) + PF(14u));
-        }}
-"""
-        nw_load = """            var nwa = vec4<f32>(1.0); var nwb = vec4<f32>(1.0);
-            if (P(13u) != 0u) {
-                let no = P(13u) - 1u + g * 8u;
-                nwa = vec4<f32>(A[no], A[no + 1u], A[no + 2u], A[no + 3u]);
-                nwb = vec4<f32>(A[no + 4u], A[no + 5u], A[no + 6u], A[no + 7u]);
-            }
-"""
+    prologue, nw_load = (
+        (_norm_prologue(R, "t", f"{MV_WG}u", call.format(v="q")), NORM_WEIGHT_LOAD) if norm else ("", "")
+    )
     stores = ""
     for r in range(R):
         for j in range(F):
@@ -218,63 +199,14 @@ fn dq8_seg(seg: u32, base: u32, g: u32) -> V8 {{
         for j in range(F):
             fma += f"                a{r}_{j} += dot(xa, w{j}.a) + dot(xb, w{j}.b);\n"
         fma += "            }\n"
-    if subgroups:
-        reducer = f"""
-var<workgroup> part: array<f32, {MV_WG}>;
-fn wsum(v: f32, t: u32, sgs: u32) -> f32 {{
-    let s = subgroupAdd(v);
-    if (t % sgs == 0u) {{ part[t / sgs] = s; }}
-    workgroupBarrier();
-    var r = 0.0;
-    for (var i = 0u; i < {MV_WG}u / sgs; i++) {{ r += part[i]; }}
-    workgroupBarrier();
-    return r;
-}}
-"""
-        builtins, call = ", @builtin(subgroup_size) sgs: u32", "wsum({v}, t, sgs)"
-    else:
-        reducer = f"""
-var<workgroup> part: array<f32, {MV_WG}>;
-fn wsum(v: f32, t: u32) -> f32 {{
-    part[t] = v;
-    workgroupBarrier();
-    for (var s = {MV_WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ part[t] += part[t + s]; }}
-        workgroupBarrier();
-    }}
-    let r = part[0];
-    workgroupBarrier();
-    return r;
-}}
-"""
-        builtins, call = "", "wsum({v}, t)"
+    reducer, call, builtins = workgroup_sum(MV_WG, subgroups)
     reduce = "".join(f"        a{r}_{j} = {call.format(v=f'a{r}_{j}')};\n" for r in range(R) for j in range(F))
     if onepass and subgroups:
         decl1, reduce = _reduce_onepass([f"a{r}_{j}" for r in range(R) for j in range(F)])
         reducer += decl1
-    prologue, nw_load = "", ""
-    if norm:
-        for r in range(R):
-            prologue += f"""        var inv{r} = 1.0;
-        if ({r}u < nr) {{
-            var q = 0.0;
-            for (var g = t; g < K / 8u; g += {MV_WG}u) {{
-                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;
-                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
-                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
-                q += dot(xa, xa) + dot(xb, xb);
-            }}
-            q = {call.format(v="q")};
-            inv{r} = inverseSqrt(q / f32(K) + PF(14u));
-        }}
-"""
-        nw_load = """            var nwa = vec4<f32>(1.0); var nwb = vec4<f32>(1.0);
-            if (P(13u) != 0u) {
-                let no = P(13u) - 1u + g * 8u;
-                nwa = vec4<f32>(A[no], A[no + 1u], A[no + 2u], A[no + 3u]);
-                nwb = vec4<f32>(A[no + 4u], A[no + 5u], A[no + 6u], A[no + 7u]);
-            }
-"""
+    prologue, nw_load = (
+        (_norm_prologue(R, "t", f"{MV_WG}u", call.format(v="q")), NORM_WEIGHT_LOAD) if norm else ("", "")
+    )
     stores = ""
     for r in range(R):
         for j in range(F):
@@ -384,52 +316,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for i in range(n_w):
             for r in range(R):
                 reduce += f"        a{i}_{r} = wsum(a{i}_{r}, t);\n"
-        head = f"""
-var<workgroup> red: array<f32, {WG}>;
-fn wsum(v: f32, t: u32) -> f32 {{
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = {WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] += red[t + s]; }}
-        workgroupBarrier();
-    }}
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}}
-@compute @workgroup_size({WG})
+        head = (
+            workgroup_sum(WG, False, "red")[0]
+            + f"""@compute @workgroup_size({WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
     let n = wg_linear(wid, nwg);
     if (n >= P(1u)) {{ return; }}
     let step = {WG}u;
     let first = t == 0u;
 """
+        )
         lane0 = "t"
     red_fn = "subgroupAdd(q)" if subgroups else "wsum(q, t)"
-    prologue = ""
-    nw_load = ""
-    if norm:
-        for r in range(R):
-            prologue += f"""        var inv{r} = 1.0;
-        if ({r}u < nr) {{
-            var q = 0.0;
-            for (var g = {lane0}; g < K / 8u; g += step) {{
-                let xo = P(3u) + (m0 + {r}u) * P(4u) + g * 8u;
-                let xa = vec4<f32>(A[xo], A[xo + 1u], A[xo + 2u], A[xo + 3u]);
-                let xb = vec4<f32>(A[xo + 4u], A[xo + 5u], A[xo + 6u], A[xo + 7u]);
-                q += dot(xa, xa) + dot(xb, xb);
-            }}
-            q = {red_fn};
-            inv{r} = inverseSqrt(q / f32(K) + PF(14u));
-        }}
-"""
-        nw_load = """            var nwa = vec4<f32>(1.0); var nwb = vec4<f32>(1.0);
-            if (P(13u) != 0u) {
-                let no = P(13u) - 1u + g * 8u;
-                nwa = vec4<f32>(A[no], A[no + 1u], A[no + 2u], A[no + 3u]);
-                nwb = vec4<f32>(A[no + 4u], A[no + 5u], A[no + 6u], A[no + 7u]);
-            }
-"""
+    prologue, nw_load = (_norm_prologue(R, lane0, "step", red_fn), NORM_WEIGHT_LOAD) if norm else ("", "")
     stores = ""
     for r in range(R):
         s1 = f"let s1 = a1_{r}{f' * inv{r}' if norm else ''};" if n_w > 1 else ""

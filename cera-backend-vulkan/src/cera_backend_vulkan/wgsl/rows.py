@@ -73,6 +73,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
+SELECT_WG = 256  # threads of the selection kernels' workgroups (select_top, the two-stage argmax)
+
+# The selection kernels' reduction: ``best(t, v, vi)`` leaves the workgroup's best
+# (value, index) of its threads' in bv[0], bi[0] (value descending, then index
+# ascending; index 0xffffffff: none), through a shared-memory tree.
+SELECT_BEST = f"""
+var<workgroup> bv: array<f32, {SELECT_WG}>;
+var<workgroup> bi: array<u32, {SELECT_WG}>;
+fn better(v: f32, i: u32, w: f32, j: u32) -> bool {{ return v > w || (v == w && i < j); }}
+fn best(t: u32, v: f32, vi: u32) {{
+    bv[t] = v; bi[t] = vi;
+    workgroupBarrier();
+    for (var s = {SELECT_WG // 2}u; s > 0u; s >>= 1u) {{
+        if (t < s) {{
+            let j = bi[t + s];
+            if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {{
+                bv[t] = bv[t + s]; bi[t] = j;
+            }}
+        }}
+        workgroupBarrier();
+    }}
+}}
+"""
+
+
 def select_top() -> str:
     """argmax (k = 1) and top_k of rows: one workgroup of 256 a row, k rounds, each
     finding the best value after the previous one in the order (value descending, index
@@ -83,10 +108,8 @@ def select_top() -> str:
         HEADER
         + ARENA_U32
         + GRID
+        + SELECT_BEST
         + """
-var<workgroup> bv: array<f32, 256>;
-var<workgroup> bi: array<u32, 256>;
-fn better(v: f32, i: u32, w: f32, j: u32) -> bool { return v > w || (v == w && i < j); }
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let r = wg_linear(wid, nwg);
@@ -101,17 +124,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let after = first || better(pv, pi, a, i);
             if (after && (vi == 0xffffffffu || better(a, i, v, vi))) { v = a; vi = i; }
         }
-        bv[t] = v; bi[t] = vi;
-        workgroupBarrier();
-        for (var s = 128u; s > 0u; s >>= 1u) {
-            if (t < s) {
-                let j = bi[t + s];
-                if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {
-                    bv[t] = bv[t + s]; bi[t] = j;
-                }
-            }
-            workgroupBarrier();
-        }
+        best(t, v, vi);
         pv = bv[0]; pi = bi[0]; first = false;
         if (t == 0u) {
             A[P(3u) + r * k + round] = pi;
@@ -122,9 +135,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 """
     )
-
-
-SELECT_WG = 256  # threads of the two-stage argmax's workgroups
 
 
 def select_partial() -> str:
@@ -138,10 +148,8 @@ def select_partial() -> str:
         HEADER
         + ARENA_U32
         + GRID
+        + SELECT_BEST
         + f"""
-var<workgroup> bv: array<f32, {SELECT_WG}>;
-var<workgroup> bi: array<u32, {SELECT_WG}>;
-fn better(v: f32, i: u32, w: f32, j: u32) -> bool {{ return v > w || (v == w && i < j); }}
 @compute @workgroup_size({SELECT_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
     let w = wg_linear(wid, nwg);
@@ -154,17 +162,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let a = bitcast<f32>(A[x + i]);
         if (vi == 0xffffffffu || better(a, i, v, vi)) {{ v = a; vi = i; }}
     }}
-    bv[t] = v; bi[t] = vi;
-    workgroupBarrier();
-    for (var s = {SELECT_WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{
-            let j = bi[t + s];
-            if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {{
-                bv[t] = bv[t + s]; bi[t] = j;
-            }}
-        }}
-        workgroupBarrier();
-    }}
+    best(t, v, vi);
     if (t == 0u) {{
         A[P(3u) + 2u * w] = bitcast<u32>(bv[0]);
         A[P(3u) + 2u * w + 1u] = bi[0];
@@ -182,10 +180,8 @@ def select_combine() -> str:
         HEADER
         + ARENA_U32
         + GRID
+        + SELECT_BEST
         + f"""
-var<workgroup> bv: array<f32, {SELECT_WG}>;
-var<workgroup> bi: array<u32, {SELECT_WG}>;
-fn better(v: f32, i: u32, w: f32, j: u32) -> bool {{ return v > w || (v == w && i < j); }}
 @compute @workgroup_size({SELECT_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
     let r = wg_linear(wid, nwg);
@@ -197,17 +193,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let i = A[base + 2u * c + 1u];
         if (i != 0xffffffffu && (vi == 0xffffffffu || better(a, i, v, vi))) {{ v = a; vi = i; }}
     }}
-    bv[t] = v; bi[t] = vi;
-    workgroupBarrier();
-    for (var s = {SELECT_WG // 2}u; s > 0u; s >>= 1u) {{
-        if (t < s) {{
-            let j = bi[t + s];
-            if (j != 0xffffffffu && (bi[t] == 0xffffffffu || better(bv[t + s], j, bv[t], bi[t]))) {{
-                bv[t] = bv[t + s]; bi[t] = j;
-            }}
-        }}
-        workgroupBarrier();
-    }}
+    best(t, v, vi);
     if (t == 0u) {{
         A[P(3u) + r] = bi[0];
         if (P(5u) != 0u) {{ A[P(5u) - 1u + r] = bitcast<u32>(bv[0]); }}
