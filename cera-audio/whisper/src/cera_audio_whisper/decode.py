@@ -40,12 +40,6 @@ def kv_reset(state, slot: int) -> None:
     state.n_filled[slot] = 0
 
 
-def kv_copy(state, src: list[int], dst: list[int]) -> None:
-    """Slots ``dst[i]`` become copies of slots ``src[i]`` (cells and positions; in one go,
-    so a permutation of beams works); their cross-attention memories stay."""
-    state.copy_cells(src, dst)
-
-
 # -- results ------------------------------------------------------------------------------------
 
 
@@ -128,7 +122,7 @@ class WindowDecoder:
         """best_of hypotheses sampled at ``temperature``; the one of best normalised score."""
         n = max(1, opts.best_of)
         at_sot, logits = self.prompt(state, prompt, sot_index)
-        kv_copy(state, [0] * (n - 1), list(range(1, n)))
+        state.copy_cells([0] * (n - 1), list(range(1, n)))
         hyps = [[] for _ in range(n)]
         scores = [0.0] * n
         done = [False] * n
@@ -157,7 +151,7 @@ class WindowDecoder:
             if not live:
                 break
             if all(slot_of[i] != 0 for i in live):  # slot 0's hypothesis ended: move a live one in
-                kv_copy(state, [slot_of[live[0]]], [0])
+                state.copy_cells([slot_of[live[0]]], [0])
                 slot_of[live[0]] = 0
             order = sorted(range(len(live)), key=lambda j: slot_of[live[j]])
             live, chosen = [live[j] for j in order], [chosen[j] for j in order]
@@ -207,7 +201,7 @@ class WindowDecoder:
                 if len(finished) < need or not finished:
                     finished += [(t, s) for t, s in new_beams[: need - len(finished)] or beams]
                 break
-            kv_copy(state, src, list(range(len(src))))
+            state.copy_cells(src, list(range(len(src))))
             out = self._step(state, list(range(len(new_beams))), [t[-1] for t, _ in new_beams], [pos] * len(new_beams))
             beams = new_beams
             rows = list(out)
