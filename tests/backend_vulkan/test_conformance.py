@@ -92,6 +92,7 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
     [
         "unit-auto",
         "unit-auto-gx",
+        "unit-all",
         "unit",
         "unit-f1",
         "unit-f4",
@@ -124,7 +125,7 @@ def test_row_kernels(case, kernel):
 
 @needs_vulkan
 @pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
-@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "unit", "unit-auto"])
+@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "unit", "unit-auto", "unit-all"])
 def test_tiny_family(vulkan, path, row_kernel):
     from cera.engine import model_ops, read_model
     from cera.errors import CeraError

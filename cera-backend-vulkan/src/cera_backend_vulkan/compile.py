@@ -60,6 +60,7 @@ MATMUL_DEFAULT = "4x4"
 ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
+    "unit-all": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -97,8 +98,8 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     lanes in flight, x read fewer times); and it copies x to shared memory (shared_k = K)
     where rows x K values fit in ``shared_bytes`` ("unit-auto-gx": never)."""
     n_w = len(types)
-    if variant in ("unit-auto", "unit-auto-gx"):
-        if not all(t in UNIT_AUTO_TYPES for t in types):
+    if variant in ("unit-auto", "unit-auto-gx", "unit-all"):
+        if not all(t in (wgsl.UNIT_DECODERS if variant == "unit-all" else UNIT_AUTO_TYPES) for t in types):
             return None
         if K // 32 >= 128:
             group, F = "wg", 2 if N >= 1024 else 1
@@ -115,7 +116,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     # the adapter's workgroup memory with x
     sums_bytes = (n_w * rows * F + rows) * 32 * 4 if group == "wg" else 0
     fits = x_bytes <= SHARED_X_BYTES and x_bytes + sums_bytes <= shared_bytes
-    shared_k = K if variant == "unit-auto" and fits else 0
+    shared_k = K if variant in ("unit-auto", "unit-all") and fits else 0
     return group, F, per, shared_k
 
 

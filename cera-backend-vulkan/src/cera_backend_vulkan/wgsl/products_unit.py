@@ -14,7 +14,7 @@ from .products import MV_WG, _reduce_onepass
 # with a layout of its own has a decoder ``unit_<W>(row_byte_offset, u, x) -> f32`` that
 # returns the unit's dot product with those 8 vectors of x. Types without one go through
 # their dq8 decoder four times (the "lin" layout: 32 consecutive elements).
-UNIT_LAYOUT = {"Q4_K": "k4", "Q6_K": "k6"}
+UNIT_LAYOUT = {"Q4_K": "k4", "Q6_K": "k6", "Q4_0": "lin", "Q4_1": "lin", "Q5_0": "lin", "Q5_1": "lin", "Q8_0": "lin"}
 # types whose unit decoder reads the weight as 16-byte words (array<vec4<u32>>: rows and
 # blocks at multiples of 16 bytes, as Q4_K's 144-byte blocks are)
 UNIT_VEC4 = {"Q4_K"}
@@ -90,6 +90,92 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
 }
 """,
 }
+# The 32-element block types: a unit is a whole block, read once as the fewest aligned
+# words that cover it. Blocks of 18, 22 and 34 bytes start at 2-byte offsets every other
+# block: the words are read from the block's 4-byte floor and the block's own bytes taken
+# with a funnel shift where it starts half-way into the first word (``odd``).
+UNIT_BLOCK_WORDS = """
+// word i of a block that starts ``odd`` (2 bytes into w) or not: bytes 2 + 4i.. of it
+fn fw(a: u32, b: u32, odd: bool) -> u32 { return select((a >> 16u) | (b << 16u), b, odd); }
+fn nib4(q: u32, s: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(s))) & vec4<u32>(15u));
+}
+fn bits4(h: u32, s: u32) -> vec4<f32> {
+    return vec4<f32>(((vec4<u32>(h) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(s))) & vec4<u32>(1u)) << vec4<u32>(4u));
+}
+fn i8x4(q: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+}
+fn xsum(x: array<vec4<f32>, 8>) -> f32 {
+    return dot(x[0] + x[1] + x[2] + x[3] + x[4] + x[5] + x[6] + x[7], vec4<f32>(1.0));
+}
+"""
+UNIT_DECODERS.update({
+    # 18 bytes: f16 d, 16 bytes of nibbles (element j: low nibble of byte j, j + 16: high)
+    "Q4_0": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    let o = rb + 18u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    let q0 = fw(w0, w1, odd); let q1 = fw(w1, w2, odd); let q2 = fw(w2, w3, odd); let q3 = fw(w3, w4, odd);
+    let s = dot(x[0], nib4(q0, 0u)) + dot(x[1], nib4(q1, 0u)) + dot(x[2], nib4(q2, 0u)) + dot(x[3], nib4(q3, 0u))
+          + dot(x[4], nib4(q0, 4u)) + dot(x[5], nib4(q1, 4u)) + dot(x[6], nib4(q2, 4u)) + dot(x[7], nib4(q3, 4u));
+    return d * (s - 8.0 * xsum(x));
+}
+""",
+    # 20 bytes: f16 d, f16 m, 16 bytes of nibbles
+    "Q4_1": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    let i = (rb + 20u * u) >> 2u;
+    let dm = unpack2x16float({W}[i]);
+    let q0 = {W}[i + 1u]; let q1 = {W}[i + 2u]; let q2 = {W}[i + 3u]; let q3 = {W}[i + 4u];
+    let s = dot(x[0], nib4(q0, 0u)) + dot(x[1], nib4(q1, 0u)) + dot(x[2], nib4(q2, 0u)) + dot(x[3], nib4(q3, 0u))
+          + dot(x[4], nib4(q0, 4u)) + dot(x[5], nib4(q1, 4u)) + dot(x[6], nib4(q2, 4u)) + dot(x[7], nib4(q3, 4u));
+    return dm.x * s + dm.y * xsum(x);
+}
+""",
+    # 22 bytes: f16 d, 32 high bits (element e's fifth bit is bit e), 16 bytes of nibbles
+    "Q5_0": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    let o = rb + 22u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let w5 = {W}[i + 5u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    let h = fw(w0, w1, odd);
+    let q0 = fw(w1, w2, odd); let q1 = fw(w2, w3, odd); let q2 = fw(w3, w4, odd); let q3 = fw(w4, w5, odd);
+    let s = dot(x[0], nib4(q0, 0u) + bits4(h, 0u)) + dot(x[1], nib4(q1, 0u) + bits4(h, 4u))
+          + dot(x[2], nib4(q2, 0u) + bits4(h, 8u)) + dot(x[3], nib4(q3, 0u) + bits4(h, 12u))
+          + dot(x[4], nib4(q0, 4u) + bits4(h, 16u)) + dot(x[5], nib4(q1, 4u) + bits4(h, 20u))
+          + dot(x[6], nib4(q2, 4u) + bits4(h, 24u)) + dot(x[7], nib4(q3, 4u) + bits4(h, 28u));
+    return d * (s - 16.0 * xsum(x));
+}
+""",
+    # 24 bytes: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
+    "Q5_1": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    let i = (rb + 24u * u) >> 2u;
+    let dm = unpack2x16float({W}[i]); let h = {W}[i + 1u];
+    let q0 = {W}[i + 2u]; let q1 = {W}[i + 3u]; let q2 = {W}[i + 4u]; let q3 = {W}[i + 5u];
+    let s = dot(x[0], nib4(q0, 0u) + bits4(h, 0u)) + dot(x[1], nib4(q1, 0u) + bits4(h, 4u))
+          + dot(x[2], nib4(q2, 0u) + bits4(h, 8u)) + dot(x[3], nib4(q3, 0u) + bits4(h, 12u))
+          + dot(x[4], nib4(q0, 4u) + bits4(h, 16u)) + dot(x[5], nib4(q1, 4u) + bits4(h, 20u))
+          + dot(x[6], nib4(q2, 4u) + bits4(h, 24u)) + dot(x[7], nib4(q3, 4u) + bits4(h, 28u));
+    return dm.x * s + dm.y * xsum(x);
+}
+""",
+    # 34 bytes: f16 d, 32 signed bytes
+    "Q8_0": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
+    let o = rb + 34u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    var w: array<u32, 9>;
+    for (var k = 0u; k < 9u; k++) { w[k] = {W}[i + k]; }
+    let d = unpack2x16float(select(w[0], w[0] >> 16u, odd)).x;
+    var s = 0.0;
+    for (var k = 0u; k < 8u; k++) { s += dot(x[k], i8x4(fw(w[k], w[k + 1u], odd))); }
+    return d * s;
+}
+""",
+})
 UNIT_GENERIC = """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     var s = 0.0;
@@ -153,6 +239,8 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
             lib = lib[: lib.index("fn rd8_")]  # the word readers do not apply to a vec4 view
         libs += lib
         libs += unit_decoder(t, layout).replace("{W}", var)
+    if layout == "lin" and any(UNIT_LAYOUT.get(t) == "lin" for t in types):
+        libs += UNIT_BLOCK_WORDS
     n_w, R, F = len(types), rows, feats
     decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
     if norm:
