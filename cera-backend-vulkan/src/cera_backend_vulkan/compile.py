@@ -87,7 +87,7 @@ UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4, "unit-wg1": 1, "unit-wg2": 
 
 
 def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_size: int, rows: int = 1,
-              shared_bytes: int = 0) -> tuple[str, int, int, int] | None:  # fmt: skip
+              shared_bytes: int = 0, segments: bool = False) -> tuple[str, int, int, int] | None:  # fmt: skip
     """(group, features a group, features a workgroup, shared_k) of wgsl.matvec_unit for
     a product of ``rows`` rows of K values with weights of these types and N features
     under a "unit*" row kernel; None for other kernels. "unit-auto" takes only the types
@@ -96,8 +96,10 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     (128 units or more) a workgroup per feature group, so that each lane has few units,
     and the others a subgroup, with more features a group as the product widens (enough
     lanes in flight, x read fewer times); and it copies x to shared memory (shared_k = K)
-    where rows x K values fit in ``shared_bytes`` ("unit-auto-gx": never)."""
-    n_w = len(types)
+    where rows x K values fit in ``shared_bytes`` ("unit-auto-gx": never). ``segments``:
+    the types are several products' (Q, K, V), N their features in all, one weight a
+    feature."""
+    n_w = 1 if segments else len(types)
     if variant in ("unit-auto", "unit-auto-gx", "unit-all"):
         if not all(t in (wgsl.UNIT_DECODERS if variant == "unit-all" else UNIT_AUTO_TYPES) for t in types):
             return None
@@ -541,7 +543,8 @@ class VulkanExecutable(Executable):
             return 0
         return max(1, wgsl.MV_WG // self.ctx.subgroup_size)
 
-    def _unit(self, x_off: int, xs: int, K: int, N: int, types: tuple[str, ...], R: int) -> tuple | None:
+    def _unit(self, x_off: int, xs: int, K: int, N: int, types: tuple[str, ...], R: int,
+              segments: bool = False) -> tuple | None:  # fmt: skip
         """unit_plan's (group, features a group, features a workgroup, shared_k) of
         wgsl.matvec_unit for a product of R rows of x (K values each, at x_off, xs apart)
         with weights of these types and N features under the row kernel; None where it
@@ -549,8 +552,10 @@ class VulkanExecutable(Executable):
         values (a fused norm's weight always is: a constant, placed at a multiple of 16)."""
         if not self.ctx.subgroups or K % 32 or x_off % 4 or xs % 4:
             return None
+        if segments and os.environ.get("CERA_VULKAN_UNIT_SEGMENTS", "1") == "0":
+            return None  # a diagnostic: Q, K and V through the workgroup kernel's segments
         shared = int(self.ctx.limits["max-compute-workgroup-storage-size"])
-        return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared)
+        return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared, segments)
 
     @property
     def _mv_span(self) -> int:
@@ -642,15 +647,18 @@ class VulkanExecutable(Executable):
             and self.consumers.get(step.nodes[0].out.id, 0) == 1 and self.consumers.get(step.nodes[1].out.id, 0) == 1
         )  # fmt: skip
         blk = self._blk(K)
+        wts = [self.weights[n.args[1].name] for n in step.nodes]
+        unit_seg = self._unit(self.off(x), xs, K, sum(w.shape[1] for w in wts), tuple(w.ggml_type for w in wts),
+                              self._mv_rows(M), segments=True)  # fmt: skip
         segments = (
             glu is None and not tiled and (blk or not self._mv_sg) and 1 < len(step.nodes) <= 4
-            and (blk or self._mv_feats(self._mv_rows(M)) > 1)
+            and (blk or self._mv_feats(self._mv_rows(M)) > 1 or unit_seg is not None)
             and all(len(self.weights[n.args[1].name].shape) == 2
                     and len(self._weight_chunks(self.weights[n.args[1].name], self.weights[n.args[1].name].shape[1])) == 1
                     for n in step.nodes)
         )  # fmt: skip
         if segments:
-            self._segments(step, x, K, M, xs, residual, nparams, fuse)
+            self._segments(step, x, K, M, xs, residual, nparams, fuse, unit_seg)
             return
         if fuse_glu:
             g, u = (self.weights[n.args[1].name] for n in step.nodes)
@@ -732,14 +740,19 @@ class VulkanExecutable(Executable):
         self._emit(("matvec", types, kind, R, sg, fuse, F, one), lambda: wgsl.matvec(types, kind, sg, R, fuse, F, one),
                    params, -(-rows // F), binds=binds, read_only=ro, label=label)  # fmt: skip
 
-    def _segments(self, step, x, K, M, xs, residual, nparams, fuse) -> None:
-        """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments (or
-        wgsl.matvec_blk's segments under the block-wise row kernel)."""
+    def _segments(self, step, x, K, M, xs, residual, nparams, fuse, unit) -> None:
+        """The products of one input (Q, K, V) as one dispatch: wgsl.matvec_segments, or
+        wgsl.matvec_blk's segments under the block-wise row kernel, or wgsl.matvec_unit's
+        where ``unit`` (the unit kernel's plan for them) is given."""
         R = self._mv_rows(M)
         F = self._mv_feats(R)
         blk = bool(self._mv_sg) and self._mv_span == 8
         if blk:
             lanes, F = self._mv_blk
+        if blk:
+            unit = None
+        if unit:
+            F = unit[2]  # each product's features start at a multiple of a workgroup's
         params = [K, 0, M, self.off(x), xs, 0, 0, 0, 0, 0, 0, 0, 0] + (nparams or [0, 0])
         params += [0] * (wgsl.SEG_BASE - len(params))
         binds, types, at = [], [], 0
@@ -764,6 +777,15 @@ class VulkanExecutable(Executable):
             self._emit(("matvec_blk_seg", types, R, F, fuse, lanes, vec), lambda: wgsl.matvec_blk(types, None, R, F, fuse, lanes, True, vec),
                        params, at // F, binds=binds, read_only=ro,
                        label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
+            if residual is None and step.residual is not None:
+                self._op_add(step.residual[0])
+            return
+        label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))}"
+        if unit:
+            grp, UF, per, sk = unit
+            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk),
+                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True), params,
+                       at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))), label=label)  # fmt: skip
             if residual is None and step.residual is not None:
                 self._op_add(step.residual[0])
             return

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 from .blocks import weight_lib
 from .common import ACTIVATIONS, GRID, HEADER
-from .products import MV_WG, _reduce_onepass
+from .products import MV_WG, SEG_BASE, _reduce_onepass
 
 # -- the unit kernel: 32 weights a lane, x in 16-byte loads ------------------------------------
 
@@ -164,28 +166,39 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
 }
 """,
     # 34 bytes: f16 d, 32 signed bytes
+    # 34 bytes: f16 d, 32 signed bytes. Written out: no private arrays, which the H200's
+    # compiler kept in local memory (a loop over `var w: array<u32, 9>` made the Q8_0
+    # outputs 6x slower)
     "Q8_0": """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let o = rb + 34u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
-    var w: array<u32, 9>;
-    for (var k = 0u; k < 9u; k++) { w[k] = {W}[i + k]; }
-    let d = unpack2x16float(select(w[0], w[0] >> 16u, odd)).x;
-    var s = 0.0;
-    for (var k = 0u; k < 8u; k++) { s += dot(x[k], i8x4(fw(w[k], w[k + 1u], odd))); }
-    return d * s;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let w5 = {W}[i + 5u]; let w6 = {W}[i + 6u]; let w7 = {W}[i + 7u]; let w8 = {W}[i + 8u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    return d * (dot(x[0], i8x4(fw(w0, w1, odd))) + dot(x[1], i8x4(fw(w1, w2, odd)))
+              + dot(x[2], i8x4(fw(w2, w3, odd))) + dot(x[3], i8x4(fw(w3, w4, odd)))
+              + dot(x[4], i8x4(fw(w4, w5, odd))) + dot(x[5], i8x4(fw(w5, w6, odd)))
+              + dot(x[6], i8x4(fw(w6, w7, odd))) + dot(x[7], i8x4(fw(w7, w8, odd))));
 }
 """,
 })
 UNIT_GENERIC = """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    var s = 0.0;
-    for (var i = 0u; i < 4u; i++) {
-        let w = dq8_{W}(rb, 4u * u + i);
-        s += dot(x[2u * i], w.a) + dot(x[2u * i + 1u], w.b);
-    }
-    return s;
+    let w0 = dq8_{W}(rb, 4u * u); let w1 = dq8_{W}(rb, 4u * u + 1u);
+    let w2 = dq8_{W}(rb, 4u * u + 2u); let w3 = dq8_{W}(rb, 4u * u + 3u);
+    return dot(x[0], w0.a) + dot(x[1], w0.b) + dot(x[2], w1.a) + dot(x[3], w1.b)
+         + dot(x[4], w2.a) + dot(x[5], w2.b) + dot(x[6], w3.a) + dot(x[7], w3.b);
 }
 """
+
+
+def _eight_vectors(src: str) -> str:
+    """The decoders as written (x: array<vec4<f32>, 8>, x[k]) with x as eight vectors
+    x_0 .. x_7: the H200's compiler kept private arrays in local memory (a Q8_0 decoder
+    that looped over one made the outputs 6x slower), so no kernel holds one."""
+    src = src.replace("x: array<vec4<f32>, 8>", ", ".join(f"x_{k}: vec4<f32>" for k in range(8)))
+    src = src.replace("xsum(x)", "xsum(" + ", ".join(f"x_{k}" for k in range(8)) + ")")
+    return re.sub(r"\bx\[([0-7])\]", r"x_\1", src)
 
 
 def unit_layout(types: tuple[str, ...]) -> str:
@@ -204,7 +217,7 @@ def unit_decoder(t: str, layout: str) -> str:
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
-                norm: bool = False, group: str = "sub", shared_k: int = 0) -> str:  # fmt: skip
+                norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False) -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -227,27 +240,40 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     ``shared_k`` (K, when ``rows`` x K values fit the workgroup's memory): the workgroup
     copies its rows of x to shared memory once, and its lanes read them there: x is read
     from memory once a workgroup instead of once a group (on the H200 it made no
-    measurable difference to a token; compile.unit_plan's "unit-auto-gx" leaves it out)."""
+    measurable difference to a token; compile.unit_plan's "unit-auto-gx" leaves it out).
+
+    ``segments``: the weights are several products of one x (a layer's Q, K and V), their
+    output features laid end to end as `matvec_segments` lays them (P: 0 K, 1 features in
+    all, padded so that no workgroup straddles two products, 2 M, 3 x offset, 4 x row
+    stride, 13/14 norm; per product s at P(20 + 8 s) its first feature, N, y offset, y row
+    stride, bias offset + 1, weight row bytes, residual offset + 1, residual row stride).
+    A workgroup finds its product, and reads x in that weight type's own unit layout."""
     layout = unit_layout(types)
+    # segments: each weight in its own layout (one product a workgroup: uniform branches)
+    lays = [UNIT_LAYOUT.get(t, "lin") if segments else layout for t in types]
     libs = ""
     for i, t in enumerate(types):
         var = f"W{i}"
-        vec = UNIT_LAYOUT.get(t) == layout and t in UNIT_VEC4
+        layout_i = lays[i]
+        vec = UNIT_LAYOUT.get(t) == layout_i and t in UNIT_VEC4
         lib = weight_lib(t, var, 2 + i)
         if vec:
             lib = lib.replace(f"var<storage, read> {var}: array<u32>;", f"var<storage, read> {var}: array<vec4<u32>>;")
             lib = lib[: lib.index("fn rd8_")]  # the word readers do not apply to a vec4 view
         libs += lib
-        libs += unit_decoder(t, layout).replace("{W}", var)
-    if layout == "lin" and any(UNIT_LAYOUT.get(t) == "lin" for t in types):
+        libs += unit_decoder(t, layout_i).replace("{W}", var)
+    if "lin" in lays and any(UNIT_LAYOUT.get(t) == "lin" for t in types):
         libs += UNIT_BLOCK_WORDS
-    n_w, R, F = len(types), rows, feats
+    libs = _eight_vectors(libs)
+    R, F = rows, feats
+    n_w = 1 if segments else len(types)  # accumulators a feature: one product's
     decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
     if norm:
         decl += "".join(f"        var q{r} = 0.0;\n" for r in range(R))
     xload = ""
+    xoff = "xoff_seg" if segments else "xoff"
     for r in range(R):
-        xload += f"            var x{r}: array<vec4<f32>, 8>;\n"
+        xload += "".join(f"            var x{r}_{k}: vec4<f32>;\n" for k in range(8))
         xload += f"            if ({r}u < nr) {{\n"
         if shared_k:
             xload += f"                let xo = {r * shared_k}u;\n"
@@ -255,20 +281,25 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         else:
             xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
             src = "A[(xo + {e}) >> 2u]"
-        xload += "                for (var k = 0u; k < 8u; k++) {\n"
-        if norm:
-            xload += "                    let e = xoff(u, k);\n"
-            xload += f"                    let v = {src.format(e='e')};\n                    q{r} += dot(v, v);\n"
-            xload += f"                    x{r}[k] = v * nw(e);\n"
-        else:
-            xload += f"                    x{r}[k] = {src.format(e='xoff(u, k)')};\n"
-        xload += "                }\n            }\n"
-    fma = "".join(f"            let rb{i}_{j} = n{j} * P({11 + i}u);\n" for i in range(n_w) for j in range(F))
+        # written out, k by k: a loop over the private array left it in local memory on
+        # the H200 (see the Q8_0 decoder)
+        for k in range(8):
+            if norm:
+                xload += f"                let e{k} = {xoff}(u, {k}u);\n"
+                xload += f"                let v{k} = {src.format(e=f'e{k}')};\n                q{r} += dot(v{k}, v{k});\n"
+                xload += f"                x{r}_{k} = v{k} * nw(e{k});\n"
+            else:
+                xload += f"                x{r}_{k} = {src.format(e=f'{xoff}(u, {k}u)')};\n"
+        xload += "            }\n"
+    rbytes = ["P(sb + 5u)"] if segments else [f"P({11 + i}u)" for i in range(n_w)]
+    fma = "".join(f"            let rb{i}_{j} = n{j} * {rbytes[i]};\n" for i in range(n_w) for j in range(F))
     for r in range(R):
         fma += f"            if ({r}u < nr) {{\n"
         for i in range(n_w):
             for j in range(F):
-                fma += f"                a{i}_{r}_{j} += unit_W{i}(rb{i}_{j}, u, x{r});\n"
+                xs = ", ".join(f"x{r}_{k}" for k in range(8))
+                fn = "unit_seg(seg, " if segments else f"unit_W{i}("
+                fma += f"                a{i}_{r}_{j} += {fn}rb{i}_{j}, u, {xs});\n"
         fma += "            }\n"
     sums = [f"a{i}_{r}_{j}" for i in range(n_w) for r in range(R) for j in range(F)]
     if norm:
@@ -284,23 +315,43 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     if norm:
         reduce += "".join(f"        let inv{r} = inverseSqrt(q{r} / f32(K) + PF(14u));\n" for r in range(R))
     act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
+    # where a feature's result goes: the dispatch's parameters, or its product's (segments)
+    q = {i: f"P({i}u)" for i in (1, 5, 6, 7, 8, 9)} | {10: " + P(10u)"}
+    if segments:
+        q = {1: "P(sb + 1u)", 5: "P(sb + 2u)", 6: "P(sb + 3u)", 7: "P(sb + 4u)", 8: "P(sb + 6u)", 9: "P(sb + 7u)", 10: ""}
     stores = ""
     for r in range(R):
         for j in range(F):
             sc = f" * inv{r}" if norm else ""
             s1 = f"let s1 = a1_{r}_{j}{sc};" if n_w > 1 else ""
-            stores += f"""        if ({r}u < nr && {first} && nn{j} < P(1u)) {{
-            let col = nn{j} + P(10u);
+            stores += f"""        if ({r}u < nr && {first} && nn{j} < {q[1]}) {{
+            let col = nn{j}{q[10]};
             var s0 = a0_{r}_{j}{sc};
             {s1}
-            if (P(7u) != 0u) {{ s0 += As(P(7u) - 1u + col); }}
+            if ({q[7]} != 0u) {{ s0 += As({q[7]} - 1u + col); }}
             var y = {act};
-            if (P(8u) != 0u) {{ y += As(P(8u) - 1u + (m0 + {r}u) * P(9u) + col); }}
-            let yo = P(5u) + (m0 + {r}u) * P(6u) + col;
+            if ({q[8]} != 0u) {{ y += As({q[8]} - 1u + (m0 + {r}u) * {q[9]} + col); }}
+            let yo = {q[5]} + (m0 + {r}u) * {q[6]} + col;
             A[yo >> 2u][yo & 3u] = y;
         }}
 """
     nn = "".join(f"    let nn{j} = nb + {j}u;\n    let n{j} = min(nn{j}, P(1u) - 1u);\n" for j in range(F))
+    seg_fns = ""
+    if segments:
+        # the product (seg, its parameters at sb) of the workgroup's first feature, and
+        # the features from that product's first
+        nn = (f"    let nl = nb - P(sb);\n"
+              + "".join(f"    let nn{j} = nl + {j}u;\n    let n{j} = min(nn{j}, P(sb + 1u) - 1u);\n" for j in range(F)))
+        xs8 = ", ".join(f"x_{k}: vec4<f32>" for k in range(8))
+        xa8 = ", ".join(f"x_{k}" for k in range(8))
+        cases = "".join(f"        case {i}u: {{ return unit_W{i}(rb, u, {xa8}); }}\n" for i in range(len(types) - 1))
+        seg_fns = (f"fn unit_seg(seg: u32, rb: u32, u: u32, {xs8}) -> f32 {{\n    switch seg {{\n{cases}"
+                   f"        default: {{ return unit_W{len(types) - 1}(rb, u, {xa8}); }}\n    }}\n}}\n")
+        for lay in sorted(set(lays)):
+            seg_fns += f"fn xoff_{lay}(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[lay]}\n}}\n"
+        cases = "".join(f"        case {i}u: {{ return xoff_{lays[i]}(u, k); }}\n" for i in range(len(types) - 1))
+        seg_fns += (f"fn xoff_seg(u: u32, k: u32) -> u32 {{\n    switch seg_p {{\n{cases}"
+                    f"        default: {{ return xoff_{lays[-1]}(u, k); }}\n    }}\n}}\n")
     nw = ""
     if norm:
         nw = """fn nw(e: u32) -> vec4<f32> {
@@ -342,7 +393,13 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         workgroupBarrier();
 """
         xs_done = "        workgroupBarrier();\n"
-    main_body = f"""{guard}    let K = P(0u); let M = P(2u);
+    seg_sel = ""
+    if segments:
+        wg_per = F if group == "wg" else per
+        seg_sel = f"    let nbase = wg_linear(wid, nwg) * {wg_per}u;\n    var seg = 0u;\n"
+        seg_sel += "".join(f"    if (nbase >= P({SEG_BASE + 8 * i}u)) {{ seg = {i}u; }}\n" for i in range(1, len(types)))
+        seg_sel += f"    let sb = {SEG_BASE}u + 8u * seg;\n    seg_p = seg;\n"
+    main_body = f"""{guard}{seg_sel}    let K = P(0u); let M = P(2u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
 {xs_fill}{feats_loop}{xs_done}    }}
@@ -354,7 +411,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         + GRID
         + ACTIVATIONS
         + libs
-        + f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n"
+        + (seg_fns + "var<private> seg_p: u32;\n" if segments else f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n")
         + nw
         + reducer
         + xs_decl
