@@ -112,9 +112,10 @@ fn xsum(x: array<vec4<f32>, 8>) -> f32 {
     return dot(x[0] + x[1] + x[2] + x[3] + x[4] + x[5] + x[6] + x[7], vec4<f32>(1.0));
 }
 """
-UNIT_DECODERS.update({
-    # 18 bytes: f16 d, 16 bytes of nibbles (element j: low nibble of byte j, j + 16: high)
-    "Q4_0": """
+UNIT_DECODERS.update(
+    {
+        # 18 bytes: f16 d, 16 bytes of nibbles (element j: low nibble of byte j, j + 16: high)
+        "Q4_0": """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let o = rb + 18u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
     let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
@@ -125,8 +126,8 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     return d * (s - 8.0 * xsum(x));
 }
 """,
-    # 20 bytes: f16 d, f16 m, 16 bytes of nibbles
-    "Q4_1": """
+        # 20 bytes: f16 d, f16 m, 16 bytes of nibbles
+        "Q4_1": """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let i = (rb + 20u * u) >> 2u;
     let dm = unpack2x16float({W}[i]);
@@ -136,8 +137,8 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     return dm.x * s + dm.y * xsum(x);
 }
 """,
-    # 22 bytes: f16 d, 32 high bits (element e's fifth bit is bit e), 16 bytes of nibbles
-    "Q5_0": """
+        # 22 bytes: f16 d, 32 high bits (element e's fifth bit is bit e), 16 bytes of nibbles
+        "Q5_0": """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let o = rb + 22u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
     let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
@@ -152,8 +153,8 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     return d * (s - 16.0 * xsum(x));
 }
 """,
-    # 24 bytes: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
-    "Q5_1": """
+        # 24 bytes: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
+        "Q5_1": """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let i = (rb + 24u * u) >> 2u;
     let dm = unpack2x16float({W}[i]); let h = {W}[i + 1u];
@@ -165,11 +166,11 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     return dm.x * s + dm.y * xsum(x);
 }
 """,
-    # 34 bytes: f16 d, 32 signed bytes
-    # 34 bytes: f16 d, 32 signed bytes. Written out: no private arrays, which the H200's
-    # compiler kept in local memory (a loop over `var w: array<u32, 9>` made the Q8_0
-    # outputs 6x slower)
-    "Q8_0": """
+        # 34 bytes: f16 d, 32 signed bytes
+        # 34 bytes: f16 d, 32 signed bytes. Written out: no private arrays, which the H200's
+        # compiler kept in local memory (a loop over `var w: array<u32, 9>` made the Q8_0
+        # outputs 6x slower)
+        "Q8_0": """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let o = rb + 34u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
     let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
@@ -181,7 +182,8 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
               + dot(x[6], i8x4(fw(w6, w7, odd))) + dot(x[7], i8x4(fw(w7, w8, odd))));
 }
 """,
-})
+    }
+)
 UNIT_GENERIC = """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let w0 = dq8_{W}(rb, 4u * u); let w1 = dq8_{W}(rb, 4u * u + 1u);
@@ -286,7 +288,9 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         for k in range(8):
             if norm:
                 xload += f"                let e{k} = {xoff}(u, {k}u);\n"
-                xload += f"                let v{k} = {src.format(e=f'e{k}')};\n                q{r} += dot(v{k}, v{k});\n"
+                xload += (
+                    f"                let v{k} = {src.format(e=f'e{k}')};\n                q{r} += dot(v{k}, v{k});\n"
+                )
                 xload += f"                x{r}_{k} = v{k} * nw(e{k});\n"
             else:
                 xload += f"                x{r}_{k} = {src.format(e=f'{xoff}(u, {k}u)')};\n"
@@ -318,7 +322,15 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     # where a feature's result goes: the dispatch's parameters, or its product's (segments)
     q = {i: f"P({i}u)" for i in (1, 5, 6, 7, 8, 9)} | {10: " + P(10u)"}
     if segments:
-        q = {1: "P(sb + 1u)", 5: "P(sb + 2u)", 6: "P(sb + 3u)", 7: "P(sb + 4u)", 8: "P(sb + 6u)", 9: "P(sb + 7u)", 10: ""}
+        q = {
+            1: "P(sb + 1u)",
+            5: "P(sb + 2u)",
+            6: "P(sb + 3u)",
+            7: "P(sb + 4u)",
+            8: "P(sb + 6u)",
+            9: "P(sb + 7u)",
+            10: "",
+        }
     stores = ""
     for r in range(R):
         for j in range(F):
@@ -340,18 +352,23 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     if segments:
         # the product (seg, its parameters at sb) of the workgroup's first feature, and
         # the features from that product's first
-        nn = (f"    let nl = nb - P(sb);\n"
-              + "".join(f"    let nn{j} = nl + {j}u;\n    let n{j} = min(nn{j}, P(sb + 1u) - 1u);\n" for j in range(F)))
+        nn = "    let nl = nb - P(sb);\n" + "".join(
+            f"    let nn{j} = nl + {j}u;\n    let n{j} = min(nn{j}, P(sb + 1u) - 1u);\n" for j in range(F)
+        )
         xs8 = ", ".join(f"x_{k}: vec4<f32>" for k in range(8))
         xa8 = ", ".join(f"x_{k}" for k in range(8))
         cases = "".join(f"        case {i}u: {{ return unit_W{i}(rb, u, {xa8}); }}\n" for i in range(len(types) - 1))
-        seg_fns = (f"fn unit_seg(seg: u32, rb: u32, u: u32, {xs8}) -> f32 {{\n    switch seg {{\n{cases}"
-                   f"        default: {{ return unit_W{len(types) - 1}(rb, u, {xa8}); }}\n    }}\n}}\n")
+        seg_fns = (
+            f"fn unit_seg(seg: u32, rb: u32, u: u32, {xs8}) -> f32 {{\n    switch seg {{\n{cases}"
+            f"        default: {{ return unit_W{len(types) - 1}(rb, u, {xa8}); }}\n    }}\n}}\n"
+        )
         for lay in sorted(set(lays)):
             seg_fns += f"fn xoff_{lay}(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[lay]}\n}}\n"
         cases = "".join(f"        case {i}u: {{ return xoff_{lays[i]}(u, k); }}\n" for i in range(len(types) - 1))
-        seg_fns += (f"fn xoff_seg(u: u32, k: u32) -> u32 {{\n    switch seg_p {{\n{cases}"
-                    f"        default: {{ return xoff_{lays[-1]}(u, k); }}\n    }}\n}}\n")
+        seg_fns += (
+            f"fn xoff_seg(u: u32, k: u32) -> u32 {{\n    switch seg_p {{\n{cases}"
+            f"        default: {{ return xoff_{lays[-1]}(u, k); }}\n    }}\n}}\n"
+        )
     nw = ""
     if norm:
         nw = """fn nw(e: u32) -> vec4<f32> {
@@ -397,7 +414,9 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     if segments:
         wg_per = F if group == "wg" else per
         seg_sel = f"    let nbase = wg_linear(wid, nwg) * {wg_per}u;\n    var seg = 0u;\n"
-        seg_sel += "".join(f"    if (nbase >= P({SEG_BASE + 8 * i}u)) {{ seg = {i}u; }}\n" for i in range(1, len(types)))
+        seg_sel += "".join(
+            f"    if (nbase >= P({SEG_BASE + 8 * i}u)) {{ seg = {i}u; }}\n" for i in range(1, len(types))
+        )
         seg_sel += f"    let sb = {SEG_BASE}u + 8u * seg;\n    seg_p = seg;\n"
     main_body = f"""{guard}{seg_sel}    let K = P(0u); let M = P(2u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
@@ -411,7 +430,11 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         + GRID
         + ACTIVATIONS
         + libs
-        + (seg_fns + "var<private> seg_p: u32;\n" if segments else f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n")
+        + (
+            seg_fns + "var<private> seg_p: u32;\n"
+            if segments
+            else f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n"
+        )
         + nw
         + reducer
         + xs_decl
