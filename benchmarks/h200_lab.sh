@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # One H200 call's experiments, after `h200_vulkan.sh quick` installed everything (its LAB):
 # edited per call; the commands and their output are quoted in the session's note.
-# This call: the unit kernel with x as eight vectors (no private array), Q/K/V through it
-# in one dispatch (CERA_VULKAN_UNIT_SEGMENTS=0: not), and the 32-element types' own unit
-# decoders (row kernel "unit-all", the Q8_0 one written out) against "unit-auto".
+# This call: the tiled kernel written out (CERA_VULKAN_MATMUL=4x4u: x's loads by
+# component, the depth loop 8 steps a pass) against 4x4 on pp512, and decode attention
+# "lanes8" against "lanes" on tg128 (the decode splits ran before, under ATTENTIONS).
 set -uo pipefail
-for rep in 1 2; do
-  for m in /tmp/models/*.gguf; do
-    for k in unit-auto unit-all; do
-        echo -n "$k $(basename "$m"): "; CERA_VULKAN_ROW_KERNEL=$k timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/qwen2.5-coder-0.5b*.gguf; do
+    for k in 4x4 4x4u 4x4 4x4u; do
+        echo -n "$k $(basename "$m"): "
+        CERA_VULKAN_MATMUL=$k timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
     done
-    echo -n "unit-auto noseg $(basename "$m"): "; CERA_VULKAN_UNIT_SEGMENTS=0 CERA_VULKAN_ROW_KERNEL=unit-auto timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
-  done
 done
 for m in /tmp/models/*.gguf; do
-    for k in unit-auto unit-all; do
-        echo -n "$k $(basename "$m"): "
-        CERA_VULKAN_ROW_KERNEL=$k timeout 90 cera bench -m "$m" --device vulkan -p 0 -n 128 -r 3 2>&1 | grep tg128
+    for a in lanes lanes8; do
+        echo -n "$a $(basename "$m"): "
+        CERA_VULKAN_ATTENTION=$a timeout 90 cera bench -m "$m" --device vulkan -p 0 -n 128 -r 3 2>&1 | grep tg128
     done
 done
+CERA_VULKAN_MATMUL=4x4u timeout 90 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+    --device vulkan -p 512 -n 4 -r 1 --profile 2>&1 | grep -A12 "prompt pass"

@@ -34,7 +34,7 @@ def test_op(vulkan, case):
 @pytest.mark.parametrize(
     "case", [c for c in _cases() if c.op == "linear" and "x" not in c.name.split(",")[-1]], ids=str
 )
-@pytest.mark.parametrize("matmul", ["4x4", "4x8", "4x4-m32"])
+@pytest.mark.parametrize("matmul", ["4x4", "4x8", "4x4-m32", "4x4u"])
 def test_tiled_products(case, matmul, monkeypatch):
     """The tiled kernels of many-row products (a GPU's choice) on every weight type, also
     on a software adapter, whose own choice is the row kernel."""
@@ -66,7 +66,7 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
     )
     compare = conformance._compare
     got = {}
-    for kernel in ("4x4", "4x8", "4x4-m32"):
+    for kernel in ("4x4", "4x8", "4x4-m32", "4x4u"):
         monkeypatch.setenv("CERA_VULKAN_MATMUL", kernel)
         seen = []
 
@@ -79,7 +79,7 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
         b.tiled = True
         conformance.check_op(b, case)
         got[kernel] = seen
-    for other in ("4x8", "4x4-m32"):
+    for other in ("4x8", "4x4-m32", "4x4u"):
         for a, b in zip(got["4x4"], got[other], strict=True):
             for name in a:
                 x, y = np.asarray(a[name]), np.asarray(b[name])
@@ -92,7 +92,6 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
     [
         "unit-auto",
         "unit-auto-gx",
-        "unit-all",
         "unit",
         "unit-f1",
         "unit-f4",
@@ -125,7 +124,7 @@ def test_row_kernels(case, kernel):
 
 @needs_vulkan
 @pytest.mark.parametrize("path", TINY, ids=[p.stem for p in TINY])
-@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "unit", "unit-auto", "unit-all"])
+@pytest.mark.parametrize("row_kernel", [None, "workgroup", "workgroup-1pass", "unit", "unit-auto"])
 def test_tiny_family(vulkan, path, row_kernel):
     from cera.engine import model_ops, read_model
     from cera.errors import CeraError
@@ -319,20 +318,60 @@ def _f16_attention_cases():
         g.output("y", g.attention(q, k, v, s[0], spec))
 
     out.append(attrs.evolve(window, build=build, state=(conformance.AttentionKV(2, 32, 32, window=40),)))
+
+    # Gemma 3's heads (256 values, one KV head for four): a thread has a quarter of a
+    # chunk's cells, so the values' eight-at-a-time path of "lanes8" runs
+    def wide(g, w, s):
+        n = g.layout.n_tokens
+        q = g.reshape(conformance._x(g, 1024), (n, 4, 256))
+        k = g.reshape(conformance._x(g, 256, "k"), (n, 1, 256))
+        v = g.reshape(conformance._x(g, 256, "v"), (n, 1, 256))
+        g.output("y", g.attention(q, k, v, s[0], AttentionSpec(scale=0.0625)))
+
+    out.append(attrs.evolve(base, name="attention[f16,heads256]", build=wide, passes=((150,), (1,), (1,)), n_ctx=400,
+                            weights=(conformance._emb(1024), conformance._emb(256, "k"), conformance._emb(256, "v")),
+                            state=(conformance.AttentionKV(1, 256, 256),)))  # fmt: skip
     return out
 
 
 @needs_vulkan
-@pytest.mark.parametrize("kernel", ["lanes", "chunked"])
+@pytest.mark.parametrize("kernel", ["lanes", "lanes8", "chunked"])
 @pytest.mark.parametrize("case", _f16_attention_cases(), ids=str)
 def test_attention_kernels_f16(case, kernel, monkeypatch):
-    """Both kernels of attention over an f16 cache against the reference: "lanes" (the
-    default; wgsl.attention_lanes) and "chunked" (wgsl.attention), including contexts of
-    several chunks and a sliding window on a ring of cells."""
+    """The kernels of attention over an f16 cache against the reference: "lanes" (the
+    default; wgsl.attention_lanes), "lanes8" (the same, written out eight loads at a
+    time) and "chunked" (wgsl.attention), including contexts of several chunks and a
+    sliding window on a ring of cells."""
     from cera_backend_vulkan.backend import VulkanBackend
 
     monkeypatch.setenv("CERA_VULKAN_ATTENTION", kernel)
     conformance.check_op(VulkanBackend(), case)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("case", _f16_attention_cases(), ids=str)
+def test_attention_lanes_unrolled_gives_the_same_bits(case, monkeypatch):
+    """ "lanes8" takes a key's loads eight at a time and the values eight cells at a time,
+    summing in the same order as "lanes": its outputs are the same bits."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    compare = conformance._compare
+    got = {}
+    for kernel in ("lanes", "lanes8"):
+        monkeypatch.setenv("CERA_VULKAN_ATTENTION", kernel)
+        seen = []
+
+        def keep(case, i, g, want, seen=seen):
+            seen.append(g)
+            compare(case, i, g, want)
+
+        monkeypatch.setattr(conformance, "_compare", keep)
+        conformance.check_op(VulkanBackend(), case)
+        got[kernel] = seen
+    for a, b in zip(got["lanes"], got["lanes8"], strict=True):
+        for name in a:
+            x, y = np.asarray(a[name]), np.asarray(b[name])
+            assert x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32)), name
 
 
 @needs_vulkan

@@ -175,7 +175,11 @@ def test_logits_on_other_tensor_types_match_the_reference(type_name):
         for m in (vk, ref):
             st = m.runner.new_state(len(seq) + 2)
             slot = st.acquire()
-            outs.append(np.asarray(m.runner.forward(st, [SeqStep(slot, seq, range(len(seq)))], ALL_LOGITS)["logits"], np.float64))
+            outs.append(
+                np.asarray(
+                    m.runner.forward(st, [SeqStep(slot, seq, range(len(seq)))], ALL_LOGITS)["logits"], np.float64
+                )
+            )
         got, want = outs
         worst = float(np.abs(got - want).max())
         assert worst <= REF_TOLERANCE, f"{type_name}: max |Vulkan - reference| = {worst:.4f}"

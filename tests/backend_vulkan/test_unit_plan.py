@@ -27,14 +27,17 @@ def workgroup_bytes(src: str) -> int:
 @pytest.mark.parametrize("K,N,types", [
     (1536, 8960, ("Q4_K", "Q4_K")), (8960, 1536, ("Q6_K",)), (1536, 151936, ("Q6_K",)),
     (4864, 896, ("Q4_K",)), (1024, 640, ("Q4_K",)), (3584, 18944, ("Q4_K", "Q4_K")),
+    (640, 262144, ("Q8_0",)), (4864, 896, ("Q5_0",)), (896, 1152, ("Q5_0", "Q5_0", "Q8_0")),
+    (8192, 3072, ("Q4_K", "Q4_K", "Q6_K")),
 ])  # fmt: skip
 def test_planned_kernels_fit_the_adapters_workgroup_memory(limit, rows, K, N, types):
-    plan = unit_plan("unit-auto", K, N, types, 32, rows, limit)
+    segments = len(types) == 3  # Q, K and V in one dispatch
+    plan = unit_plan("unit-auto", K, N, types, 32, rows, limit, segments)
     assert plan is not None
     group, feats, per, shared_k = plan
     for norm in (False, True):
         kind = "swiglu" if len(types) == 2 else None
-        src = wgsl.matvec_unit(types, kind, rows, per, feats, norm, group, shared_k)
+        src = wgsl.matvec_unit(types, kind, rows, per, feats, norm, group, shared_k, segments)
         assert workgroup_bytes(src) <= limit, (group, feats, shared_k)
 
 
@@ -44,8 +47,13 @@ def test_the_measured_plans():
     assert unit_plan("unit-auto", 8960, 1536, ("Q4_K",), 32, 1, 49152) == ("wg", 2, 2, 0)
     assert unit_plan("unit-auto", 1536, 151936, ("Q6_K",), 32, 1, 49152) == ("sub", 4, 16, 1536)
     assert unit_plan("unit-auto", 1536, 256, ("Q4_K",), 32, 1, 49152) == ("sub", 1, 4, 1536)
-    # the other types stay with workgroup-1pass
-    assert unit_plan("unit-auto", 576, 1536, ("Q4_1", "Q4_1"), 32, 1, 49152) is None
-    assert unit_plan("unit-auto", 896, 151936, ("Q8_0",), 32, 1, 49152) is None
+    # Q/K/V in one dispatch: 2048 features of one weight each
+    assert unit_plan("unit-auto", 1536, 2048, ("Q4_K", "Q4_K", "Q6_K"), 32, 1, 49152, True) == ("sub", 1, 4, 1536)
+    # the 32-element block types (SmolLM2's gate/up, Gemma 3's output)
+    assert unit_plan("unit-auto", 576, 1536, ("Q4_1", "Q4_1"), 32, 1, 49152) == ("sub", 1, 4, 576)
+    assert unit_plan("unit-auto", 640, 262144, ("Q8_0",), 32, 1, 49152) == ("sub", 4, 16, 640)
+    # types without a unit decoder of their own stay with workgroup-1pass
+    assert unit_plan("unit-auto", 896, 151936, ("IQ4_NL",), 32, 1, 49152) is None
+    assert unit_plan("unit-auto", 896, 4864, ("Q5_0", "F16"), 32, 1, 49152) is None
     # "unit-auto-gx" never copies x to shared memory
     assert unit_plan("unit-auto-gx", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152)[3] == 0

@@ -45,7 +45,9 @@ MAX_GRID = 65535
 # rows a tile (wgsl.matmul); "auto-m32" takes 32-row tiles where 64-row ones would make
 # fewer than MATMUL_SMALL_GRID workgroups (Qwen2.5 1.5B's 1536-feature products over 512
 # rows: 192 workgroups for the H200's 132 multiprocessors), else 4x4
-MATMUL_KERNELS = {"4x4": (4, 64), "4x8": (8, 64), "4x4-m32": (4, 32), "auto-m32": None}
+# (features a thread, rows a tile, written out: the x loads and the depth loop unrolled)
+MATMUL_KERNELS = {"4x4": (4, 64, False), "4x8": (8, 64, False), "4x4-m32": (4, 32, False), "auto-m32": None,
+                  "4x4u": (4, 64, True)}  # fmt: skip
 MATMUL_SMALL_GRID = 256
 # on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time
 # (the 32-row tiles are not measured there yet: a variant)
@@ -60,7 +62,6 @@ MATMUL_DEFAULT = "4x4"
 ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
-    "unit-all": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -79,7 +80,7 @@ ROW_KERNELS = {
     "subgroup-blk16-v4": 8,
 }
 # "unit*": wgsl.matvec_unit, 32 weights a lane a step with x in 16-byte loads (with
-# subgroups, for single products and gate/up; else, and for Q/K/V in one dispatch,
+# subgroups, for single products, gate/up and Q/K/V in one dispatch; else
 # "workgroup-1pass"): "unit", "unit-f1", "unit-f4" a subgroup for 2 (1, 4) features;
 # "unit-wg1/2/4" the whole workgroup for 1 (2, 4) features; "unit-auto" by the product's
 # shape (unit_plan)
@@ -90,9 +91,9 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
               shared_bytes: int = 0, segments: bool = False) -> tuple[str, int, int, int] | None:  # fmt: skip
     """(group, features a group, features a workgroup, shared_k) of wgsl.matvec_unit for
     a product of ``rows`` rows of K values with weights of these types and N features
-    under a "unit*" row kernel; None for other kernels. "unit-auto" takes only the types
-    with a unit decoder of their own (UNIT_AUTO_TYPES, the K-quants; on the H200 the
-    others ran faster through workgroup-1pass, which it leaves them to), gives long rows
+    under a "unit*" row kernel; None for other kernels. "unit-auto" takes the types with
+    a unit decoder of their own (wgsl.UNIT_DECODERS: the K-quants and the 32-element
+    block types; the others run faster through workgroup-1pass), gives long rows
     (128 units or more) a workgroup per feature group, so that each lane has few units,
     and the others a subgroup, with more features a group as the product widens (enough
     lanes in flight, x read fewer times); and it copies x to shared memory (shared_k = K)
@@ -100,8 +101,8 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     the types are several products' (Q, K, V), N their features in all, one weight a
     feature."""
     n_w = 1 if segments else len(types)
-    if variant in ("unit-auto", "unit-auto-gx", "unit-all"):
-        if not all(t in (wgsl.UNIT_DECODERS if variant == "unit-all" else UNIT_AUTO_TYPES) for t in types):
+    if variant in ("unit-auto", "unit-auto-gx"):
+        if not all(t in wgsl.UNIT_DECODERS for t in types):
             return None
         if K // 32 >= 128:
             group, F = "wg", 2 if N >= 1024 else 1
@@ -118,13 +119,9 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     # the adapter's workgroup memory with x
     sums_bytes = (n_w * rows * F + rows) * 32 * 4 if group == "wg" else 0
     fits = x_bytes <= SHARED_X_BYTES and x_bytes + sums_bytes <= shared_bytes
-    shared_k = K if variant in ("unit-auto", "unit-all") and fits else 0
+    shared_k = K if variant == "unit-auto" and fits else 0
     return group, F, per, shared_k
 
-
-# the types unit-auto takes (a Q8_0 unit decoder reading each 34-byte block as 9 words
-# made the H200's decode steps 1.05-1.9x slower: Q8_0 stays with workgroup-1pass)
-UNIT_AUTO_TYPES = {"Q4_K", "Q6_K"}
 
 # the most bytes of x that unit-auto copies to a workgroup's shared memory (more would
 # leave room for fewer workgroups on a multiprocessor)
@@ -594,7 +591,7 @@ class VulkanExecutable(Executable):
         family, name = self._row_kernel
         return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 
-    def _matmul_kernel(self, N: int, M: int) -> tuple[int, int]:
+    def _matmul_kernel(self, N: int, M: int) -> tuple[int, int, bool]:
         """(features a thread, rows a tile) of the tiled kernel (wgsl.matmul) for N
         features of M rows: ``CERA_VULKAN_MATMUL`` (MATMUL_KERNELS), else MATMUL_DEFAULT."""
         name = os.environ.get("CERA_VULKAN_MATMUL", "").strip() or MATMUL_DEFAULT
@@ -604,7 +601,7 @@ class VulkanExecutable(Executable):
             )
         if name == "auto-m32":
             small = -(-N // wgsl.MATMUL_TILES[4]) * -(-M // wgsl.TM) < MATMUL_SMALL_GRID
-            return (4, 32) if small else (4, wgsl.TM)
+            return (4, 32, False) if small else (4, wgsl.TM, False)
         return MATMUL_KERNELS[name]
 
     @staticmethod
@@ -698,8 +695,8 @@ class VulkanExecutable(Executable):
         for r0, rows, bo, bs in self._weight_chunks(w, N, row_bytes):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
-                fn, tm = self._matmul_kernel(rows, M)
-                self._emit(("matmul", w.ggml_type, fn, tm), lambda t=w.ggml_type, fn=fn, tm=tm: wgsl.matmul(t, fn, tm), params,
+                fn, tm, un = self._matmul_kernel(rows, M)
+                self._emit(("matmul", w.ggml_type, fn, tm, un), lambda t=w.ggml_type, fn=fn, tm=tm, un=un: wgsl.matmul(t, fn, tm, un), params,
                            (-(-rows // wgsl.MATMUL_TILES[fn]), -(-M // tm)), binds=[("w", w, bo, bs)], read_only=(2,),
                            label=f"matmul {w.ggml_type}")  # fmt: skip
                 continue
@@ -950,9 +947,15 @@ class VulkanExecutable(Executable):
                   self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
                   int(spec.window or 0), 1, 0, 0]  # fmt: skip
         kind = self.kv_type
-        if self._attention_kernel == "lanes" and kind == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256:
+        if (
+            self._attention_kernel in ("lanes", "lanes8")
+            and kind == "f16"
+            and dk % 8 == dv % 8 == 0
+            and max(dk, dv) <= 256
+        ):
             sg = self.ctx.subgroups
-            self._emit(("attention_lanes", dv, dk, sg), lambda: wgsl.attention_lanes(dv, dk, sg), params, n * heads, binds=kvb,
+            un = self._attention_kernel == "lanes8"
+            self._emit(("attention_lanes", dv, dk, sg, un), lambda: wgsl.attention_lanes(dv, dk, sg, un), params, n * heads, binds=kvb,
                        read_only=(2, 3, 4), label="attention")  # fmt: skip
             return
         self._emit(("attention", kind, dv, dk), lambda: wgsl.attention(kind, dv, dk), params, n * heads, binds=kvb,
@@ -964,8 +967,8 @@ class VulkanExecutable(Executable):
         of at most 256 multiple-of-8 values; the others take "chunked") or "chunked"
         (wgsl.attention), from ``CERA_VULKAN_ATTENTION`` (default "lanes")."""
         name = os.environ.get("CERA_VULKAN_ATTENTION", "").strip() or "lanes"
-        if name not in ("lanes", "chunked"):
-            raise UnsupportedOperation(f"backend 'vulkan': attention kernel {name!r} is not lanes or chunked")
+        if name not in ("lanes", "lanes8", "chunked"):
+            raise UnsupportedOperation(f"backend 'vulkan': attention kernel {name!r} is not lanes, lanes8 or chunked")
         return name
 
     def _op_attention_full(self, node) -> None:

@@ -407,7 +407,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 ATT_WG = 128  # threads of attention_lanes: cells a chunk
 
 
-def attention_lanes(dv: int, dk: int, subgroups: bool = False) -> str:
+def attention_lanes(dv: int, dk: int, subgroups: bool = False, unroll: bool = False) -> str:
     """Attention over an f16 cache for heads of dk, dv values (multiples of 8, at most
     256), latency first: a decode step has a few workgroups (rows x heads), each a chain
     of dependent loads, so every load a thread needs is issued at once. One workgroup of
@@ -427,9 +427,39 @@ def attention_lanes(dv: int, dk: int, subgroups: bool = False) -> str:
     its position is checked (the two loads in flight together; a hidden cell's score is
     dropped whatever it is).
 
+    ``unroll`` (CERA_VULKAN_ATTENTION=lanes8): a key's loads written out eight at a time
+    (the compiler need not unroll the loop to have them in flight together), and the
+    values taken eight cells at a time instead of four (half the round trips where a
+    thread has many cells: heads of 256 values give each thread a quarter of a chunk).
+
     Parameters as `attention` ("f16")."""
     lanes = dv // 8
     subs = ATT_WG // lanes
+    n_cells = 8 if unroll else 4
+    if unroll:
+        key = ""
+        for e0 in range(0, dk // 8, 8):
+            n = min(8, dk // 8 - e0)
+            key += "".join(f"            let k{e0 + e} = h8(K4[kb + {e0 + e}u]);\n" for e in range(n))
+            key += "".join(
+                f"            d += dot(qs[{2 * (e0 + e)}u], k{e0 + e}.a) + dot(qs[{2 * (e0 + e) + 1}u], k{e0 + e}.b);\n"
+                for e in range(n)
+            )
+    else:
+        key = f"""            for (var e = 0u; e < {dk // 8}u; e++) {{
+                let k = h8(K4[kb + e]);
+                d += dot(qs[2u * e], k.a) + dot(qs[2u * e + 1u], k.b);
+            }}
+"""
+    vals = "".join(f"            let p{i} = sc[j + {i * subs}u];\n" for i in range(n_cells))
+    vals += "".join(
+        f"            let v{i} = h8(V4[(head + (c0 + j + {i * subs}u) % cap) * {lanes}u + lane]);\n"
+        for i in range(n_cells)
+    )
+    vals += "            // a masked cell (weight 0) adds nothing even if its values are not finite\n"
+    vals += "".join(
+        f"            if (p{i} != 0.0) {{ acc.a += p{i} * v{i}.a; acc.b += p{i} * v{i}.b; }}\n" for i in range(n_cells)
+    )
     if subgroups:
         tree_fn = f"""// the workgroup's max (is_max) or sum of v: the subgroups' results, then thread 0
 fn tree(v: f32, t: u32, is_max: bool, sgs: u32) -> f32 {{
@@ -518,11 +548,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let p = POS[slot * P(11u) + c];
             let kb = (head + c % cap) * {dk // 8}u;
             var d = 0.0;
-            for (var e = 0u; e < {dk // 8}u; e++) {{
-                let k = h8(K4[kb + e]);
-                d += dot(qs[2u * e], k.a) + dot(qs[2u * e + 1u], k.b);
-            }}
-            var vis = p >= 0 && p <= qpos;
+{key}            var vis = p >= 0 && p <= qpos;
             if (window > 0) {{ vis = vis && (qpos - p < window) && (p - qpos < window); }}
             if (vis) {{
                 d *= scale;
@@ -544,18 +570,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         acc.a *= alpha; acc.b *= alpha;
         let cnt = min({ATT_WG}u, hi - c0);
         var j = sub;
-        for (; j + {3 * subs}u < cnt; j += {4 * subs}u) {{
-            let p0 = sc[j]; let p1 = sc[j + {subs}u]; let p2 = sc[j + {2 * subs}u]; let p3 = sc[j + {3 * subs}u];
-            let v0 = h8(V4[(head + (c0 + j) % cap) * {lanes}u + lane]);
-            let v1 = h8(V4[(head + (c0 + j + {subs}u) % cap) * {lanes}u + lane]);
-            let v2 = h8(V4[(head + (c0 + j + {2 * subs}u) % cap) * {lanes}u + lane]);
-            let v3 = h8(V4[(head + (c0 + j + {3 * subs}u) % cap) * {lanes}u + lane]);
-            // a masked cell (weight 0) adds nothing even if its values are not finite
-            if (p0 != 0.0) {{ acc.a += p0 * v0.a; acc.b += p0 * v0.b; }}
-            if (p1 != 0.0) {{ acc.a += p1 * v1.a; acc.b += p1 * v1.b; }}
-            if (p2 != 0.0) {{ acc.a += p2 * v2.a; acc.b += p2 * v2.b; }}
-            if (p3 != 0.0) {{ acc.a += p3 * v3.a; acc.b += p3 * v3.b; }}
-        }}
+        for (; j + {(n_cells - 1) * subs}u < cnt; j += {n_cells * subs}u) {{
+{vals}        }}
         for (; j < cnt; j += {subs}u) {{
             let pj = sc[j];
             let v = h8(V4[(head + (c0 + j) % cap) * {lanes}u + lane]);

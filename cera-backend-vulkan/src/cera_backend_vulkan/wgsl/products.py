@@ -379,7 +379,7 @@ TM, TK = 64, 32  # the tiled product's tile: rows (the default) and depth (featu
 MATMUL_TILES = {4: 64, 8: 128}
 
 
-def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
+def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, unroll: bool = False) -> str:
     """y = x W^T (+ bias) (+ residual) for many rows: a tile of ``tile_rows`` (64 or 32)
     rows x 16 ``feats`` features (MATMUL_TILES) of y per workgroup of 4 ``tile_rows``
     threads, each computing 4 rows x ``feats`` features of it (32 rows: twice the
@@ -394,7 +394,11 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
     The accumulators and operands are named scalars (generated unrolled): an indexed
     private array would go to local memory on some GPUs. Each output's sum runs over k
     in order, one fma a step: the same bits whatever ``feats`` and ``tile_rows``. P as
-    `matvec` (0-11); K must be a multiple of 32."""
+    `matvec` (0-11); K must be a multiple of 32.
+
+    ``unroll``: x's loads written out row by row (a vector's components set by name, not
+    by a loop's index) and the depth loop eight steps a pass, for compilers that keep a
+    dynamically indexed vector in memory or leave the loop rolled. The same bits."""
     FN = feats
     TN = MATMUL_TILES[FN]
     T = 4 * tile_rows  # threads: 16 groups of features x tile_rows / 4 groups of rows
@@ -413,6 +417,28 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
     stores = "".join(
         f"    store(m0 + ty * 4u + {i}u, n0 + tx * {FN}u + {j}u, c{i}_{j});\n" for i in range(4) for j in range(FN)
     )
+
+    def xload(ind: str, col: str) -> str:
+        if not unroll:
+            return (
+                f"{ind}for (var r = 0u; r < 4u; r++) {{\n{ind}    let m = m0 + 8u * xr + r;\n"
+                f"{ind}    if (m < M) {{ xr0[r] = A[xo + m * xstride + {col}]; }}\n"
+                f"{ind}    if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + {col}]; }}\n{ind}}}\n"
+            )
+        out = f"{ind}{{ let m = m0 + 8u * xr;\n"
+        for r in range(4):
+            out += (
+                f"{ind}  if (m + {r}u < M) {{ xr0.{comps[r]} = A[xo + (m + {r}u) * xstride + {col}]; }}\n"
+                f"{ind}  if (m + {r + 4}u < M) {{ xr1.{comps[r]} = A[xo + (m + {r + 4}u) * xstride + {col}]; }}\n"
+            )
+        return out + f"{ind}}}\n"
+
+    xload0, xload1 = xload("    ", "xc"), xload("            ", "k1 + xc")
+    if unroll:
+        steps = "".join(f"          {{ let k = k8 + {u}u;\n{inner}          }}\n" for u in range(8))
+        depth = f"        for (var k8 = 0u; k8 < {TK}u; k8 += 8u) {{\n{steps}        }}\n"
+    else:
+        depth = f"        for (var k = 0u; k < {TK}u; k++) {{\n{inner}        }}\n"
     wdecl = "".join(
         f"    let wn{h} = (t >> 2u) + {T // 4 * h}u;\n    let wvalid{h} = n0 + wn{h} < N;\n"
         f"    let wbase{h} = (n0 + wn{h}) * wrow;\n    var wr{h} = V8(vec4<f32>(0.0), vec4<f32>(0.0));\n"
@@ -458,26 +484,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // columns: coalesced), rows 8 xr .. 8 xr + 7, stored as two 16-byte words
     let xc = t & 31u; let xr = t >> 5u;
     var xr0 = vec4<f32>(0.0); var xr1 = vec4<f32>(0.0);
-    for (var r = 0u; r < 4u; r++) {{
-        let m = m0 + 8u * xr + r;
-        if (m < M) {{ xr0[r] = A[xo + m * xstride + xc]; }}
-        if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + xc]; }}
-    }}
-{wload.format(ind="    ", g="0u")}    let kb = wg * 8u;
+{xload0}{wload.format(ind="    ", g="0u")}    let kb = wg * 8u;
     for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
         xs[xc * {SX}u + 2u * xr] = xr0; xs[xc * {SX}u + 2u * xr + 1u] = xr1;
 {wstore}        workgroupBarrier();
         // the next step's operands, loaded while this step's are multiplied
         let k1 = k0 + {TK}u;
         if (k1 < K) {{
-            for (var r = 0u; r < 4u; r++) {{
-                let m = m0 + 8u * xr + r;
-                if (m < M) {{ xr0[r] = A[xo + m * xstride + k1 + xc]; }}
-                if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + k1 + xc]; }}
-            }}
-{wload.format(ind="            ", g="k1 / 8u")}        }}
-        for (var k = 0u; k < {TK}u; k++) {{
-{inner}        }}
+{xload1}{wload.format(ind="            ", g="k1 / 8u")}        }}
+{depth}
         workgroupBarrier();
     }}
 {stores}}}
