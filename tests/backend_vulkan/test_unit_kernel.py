@@ -1,0 +1,126 @@
+"""The unit kernel (wgsl.matvec_unit) beyond the suite's one-product cases:
+
+- a layer's Q, K and V products of one normed input, as a decode step runs them: one
+  dispatch (``segments``) where the row kernel's plan takes their types, each product
+  read in its own weight type's unit layout. Checked against the numpy reference, and
+  the dispatch checked to be that kernel (a fallback to the workgroup kernel would pass
+  the numbers and test nothing);
+- rows long enough that each lane has several units, where "unit-auto-x2" takes two a
+  pass: the same bits as "unit-auto", and both right."""
+
+from __future__ import annotations
+
+import pytest
+
+import numpy as np
+
+from cera.testing import conformance
+from cera.testing.conformance import TOL_QUANT, OpCase, WeightSpec
+
+from .conftest import needs_vulkan
+
+DIM = 512  # two K-quant super-blocks, 16 units of the 32-element types
+
+
+def _case(types: tuple[str, str, str], seq_lens: tuple[int, ...]) -> OpCase:
+    def build(g, w, s):
+        x = g.embedding(w["x"], g.tokens)
+        h = g.rms_norm(x, w["n"], 1e-6)
+        for name in ("q", "k", "v"):
+            g.output(name, g.linear(h, w[name], w.get(f"{name}_b")))
+
+    weights = (
+        WeightSpec("x", (16, DIM), "F32", 1.0),
+        WeightSpec("n", (DIM,)),
+        WeightSpec("q", (72, DIM), types[0]),
+        WeightSpec("k", (24, DIM), types[1]),
+        WeightSpec("v", (24, DIM), types[2]),
+        WeightSpec("q_b", (72,)),
+    )
+    return OpCase(f"qkv[{'/'.join(types)},{'x'.join(map(str, seq_lens))}]", "linear", build, weights,
+                  passes=(seq_lens,), tolerance=TOL_QUANT)  # fmt: skip
+
+
+@needs_vulkan
+@pytest.mark.parametrize("seq_lens", [(1,), (1, 1, 1)], ids=["1", "1x1x1"])
+@pytest.mark.parametrize(
+    "types, kernel",
+    [
+        (("Q4_K", "Q4_K", "Q6_K"), "unit-auto"),  # Qwen2.5 1.5B's layers
+        (("Q4_K", "Q4_K", "Q4_K"), "unit-auto"),
+        (("Q5_0", "Q5_0", "Q8_0"), "unit-auto"),  # Qwen2.5 0.5B's, Gemma 3's
+        (("Q4_K", "Q5_0", "Q6_K"), "unit-auto"),  # three layouts in one dispatch
+        (("Q4_K", "Q4_K", "Q6_K"), "unit-auto-x2"),  # two units a pass
+    ],
+)
+def test_qkv_in_one_unit_dispatch(types, kernel, seq_lens, monkeypatch):
+    from cera_backend_vulkan import compile as vk_compile
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    b = VulkanBackend()
+    if not b.ctx.subgroups:
+        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
+    b.row_kernel = kernel
+    seen = []
+    emit = vk_compile.VulkanExecutable._emit
+
+    def spy(self, key, *a, **kw):
+        seen.append(key[0])
+        return emit(self, key, *a, **kw)
+
+    monkeypatch.setattr(vk_compile.VulkanExecutable, "_emit", spy)
+    conformance.check_op(b, _case(types, seq_lens))
+    assert "matvec_unit_seg" in seen, seen
+
+
+def _spy_emits(monkeypatch) -> list:
+    from cera_backend_vulkan import compile as vk_compile
+
+    seen = []
+    emit = vk_compile.VulkanExecutable._emit
+
+    def spy(self, key, *a, **kw):
+        seen.append(key)
+        return emit(self, key, *a, **kw)
+
+    monkeypatch.setattr(vk_compile.VulkanExecutable, "_emit", spy)
+    return seen
+
+
+@needs_vulkan
+@pytest.mark.parametrize("t", ["Q4_K", "Q6_K", "Q8_0", "Q5_0", "Q4_1"])
+def test_two_units_a_pass_give_the_same_bits(t, monkeypatch):
+    """Rows of 3072 values (96 units: three a lane of a 32-lane subgroup) after a norm:
+    "unit-auto-x2"'s pairs loop and its one-unit tail both run. Its outputs are the bits
+    of "unit-auto"'s, and both match the reference."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    def build(g, w, s):
+        h = g.rms_norm(g.embedding(w["x"], g.tokens), w["n"], 1e-6)
+        g.output("y", g.linear(h, w["w"]))
+
+    case = OpCase(f"linear[{t},3072]", "linear", build,
+                  (WeightSpec("x", (16, 3072), "F32", 1.0), WeightSpec("n", (3072,)), WeightSpec("w", (48, 3072), t)),
+                  passes=((1,), (1,)), tolerance=TOL_QUANT)  # fmt: skip
+    compare = conformance._compare
+    got = {}
+    for kernel in ("unit-auto", "unit-auto-x2"):
+        seen = []
+
+        def keep(case, i, g, want, seen=seen):
+            seen.append(g)
+            compare(case, i, g, want)
+
+        monkeypatch.setattr(conformance, "_compare", keep)
+        emits = _spy_emits(monkeypatch)
+        b = VulkanBackend()
+        if not b.ctx.subgroups:
+            pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
+        b.row_kernel = kernel
+        conformance.check_op(b, case)
+        units = [k for k in emits if k[0] == "matvec_unit"]
+        assert units and all(k[-1] == (kernel == "unit-auto-x2") for k in units), units
+        got[kernel] = seen
+    for a, b in zip(got["unit-auto"], got["unit-auto-x2"], strict=True):
+        x, y = np.asarray(a["y"]), np.asarray(b["y"])
+        assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
