@@ -10,9 +10,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import numpy as np
+import pytest
 
 from cera.testing import conformance
 from cera.testing.conformance import TOL_QUANT, OpCase, WeightSpec
