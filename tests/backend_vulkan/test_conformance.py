@@ -92,7 +92,6 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
     [
         "unit-auto",
         "unit-auto-gx",
-        "unit-auto-x2",
         "unit",
         "unit-f1",
         "unit-f4",

@@ -62,7 +62,6 @@ MATMUL_DEFAULT = "4x4"
 ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
-    "unit-auto-x2": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -102,7 +101,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     the types are several products' (Q, K, V), N their features in all, one weight a
     feature."""
     n_w = 1 if segments else len(types)
-    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-x2"):
+    if variant in ("unit-auto", "unit-auto-gx"):
         if not all(t in wgsl.UNIT_DECODERS for t in types):
             return None
         if K // 32 >= 128:
@@ -120,7 +119,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     # the adapter's workgroup memory with x
     sums_bytes = (n_w * rows * F + rows) * 32 * 4 if group == "wg" else 0
     fits = x_bytes <= SHARED_X_BYTES and x_bytes + sums_bytes <= shared_bytes
-    shared_k = K if variant in ("unit-auto", "unit-auto-x2") and fits else 0
+    shared_k = K if variant == "unit-auto" and fits else 0
     return group, F, per, shared_k
 
 
@@ -556,11 +555,6 @@ class VulkanExecutable(Executable):
         return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared, segments)
 
     @property
-    def _unit_pairs(self) -> bool:
-        """The unit kernel's lanes take two units a pass ("unit-auto-x2")."""
-        return self._row_kernel[1] == "unit-auto-x2"
-
-    @property
     def _mv_span(self) -> int:
         """Groups of 8 columns a lane of the subgroup kernel takes per step (8: the
         block-wise kernel, wgsl.matvec_blk)."""
@@ -729,9 +723,8 @@ class VulkanExecutable(Executable):
         plan = self._unit(x_off, xs, K, rows, types, R)
         if plan:
             grp, UF, per, sk = plan
-            pairs = self._unit_pairs
-            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pairs),
-                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pairs=pairs),
+            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk),
+                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk),
                        params, -(-rows // per), binds=binds, read_only=ro, label=label)  # fmt: skip
             return
         if self._mv_sg:
@@ -787,9 +780,8 @@ class VulkanExecutable(Executable):
         label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))}"
         if unit:
             grp, UF, per, sk = unit
-            pairs = self._unit_pairs
-            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pairs),
-                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, True, pairs), params,
+            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk),
+                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True), params,
                        at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))), label=label)  # fmt: skip
             if residual is None and step.residual is not None:
                 self._op_add(step.residual[0])

@@ -219,8 +219,7 @@ def unit_decoder(t: str, layout: str) -> str:
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
-                norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False,
-                pairs: bool = False) -> str:  # fmt: skip
+                norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False) -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -250,10 +249,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     all, padded so that no workgroup straddles two products, 2 M, 3 x offset, 4 x row
     stride, 13/14 norm; per product s at P(20 + 8 s) its first feature, N, y offset, y row
     stride, bias offset + 1, weight row bytes, residual offset + 1, residual row stride).
-    A workgroup finds its product, and reads x in that weight type's own unit layout.
-
-    ``pairs``: the lanes' loop takes two units a pass, loading both before summing either
-    (lanes with two units or more have both in flight without the compiler's help)."""
+    A workgroup finds its product, and reads x in that weight type's own unit layout."""
     layout = unit_layout(types)
     # segments: each weight in its own layout (one product a workgroup: uniform branches)
     lays = [UNIT_LAYOUT.get(t, "lin") if segments else layout for t in types]
@@ -276,62 +272,39 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
     if norm:
         decl += "".join(f"        var q{r} = 0.0;\n" for r in range(R))
+    xload = ""
     xoff = "xoff_seg" if segments else "xoff"
-
-    def xload(uv: str, sfx: str) -> str:
-        """x's eight vectors of unit ``uv`` for each row (x{r}_{k}{sfx}), the norm's sum
-        of squares taken on the way. Written out, k by k: a loop over a private array
-        left it in local memory on the H200 (see the Q8_0 decoder)."""
-        out = ""
-        for r in range(R):
-            out += "".join(f"            var x{r}_{k}{sfx}: vec4<f32>;\n" for k in range(8))
-            out += f"            if ({r}u < nr) {{\n"
-            if shared_k:
-                out += f"                let xo{sfx} = {r * shared_k}u;\n"
-                src = f"XS[(xo{sfx} + {{e}}) >> 2u]"
+    for r in range(R):
+        xload += "".join(f"            var x{r}_{k}: vec4<f32>;\n" for k in range(8))
+        xload += f"            if ({r}u < nr) {{\n"
+        if shared_k:
+            xload += f"                let xo = {r * shared_k}u;\n"
+            src = "XS[(xo + {e}) >> 2u]"
+        else:
+            xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
+            src = "A[(xo + {e}) >> 2u]"
+        # written out, k by k: a loop over the private array left it in local memory on
+        # the H200 (see the Q8_0 decoder)
+        for k in range(8):
+            if norm:
+                xload += f"                let e{k} = {xoff}(u, {k}u);\n"
+                xload += (
+                    f"                let v{k} = {src.format(e=f'e{k}')};\n                q{r} += dot(v{k}, v{k});\n"
+                )
+                xload += f"                x{r}_{k} = v{k} * nw(e{k});\n"
             else:
-                out += f"                let xo{sfx} = P(3u) + (m0 + {r}u) * P(4u);\n"
-                src = f"A[(xo{sfx} + {{e}}) >> 2u]"
-            for k in range(8):
-                if norm:
-                    out += f"                let e{k}{sfx} = {xoff}({uv}, {k}u);\n"
-                    out += f"                let v{k}{sfx} = {src.format(e=f'e{k}{sfx}')};\n"
-                    out += f"                q{r} += dot(v{k}{sfx}, v{k}{sfx});\n"
-                    out += f"                x{r}_{k}{sfx} = v{k}{sfx} * nw(e{k}{sfx});\n"
-                else:
-                    out += f"                x{r}_{k}{sfx} = {src.format(e=f'{xoff}({uv}, {k}u)')};\n"
-            out += "            }\n"
-        return out
-
-    def fma(uv: str, sfx: str) -> str:
-        """Each accumulator plus unit ``uv``'s dot product."""
-        out = ""
-        for r in range(R):
-            out += f"            if ({r}u < nr) {{\n"
-            xs = ", ".join(f"x{r}_{k}{sfx}" for k in range(8))
-            for i in range(n_w):
-                for j in range(F):
-                    fn = "unit_seg(seg, " if segments else f"unit_W{i}("
-                    out += f"                a{i}_{r}_{j} += {fn}rb{i}_{j}, {uv}, {xs});\n"
-            out += "            }\n"
-        return out
-
+                xload += f"                x{r}_{k} = {src.format(e=f'{xoff}(u, {k}u)')};\n"
+        xload += "            }\n"
     rbytes = ["P(sb + 5u)"] if segments else [f"P({11 + i}u)" for i in range(n_w)]
-    decl += "".join(f"        let rb{i}_{j} = n{j} * {rbytes[i]};\n" for i in range(n_w) for j in range(F))
-    if pairs:
-        # two units a pass, both loaded before either is summed; each sum still adds the
-        # units in the order of the one-unit loop (u, then u + gs): the same bits
-        units_loop = f"""        var u = gl;
-        for (; u + gs < units; u += 2u * gs) {{
-            let ub = u + gs;
-{xload("u", "")}{xload("ub", "b")}{fma("u", "")}{fma("ub", "b")}        }}
-        if (u < units) {{
-{xload("u", "")}{fma("u", "")}        }}
-"""
-    else:
-        units_loop = f"""        for (var u = gl; u < units; u += gs) {{
-{xload("u", "")}{fma("u", "")}        }}
-"""
+    fma = "".join(f"            let rb{i}_{j} = n{j} * {rbytes[i]};\n" for i in range(n_w) for j in range(F))
+    for r in range(R):
+        fma += f"            if ({r}u < nr) {{\n"
+        for i in range(n_w):
+            for j in range(F):
+                xs = ", ".join(f"x{r}_{k}" for k in range(8))
+                fn = "unit_seg(seg, " if segments else f"unit_W{i}("
+                fma += f"                a{i}_{r}_{j} += {fn}rb{i}_{j}, u, {xs});\n"
+        fma += "            }\n"
     sums = [f"a{i}_{r}_{j}" for i in range(n_w) for r in range(R) for j in range(F)]
     if norm:
         sums += [f"q{r}" for r in range(R)]
@@ -406,7 +379,9 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     # the body for one feature group and R rows from m0 (sub: a subgroup's; wg: the workgroup's)
     body = f"""{nn}
         let units = K / 32u;
-{decl}{units_loop}{reduce}{stores}"""
+{decl}        for (var u = gl; u < units; u += gs) {{
+{xload}{fma}        }}
+{reduce}{stores}"""
     if group == "wg":
         feats_loop = f"""        let nb = wg_linear(wid, nwg) * {F}u;
         let gl = t; let gs = {MV_WG}u;
