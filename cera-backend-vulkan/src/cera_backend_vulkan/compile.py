@@ -45,12 +45,11 @@ MAX_GRID = 65535
 # rows a tile (wgsl.matmul); "auto-m32" takes 32-row tiles where 64-row ones would make
 # fewer than MATMUL_SMALL_GRID workgroups (Qwen2.5 1.5B's 1536-feature products over 512
 # rows: 192 workgroups for the H200's 132 multiprocessors), else 4x4
-# (features a thread, rows a tile, written out: the x loads and the depth loop unrolled)
-MATMUL_KERNELS = {"4x4": (4, 64, False), "4x8": (8, 64, False), "4x4-m32": (4, 32, False), "auto-m32": None,
-                  "4x4u": (4, 64, True)}  # fmt: skip
+# (features a thread, rows a tile)
+MATMUL_KERNELS = {"4x4": (4, 64), "4x8": (8, 64), "4x4-m32": (4, 32), "auto-m32": None}
 MATMUL_SMALL_GRID = 256
-# on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time
-# (the 32-row tiles are not measured there yet: a variant)
+# on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time,
+# and auto-m32 / 4x4-m32 in 1.01 / 1.10 (before the kernel's loops were written out)
 MATMUL_DEFAULT = "4x4"
 # the few-row (decode) kernels, by name (VulkanBackend.row_kernel, CERA_VULKAN_ROW_KERNEL):
 # "workgroup*": wgsl.matvec, a workgroup of 128 threads per 4 features ("-1pass": one
@@ -591,7 +590,7 @@ class VulkanExecutable(Executable):
         family, name = self._row_kernel
         return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 
-    def _matmul_kernel(self, N: int, M: int) -> tuple[int, int, bool]:
+    def _matmul_kernel(self, N: int, M: int) -> tuple[int, int]:
         """(features a thread, rows a tile) of the tiled kernel (wgsl.matmul) for N
         features of M rows: ``CERA_VULKAN_MATMUL`` (MATMUL_KERNELS), else MATMUL_DEFAULT."""
         name = os.environ.get("CERA_VULKAN_MATMUL", "").strip() or MATMUL_DEFAULT
@@ -601,7 +600,7 @@ class VulkanExecutable(Executable):
             )
         if name == "auto-m32":
             small = -(-N // wgsl.MATMUL_TILES[4]) * -(-M // wgsl.TM) < MATMUL_SMALL_GRID
-            return (4, 32, False) if small else (4, wgsl.TM, False)
+            return (4, 32) if small else (4, wgsl.TM)
         return MATMUL_KERNELS[name]
 
     @staticmethod
@@ -695,8 +694,8 @@ class VulkanExecutable(Executable):
         for r0, rows, bo, bs in self._weight_chunks(w, N, row_bytes):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
-                fn, tm, un = self._matmul_kernel(rows, M)
-                self._emit(("matmul", w.ggml_type, fn, tm, un), lambda t=w.ggml_type, fn=fn, tm=tm, un=un: wgsl.matmul(t, fn, tm, un), params,
+                fn, tm = self._matmul_kernel(rows, M)
+                self._emit(("matmul", w.ggml_type, fn, tm), lambda t=w.ggml_type, fn=fn, tm=tm: wgsl.matmul(t, fn, tm), params,
                            (-(-rows // wgsl.MATMUL_TILES[fn]), -(-M // tm)), binds=[("w", w, bo, bs)], read_only=(2,),
                            label=f"matmul {w.ggml_type}")  # fmt: skip
                 continue
@@ -947,15 +946,9 @@ class VulkanExecutable(Executable):
                   self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
                   int(spec.window or 0), 1, 0, 0]  # fmt: skip
         kind = self.kv_type
-        if (
-            self._attention_kernel in ("lanes", "lanes8")
-            and kind == "f16"
-            and dk % 8 == dv % 8 == 0
-            and max(dk, dv) <= 256
-        ):
+        if self._attention_kernel == "lanes" and kind == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256:
             sg = self.ctx.subgroups
-            un = self._attention_kernel == "lanes8"
-            self._emit(("attention_lanes", dv, dk, sg, un), lambda: wgsl.attention_lanes(dv, dk, sg, un), params, n * heads, binds=kvb,
+            self._emit(("attention_lanes", dv, dk, sg), lambda: wgsl.attention_lanes(dv, dk, sg), params, n * heads, binds=kvb,
                        read_only=(2, 3, 4), label="attention")  # fmt: skip
             return
         self._emit(("attention", kind, dv, dk), lambda: wgsl.attention(kind, dv, dk), params, n * heads, binds=kvb,
@@ -967,8 +960,8 @@ class VulkanExecutable(Executable):
         of at most 256 multiple-of-8 values; the others take "chunked") or "chunked"
         (wgsl.attention), from ``CERA_VULKAN_ATTENTION`` (default "lanes")."""
         name = os.environ.get("CERA_VULKAN_ATTENTION", "").strip() or "lanes"
-        if name not in ("lanes", "lanes8", "chunked"):
-            raise UnsupportedOperation(f"backend 'vulkan': attention kernel {name!r} is not lanes, lanes8 or chunked")
+        if name not in ("lanes", "chunked"):
+            raise UnsupportedOperation(f"backend 'vulkan': attention kernel {name!r} is not lanes or chunked")
         return name
 
     def _op_attention_full(self, node) -> None:

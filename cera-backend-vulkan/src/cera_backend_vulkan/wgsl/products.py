@@ -379,7 +379,7 @@ TM, TK = 64, 32  # the tiled product's tile: rows (the default) and depth (featu
 MATMUL_TILES = {4: 64, 8: 128}
 
 
-def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, unroll: bool = False) -> str:
+def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
     """y = x W^T (+ bias) (+ residual) for many rows: a tile of ``tile_rows`` (64 or 32)
     rows x 16 ``feats`` features (MATMUL_TILES) of y per workgroup of 4 ``tile_rows``
     threads, each computing 4 rows x ``feats`` features of it (32 rows: twice the
@@ -394,11 +394,11 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, unroll: bool = F
     The accumulators and operands are named scalars (generated unrolled): an indexed
     private array would go to local memory on some GPUs. Each output's sum runs over k
     in order, one fma a step: the same bits whatever ``feats`` and ``tile_rows``. P as
-    `matvec` (0-11); K must be a multiple of 32.
-
-    ``unroll``: x's loads written out row by row (a vector's components set by name, not
-    by a loop's index) and the depth loop eight steps a pass, for compilers that keep a
-    dynamically indexed vector in memory or leave the loop rolled. The same bits."""
+    `matvec` (0-11); K must be a multiple of 32. x's loads are written out row by row (a
+    vector's components set by name, not by a loop's index) and the depth loop eight
+    steps a pass: written as loops, the H200 ran the prompt pass 1.55x slower (Qwen2.5
+    1.5B's pp512 3090 against 4780 tokens/s), its compiler keeping the indexed vectors
+    in memory or the loop rolled."""
     FN = feats
     TN = MATMUL_TILES[FN]
     T = 4 * tile_rows  # threads: 16 groups of features x tile_rows / 4 groups of rows
@@ -419,12 +419,6 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, unroll: bool = F
     )
 
     def xload(ind: str, col: str) -> str:
-        if not unroll:
-            return (
-                f"{ind}for (var r = 0u; r < 4u; r++) {{\n{ind}    let m = m0 + 8u * xr + r;\n"
-                f"{ind}    if (m < M) {{ xr0[r] = A[xo + m * xstride + {col}]; }}\n"
-                f"{ind}    if (m + 4u < M) {{ xr1[r] = A[xo + (m + 4u) * xstride + {col}]; }}\n{ind}}}\n"
-            )
         out = f"{ind}{{ let m = m0 + 8u * xr;\n"
         for r in range(4):
             out += (
@@ -434,11 +428,8 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, unroll: bool = F
         return out + f"{ind}}}\n"
 
     xload0, xload1 = xload("    ", "xc"), xload("            ", "k1 + xc")
-    if unroll:
-        steps = "".join(f"          {{ let k = k8 + {u}u;\n{inner}          }}\n" for u in range(8))
-        depth = f"        for (var k8 = 0u; k8 < {TK}u; k8 += 8u) {{\n{steps}        }}\n"
-    else:
-        depth = f"        for (var k = 0u; k < {TK}u; k++) {{\n{inner}        }}\n"
+    steps = "".join(f"          {{ let k = k8 + {u}u;\n{inner}          }}\n" for u in range(8))
+    depth = f"        for (var k8 = 0u; k8 < {TK}u; k8 += 8u) {{\n{steps}        }}\n"
     wdecl = "".join(
         f"    let wn{h} = (t >> 2u) + {T // 4 * h}u;\n    let wvalid{h} = n0 + wn{h} < N;\n"
         f"    let wbase{h} = (n0 + wn{h}) * wrow;\n    var wr{h} = V8(vec4<f32>(0.0), vec4<f32>(0.0));\n"
