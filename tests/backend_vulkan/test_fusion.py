@@ -47,3 +47,37 @@ def test_decode_step_fusions(name, fused, absent):
         assert labels[label] == count, f"{name}: {label!r} {labels[label]} times, not {count}: {dict(labels)}"
     for label in absent:
         assert labels[label] == 0, f"{name}: {label!r} ran apart {labels[label]} times: {dict(labels)}"
+
+
+@needs_vulkan
+@pytest.mark.parametrize("ggml_type", ["Q8_0", "Q4_0"])
+def test_sandwich_adds_in_the_unit_kernel(ggml_type, tmp_path, monkeypatch):
+    """Under the GPUs' row kernel, a sandwich norm's residual add that feeds a fused norm
+    runs inside the products' unit kernel (wgsl.matvec_unit's pre_add): tiny-gemma2 with
+    quantized products, against the reference, and those norms no longer apart."""
+    from cera.testing import conformance
+
+    from .test_conformance import _quantized_copy
+
+    monkeypatch.setenv("CERA_VULKAN_ROW_KERNEL", "unit-auto")
+    path = _quantized_copy(TINY / "tiny-gemma2.gguf", tmp_path / f"tiny-gemma2-{ggml_type}.gguf", ggml_type)
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    b = VulkanBackend()
+    if not b.ctx.subgroups:
+        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
+    conformance.check_model(b, path, tolerance=conformance.TOL_F16_TABLE)
+
+    import cera
+    from cera.graph import ARGMAX, Layout
+    from cera.runtime import SeqStep
+
+    m = cera.load(path, device="vulkan", quiet=True)
+    st = m.runner.new_state(64)
+    slot = st.acquire()
+    m.runner.forward(st, [SeqStep(slot, [1, 2, 3], range(3))], ARGMAX)
+    labels = collections.Counter(d.label for d in m.runner.executable(Layout((1,)), ARGMAX, st).dispatches)
+    # per layer: the post-attention norm's add into gate/up, the post-FFN norm's into the
+    # next layer's Q/K/V (the last layer's into the output product)
+    fused = sum(c for k, c in labels.items() if k.startswith("rms_norm+add+"))
+    assert fused == 8 and labels["rms_norm+add"] == 0, dict(labels)

@@ -191,6 +191,9 @@ class VulkanExecutable(Executable):
         self._rope_pair: set[int] = set()
         # rms_norms whose output only an add reads: (norm node id) -> (add node, its other operand)
         self._norm_add: dict[int, tuple] = {}
+        # products steps whose x a sandwich norm's add makes (see _sandwich_add): (products
+        # step index) -> (that norm, the add, the add's other operand)
+        self._pre_add: dict[int, tuple] = {}
         # a layer's per-head query and key norms, their rotations and the query's scale
         # (qwen3, gemma3): one rope dispatch (wgsl ROPE_BODY's norm and scale);
         # (rope node id) -> its rms_norm node, (first rope's id) -> the scale node
@@ -208,6 +211,13 @@ class VulkanExecutable(Executable):
                 continue
             if i > 0 and self._can_fuse_norm(steps[i - 1], step):
                 self._fused_norm[i] = steps[i - 1].nodes[0]
+                pre = self._sandwich_add(planned, steps[i - 1])
+                if pre is not None:
+                    # the norm and add before join too: one step for the memory plan
+                    self._pre_add[i] = pre
+                    planned[-2] = Step(planned[-2].nodes + steps[i - 1].nodes + step.nodes, step.glu, step.residual)
+                    planned.pop()
+                    continue
                 planned[-1] = Step(steps[i - 1].nodes + step.nodes, step.glu, step.residual)
                 continue
             add = self._norm_then_add(steps[i - 1], step) if i > 0 else None
@@ -261,11 +271,14 @@ class VulkanExecutable(Executable):
             | {id(a) for a, _ in self._norm_add.values()}
             | {id(n) for n in self._rope_norm.values()}
             | {id(n) for n in self._rope_scale.values()}
+            | {id(p[0]) for p in self._pre_add.values()}
         )
         for i, step in enumerate(steps):
             if id(step.nodes[0]) in absorbed:
                 continue
             self._norm_now = self._fused_norm.get(i)
+            self._pre_now = self._pre_add.get(i)
+            self._pre_params = None  # set by _products where the sandwich add runs in its kernels
             self._lower(step)
 
         size_words = self._const_at
@@ -501,6 +514,28 @@ class VulkanExecutable(Executable):
             return None
         return add, other
 
+    def _sandwich_add(self, planned: list, norm_step: Step) -> tuple | None:
+        """(norm, add, the add's other operand) where the rms_norm of ``norm_step`` (fused
+        into the products after it) reads the sum that the step before it makes, a norm
+        and its residual add in one dispatch (`_norm_then_add`: Gemma 2/3's norms after
+        attention and the FFN). The unit kernel can compute that sum itself
+        (wgsl.matvec_unit's ``pre_add``): one dispatch less. Decode-sized passes whose rows
+        fit its shared memory; CERA_VULKAN_FUSE_SANDWICH=0 (a diagnostic) turns it off."""
+        if os.environ.get("CERA_VULKAN_FUSE_SANDWICH", "1") == "0" or len(planned) < 2:
+            return None
+        if len(planned[-2].nodes) != 2 or len(planned[-1].nodes) != 1:
+            return None
+        norm, add = planned[-2].nodes
+        if self._norm_add.get(id(norm), (None,))[0] is not add or norm_step.nodes[0].args[0] is not add.out:
+            return None
+        if isinstance(norm.args[1], Tensor):
+            return None
+        K = add.out.shape[-1]
+        M = add.out.size // K
+        if self._tiled(M, K) or self._mv_rows(M) * K * 4 > SHARED_X_BYTES or K % 32:
+            return None
+        return norm, add, self._norm_add[id(norm)][1]
+
     def _can_fuse_norm(self, step: Step, nxt: Step) -> bool:
         """An rms_norm whose output only the next step's products read, run by the
         row kernel: its normalisation moves into that kernel (wgsl.matvec's ``norm``)."""
@@ -653,6 +688,30 @@ class VulkanExecutable(Executable):
                     and len(self._weight_chunks(self.weights[n.args[1].name], self.weights[n.args[1].name].shape[1])) == 1
                     for n in step.nodes)
         )  # fmt: skip
+        self._pre_params = None
+        pre = getattr(self, "_pre_now", None)
+        if pre is not None:
+            R = self._mv_rows(M)
+
+            def planned(types, N):
+                plan = self._unit(self.off(x), xs, K, N, types, R)
+                return plan is not None and plan[3] > 0
+
+            if segments:
+                ok = unit_seg is not None and unit_seg[3] > 0
+            elif fuse_glu:
+                ok = len(self._weight_chunks(wts[0], wts[0].shape[1])) == 1 and planned(
+                    (wts[0].ggml_type, wts[1].ggml_type), wts[0].shape[1])  # fmt: skip
+            else:
+                ok = not tiled and all(len(self._weight_chunks(w, w.shape[1])) == 1 and planned((w.ggml_type,), w.shape[1])
+                                       for w in wts)  # fmt: skip
+            if ok:  # P 15..18 of the unit kernel's pre_add
+                norm_w = pre[0].args[1]
+                self._pre_params = [self.off(pre[0].args[0]), self.off(pre[2]),
+                                    self.operand(norm_w) + 1 if norm_w is not None else 0,
+                                    f32_bits(pre[0].attrs["eps"])]  # fmt: skip
+            else:  # the norm and its add in their own dispatch first, as without the fusion
+                self._op_rms_norm(pre[0])
         if segments:
             self._segments(step, x, K, M, xs, residual, nparams, fuse, unit_seg)
             return
@@ -720,11 +779,16 @@ class VulkanExecutable(Executable):
                        params, -(-rows // per), binds=binds, read_only=ro, label=label)  # fmt: skip
             return
         plan = self._unit(x_off, xs, K, rows, types, R)
+        pre = self._pre_params is not None
+        if pre:
+            assert plan and plan[3], "a sandwich add fused where the unit kernel does not take x in shared memory"
+            params = params + [0] * (15 - len(params)) + self._pre_params
         if plan:
             grp, UF, per, sk = plan
-            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk),
-                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk),
-                       params, -(-rows // per), binds=binds, read_only=ro, label=label)  # fmt: skip
+            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre),
+                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre),
+                       params, -(-rows // per), binds=binds, read_only=ro,
+                       label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip
             return
         if self._mv_sg:
             per, span = self._mv_sg, min(4, self._mv_span)
@@ -750,6 +814,9 @@ class VulkanExecutable(Executable):
         if unit:
             F = unit[2]  # each product's features start at a multiple of a workgroup's
         params = [K, 0, M, self.off(x), xs, 0, 0, 0, 0, 0, 0, 0, 0] + (nparams or [0, 0])
+        pre = self._pre_params is not None
+        if pre:
+            params += self._pre_params
         params += [0] * (wgsl.SEG_BASE - len(params))
         binds, types, at = [], [], 0
         for i, node in enumerate(step.nodes):
@@ -779,9 +846,10 @@ class VulkanExecutable(Executable):
         label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))}"
         if unit:
             grp, UF, per, sk = unit
-            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk),
-                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True), params,
-                       at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))), label=label)  # fmt: skip
+            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre),
+                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre), params,
+                       at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
+                       label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip
             if residual is None and step.residual is not None:
                 self._op_add(step.residual[0])
             return

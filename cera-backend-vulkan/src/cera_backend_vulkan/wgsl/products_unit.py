@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .blocks import weight_lib
-from .common import ACTIVATIONS, GRID, HEADER
+from .common import ACTIVATIONS, GRID, HEADER, workgroup_sum
 from .products import MV_WG, SEG_BASE, _reduce_onepass
 
 # -- the unit kernel: 32 weights a lane, x in 16-byte loads ------------------------------------
@@ -219,7 +219,8 @@ def unit_decoder(t: str, layout: str) -> str:
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
-                norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False) -> str:  # fmt: skip
+                norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False,
+                pre_add: bool = False) -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -249,7 +250,15 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     all, padded so that no workgroup straddles two products, 2 M, 3 x offset, 4 x row
     stride, 13/14 norm; per product s at P(20 + 8 s) its first feature, N, y offset, y row
     stride, bias offset + 1, weight row bytes, residual offset + 1, residual row stride).
-    A workgroup finds its product, and reads x in that weight type's own unit layout."""
+    A workgroup finds its product, and reads x in that weight type's own unit layout.
+
+    ``pre_add`` (with ``shared_k``): x is computed here, not read, as a sandwich norm's
+    residual add makes it: x = z + rms_norm(a) * w (Gemma 2/3, OLMo2: the norm after
+    attention or the FFN, then the residual add, then the norm these products fuse). Each
+    workgroup computes its rows of x into shared memory; workgroup 0 also writes them at
+    x's offset, where the rest of the graph reads them. P: 15 a's offset, 16 z's, 17 w's
+    + 1 (0: none), 18 the norm's eps; a, z and x are rows of K values, end to end. One
+    dispatch less a norm."""
     layout = unit_layout(types)
     # segments: each weight in its own layout (one product a workgroup: uniform branches)
     lays = [UNIT_LAYOUT.get(t, "lin") if segments else layout for t in types]
@@ -409,6 +418,31 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         }}
         workgroupBarrier();
 """
+        if pre_add:
+            # x = z + rms_norm(a) * w, row by row (the row's sum over the workgroup, the
+            # same whatever the rows of the pass), as wgsl.norm computes it
+            xs_fill = f"""        for (var r = 0u; r < {R}u; r++) {{
+            let live = r < nr;
+            let ao = P(15u) + (m0 + r) * K; let zo = P(16u) + (m0 + r) * K;
+            var q = 0.0;
+            if (live) {{ for (var i = t; i < K; i += {MV_WG}u) {{ let v = As(ao + i); q += v * v; }} }}
+            let inv = inverseSqrt(wsum(q, t, sgs) / f32(K) + PF(18u));
+            for (var i = t; i < K; i += {MV_WG}u) {{
+                var y = 0.0;
+                if (live) {{
+                    var w = 1.0;
+                    if (P(17u) != 0u) {{ w = As(P(17u) - 1u + i); }}
+                    y = As(ao + i) * inv * w + As(zo + i);
+                    if (wg_linear(wid, nwg) == 0u) {{
+                        let xo = P(3u) + (m0 + r) * K + i;
+                        A[xo >> 2u][xo & 3u] = y;
+                    }}
+                }}
+                XS[(r * K + i) >> 2u][(r * K + i) & 3u] = y;
+            }}
+        }}
+        workgroupBarrier();
+"""
         xs_done = "        workgroupBarrier();\n"
     seg_sel = ""
     if segments:
@@ -437,6 +471,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         )
         + nw
         + reducer
+        + (workgroup_sum(MV_WG, True, "pre_part")[0] if pre_add else "")
         + xs_decl
         + f"""
 @compute @workgroup_size({MV_WG})
