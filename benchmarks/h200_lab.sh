@@ -1,21 +1,17 @@
 #!/usr/bin/env bash
-# One H200 call's experiments, after `h200_vulkan.sh quick` installed everything (its LAB):
-# edited per call; the commands and their output are quoted in the session's note.
-# This call: the tiled kernel written out (CERA_VULKAN_MATMUL=4x4u: x's loads by
-# component, the depth loop 8 steps a pass) against 4x4 on pp512, and decode attention
-# "lanes8" against "lanes" on tg128 (the decode splits ran before, under ATTENTIONS).
+# One H200 call's experiments, after `h200_vulkan.sh quick` (or `run`) installed
+# everything (its LAB): edited per call; the commands and their output are quoted in the
+# session's note.
+# This call: a sandwich norm's add inside the unit kernel (the default) against apart
+# (CERA_VULKAN_FUSE_SANDWICH=0), on Gemma 3's decode step, alternated; then where a
+# token's time goes now (the in-pass profile) on Gemma 3 and Qwen2.5 1.5B.
 set -uo pipefail
-for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/qwen2.5-coder-0.5b*.gguf; do
-    for k in 4x4 4x4u 4x4 4x4u; do
-        echo -n "$k $(basename "$m"): "
-        CERA_VULKAN_MATMUL=$k timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
+G=/tmp/models/gemma3-270m-q4_k_m.gguf
+for rep in 1 2 3; do
+    for f in 1 0; do
+        echo -n "fuse_sandwich=$f: "; CERA_VULKAN_FUSE_SANDWICH=$f timeout 60 python3 benchmarks/vulkan_decode_split.py "$G"
     done
 done
-for m in /tmp/models/*.gguf; do
-    for a in lanes lanes8; do
-        echo -n "$a $(basename "$m"): "
-        CERA_VULKAN_ATTENTION=$a timeout 90 cera bench -m "$m" --device vulkan -p 0 -n 128 -r 3 2>&1 | grep tg128
-    done
+for m in "$G" /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; do
+    timeout 60 python3 benchmarks/vulkan_decode_split.py "$m" --profile 0
 done
-CERA_VULKAN_MATMUL=4x4u timeout 90 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
-    --device vulkan -p 512 -n 4 -r 1 --profile 2>&1 | grep -A12 "prompt pass"

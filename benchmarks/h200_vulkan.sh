@@ -16,7 +16,8 @@
 #                  (conformance, greedy vs the CPU on the real file), then cera and llama.cpp
 #                  side by side on the real file and on the other files' layouts with random
 #                  weights (gguf_skeleton.py), each engine in its own process; MATMULS
-#                  (e.g. "4x8 4x4") compares the tiled kernels on pp512 first
+#                  (e.g. "4x8 4x4") compares the tiled kernels on pp512 first; LAB (a
+#                  command) runs after the decode splits
 #
 # Carried folders (all ignored by git; see benchmarks/README.md, "Vulkan on an H200"):
 #   .gl/    libvulkan1 and friends (the device tool's README)
@@ -128,7 +129,7 @@ timeout 120 cera run -m smollm2-135m-instruct-q4_1 --device vulkan --seed 7 -p "
 stamp "cera run done"
 
 # the greedy tests need the real files: SmolLM2 when its chunks came, never Gemma 3 there
-timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan -rs \
+timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -n 8 -p no:cacheprovider -o addopts="" tests/backend_vulkan -rs \
     --deselect tests/backend_vulkan/test_greedy.py::test_greedy_continuation_gemma3 \
     $([ $REAL = 1 ] || echo --ignore=tests/backend_vulkan/test_greedy.py) 2>&1 | tail -25
 stamp "tests done"
@@ -165,6 +166,8 @@ print(min(full, key=t.get) if full else '')")
 fi
 [ -z "${ROW_KERNELS:-}" ] && for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
 stamp "decode split done"
+# the call's own experiments (benchmarks/h200_lab.sh), before the timed tables
+[ -n "${LAB:-}" ] && bash -c "$LAB"
 # the tiled (prefill) kernels named in MATMULS on the two largest files' pp512, alternated;
 # BENCH_MATMUL (unless set): the least time summed, for both engines' table below
 for k in ${MATMULS:-}; do
