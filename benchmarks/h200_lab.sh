@@ -2,16 +2,16 @@
 # One H200 call's experiments, after `h200_vulkan.sh quick` (or `run`) installed
 # everything (its LAB): edited per call; the commands and their output are quoted in the
 # session's note.
-# This call: a sandwich norm's add inside the unit kernel (the default) against apart
-# (CERA_VULKAN_FUSE_SANDWICH=0), on Gemma 3's decode step, alternated; then where a
-# token's time goes now (the in-pass profile) on Gemma 3 and Qwen2.5 1.5B.
+# This call: x read from memory by each group ("unit-auto-gx") against x copied to shared
+# memory first ("unit-auto"), now that the unit kernel holds no private array, on three
+# files' decode steps, alternated; Gemma 3's profile (its output product no longer
+# computes the sandwich add: PRE_ADD_MAX_GROUPS).
 set -uo pipefail
-G=/tmp/models/gemma3-270m-q4_k_m.gguf
 for rep in 1 2 3; do
-    for f in 1 0; do
-        echo -n "fuse_sandwich=$f: "; CERA_VULKAN_FUSE_SANDWICH=$f timeout 60 python3 benchmarks/vulkan_decode_split.py "$G"
+    for m in /tmp/models/qwen2.5-coder-0.5b*.gguf /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/smollm2*.gguf; do
+        for k in unit-auto unit-auto-gx; do
+            echo -n "$k: "; CERA_VULKAN_ROW_KERNEL=$k timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+        done
     done
 done
-for m in "$G" /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; do
-    timeout 60 python3 benchmarks/vulkan_decode_split.py "$m" --profile 0
-done
+timeout 60 python3 benchmarks/vulkan_decode_split.py /tmp/models/gemma3-270m-q4_k_m.gguf --profile 0

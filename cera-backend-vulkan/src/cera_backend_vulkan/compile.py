@@ -122,6 +122,10 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     return group, F, per, shared_k
 
 
+# the most workgroups of a product that computes a sandwich norm's add itself (each
+# workgroup does: see VulkanExecutable._products)
+PRE_ADD_MAX_GROUPS = 4096
+
 # the most bytes of x that unit-auto copies to a workgroup's shared memory (more would
 # leave room for fewer workgroups on a multiprocessor)
 SHARED_X_BYTES = 16384
@@ -693,12 +697,15 @@ class VulkanExecutable(Executable):
         if pre is not None:
             R = self._mv_rows(M)
 
-            def planned(types, N):
-                plan = self._unit(self.off(x), xs, K, N, types, R)
-                return plan is not None and plan[3] > 0
+            def planned(types, N, plan=None):
+                # x in shared memory, and not so many workgroups that each one's norm and
+                # add cost more than their dispatch (Gemma 3's output, 16384 workgroups:
+                # 200 us fused against 168 apart on the H200)
+                plan = plan or self._unit(self.off(x), xs, K, N, types, R)
+                return plan is not None and plan[3] > 0 and -(-N // plan[2]) <= PRE_ADD_MAX_GROUPS
 
             if segments:
-                ok = unit_seg is not None and unit_seg[3] > 0
+                ok = unit_seg is not None and planned(None, sum(w.shape[1] for w in wts), unit_seg)
             elif fuse_glu:
                 ok = len(self._weight_chunks(wts[0], wts[0].shape[1])) == 1 and planned(
                     (wts[0].ggml_type, wts[1].ggml_type), wts[0].shape[1])  # fmt: skip
