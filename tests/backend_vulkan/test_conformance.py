@@ -92,6 +92,7 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
     [
         "unit-auto",
         "unit-auto-gx",
+        "unit-auto-sx",
         "unit",
         "unit-f1",
         "unit-f4",

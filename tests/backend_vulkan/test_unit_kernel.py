@@ -47,6 +47,7 @@ def _case(types: tuple[str, str, str], seq_lens: tuple[int, ...]) -> OpCase:
         (("Q4_K", "Q4_K", "Q4_K"), "unit-auto"),
         (("Q5_0", "Q5_0", "Q8_0"), "unit-auto"),  # Qwen2.5 0.5B's, Gemma 3's
         (("Q4_K", "Q5_0", "Q6_K"), "unit-auto"),  # three layouts in one dispatch
+        (("Q4_K", "Q4_K", "Q6_K"), "unit-auto-sx"),  # x through shared memory
     ],
 )
 def test_qkv_in_one_unit_dispatch(types, kernel, seq_lens, monkeypatch):

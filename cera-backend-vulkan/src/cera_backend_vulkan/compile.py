@@ -61,6 +61,7 @@ MATMUL_DEFAULT = "4x4"
 ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
+    "unit-auto-sx": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -95,12 +96,16 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     block types; the others run faster through workgroup-1pass), gives long rows
     (128 units or more) a workgroup per feature group, so that each lane has few units,
     and the others a subgroup, with more features a group as the product widens (enough
-    lanes in flight, x read fewer times); and it copies x to shared memory (shared_k = K)
-    where rows x K values fit in ``shared_bytes`` ("unit-auto-gx": never). ``segments``:
+    lanes in flight, x read fewer times); shared_k = K where rows x K values fit in
+    ``shared_bytes`` ("unit-auto-gx": never): x may go through shared memory, which
+    "unit-auto" takes only where the kernel computes x itself (a sandwich norm's add,
+    wgsl.matvec_unit's ``pre_add``) and "unit-auto-sx" always (on the H200 the groups
+    reading x themselves made SmolLM2's and Qwen2.5 1.5B's tokens 3-5% faster, Qwen2.5
+    0.5B's the same: VulkanExecutable._unit_shared). ``segments``:
     the types are several products' (Q, K, V), N their features in all, one weight a
     feature."""
     n_w = 1 if segments else len(types)
-    if variant in ("unit-auto", "unit-auto-gx"):
+    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-sx"):
         if not all(t in wgsl.UNIT_DECODERS for t in types):
             return None
         if K // 32 >= 128:
@@ -118,7 +123,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     # the adapter's workgroup memory with x
     sums_bytes = (n_w * rows * F + rows) * 32 * 4 if group == "wg" else 0
     fits = x_bytes <= SHARED_X_BYTES and x_bytes + sums_bytes <= shared_bytes
-    shared_k = K if variant == "unit-auto" and fits else 0
+    shared_k = K if variant in ("unit-auto", "unit-auto-sx") and fits else 0
     return group, F, per, shared_k
 
 
@@ -592,6 +597,12 @@ class VulkanExecutable(Executable):
         shared = int(self.ctx.limits["max-compute-workgroup-storage-size"])
         return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared, segments)
 
+    def _unit_shared(self, shared_k: int, pre_add: bool) -> int:
+        """The unit kernel's shared_k for a plan that allows ``shared_k``: x through
+        shared memory where the kernel computes it (``pre_add``), or under
+        "unit-auto-sx"; else 0, the groups reading x from memory themselves."""
+        return shared_k if pre_add or self._row_kernel[1] == "unit-auto-sx" else 0
+
     @property
     def _mv_span(self) -> int:
         """Groups of 8 columns a lane of the subgroup kernel takes per step (8: the
@@ -792,6 +803,7 @@ class VulkanExecutable(Executable):
             params = params + [0] * (15 - len(params)) + self._pre_params
         if plan:
             grp, UF, per, sk = plan
+            sk = self._unit_shared(sk, pre)
             self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre),
                        lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre),
                        params, -(-rows // per), binds=binds, read_only=ro,
@@ -853,6 +865,7 @@ class VulkanExecutable(Executable):
         label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))}"
         if unit:
             grp, UF, per, sk = unit
+            sk = self._unit_shared(sk, pre)
             self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre),
                        lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre), params,
                        at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
