@@ -83,7 +83,7 @@ ROW_KERNELS = {
 # subgroups, for single products, gate/up and Q/K/V in one dispatch; else
 # "workgroup-1pass"): "unit", "unit-f1", "unit-f4" a subgroup for 2 (1, 4) features;
 # "unit-wg1/2/4" the whole workgroup for 1 (2, 4) features; "unit-auto" by the product's
-# shape (unit_plan)
+# shape (unit_plan; "-gx": x never through shared memory, "-sx": always)
 UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4, "unit-wg1": 1, "unit-wg2": 2, "unit-wg4": 4}
 
 
@@ -566,8 +566,9 @@ class VulkanExecutable(Executable):
         """The few-row kernel (ROW_KERNELS): the backend's ``row_kernel``, else
         ``CERA_VULKAN_ROW_KERNEL``, else "subgroup" on software adapters and "unit-auto"
         on GPUs (on the H200 the fastest decode step of the four real files' layouts
-        among the kernels, benchmarks/README.md: the K-quants' products through the unit
-        kernel, the others through workgroup-1pass); (family, variant)."""
+        among the kernels, benchmarks/README.md: the products of types with a unit
+        decoder through the unit kernel, the others through workgroup-1pass); (family,
+        variant)."""
         name = self.backend.row_kernel or os.environ.get("CERA_VULKAN_ROW_KERNEL", "").strip() or None
         if name is None:
             name = "subgroup" if self.ctx.software else "unit-auto"
