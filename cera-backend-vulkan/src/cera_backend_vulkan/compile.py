@@ -45,7 +45,6 @@ MAX_GRID = 65535
 # rows a tile (wgsl.matmul); "auto-m32" takes 32-row tiles where 64-row ones would make
 # fewer than MATMUL_SMALL_GRID workgroups (Qwen2.5 1.5B's 1536-feature products over 512
 # rows: 192 workgroups for the H200's 132 multiprocessors), else 4x4
-# (features a thread, rows a tile)
 MATMUL_KERNELS = {"4x4": (4, 64), "4x8": (8, 64), "4x4-m32": (4, 32), "auto-m32": None}
 MATMUL_SMALL_GRID = 256
 # on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time,
@@ -829,7 +828,6 @@ class VulkanExecutable(Executable):
         blk = bool(self._mv_sg) and self._mv_span == 8
         if blk:
             lanes, F = self._mv_blk
-        if blk:
             unit = None
         if unit:
             F = unit[2]  # each product's features start at a multiple of a workgroup's

@@ -34,13 +34,9 @@ DQ8 = {
 """,
     "BF16": """
     let o = base + g * 16u;
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 4u; i++) {
-        let w = rd32_{W}(o + 4u * i);
-        v[2u * i] = bitcast<f32>(w << 16u);
-        v[2u * i + 1u] = bitcast<f32>(w & 0xffff0000u);
-    }
-    return V8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+    let w0 = rd32_{W}(o); let w1 = rd32_{W}(o + 4u); let w2 = rd32_{W}(o + 8u); let w3 = rd32_{W}(o + 12u);
+    return V8(bitcast<vec4<f32>>(vec4<u32>(w0 << 16u, w0 & 0xffff0000u, w1 << 16u, w1 & 0xffff0000u)),
+              bitcast<vec4<f32>>(vec4<u32>(w2 << 16u, w2 & 0xffff0000u, w3 << 16u, w3 & 0xffff0000u)));
 """,
     # 18 bytes: f16 d, 16 bytes of nibbles (element j: low nibble of byte j, j+16: high)
     "Q4_0": """
@@ -117,12 +113,11 @@ DQ8 = {
     let q = blk + 2u + 8u * (j & 1u);
     let sh = (j >> 1u) * 4u;
     let u0 = rd32_{W}(q) >> sh; let u1 = rd32_{W}(q + 4u) >> sh;
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 4u; i++) {
-        v[i] = f32(IQ4NL_{W}[(u0 >> (8u * i)) & 15u]);
-        v[i + 4u] = f32(IQ4NL_{W}[(u1 >> (8u * i)) & 15u]);
-    }
-    return V8(vec4<f32>(v[0], v[1], v[2], v[3]) * d, vec4<f32>(v[4], v[5], v[6], v[7]) * d);
+    let a = vec4<f32>(f32(IQ4NL_{W}[u0 & 15u]), f32(IQ4NL_{W}[(u0 >> 8u) & 15u]),
+                      f32(IQ4NL_{W}[(u0 >> 16u) & 15u]), f32(IQ4NL_{W}[(u0 >> 24u) & 15u]));
+    let b = vec4<f32>(f32(IQ4NL_{W}[u1 & 15u]), f32(IQ4NL_{W}[(u1 >> 8u) & 15u]),
+                      f32(IQ4NL_{W}[(u1 >> 16u) & 15u]), f32(IQ4NL_{W}[(u1 >> 24u) & 15u]));
+    return V8(a * d, b * d);
 """,
     # 84 bytes per 256: 16 bytes of 4-bit scales (low) and mins (high), 64 bytes of 2-bit
     # quants, f16 d, f16 dmin. Halves of 128; in a half, quarter j of 32 takes bits 2j of

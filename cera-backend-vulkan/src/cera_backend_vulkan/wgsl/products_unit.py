@@ -97,7 +97,8 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
 # block: the words are read from the block's 4-byte floor and the block's own bytes taken
 # with a funnel shift where it starts half-way into the first word (``odd``).
 UNIT_BLOCK_WORDS = """
-// word i of a block that starts ``odd`` (2 bytes into w) or not: bytes 2 + 4i.. of it
+// bytes 2 + 4i .. 5 + 4i of a block (the words after its 2-byte f16), from words i and
+// i + 1 counted from the block's 4-byte floor; odd: the block starts 2 bytes into it
 fn fw(a: u32, b: u32, odd: bool) -> u32 { return select((a >> 16u) | (b << 16u), b, odd); }
 fn nib4(q: u32, s: u32) -> vec4<f32> {
     return vec4<f32>((vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(s))) & vec4<u32>(15u));
