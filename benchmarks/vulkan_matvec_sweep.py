@@ -106,13 +106,14 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int, K: int, N: int):
     if variant.startswith("unit"):
         if not ctx.subgroups:
             return None
-        from cera_backend_vulkan.compile import unit_plan
+        from cera_backend_vulkan.compile import unit_plan, unit_shared_k
 
         shared = int(ctx.limits["max-compute-workgroup-storage-size"])
         plan = unit_plan(variant, K, N, types, ctx.subgroup_size, R, shared)
         if plan is None:  # unit-auto leaves these types to workgroup-1pass
             return kernel(ctx, "workgroup-1pass", types, glu, R, K, N)
         group, F, per, sk = plan
+        sk = unit_shared_k(variant, sk)
         key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group, sk)
         pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group, sk), n_b, ro)
         return pipe, layout, per
@@ -179,7 +180,6 @@ class Case:
         self.arena = ctx.buffer(self.arena_words * 4)
         ctx.queue.write_buffer(self.arena, 0, np.ascontiguousarray(self.x))
         ctx.queue.write_buffer(self.arena, self.nw_off * 4, self.nw)
-
 
     def params(self, M: int) -> np.ndarray:
         p = np.zeros(64, np.uint32)

@@ -126,6 +126,13 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     return group, F, per, shared_k
 
 
+def unit_shared_k(variant: str, shared_k: int, pre_add: bool = False) -> int:
+    """The unit kernel's shared_k under row kernel ``variant`` for a plan that allows
+    ``shared_k``: x through shared memory where the kernel computes it (``pre_add``) or
+    under "unit-auto-sx"; else 0, each group reading x from memory itself."""
+    return shared_k if pre_add or variant == "unit-auto-sx" else 0
+
+
 # the most workgroups of a product that computes a sandwich norm's add itself (each
 # workgroup does: see VulkanExecutable._products)
 PRE_ADD_MAX_GROUPS = 4096
@@ -598,10 +605,7 @@ class VulkanExecutable(Executable):
         return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared, segments)
 
     def _unit_shared(self, shared_k: int, pre_add: bool) -> int:
-        """The unit kernel's shared_k for a plan that allows ``shared_k``: x through
-        shared memory where the kernel computes it (``pre_add``), or under
-        "unit-auto-sx"; else 0, the groups reading x from memory themselves."""
-        return shared_k if pre_add or self._row_kernel[1] == "unit-auto-sx" else 0
+        return unit_shared_k(self._row_kernel[1], shared_k, pre_add)
 
     @property
     def _mv_span(self) -> int:
