@@ -2,16 +2,20 @@
 # One H200 call's experiments, after `h200_vulkan.sh quick` (or `run`) installed
 # everything (its LAB): edited per call; the commands and their output are quoted in the
 # session's note.
-# This call: x read from memory by each group ("unit-auto-gx") against x copied to shared
-# memory first ("unit-auto"), now that the unit kernel holds no private array, on three
-# files' decode steps, alternated; Gemma 3's profile (its output product no longer
-# computes the sandwich add: PRE_ADD_MAX_GROUPS).
+# Prepared for the next call: compile.unit_plan's thresholds were chosen while x sat in
+# local memory in every unit kernel (the sixth session's finding); the sweep of the unit
+# variants on the real shapes, with the norm fused as decode runs them, shows whether a
+# workgroup per 1-2 features for long rows (the down products) and 1/2/4 features a
+# subgroup by width still win. Then the decode split under each, alternated.
+# Run: bash benchmarks/h200_vulkan.sh stage .dev/skel ... (or mkdir -p /tmp/stage/skel &&
+# cp .dev/skel/* /tmp/stage/skel/); LAB="bash benchmarks/h200_lab.sh" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
-for rep in 1 2 3; do
-    for m in /tmp/models/qwen2.5-coder-0.5b*.gguf /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/smollm2*.gguf; do
-        for k in unit-auto unit-auto-gx; do
+timeout 300 python3 benchmarks/vulkan_matvec_sweep.py --norm --check \
+    --variants unit-auto,unit-f1,unit,unit-f4,unit-wg1,unit-wg2,unit-wg4 2>&1
+for rep in 1 2; do
+    for m in /tmp/models/*.gguf; do
+        for k in unit-auto unit-f1 unit-wg1; do
             echo -n "$k: "; CERA_VULKAN_ROW_KERNEL=$k timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
         done
     done
 done
-timeout 60 python3 benchmarks/vulkan_decode_split.py /tmp/models/gemma3-270m-q4_k_m.gguf --profile 0
