@@ -7,8 +7,8 @@
 # variants on the real shapes, with the norm fused as decode runs them, shows whether a
 # workgroup per 1-2 features for long rows (the down products) and 1/2/4 features a
 # subgroup by width still win. Then the decode split under each, alternated.
-# Run: bash benchmarks/h200_vulkan.sh stage .dev/skel ... (or mkdir -p /tmp/stage/skel &&
-# cp .dev/skel/* /tmp/stage/skel/); LAB="bash benchmarks/h200_lab.sh" bash benchmarks/h200_vulkan.sh quick
+# Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
+#   LAB="bash benchmarks/h200_lab.sh" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
 timeout 300 python3 benchmarks/vulkan_matvec_sweep.py --norm --check \
     --variants unit-auto,unit-f1,unit,unit-f4,unit-wg1,unit-wg2,unit-wg4 2>&1
