@@ -102,7 +102,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     "unit-auto" takes only where the kernel computes x itself (a sandwich norm's add,
     wgsl.matvec_unit's ``pre_add``) and "unit-auto-sx" always (on the H200 the groups
     reading x themselves made SmolLM2's and Qwen2.5 1.5B's tokens 3-5% faster, Qwen2.5
-    0.5B's the same: VulkanExecutable._unit_shared). ``segments``:
+    0.5B's the same: unit_shared_k). ``segments``:
     the types are several products' (Q, K, V), N their features in all, one weight a
     feature."""
     n_w = 1 if segments else len(types)
@@ -606,9 +606,6 @@ class VulkanExecutable(Executable):
         shared = int(self.ctx.limits["max-compute-workgroup-storage-size"])
         return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared, segments)
 
-    def _unit_shared(self, shared_k: int, pre_add: bool) -> int:
-        return unit_shared_k(self._row_kernel[1], shared_k, pre_add)
-
     @property
     def _mv_span(self) -> int:
         """Groups of 8 columns a lane of the subgroup kernel takes per step (8: the
@@ -714,21 +711,27 @@ class VulkanExecutable(Executable):
         if pre is not None:
             R = self._mv_rows(M)
 
-            def planned(types, N, plan=None):
+            def takes_pre(plan, N) -> bool:
                 # x in shared memory, and not so many workgroups that each one's norm and
                 # add cost more than their dispatch (Gemma 3's output, 16384 workgroups:
                 # 200 us fused against 168 apart on the H200)
-                plan = plan or self._unit(self.off(x), xs, K, N, types, R)
                 return plan is not None and plan[3] > 0 and -(-N // plan[2]) <= PRE_ADD_MAX_GROUPS
 
+            def one_chunk(w) -> bool:
+                return len(self._weight_chunks(w, w.shape[1])) == 1
+
             if segments:
-                ok = unit_seg is not None and planned(None, sum(w.shape[1] for w in wts), unit_seg)
+                ok = takes_pre(unit_seg, sum(w.shape[1] for w in wts))
             elif fuse_glu:
-                ok = len(self._weight_chunks(wts[0], wts[0].shape[1])) == 1 and planned(
-                    (wts[0].ggml_type, wts[1].ggml_type), wts[0].shape[1])  # fmt: skip
+                types = (wts[0].ggml_type, wts[1].ggml_type)
+                N = wts[0].shape[1]
+                ok = one_chunk(wts[0]) and takes_pre(self._unit(self.off(x), xs, K, N, types, R), N)
             else:
-                ok = not tiled and all(len(self._weight_chunks(w, w.shape[1])) == 1 and planned((w.ggml_type,), w.shape[1])
-                                       for w in wts)  # fmt: skip
+                ok = not tiled and all(
+                    one_chunk(w)
+                    and takes_pre(self._unit(self.off(x), xs, K, w.shape[1], (w.ggml_type,), R), w.shape[1])
+                    for w in wts
+                )
             if ok:  # P 15..18 of the unit kernel's pre_add
                 norm_w = pre[0].args[1]
                 self._pre_params = [self.off(pre[0].args[0]), self.off(pre[2]),
@@ -809,7 +812,7 @@ class VulkanExecutable(Executable):
             params = params + [0] * (15 - len(params)) + self._pre_params
         if plan:
             grp, UF, per, sk = plan
-            sk, q6w = self._unit_shared(sk, pre), self._row_kernel[1] == "unit-auto-q6w"
+            sk, q6w = unit_shared_k(self._row_kernel[1], sk, pre), self._row_kernel[1] == "unit-auto-q6w"
             self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, q6w),
                        lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, q6_words=q6w),
                        params, -(-rows // per), binds=binds, read_only=ro,
@@ -870,7 +873,7 @@ class VulkanExecutable(Executable):
         label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))}"
         if unit:
             grp, UF, per, sk = unit
-            sk, q6w = self._unit_shared(sk, pre), self._row_kernel[1] == "unit-auto-q6w"
+            sk, q6w = unit_shared_k(self._row_kernel[1], sk, pre), self._row_kernel[1] == "unit-auto-q6w"
             self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, q6w),
                        lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
                                                 q6_words=q6w), params,

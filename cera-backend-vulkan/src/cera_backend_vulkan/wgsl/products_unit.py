@@ -33,6 +33,15 @@ UNIT_XOFF = {
     "k6": """let b = u >> 3u; let p = u & 7u;
     return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
 }
+# four Q6_K values: low nibbles of ql from bit sl, two high bits of qh from bit sh (both
+# Q6_K decoders)
+UNIT_Q6V = """
+fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    return vec4<f32>(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
+                     | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
+}
+"""
 UNIT_DECODERS = {
     "Q4_K": """
 fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
@@ -70,11 +79,6 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
 }
 """,
     "Q6_K": """
-fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
-    let m = vec4<u32>(0u, 8u, 16u, 24u);
-    return vec4<f32>(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
-                     | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
-}
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
     let blk = rb + 210u * b;
@@ -109,6 +113,17 @@ fn bits4(h: u32, s: u32) -> vec4<f32> {
 fn i8x4(q: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
+// x against 32 nibbles (low nibbles of q0..q3, then high), with a fifth bit from h
+fn dot_nib(x: array<vec4<f32>, 8>, q0: u32, q1: u32, q2: u32, q3: u32) -> f32 {
+    return dot(x[0], nib4(q0, 0u)) + dot(x[1], nib4(q1, 0u)) + dot(x[2], nib4(q2, 0u)) + dot(x[3], nib4(q3, 0u))
+         + dot(x[4], nib4(q0, 4u)) + dot(x[5], nib4(q1, 4u)) + dot(x[6], nib4(q2, 4u)) + dot(x[7], nib4(q3, 4u));
+}
+fn dot_nib5(x: array<vec4<f32>, 8>, q0: u32, q1: u32, q2: u32, q3: u32, h: u32) -> f32 {
+    return dot(x[0], nib4(q0, 0u) + bits4(h, 0u)) + dot(x[1], nib4(q1, 0u) + bits4(h, 4u))
+         + dot(x[2], nib4(q2, 0u) + bits4(h, 8u)) + dot(x[3], nib4(q3, 0u) + bits4(h, 12u))
+         + dot(x[4], nib4(q0, 4u) + bits4(h, 16u)) + dot(x[5], nib4(q1, 4u) + bits4(h, 20u))
+         + dot(x[6], nib4(q2, 4u) + bits4(h, 24u)) + dot(x[7], nib4(q3, 4u) + bits4(h, 28u));
+}
 fn xsum(x: array<vec4<f32>, 8>) -> f32 {
     return dot(x[0] + x[1] + x[2] + x[3] + x[4] + x[5] + x[6] + x[7], vec4<f32>(1.0));
 }
@@ -122,8 +137,7 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
     let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
     let q0 = fw(w0, w1, odd); let q1 = fw(w1, w2, odd); let q2 = fw(w2, w3, odd); let q3 = fw(w3, w4, odd);
-    let s = dot(x[0], nib4(q0, 0u)) + dot(x[1], nib4(q1, 0u)) + dot(x[2], nib4(q2, 0u)) + dot(x[3], nib4(q3, 0u))
-          + dot(x[4], nib4(q0, 4u)) + dot(x[5], nib4(q1, 4u)) + dot(x[6], nib4(q2, 4u)) + dot(x[7], nib4(q3, 4u));
+    let s = dot_nib(x, q0, q1, q2, q3);
     return d * (s - 8.0 * xsum(x));
 }
 """,
@@ -133,8 +147,7 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let i = (rb + 20u * u) >> 2u;
     let dm = unpack2x16float({W}[i]);
     let q0 = {W}[i + 1u]; let q1 = {W}[i + 2u]; let q2 = {W}[i + 3u]; let q3 = {W}[i + 4u];
-    let s = dot(x[0], nib4(q0, 0u)) + dot(x[1], nib4(q1, 0u)) + dot(x[2], nib4(q2, 0u)) + dot(x[3], nib4(q3, 0u))
-          + dot(x[4], nib4(q0, 4u)) + dot(x[5], nib4(q1, 4u)) + dot(x[6], nib4(q2, 4u)) + dot(x[7], nib4(q3, 4u));
+    let s = dot_nib(x, q0, q1, q2, q3);
     return dm.x * s + dm.y * xsum(x);
 }
 """,
@@ -147,10 +160,7 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
     let h = fw(w0, w1, odd);
     let q0 = fw(w1, w2, odd); let q1 = fw(w2, w3, odd); let q2 = fw(w3, w4, odd); let q3 = fw(w4, w5, odd);
-    let s = dot(x[0], nib4(q0, 0u) + bits4(h, 0u)) + dot(x[1], nib4(q1, 0u) + bits4(h, 4u))
-          + dot(x[2], nib4(q2, 0u) + bits4(h, 8u)) + dot(x[3], nib4(q3, 0u) + bits4(h, 12u))
-          + dot(x[4], nib4(q0, 4u) + bits4(h, 16u)) + dot(x[5], nib4(q1, 4u) + bits4(h, 20u))
-          + dot(x[6], nib4(q2, 4u) + bits4(h, 24u)) + dot(x[7], nib4(q3, 4u) + bits4(h, 28u));
+    let s = dot_nib5(x, q0, q1, q2, q3, h);
     return d * (s - 16.0 * xsum(x));
 }
 """,
@@ -160,14 +170,10 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let i = (rb + 24u * u) >> 2u;
     let dm = unpack2x16float({W}[i]); let h = {W}[i + 1u];
     let q0 = {W}[i + 2u]; let q1 = {W}[i + 3u]; let q2 = {W}[i + 4u]; let q3 = {W}[i + 5u];
-    let s = dot(x[0], nib4(q0, 0u) + bits4(h, 0u)) + dot(x[1], nib4(q1, 0u) + bits4(h, 4u))
-          + dot(x[2], nib4(q2, 0u) + bits4(h, 8u)) + dot(x[3], nib4(q3, 0u) + bits4(h, 12u))
-          + dot(x[4], nib4(q0, 4u) + bits4(h, 16u)) + dot(x[5], nib4(q1, 4u) + bits4(h, 20u))
-          + dot(x[6], nib4(q2, 4u) + bits4(h, 24u)) + dot(x[7], nib4(q3, 4u) + bits4(h, 28u));
+    let s = dot_nib5(x, q0, q1, q2, q3, h);
     return dm.x * s + dm.y * xsum(x);
 }
 """,
-        # 34 bytes: f16 d, 32 signed bytes
         # 34 bytes: f16 d, 32 signed bytes. Written out: no private arrays, which the H200's
         # compiler kept in local memory (a loop over `var w: array<u32, 9>` made the Q8_0
         # outputs 6x slower)
@@ -200,7 +206,8 @@ def _eight_vectors(src: str) -> str:
     x_0 .. x_7: the H200's compiler kept private arrays in local memory (a Q8_0 decoder
     that looped over one made the outputs 6x slower), so no kernel holds one."""
     src = src.replace("x: array<vec4<f32>, 8>", ", ".join(f"x_{k}: vec4<f32>" for k in range(8)))
-    src = src.replace("xsum(x)", "xsum(" + ", ".join(f"x_{k}" for k in range(8)) + ")")
+    # x passed whole to a helper (xsum(x), dot_nib(x, ...))
+    src = re.sub(r"(?<=\()x(?=[,)])", ", ".join(f"x_{k}" for k in range(8)), src)
     return re.sub(r"\bx\[([0-7])\]", r"x_\1", src)
 
 
@@ -218,11 +225,6 @@ def unit_layout(types: tuple[str, ...]) -> str:
 # from its 4-byte floor and a select (no branch); the same values.
 UNIT_Q6K_WORDS = """
 fn fa_{W}(a: u32, b: u32, odd: bool) -> u32 { return select(a, (a >> 16u) | (b << 16u), odd); }
-fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
-    let m = vec4<u32>(0u, 8u, 16u, 24u);
-    return vec4<f32>(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
-                     | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
-}
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
     let blk = rb + 210u * b; let i = blk >> 2u; let odd = (blk & 2u) != 0u;
@@ -314,6 +316,8 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
             lib = lib.replace(f"var<storage, read> {var}: array<u32>;", f"var<storage, read> {var}: array<vec4<u32>>;")
             lib = lib[: lib.index("fn rd8_")]  # the word readers do not apply to a vec4 view
         libs += lib
+        if t == "Q6_K" and layout_i == "k6":
+            libs += UNIT_Q6V.replace("{W}", var)
         libs += unit_decoder(t, layout_i, q6_words).replace("{W}", var)
     if "lin" in lays and any(UNIT_LAYOUT.get(t) == "lin" for t in types):
         libs += UNIT_BLOCK_WORDS
@@ -324,7 +328,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     if norm:
         decl += "".join(f"        var q{r} = 0.0;\n" for r in range(R))
     xload = ""
-    xoff = "xoff_seg" if segments else "xoff"
+    xoff = "xoff_seg(seg, " if segments else "xoff("
     for r in range(R):
         xload += "".join(f"            var x{r}_{k}: vec4<f32>;\n" for k in range(8))
         xload += f"            if ({r}u < nr) {{\n"
@@ -338,13 +342,13 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         # the H200 (see the Q8_0 decoder)
         for k in range(8):
             if norm:
-                xload += f"                let e{k} = {xoff}(u, {k}u);\n"
+                xload += f"                let e{k} = {xoff}u, {k}u);\n"
                 xload += (
                     f"                let v{k} = {src.format(e=f'e{k}')};\n                q{r} += dot(v{k}, v{k});\n"
                 )
                 xload += f"                x{r}_{k} = v{k} * nw(e{k});\n"
             else:
-                xload += f"                x{r}_{k} = {src.format(e=f'{xoff}(u, {k}u)')};\n"
+                xload += f"                x{r}_{k} = {src.format(e=f'{xoff}u, {k}u)')};\n"
         xload += "            }\n"
     rbytes = ["P(sb + 5u)"] if segments else [f"P({11 + i}u)" for i in range(n_w)]
     fma = "".join(f"            let rb{i}_{j} = n{j} * {rbytes[i]};\n" for i in range(n_w) for j in range(F))
@@ -417,7 +421,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
             seg_fns += f"fn xoff_{lay}(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[lay]}\n}}\n"
         cases = "".join(f"        case {i}u: {{ return xoff_{lays[i]}(u, k); }}\n" for i in range(len(types) - 1))
         seg_fns += (
-            f"fn xoff_seg(u: u32, k: u32) -> u32 {{\n    switch seg_p {{\n{cases}"
+            f"fn xoff_seg(seg: u32, u: u32, k: u32) -> u32 {{\n    switch seg {{\n{cases}"
             f"        default: {{ return xoff_{lays[-1]}(u, k); }}\n    }}\n}}\n"
         )
     nw = ""
@@ -452,7 +456,8 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     xs_decl, xs_fill, xs_done = "", "", ""
     if shared_k:
         xs_decl = f"var<workgroup> XS: array<vec4<f32>, {R * shared_k // 4}>;\n"
-        xs_fill = f"""        for (var i = t; i < {R * shared_k // 4}u; i += {MV_WG}u) {{
+        if not pre_add:
+            xs_fill = f"""        for (var i = t; i < {R * shared_k // 4}u; i += {MV_WG}u) {{
             let r = i / {shared_k // 4}u;
             var v = vec4<f32>(0.0);
             if (r < nr) {{ v = A[(P(3u) + (m0 + r) * P(4u)) / 4u + i % {shared_k // 4}u]; }}
@@ -460,7 +465,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         }}
         workgroupBarrier();
 """
-        if pre_add:
+        else:
             # x = z + rms_norm(a) * w, row by row (the row's sum over the workgroup, the
             # same whatever the rows of the pass), as wgsl.norm computes it
             xs_fill = f"""        for (var r = 0u; r < {R}u; r++) {{
@@ -493,7 +498,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         seg_sel += "".join(
             f"    if (nbase >= P({SEG_BASE + 8 * i}u)) {{ seg = {i}u; }}\n" for i in range(1, len(types))
         )
-        seg_sel += f"    let sb = {SEG_BASE}u + 8u * seg;\n    seg_p = seg;\n"
+        seg_sel += f"    let sb = {SEG_BASE}u + 8u * seg;\n"
     main_body = f"""{guard}{seg_sel}    let K = P(0u); let M = P(2u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
@@ -506,11 +511,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         + GRID
         + ACTIVATIONS
         + libs
-        + (
-            seg_fns + "var<private> seg_p: u32;\n"
-            if segments
-            else f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n"
-        )
+        + (seg_fns if segments else f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n")
         + nw
         + reducer
         + (workgroup_sum(MV_WG, True, "pre_part")[0] if pre_add else "")
