@@ -114,10 +114,9 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int, K: int, N: int):
             return kernel(ctx, "workgroup-1pass", types, glu, R, K, N)
         group, F, per, sk = plan
         sk = unit_shared_k(variant, sk)
-        q6w = variant == "unit-auto-q6w"
-        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group, sk, q6w)
+        key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group, sk)
         pipe, layout = ctx.pipeline(
-            key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group, sk, q6_words=q6w), n_b, ro
+            key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group, sk), n_b, ro
         )
         return pipe, layout, per
     if variant.startswith("subgroup"):

@@ -93,7 +93,6 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
         "unit-auto",
         "unit-auto-gx",
         "unit-auto-sx",
-        "unit-auto-q6w",
         "unit",
         "unit-f1",
         "unit-f4",

@@ -61,7 +61,6 @@ ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
     "unit-auto-sx": 1,
-    "unit-auto-q6w": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -83,8 +82,7 @@ ROW_KERNELS = {
 # subgroups, for single products, gate/up and Q/K/V in one dispatch; else
 # "workgroup-1pass"): "unit", "unit-f1", "unit-f4" a subgroup for 2 (1, 4) features;
 # "unit-wg1/2/4" the whole workgroup for 1 (2, 4) features; "unit-auto" by the product's
-# shape (unit_plan; "-gx": x never through shared memory, "-sx": always; "-q6w": Q6_K read
-# as aligned words, wgsl.UNIT_Q6K_WORDS, not measured on a GPU yet)
+# shape (unit_plan; "-gx": x never through shared memory, "-sx": always)
 UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4, "unit-wg1": 1, "unit-wg2": 2, "unit-wg4": 4}
 
 
@@ -106,7 +104,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     the types are several products' (Q, K, V), N their features in all, one weight a
     feature."""
     n_w = 1 if segments else len(types)
-    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-sx", "unit-auto-q6w"):
+    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-sx"):
         if not all(t in wgsl.UNIT_DECODERS for t in types):
             return None
         if K // 32 >= 128:
@@ -124,7 +122,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     # the adapter's workgroup memory with x
     sums_bytes = (n_w * rows * F + rows) * 32 * 4 if group == "wg" else 0
     fits = x_bytes <= SHARED_X_BYTES and x_bytes + sums_bytes <= shared_bytes
-    shared_k = K if variant in ("unit-auto", "unit-auto-sx", "unit-auto-q6w") and fits else 0
+    shared_k = K if variant in ("unit-auto", "unit-auto-sx") and fits else 0
     return group, F, per, shared_k
 
 
@@ -812,9 +810,9 @@ class VulkanExecutable(Executable):
             params = params + [0] * (15 - len(params)) + self._pre_params
         if plan:
             grp, UF, per, sk = plan
-            sk, q6w = unit_shared_k(self._row_kernel[1], sk, pre), self._row_kernel[1] == "unit-auto-q6w"
-            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, q6w),
-                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, q6_words=q6w),
+            sk = unit_shared_k(self._row_kernel[1], sk, pre)
+            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre),
+                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre),
                        params, -(-rows // per), binds=binds, read_only=ro,
                        label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip
             return
@@ -873,10 +871,10 @@ class VulkanExecutable(Executable):
         label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))}"
         if unit:
             grp, UF, per, sk = unit
-            sk, q6w = unit_shared_k(self._row_kernel[1], sk, pre), self._row_kernel[1] == "unit-auto-q6w"
-            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, q6w),
-                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
-                                                q6_words=q6w), params,
+            sk = unit_shared_k(self._row_kernel[1], sk, pre)
+            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre),
+                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre),
+                       params,
                        at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
                        label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip
             if residual is None and step.residual is not None:

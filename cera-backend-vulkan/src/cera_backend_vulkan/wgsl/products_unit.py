@@ -33,15 +33,6 @@ UNIT_XOFF = {
     "k6": """let b = u >> 3u; let p = u & 7u;
     return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
 }
-# four Q6_K values: low nibbles of ql from bit sl, two high bits of qh from bit sh (both
-# Q6_K decoders)
-UNIT_Q6V = """
-fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
-    let m = vec4<u32>(0u, 8u, 16u, 24u);
-    return vec4<f32>(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
-                     | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
-}
-"""
 UNIT_DECODERS = {
     "Q4_K": """
 fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
@@ -78,15 +69,35 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     return dm.x * (lo.x * dl + hi.x * dh) - dm.y * (lo.y * xl + hi.y * xh);
 }
 """,
-    "Q6_K": """
+}
+# Q6_K: a 210-byte block starts 2 bytes into a word every other block; each 8-byte span
+# is read as the three words from its 4-byte floor and a select, not through rd32, which
+# branches per lane on the alignment (on the H200 this took Qwen2.5 1.5B's Q6_K output
+# product in 175 us, not 209, and its Q6_K down products in 28.5 us, not 35.6)
+UNIT_DECODERS["Q6_K"] = """
+// four values: low nibbles of ql from bit sl, two high bits of qh from bit sh
+fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    return vec4<f32>(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
+                     | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
+}
+fn fa_{W}(a: u32, b: u32, odd: bool) -> u32 { return select(a, (a >> 16u) | (b << 16u), odd); }
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
-    let blk = rb + 210u * b;
-    let a0 = rd32_{W}(blk + 64u * n + l); let a1 = rd32_{W}(blk + 64u * n + l + 4u);
-    let c0 = rd32_{W}(blk + 64u * n + 32u + l); let c1 = rd32_{W}(blk + 64u * n + 36u + l);
-    let h0 = rd32_{W}(blk + 128u + 32u * n + l); let h1 = rd32_{W}(blk + 132u + 32u * n + l);
-    let sw0 = rd32_{W}(blk + 192u + 8u * n + (l >> 4u)); let sw1 = rd32_{W}(blk + 196u + 8u * n + (l >> 4u));
-    let d = f16_{W}(blk + 208u);
+    let blk = rb + 210u * b; let i = blk >> 2u; let odd = (blk & 2u) != 0u;
+    let qa = i + 16u * n + (l >> 2u); let qc = qa + 8u; let qh = i + 32u + 8u * n + (l >> 2u);
+    let qs = i + 48u + 2u * n;
+    let wa0 = {W}[qa]; let wa1 = {W}[qa + 1u]; let wa2 = {W}[qa + 2u];
+    let wc0 = {W}[qc]; let wc1 = {W}[qc + 1u]; let wc2 = {W}[qc + 2u];
+    let wh0 = {W}[qh]; let wh1 = {W}[qh + 1u]; let wh2 = {W}[qh + 2u];
+    let ws0 = {W}[qs]; let ws1 = {W}[qs + 1u]; let ws2 = {W}[qs + 2u];
+    let wd = {W}[i + 52u];
+    let a0 = fa_{W}(wa0, wa1, odd); let a1 = fa_{W}(wa1, wa2, odd);
+    let c0 = fa_{W}(wc0, wc1, odd); let c1 = fa_{W}(wc1, wc2, odd);
+    let h0 = fa_{W}(wh0, wh1, odd); let h1 = fa_{W}(wh1, wh2, odd);
+    // the half's 8 scale bytes; this unit's four are bytes l / 16 + 0, 2, 4, 6 of them
+    let sw0 = fa_{W}(ws0, ws1, odd) >> (8u * (l >> 4u)); let sw1 = fa_{W}(ws1, ws2, odd) >> (8u * (l >> 4u));
+    let d = unpack2x16float(select(wd, wd >> 16u, odd)).x;
     let sc = vec4<f32>(vec4<i32>(vec4<u32>(sw0, sw0 >> 16u, sw1, sw1 >> 16u) << vec4<u32>(24u)) >> vec4<u32>(24u));
     let d0 = dot(x[0], q6v_{W}(a0, h0, 0u, 0u)) + dot(x[1], q6v_{W}(a1, h1, 0u, 0u));
     let d1 = dot(x[2], q6v_{W}(c0, h0, 0u, 2u)) + dot(x[3], q6v_{W}(c1, h1, 0u, 2u));
@@ -94,8 +105,7 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let d3 = dot(x[6], q6v_{W}(c0, h0, 4u, 6u)) + dot(x[7], q6v_{W}(c1, h1, 4u, 6u));
     return d * dot(sc, vec4<f32>(d0, d1, d2, d3));
 }
-""",
-}
+"""
 # The 32-element block types: a unit is a whole block, read once as the fewest aligned
 # words that cover it. Blocks of 18, 22 and 34 bytes start at 2-byte offsets every other
 # block: the words are read from the block's 4-byte floor and the block's own bytes taken
@@ -218,51 +228,20 @@ def unit_layout(types: tuple[str, ...]) -> str:
     return kinds.pop() if len(kinds) == 1 else "lin"
 
 
-# Q6_K read as aligned words (matvec_unit's ``q6_words``, row kernel "unit-auto-q6w", not
-# measured on a GPU yet): a 210-byte block starts 2 bytes into a word every other block,
-# where the decoder above reads each of its 8-byte spans through rd32, which branches per
-# lane on the alignment (two loads each when unaligned). Here each span is three words
-# from its 4-byte floor and a select (no branch); the same values.
-UNIT_Q6K_WORDS = """
-fn fa_{W}(a: u32, b: u32, odd: bool) -> u32 { return select(a, (a >> 16u) | (b << 16u), odd); }
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
-    let blk = rb + 210u * b; let i = blk >> 2u; let odd = (blk & 2u) != 0u;
-    let qa = i + 16u * n + (l >> 2u); let qc = qa + 8u; let qh = i + 32u + 8u * n + (l >> 2u);
-    let qs = i + 48u + 2u * n;
-    let wa0 = {W}[qa]; let wa1 = {W}[qa + 1u]; let wa2 = {W}[qa + 2u];
-    let wc0 = {W}[qc]; let wc1 = {W}[qc + 1u]; let wc2 = {W}[qc + 2u];
-    let wh0 = {W}[qh]; let wh1 = {W}[qh + 1u]; let wh2 = {W}[qh + 2u];
-    let ws0 = {W}[qs]; let ws1 = {W}[qs + 1u]; let ws2 = {W}[qs + 2u];
-    let wd = {W}[i + 52u];
-    let a0 = fa_{W}(wa0, wa1, odd); let a1 = fa_{W}(wa1, wa2, odd);
-    let c0 = fa_{W}(wc0, wc1, odd); let c1 = fa_{W}(wc1, wc2, odd);
-    let h0 = fa_{W}(wh0, wh1, odd); let h1 = fa_{W}(wh1, wh2, odd);
-    // the half's 8 scale bytes; this unit's four are bytes l / 16 + 0, 2, 4, 6 of them
-    let sw0 = fa_{W}(ws0, ws1, odd) >> (8u * (l >> 4u)); let sw1 = fa_{W}(ws1, ws2, odd) >> (8u * (l >> 4u));
-    let d = unpack2x16float(select(wd, wd >> 16u, odd)).x;
-    let sc = vec4<f32>(vec4<i32>(vec4<u32>(sw0, sw0 >> 16u, sw1, sw1 >> 16u) << vec4<u32>(24u)) >> vec4<u32>(24u));
-    let d0 = dot(x[0], q6v_{W}(a0, h0, 0u, 0u)) + dot(x[1], q6v_{W}(a1, h1, 0u, 0u));
-    let d1 = dot(x[2], q6v_{W}(c0, h0, 0u, 2u)) + dot(x[3], q6v_{W}(c1, h1, 0u, 2u));
-    let d2 = dot(x[4], q6v_{W}(a0, h0, 4u, 4u)) + dot(x[5], q6v_{W}(a1, h1, 4u, 4u));
-    let d3 = dot(x[6], q6v_{W}(c0, h0, 4u, 6u)) + dot(x[7], q6v_{W}(c1, h1, 4u, 6u));
-    return d * dot(sc, vec4<f32>(d0, d1, d2, d3));
-}
-"""
 
 
-def unit_decoder(t: str, layout: str, q6_words: bool = False) -> str:
+def unit_decoder(t: str, layout: str) -> str:
     """``unit_{W}`` of weight type ``t`` under ``layout``: its own, where it has one for
-    that layout (Q6_K's word-aligned one with ``q6_words``), else four of its dq8
+    that layout, else four of its dq8
     decoder's groups (the "lin" layout)."""
     if UNIT_LAYOUT.get(t) == layout and t in UNIT_DECODERS:
-        return UNIT_Q6K_WORDS if q6_words and t == "Q6_K" else UNIT_DECODERS[t]
+        return UNIT_DECODERS[t]
     return UNIT_GENERIC
 
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
                 norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False,
-                pre_add: bool = False, q6_words: bool = False) -> str:  # fmt: skip
+                pre_add: bool = False) -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -300,9 +279,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     workgroup computes its rows of x into shared memory; workgroup 0 also writes them at
     x's offset, where the rest of the graph reads them. P: 15 a's offset, 16 z's, 17 w's
     + 1 (0: none), 18 the norm's eps; a, z and x are rows of K values, end to end. One
-    dispatch less a norm.
-
-    ``q6_words``: Q6_K weights through UNIT_Q6K_WORDS."""
+    dispatch less a norm."""
     layout = unit_layout(types)
     # segments: each weight in its own layout (one product a workgroup: uniform branches)
     lays = [UNIT_LAYOUT.get(t, "lin") if segments else layout for t in types]
@@ -316,9 +293,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
             lib = lib.replace(f"var<storage, read> {var}: array<u32>;", f"var<storage, read> {var}: array<vec4<u32>>;")
             lib = lib[: lib.index("fn rd8_")]  # the word readers do not apply to a vec4 view
         libs += lib
-        if t == "Q6_K" and layout_i == "k6":
-            libs += UNIT_Q6V.replace("{W}", var)
-        libs += unit_decoder(t, layout_i, q6_words).replace("{W}", var)
+        libs += unit_decoder(t, layout_i).replace("{W}", var)
     if "lin" in lays and any(UNIT_LAYOUT.get(t) == "lin" for t in types):
         libs += UNIT_BLOCK_WORDS
     libs = _eight_vectors(libs)
