@@ -115,9 +115,7 @@ def kernel(ctx, variant: str, types: tuple, glu: bool, R: int, K: int, N: int):
         group, F, per, sk = plan
         sk = unit_shared_k(variant, sk)
         key = ("sweep", "matvec_unit", types, kind, R, per, F, NORM, group, sk)
-        pipe, layout = ctx.pipeline(
-            key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group, sk), n_b, ro
-        )
+        pipe, layout = ctx.pipeline(key, lambda: wgsl.matvec_unit(types, kind, R, per, F, NORM, group, sk), n_b, ro)
         return pipe, layout, per
     if variant.startswith("subgroup"):
         if not ctx.subgroups:
@@ -370,7 +368,7 @@ def main() -> None:
             N = (ctx.max_binding - 16) // rb
             prod += "*"
         case = Case(ctx, t, K, N, glu, R, min_bytes, rng)
-        gbs, us, checks = {}, {}, {}
+        gbs, us, checks, runs = {}, {}, {}, {}
         for v in variants:
             k = kernel(ctx, v, (t, t) if glu else (t,), glu, R, K, N)
             if k is None:
@@ -379,11 +377,19 @@ def main() -> None:
             if args.check:
                 checks[v] = check(ctx, case, pipe, layout, per, v.endswith("-v4"))
             pbuf = ctx.device.create_buffer_with_data(data=case.params(args.rows), usage=wgpu.BufferUsage.UNIFORM)
-            bgs = case.bind_groups(layout, pbuf, v.endswith("-v4"))
-            groups = _groups(-(-N // per))
-            run_pass(ctx, pipe, bgs, groups, reps, qs, qbuf)  # warm-up
-            ts = [run_pass(ctx, pipe, bgs, groups, reps, qs, qbuf) / reps for _ in range(trials)]
-            sec = statistics.median(ts)
+            runs[v] = (pipe, case.bind_groups(layout, pbuf, v.endswith("-v4")), _groups(-(-N // per)))
+        # the variants' passes alternated, each after a warm-up pass of its own, so that a
+        # drift of the GPU's clocks (it idles while the checks run on the host) falls on
+        # them all alike, not on the first columns
+        ts = {v: [] for v in runs}
+        for trial in range(trials + 1):
+            for v, (pipe, bgs, groups) in runs.items():
+                run_pass(ctx, pipe, bgs, groups, reps, qs, qbuf)  # warm-up
+                sec = run_pass(ctx, pipe, bgs, groups, reps, qs, qbuf) / reps
+                if trial:  # the first round only warms
+                    ts[v].append(sec)
+        for v, t_v in ts.items():
+            sec = statistics.median(t_v)
             us[v] = sec * 1e6
             gbs[v] = case.w_bytes / sec / 1e9
         best = max(gbs, key=gbs.get) if gbs else "-"
