@@ -2,22 +2,23 @@
 # One H200 call's experiments, after `h200_vulkan.sh quick` (or `run`) installed
 # everything (its LAB): edited per call; the commands and their output are quoted in the
 # session's note.
-# Prepared for the next call: compile.unit_plan's thresholds were chosen while x sat in
-# local memory in every unit kernel (the sixth session's finding); the sweep of the unit
-# variants on the real shapes, with the norm fused as decode runs them, shows whether a
-# workgroup per 1-2 features for long rows (the down products) and 1/2/4 features a
-# subgroup by width still win; and "unit-auto-q6w" (Q6_K read as aligned words, no per-lane
-# branch: Qwen2.5 1.5B's output and half its down products). Then the decode splits,
-# alternated.
+# This call (seventh session): the unit variants on the real shapes again, now that the
+# sweep alternates them (the sixth session's figures timed its first columns slow), to
+# re-plan compile.unit_plan; then the split attention (flash-decoding) against the whole
+# one, at 2048 cells of context (where "lanes" splits) and at 16 (lanes-split: what the
+# combine dispatch costs where nothing needs splitting), alternated.
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
-timeout 300 python3 benchmarks/vulkan_matvec_sweep.py --norm --check \
-    --variants unit-auto,unit-auto-q6w,unit-f1,unit,unit-f4,unit-wg1,unit-wg2,unit-wg4 2>&1
+timeout 240 python3 benchmarks/vulkan_matvec_sweep.py --norm \
+    --variants unit-auto,unit-f1,unit,unit-f4,unit-wg1,unit-wg2,unit-wg4 2>&1
 for rep in 1 2; do
     for m in /tmp/models/*.gguf; do
-        for k in unit-auto unit-auto-q6w unit-f1 unit-wg1; do
-            echo -n "$k: "; CERA_VULKAN_ROW_KERNEL=$k timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+        for a in lanes-whole lanes; do
+            echo -n "$a: "; CERA_VULKAN_ATTENTION=$a timeout 90 python3 benchmarks/vulkan_decode_split.py "$m" --context 2048
+        done
+        for a in lanes-whole lanes-split; do
+            echo -n "$a: "; CERA_VULKAN_ATTENTION=$a timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
         done
     done
 done

@@ -18,7 +18,8 @@
 #                  weights (gguf_skeleton.py), each engine in its own process; MATMULS
 #                  (e.g. "4x8 4x4") compares the tiled kernels on pp512 first; LAB (a
 #                  command) runs after the decode splits; REPS (default 3) the timed
-#                  runs of each test per engine (llama.cpp's spread 10-30% within a call)
+#                  runs of each test per engine (llama.cpp's spread 10-30% within a call);
+#                  TESTS (default pp512,tg128) the tests, e.g. pp512,tg128,tg128@d2048
 #
 # Carried folders (all ignored by git; see benchmarks/README.md, "Vulkan on an H200"):
 #   .gl/    libvulkan1 and friends (the device tool's README)
@@ -188,10 +189,10 @@ print(min(t, key=t.get) if t else '')")
     echo "BENCH_MATMUL=$BENCH_MATMUL (the least pp512 time summed over the two files)"
 fi
 export CERA_VULKAN_MATMUL=${BENCH_MATMUL:-}
-(cd benchmarks && CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 200 python3 bench_models_one.py cera --device vulkan --tests pp512,tg128 --reps ${REPS:-3} $MODELS) 2>&1
+(cd benchmarks && CERA_VULKAN_ROW_KERNEL=${BENCH_KERNEL:-} timeout 200 python3 bench_models_one.py cera --device vulkan --tests ${TESTS:-pp512,tg128} --reps ${REPS:-3} $MODELS) 2>&1
 if [ "$(cat /tmp/llama.rc 2>/dev/null)" = 0 ]; then
     # with llama.cpp's Vulkan device line (matrix cores / coopmat: its prompt speed depends on them)
-    (cd benchmarks && PYTHONPATH=/tmp/llama:/tmp/site timeout 150 python3 bench_models_one.py llama.cpp --device vulkan --tests pp512,tg128 --reps ${REPS:-3} $MODELS) 2>&1 | grep -E "tok/s|rror|ggml_vulkan|coopmat|matrix cores"
+    (cd benchmarks && PYTHONPATH=/tmp/llama:/tmp/site timeout 150 python3 bench_models_one.py llama.cpp --device vulkan --tests ${TESTS:-pp512,tg128} --reps ${REPS:-3} $MODELS) 2>&1 | grep -E "tok/s|rror|ggml_vulkan|coopmat|matrix cores"
 fi
 # the per-kernel profile of one decoded token (timestamp queries; each dispatch in a pass of its own)
 # (and of a prompt pass of 512 tokens)

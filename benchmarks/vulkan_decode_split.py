@@ -4,7 +4,10 @@ previous step), and from the submission to the read-back (the device's work plus
 round trip, with the next step's recording overlapped), averaged over decode steps of a
 greedy loop.
 
-    python benchmarks/vulkan_decode_split.py MODEL [--tokens 64] [--profile N]
+    python benchmarks/vulkan_decode_split.py MODEL [--tokens 64] [--context 16] [--profile N]
+
+``--context C``: decode after C tokens in the cache (a prompt of C tokens evaluated
+first, in passes of 512), in a state of C + tokens + 32 cells.
 
 ``--profile N``: also the device time of every dispatch of one decode step (timestamps
 in the step's own pass where the adapter allows it): the first N dispatches in order,
@@ -26,16 +29,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--context", type=int, default=16, metavar="C")
     ap.add_argument("--profile", type=int, default=-1, metavar="N")
     args = ap.parse_args()
     m = cera.load(args.model, device="vulkan", quiet=True)
-    st = m.runner.new_state(args.tokens + 32)
+    C = max(1, args.context)
+    st = m.runner.new_state(C + args.tokens + 32)
     slot = st.acquire()
-    m.runner.forward(st, [SeqStep(slot, list(range(1, 17)), range(16))], ARGMAX)
+    for p0 in range(0, C, 512):
+        ids = [1 + (i % 1000) for i in range(p0, min(C, p0 + 512))]
+        m.runner.forward(st, [SeqStep(slot, ids, range(p0, p0 + len(ids)))], ARGMAX)
     exe = m.runner.executable(Layout((1,)), ARGMAX, st)
     rec, wait, total = [], [], []
     tok = 1
-    for p in range(16, 16 + args.tokens):
+    for p in range(C, C + args.tokens):
         t = time.perf_counter()
         tok = int(m.runner.forward(st, [SeqStep(slot, [tok], [p])], ARGMAX)["argmax"][0])
         total.append(time.perf_counter() - t)
@@ -43,12 +50,12 @@ def main() -> None:
         wait.append(exe.timing[1])
     med = statistics.median
     print(
-        f"{m.name}: {len(exe.dispatches)} dispatches, recorded by {exe.record_mode!r}; per token (median ms): total {1e3 * med(total):.3f}, "
+        f"{m.name}{f' at {C} cells' if C != 16 else ''}: {len(exe.dispatches)} dispatches, recorded by {exe.record_mode!r}; per token (median ms): total {1e3 * med(total):.3f}, "
         f"before the submission {1e3 * med(rec):.3f}, submit to read-back {1e3 * med(wait):.3f}; {1 / med(total):.1f} tok/s greedy"
     )
     if args.profile >= 0:
         m.backend.profile = True
-        m.runner.forward(st, [SeqStep(slot, [tok], [16 + args.tokens])], ARGMAX)
+        m.runner.forward(st, [SeqStep(slot, [tok], [C + args.tokens])], ARGMAX)
         m.backend.profile = False
         prof = exe.profile()
         for name, ns in prof[: args.profile]:

@@ -308,6 +308,10 @@ def _f16_attention_cases():
             out.append(attrs.evolve(c, name=c.name.replace("]", ",f16]"), kv_type="f16", tolerance=1e-2))
     long_passes = ((150,), (100,), (1,), (1,))
     out.append(attrs.evolve(base, name="attention[f16,long]", passes=long_passes, n_ctx=400))
+    # long enough for a split attention's many parts (600 cells: 5 of 16), and a decode
+    # batch of two sequences after prompts of different lengths
+    out.append(attrs.evolve(base, name="attention[f16,split]", passes=((600,), (1,), (3,), (1,)), n_ctx=1100))
+    out.append(attrs.evolve(base, name="attention[f16,split,batch]", passes=((300, 170), (1, 1), (1, 1)), n_ctx=1100))
     spec = AttentionSpec(scale=0.25, window=40, softcap=20.0)
     window = attrs.evolve(out[0], name="attention[f16,window,ring]", passes=((30,), (25,), (1,), (20,), (1,)))
 
@@ -336,12 +340,13 @@ def _f16_attention_cases():
 
 
 @needs_vulkan
-@pytest.mark.parametrize("kernel", ["lanes", "chunked"])
+@pytest.mark.parametrize("kernel", ["lanes", "lanes-split", "chunked"])
 @pytest.mark.parametrize("case", _f16_attention_cases(), ids=str)
 def test_attention_kernels_f16(case, kernel, monkeypatch):
-    """Both kernels of attention over an f16 cache against the reference: "lanes" (the
-    default; wgsl.attention_lanes) and "chunked" (wgsl.attention), including contexts of
-    several chunks, a sliding window on a ring of cells, and heads of 256 values."""
+    """The kernels of attention over an f16 cache against the reference: "lanes" (the
+    default; wgsl.attention_lanes), "lanes-split" (its cells split over workgroups, then
+    wgsl.attention_combine) and "chunked" (wgsl.attention), including contexts of several
+    chunks, a sliding window on a ring of cells, and heads of 256 values."""
     from cera_backend_vulkan.backend import VulkanBackend
 
     monkeypatch.setenv("CERA_VULKAN_ATTENTION", kernel)

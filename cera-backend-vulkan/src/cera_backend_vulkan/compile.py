@@ -133,6 +133,16 @@ def unit_shared_k(variant: str, shared_k: int, pre_add: bool = False) -> int:
     return shared_k if pre_add or variant == "unit-auto-sx" else 0
 
 
+# the cached attention's kernels (CERA_VULKAN_ATTENTION): "lanes" (wgsl.attention_lanes,
+# f16 caches with heads of at most 256 values; the others take "chunked"), its cells split
+# over ATT_SPLIT workgroups a (row, head) where the cache holds ATT_SPLIT_MIN_CAP cells or
+# more on a GPU (flash-decoding: a decode step otherwise walks a long context's chunks in
+# as many workgroups as it has heads); "lanes-whole" never split, "lanes-split" always
+# (where the rows allow: VulkanExecutable._attention_split); "chunked" (wgsl.attention)
+ATTENTION_KERNELS = ("lanes", "lanes-whole", "lanes-split", "chunked")
+ATT_SPLIT = 16
+ATT_SPLIT_MIN_CAP = 1024
+
 # the most workgroups of a product that computes a sandwich norm's add itself (each
 # workgroup does: see VulkanExecutable._products)
 PRE_ADD_MAX_GROUPS = 4096
@@ -1041,23 +1051,44 @@ class VulkanExecutable(Executable):
                   self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
                   int(spec.window or 0), 1, 0, 0]  # fmt: skip
         kind = self.kv_type
-        if self._attention_kernel == "lanes" and kind == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256:
+        name = self._attention_kernel
+        if name != "chunked" and kind == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256:
             sg = self.ctx.subgroups
-            self._emit(("attention_lanes", dv, dk, sg), lambda: wgsl.attention_lanes(dv, dk, sg), params, n * heads, binds=kvb,
-                       read_only=(2, 3, 4), label="attention")  # fmt: skip
+            S = self._attention_split(name, n, cap)
+            if S > 1:
+                scratch = self.const(np.zeros(n * heads * S * (dv + 2), np.uint32), np.uint32)
+                params[16] = scratch
+            self._emit(("attention_lanes", dv, dk, sg, S), lambda: wgsl.attention_lanes(dv, dk, sg, S), params,
+                       n * heads * S, binds=kvb, read_only=(2, 3, 4), label="attention" + (" (split)" if S > 1 else ""))  # fmt: skip
+            if S > 1:
+                self._emit(("attention_combine", dv, S), lambda: wgsl.attention_combine(dv, S),
+                           [n * heads, scratch, self.off(node.out)], n * heads, label="attention (combine)")  # fmt: skip
             return
         self._emit(("attention", kind, dv, dk), lambda: wgsl.attention(kind, dv, dk), params, n * heads, binds=kvb,
                    label="attention")  # fmt: skip
 
     @property
     def _attention_kernel(self) -> str:
-        """The cached attention's kernel: "lanes" (wgsl.attention_lanes: f16 caches, heads
-        of at most 256 multiple-of-8 values; the others take "chunked") or "chunked"
-        (wgsl.attention), from ``CERA_VULKAN_ATTENTION`` (default "lanes")."""
+        """The cached attention's kernel, from ``CERA_VULKAN_ATTENTION`` (ATTENTION_KERNELS;
+        default "lanes")."""
         name = os.environ.get("CERA_VULKAN_ATTENTION", "").strip() or "lanes"
-        if name not in ("lanes", "chunked"):
-            raise UnsupportedOperation(f"backend 'vulkan': attention kernel {name!r} is not lanes or chunked")
+        if name not in ATTENTION_KERNELS:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': attention kernel {name!r} is not one of {', '.join(ATTENTION_KERNELS)}"
+            )
         return name
+
+    def _attention_split(self, name: str, n: int, cap: int) -> int:
+        """Workgroups a (query row, head) of wgsl.attention_lanes splits its cells over:
+        ATT_SPLIT where the kernel is "lanes-split", or "lanes" on a GPU with a cache of
+        ATT_SPLIT_MIN_CAP cells or more, for the passes whose rows are computed as one-token
+        steps compute them (a few rows, or row-exact ones), so that a row's result does not
+        depend on the pass it is in; else 1."""
+        if name == "lanes-whole" or self.row_mode == 2 or (self.row_mode == 0 and n > wgsl.MV_ROWS):
+            return 1
+        if name == "lanes" and (self.ctx.software or cap < ATT_SPLIT_MIN_CAP):
+            return 1
+        return ATT_SPLIT
 
     def _op_attention_full(self, node) -> None:
         q, k, v = node.args

@@ -27,7 +27,17 @@ attention), hybrid (short convolutions, the SSM scan, experts), encdec (Whisper'
 
 from __future__ import annotations
 
-from .attention import ATT_WG, ROPE_BODY, attention, attention_lanes, kv_store, rope, rope_kv
+from .attention import (
+    ATT_SPLIT_CELLS,
+    ATT_WG,
+    ROPE_BODY,
+    attention,
+    attention_combine,
+    attention_lanes,
+    kv_store,
+    rope,
+    rope_kv,
+)
 from .blocks import BLOCKS, DQ8, IQ4NL_TABLE, KSCALE, READERS, WEIGHT_BINDING, row_bytes, weight_lib
 from .common import ACTIVATIONS, ARENA_F32, ARENA_U32, GRID, HEADER, SEQ_FN, WG
 from .encdec import im2col, store_cross
@@ -111,6 +121,8 @@ __all__ = [
     "kv_store",
     "attention",
     "ATT_WG",
+    "ATT_SPLIT_CELLS",
+    "attention_combine",
     "attention_lanes",
     "CONV_MAX",
     "conv_causal",

@@ -405,9 +405,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 
 ATT_WG = 128  # threads of attention_lanes: cells a chunk
+ATT_SPLIT_CELLS = 128  # the fewest cells a split attention_lanes gives one workgroup
 
 
-def attention_lanes(dv: int, dk: int, subgroups: bool = False) -> str:
+def attention_lanes(dv: int, dk: int, subgroups: bool = False, split: int = 1) -> str:
     """Attention over an f16 cache for heads of dk, dv values (multiples of 8, at most
     256), latency first: a decode step has a few workgroups (rows x heads), each a chain
     of dependent loads, so every load a thread needs is issued at once. One workgroup of
@@ -432,6 +433,12 @@ def attention_lanes(dv: int, dk: int, subgroups: bool = False) -> str:
     values give each thread a quarter of a chunk's cells). Written as loops, four cells
     at a time, the H200 took 1.19x as long over Gemma 3's decode step (1.766 against
     1.488 ms).
+
+    ``split`` > 1 (flash-decoding): the cells of a (query row, head) are cut into at most
+    ``split`` spans of ATT_SPLIT_CELLS or more, each taken by its own workgroup, which
+    writes its running max, sum and unscaled values to scratch (P 16: its offset;
+    ``split`` x (dv + 2) values a row and head) for `attention_combine`; a decode step over a
+    long context otherwise walks all its chunks in a few workgroups.
 
     Parameters as `attention` ("f16")."""
     lanes = dv // 8
@@ -482,6 +489,43 @@ fn tree(v: f32, t: u32, is_max: bool) -> f32 {{
     return workgroupUniformLoad(&u_r);
 }}"""
         tree_call, sg_builtin = "tree({v}, t, {m})", ""
+    reduce = f"""    if (t < {lanes}u) {{
+        var a = vec4<f32>(0.0); var b = vec4<f32>(0.0);
+        for (var i = 0u; i < {subs}u; i++) {{ a += part[2u * (i * {lanes}u + t)]; b += part[2u * (i * {lanes}u + t) + 1u]; }}
+"""
+    if split == 1:
+        head_index = "    let rh = wg_linear(wid, nwg);"
+        span = "    let c_lo = lo; let c_hi = hi;\n"
+        tail = (
+            reduce
+            + f"""        let inv = select(0.0, 1.0 / l, l > 0.0);
+        let o = P(6u) + (r * nh + h) * {dv}u + 8u * t;
+        a *= inv; b *= inv;
+        A[o] = bitcast<u32>(a.x); A[o + 1u] = bitcast<u32>(a.y); A[o + 2u] = bitcast<u32>(a.z); A[o + 3u] = bitcast<u32>(a.w);
+        A[o + 4u] = bitcast<u32>(b.x); A[o + 5u] = bitcast<u32>(b.y); A[o + 6u] = bitcast<u32>(b.z); A[o + 7u] = bitcast<u32>(b.w);
+"""
+        )
+    else:
+        head_index = f"    let rs = wg_linear(wid, nwg); let rh = rs / {split}u; let sp = rs % {split}u;"
+        # this workgroup's span of the cells (uniform: from lo and hi); a span past the
+        # cells' count writes an empty part (weight 0) and leaves
+        span = f"""    let ns = min({split}u, max(1u, (hi - lo + {ATT_SPLIT_CELLS - 1}u) / {ATT_SPLIT_CELLS}u));
+    let per = (hi - lo + ns - 1u) / ns;
+    let po = P(16u) + rs * {dv + 2}u;
+    if (sp >= ns) {{
+        if (t == 0u) {{ A[po] = bitcast<u32>(-3.0e38); A[po + 1u] = 0u; }}
+        return;
+    }}
+    let c_lo = lo + sp * per; let c_hi = min(hi, c_lo + per);
+"""
+        tail = (
+            reduce
+            + """        let o = po + 2u + 8u * t;
+        A[o] = bitcast<u32>(a.x); A[o + 1u] = bitcast<u32>(a.y); A[o + 2u] = bitcast<u32>(a.z); A[o + 3u] = bitcast<u32>(a.w);
+        A[o + 4u] = bitcast<u32>(b.x); A[o + 5u] = bitcast<u32>(b.y); A[o + 6u] = bitcast<u32>(b.z); A[o + 7u] = bitcast<u32>(b.w);
+        if (t == 0u) { A[po] = bitcast<u32>(m); A[po + 1u] = bitcast<u32>(l); }
+"""
+        )
     return (
         HEADER
         + ARENA_U32
@@ -504,7 +548,7 @@ var<workgroup> u_r: f32;
 {tree_fn}
 @compute @workgroup_size({ATT_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{sg_builtin}) {{
-    let rh = wg_linear(wid, nwg);
+{head_index}
     let nh = P(1u);
     // whole workgroups leave together (uniform): the barriers below see all threads
     if (rh >= P(0u) * nh) {{ return; }}
@@ -530,15 +574,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
     let lo = workgroupUniformLoad(&u_lo);
     let hi = workgroupUniformLoad(&u_hi);
-    let head = (slot * nkv + g) * cap;
+{span}    let head = (slot * nkv + g) * cap;
     let lane = t % {lanes}u; let sub = t / {lanes}u;
     var m = -3.0e38;
     var l = 0.0;
     var acc = V8(vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var c0 = lo; c0 < hi; c0 += {ATT_WG}u) {{
+    for (var c0 = c_lo; c0 < c_hi; c0 += {ATT_WG}u) {{
         let c = c0 + t;
         var score = -3.0e38;
-        if (c < hi) {{
+        if (c < c_hi) {{
             let p = POS[slot * P(11u) + c];
             let kb = (head + c % cap) * {dk // 8}u;
             var d = 0.0;
@@ -562,7 +606,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let ps = {tree_call.format(v="pw", m="false")};
         l = l * alpha + ps;
         acc.a *= alpha; acc.b *= alpha;
-        let cnt = min({ATT_WG}u, hi - c0);
+        let cnt = min({ATT_WG}u, c_hi - c0);
         var j = sub;
         for (; j + {(n_cells - 1) * subs}u < cnt; j += {n_cells * subs}u) {{
 {vals}        }}
@@ -576,14 +620,45 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
     part[2u * t] = acc.a; part[2u * t + 1u] = acc.b;
     workgroupBarrier();
-    if (t < {lanes}u) {{
-        var a = vec4<f32>(0.0); var b = vec4<f32>(0.0);
-        for (var i = 0u; i < {subs}u; i++) {{ a += part[2u * (i * {lanes}u + t)]; b += part[2u * (i * {lanes}u + t) + 1u]; }}
-        let inv = select(0.0, 1.0 / l, l > 0.0);
-        let o = P(6u) + (r * nh + h) * {dv}u + 8u * t;
-        a *= inv; b *= inv;
-        A[o] = bitcast<u32>(a.x); A[o + 1u] = bitcast<u32>(a.y); A[o + 2u] = bitcast<u32>(a.z); A[o + 3u] = bitcast<u32>(a.w);
-        A[o + 4u] = bitcast<u32>(b.x); A[o + 5u] = bitcast<u32>(b.y); A[o + 6u] = bitcast<u32>(b.z); A[o + 7u] = bitcast<u32>(b.w);
+{tail}    }}
+}}
+"""
+    )
+
+
+def attention_combine(dv: int, split: int) -> str:
+    """The parts of a split `attention_lanes` (flash-decoding) joined: a workgroup per
+    (query row, head) weighs each part's values by exp(its max - the largest max), sums
+    the parts in order and divides by the weighed sum of their sums. P 0 rows x heads,
+    1 the parts' offset (``split`` x (dv + 2) values each: max, sum, values), 2 the output's."""
+    stride = dv + 2
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let rh = wg_linear(wid, nwg);
+    if (rh >= P(0u)) {{ return; }}
+    let base = P(1u) + rh * {split * stride}u;
+    var mx = -3.0e38;
+    for (var s = 0u; s < {split}u; s++) {{ mx = max(mx, bitcast<f32>(A[base + s * {stride}u])); }}
+    var w: array<f32, {split}>;
+    var total = 0.0;
+    for (var s = 0u; s < {split}u; s++) {{
+        let ls = bitcast<f32>(A[base + s * {stride}u + 1u]);
+        // an empty part (sum 0) weighs nothing
+        w[s] = select(0.0, exp(bitcast<f32>(A[base + s * {stride}u]) - mx), ls > 0.0);
+        total += w[s] * ls;
+    }}
+    let inv = select(0.0, 1.0 / total, total > 0.0);
+    for (var e = t; e < {dv}u; e += 64u) {{
+        var a = 0.0;
+        for (var s = 0u; s < {split}u; s++) {{
+            if (w[s] != 0.0) {{ a += w[s] * bitcast<f32>(A[base + s * {stride}u + 2u + e]); }}
+        }}
+        A[P(2u) + rh * {dv}u + e] = bitcast<u32>(a * inv);
     }}
 }}
 """
