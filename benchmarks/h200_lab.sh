@@ -6,7 +6,8 @@
 # sweep alternates them (the sixth session's figures timed its first columns slow), to
 # re-plan compile.unit_plan; then the split attention (flash-decoding) against the whole
 # one, at 2048 cells of context (where "lanes" splits) and at 16 (lanes-split: what the
-# combine dispatch costs where nothing needs splitting), alternated.
+# combine dispatch costs where nothing needs splitting), alternated; and Gemma 3's rope
+# norm through subgroups against the shared-memory tree (CERA_VULKAN_ROPE_TREE=1).
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
@@ -20,5 +21,10 @@ for rep in 1 2; do
         for a in lanes-whole lanes-split; do
             echo -n "$a: "; CERA_VULKAN_ATTENTION=$a timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
         done
+    done
+done
+for rep in 1 2 3; do
+    for tree in 1 0; do
+        echo -n "rope tree=$tree: "; CERA_VULKAN_ROPE_TREE=$tree timeout 60 python3 benchmarks/vulkan_decode_split.py /tmp/models/gemma3-270m-q4_k_m.gguf
     done
 done

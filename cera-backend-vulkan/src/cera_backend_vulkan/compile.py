@@ -1000,7 +1000,7 @@ class VulkanExecutable(Executable):
         if id(node) in self._rope_pair:
             # the second of a pair (see _rope_pairs): it joins the previous dispatch
             last = self.dispatches[-1]
-            assert last.key == ("rope",) and last.params[0] == last.params[16]
+            assert last.key[0] == "rope" and last.params[0] == last.params[16]
             last.params[0] += n * heads
             last.params[17:20] = [heads, self.off(x), self.off(out)]
             if norm is not None:
@@ -1009,7 +1009,16 @@ class VulkanExecutable(Executable):
             last.groups = grid(last.params[0])
             return
         label = ("norm+" if norm is not None else "") + "rope" + ("+scale" if scale is not None else "")
-        self._emit(("rope",), wgsl.rope, params, n * heads, label=label)
+        sg = self._rope_subgroups
+        self._emit(("rope", sg), lambda: wgsl.rope(sg), params, n * heads, label=label)
+
+    @property
+    def _rope_subgroups(self) -> bool:
+        """Whether rope's norm sums through subgroups (where the adapter has them and its
+        subgroups are 64 threads or fewer; ``CERA_VULKAN_ROPE_TREE=1``: the shared-memory
+        tree everywhere, for comparison)."""
+        sgs = self.ctx.subgroup_size or 0
+        return bool(self.ctx.subgroups) and 0 < sgs <= 32 and os.environ.get("CERA_VULKAN_ROPE_TREE", "") != "1"
 
     def _op_attention(self, node) -> None:
         q, k, v, ref = node.args
@@ -1031,7 +1040,7 @@ class VulkanExecutable(Executable):
         if (
             self.fold_kv
             and last is not None
-            and last.key == ("rope",)
+            and last.key[0] == "rope"
             and last.params[0] != last.params[16]
             and last.params[19] == self.off(k)
             and last.params[17] == nkv
@@ -1041,7 +1050,8 @@ class VulkanExecutable(Executable):
             # the keys' rotation is the previous dispatch (the second of a rope pair):
             # the cache stores join it (wgsl.rope_kv)
             self.dispatches.pop()
-            self._emit(("rope_kv", f16), lambda: wgsl.rope_kv(f16), last.params[:20] + params + last.params[32:],
+            sg = last.key[1]
+            self._emit(("rope_kv", f16, sg), lambda: wgsl.rope_kv(f16, sg), last.params[:20] + params + last.params[32:],
                        last.params[0] + n * nkv, binds=kvb, label=f"{last.label}+kv_store")  # fmt: skip
         else:
             self._emit(("kv_store", f16), lambda: wgsl.kv_store(f16), params, n * nkv, binds=kvb, label="kv_store")

@@ -15,7 +15,7 @@ fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {
     return v;
 }
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{SG}) {
     // a second tensor (the keys, after the queries) may share the dispatch: P 16 the
     // first tensor's rows x heads, 17 the second's heads, 18/19 its input/output offsets
     var rh = wg_linear(wid, nwg);
@@ -40,13 +40,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if ((P(37u) & select(1u, 2u, second)) != 0u) {
         var q = 0.0;
         for (var j = t; j < dim; j += 64u) { let v = bitcast<f32>(A[x + j]); q += v * v; }
-        rred[t] = q;
-        workgroupBarrier();
-        for (var s = 32u; s > 0u; s >>= 1u) {
-            if (t < s) { rred[t] += rred[t + s]; }
-            workgroupBarrier();
-        }
-        inv = inverseSqrt(rred[0] / f32(dim) + PF(select(33u, 35u, second)));
+{NORM_SUM}        inv = inverseSqrt(rred[0] / f32(dim) + PF(select(33u, 35u, second)));
         nw = P(select(32u, 34u, second));
     }
     var osc = 1.0;
@@ -84,12 +78,43 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 """
 
 
-def rope() -> str:
+# the row's sum of squares into rred[0] for rope's norm: a shared-memory tree (six barriers),
+# or with subgroups each subgroup's subgroupAdd and one barrier
+_ROPE_TREE = """        rred[t] = q;
+        workgroupBarrier();
+        for (var s = 32u; s > 0u; s >>= 1u) {
+            if (t < s) { rred[t] += rred[t + s]; }
+            workgroupBarrier();
+        }
+"""
+_ROPE_SUBGROUPS = """        let qs = subgroupAdd(q);
+        if (t % sgs == 0u) { rred[32u + t / sgs] = qs; }
+        workgroupBarrier();
+        if (t == 0u) {
+            var tot = rred[32u];
+            for (var i = 1u; i < 64u / sgs; i++) { tot += rred[32u + i]; }
+            rred[0] = tot;
+        }
+        workgroupBarrier();
+"""
+
+
+def _rope_body(tail: str, keys: str, subgroups: bool) -> str:
+    return (
+        ROPE_BODY.replace("{TAIL}", tail)
+        .replace("{KEYS}", keys)
+        .replace("{SG}", ", @builtin(subgroup_size) sgs: u32" if subgroups else "")
+        .replace("{NORM_SUM}", _ROPE_SUBGROUPS if subgroups else _ROPE_TREE)
+    )
+
+
+def rope(subgroups: bool = False) -> str:
     """Rotary embedding of x [n, heads, dim]: a thread per rotated pair. P: 0 n*heads,
     1 heads, 2 dim, 3 x offset, 4 out offset, 5 positions offset, 6 n_dims, 7 neox,
     8 base, 9 freq_scale, 10 ext_factor, 11 attn_factor, 12 beta_fast, 13 beta_slow,
-    14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied."""
-    return HEADER + ARENA_U32 + GRID + ROPE_BODY.replace("{TAIL}", "").replace("{KEYS}", "")
+    14 n_ctx_orig, 15 freq_factors offset + 1. Dimensions past n_dims are copied.
+    ``subgroups``: the norm's sum through subgroupAdd (_ROPE_SUBGROUPS)."""
+    return HEADER + ARENA_U32 + GRID + _rope_body("", "", subgroups)
 
 
 # The per-run sequence table in the arena (compile.py writes it): at P(seq) offset,
@@ -121,7 +146,7 @@ def _kv_cell(kvp: int) -> str:
 """
 
 
-def rope_kv(kv_f16: bool) -> str:
+def rope_kv(kv_f16: bool, subgroups: bool = False) -> str:
     """`rope` of a layer's queries and keys (a pair, P 0..19 as `rope`) with `kv_store`
     folded in (its parameters at P 20..31): the keys' workgroups also write their rotated
     row into the cache (after a storage barrier: it reads back the row its threads
@@ -157,7 +182,7 @@ def rope_kv(kv_f16: bool) -> str:
 @group(0) @binding(3) var<storage, read_write> V: array<u32>;
 @group(0) @binding(4) var<storage, read_write> POS: array<i32>;
 """
-        + ROPE_BODY.replace("{TAIL}", tail).replace("{KEYS}", keys)
+        + _rope_body(tail, keys, subgroups)
     )
 
 
