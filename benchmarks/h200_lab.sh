@@ -10,20 +10,23 @@
 # norm through subgroups against the shared-memory tree (CERA_VULKAN_ROPE_TREE=1).
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh" bash benchmarks/h200_vulkan.sh quick
+# or inside the full run (carry .gl, .whl, .dev): LAB_EARLY=1 LAB="bash benchmarks/h200_lab.sh" ... run
 set -uo pipefail
-timeout 240 python3 benchmarks/vulkan_matvec_sweep.py --norm \
-    --variants unit-auto,unit-f1,unit,unit-f4,unit-wg1,unit-wg2,unit-wg4 2>&1
+timeout 120 python3 benchmarks/vulkan_matvec_sweep.py --norm \
+    --variants unit-auto,unit-f1,unit,unit-f4,unit-wg2,unit-wg4 2>&1
 for rep in 1 2; do
     for m in /tmp/models/*.gguf; do
         for a in lanes-whole lanes; do
-            echo -n "$a: "; CERA_VULKAN_ATTENTION=$a timeout 90 python3 benchmarks/vulkan_decode_split.py "$m" --context 2048
-        done
-        for a in lanes-whole lanes-split; do
-            echo -n "$a: "; CERA_VULKAN_ATTENTION=$a timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+            echo -n "$a: "; CERA_VULKAN_ATTENTION=$a timeout 60 python3 benchmarks/vulkan_decode_split.py "$m" --context 2048 --tokens 32
         done
     done
 done
-for rep in 1 2 3; do
+for m in /tmp/models/*.gguf; do
+    for a in lanes-whole lanes-split; do
+        echo -n "$a: "; CERA_VULKAN_ATTENTION=$a timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+    done
+done
+for rep in 1 2; do
     for tree in 1 0; do
         echo -n "rope tree=$tree: "; CERA_VULKAN_ROPE_TREE=$tree timeout 60 python3 benchmarks/vulkan_decode_split.py /tmp/models/gemma3-270m-q4_k_m.gguf
     done

@@ -19,7 +19,8 @@
 #                  (e.g. "4x8 4x4") compares the tiled kernels on pp512 first; LAB (a
 #                  command) runs after the decode splits; REPS (default 3) the timed
 #                  runs of each test per engine (llama.cpp's spread 10-30% within a call);
-#                  TESTS (default pp512,tg128) the tests, e.g. pp512,tg128,tg128@d2048
+#                  TESTS (default pp512,tg128) the tests, e.g. pp512,tg128,tg128@d2048;
+#                  LAB_EARLY=1 runs LAB while llama.cpp builds, not after the splits
 #
 # Carried folders (all ignored by git; see benchmarks/README.md, "Vulkan on an H200"):
 #   .gl/    libvulkan1 and friends (the device tool's README)
@@ -140,6 +141,9 @@ wait "${pids[@]}"
 MODELS=$(for m in /tmp/models/*.gguf; do printf -- "--model %s " "$m"; done)
 # the row-kernel variants on the real product shapes, checked (SKIP_SWEEP=1: not): GPU work,
 # while llama.cpp may still be building
+# LAB_EARLY=1: the call's experiments here, while llama.cpp builds (GPU timings; the host
+# is busy compiling, alike for the variants they alternate)
+if [ -n "${LAB_EARLY:-}" ] && [ -n "${LAB:-}" ]; then bash -c "$LAB"; stamp "lab done"; fi
 if [ -z "${SKIP_SWEEP:-}" ]; then
     timeout 240 python3 benchmarks/vulkan_matvec_sweep.py --check 2>&1
     stamp "sweep done"
@@ -169,7 +173,7 @@ fi
 [ -z "${ROW_KERNELS:-}" ] && for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
 stamp "decode split done"
 # the call's own experiments (benchmarks/h200_lab.sh), before the timed tables
-[ -n "${LAB:-}" ] && bash -c "$LAB"
+[ -n "${LAB:-}" ] && [ -z "${LAB_EARLY:-}" ] && bash -c "$LAB"
 # the tiled (prefill) kernels named in MATMULS on the two largest files' pp512, alternated;
 # BENCH_MATMUL (unless set): the least time summed, for both engines' table below
 for k in ${MATMULS:-}; do
