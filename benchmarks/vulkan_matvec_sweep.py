@@ -11,8 +11,9 @@ reading another copy of the weights (copies cycled so that together they exceed
 decode step, where every product reads weights no earlier one read). The dispatches
 write one activation buffer, so wgpu puts a barrier between them, as between the
 dependent dispatches of a decode step. The time is the pass's (timestamp queries at its
-start and end) divided by the dispatches, after one untimed pass; without timestamp
-queries, the wall clock of the submission to its completion. The median of ``--trials``
+start and end) divided by the dispatches; without timestamp queries, the wall clock of
+the submission to its completion. The variants of a shape take turns, each pass after an
+untimed one of its own, and a first round is discarded; the median of ``--trials``
 passes is reported.
 
 ``--check`` also checks each variant on each shape (before timing): every row of a

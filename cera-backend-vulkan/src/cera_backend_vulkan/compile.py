@@ -1014,9 +1014,9 @@ class VulkanExecutable(Executable):
 
     @property
     def _rope_subgroups(self) -> bool:
-        """Whether rope's norm sums through subgroups (where the adapter has them and its
-        subgroups are 64 threads or fewer; ``CERA_VULKAN_ROPE_TREE=1``: the shared-memory
-        tree everywhere, for comparison)."""
+        """Whether rope's norm sums through subgroups (where the adapter has them, of 32
+        threads or fewer; ``CERA_VULKAN_ROPE_TREE=1``: the shared-memory tree everywhere,
+        for comparison)."""
         sgs = self.ctx.subgroup_size or 0
         return bool(self.ctx.subgroups) and 0 < sgs <= 32 and os.environ.get("CERA_VULKAN_ROPE_TREE", "") != "1"
 
@@ -1050,7 +1050,7 @@ class VulkanExecutable(Executable):
             # the keys' rotation is the previous dispatch (the second of a rope pair):
             # the cache stores join it (wgsl.rope_kv)
             self.dispatches.pop()
-            sg = last.key[1]
+            sg = self._rope_subgroups
             self._emit(("rope_kv", f16, sg), lambda: wgsl.rope_kv(f16, sg), last.params[:20] + params + last.params[32:],
                        last.params[0] + n * nkv, binds=kvb, label=f"{last.label}+kv_store")  # fmt: skip
         else:

@@ -657,6 +657,19 @@ def attention_combine(dv: int, split: int) -> str:
     the parts in order and divides by the weighed sum of their sums. P 0 rows x heads,
     1 the parts' offset (``split`` x (dv + 2) values each: max, sum, values), 2 the output's."""
     stride = dv + 2
+    # written out part by part: no private array (the H200's compiler keeps one that a
+    # loop indexes in local memory)
+    part = [f"base + {s * stride}u" for s in range(split)]
+    maxes = "".join(f"    mx = max(mx, bitcast<f32>(A[{p}]));\n" for p in part)
+    weights = "".join(
+        f"    let l{s} = bitcast<f32>(A[{p} + 1u]);\n"
+        f"    let w{s} = select(0.0, exp(bitcast<f32>(A[{p}]) - mx), l{s} > 0.0);\n"
+        f"    total += w{s} * l{s};\n"
+        for s, p in enumerate(part)
+    )
+    values = "".join(
+        f"        if (w{s} != 0.0) {{ a += w{s} * bitcast<f32>(A[{p} + 2u + e]); }}\n" for s, p in enumerate(part)
+    )
     return (
         HEADER
         + ARENA_U32
@@ -668,22 +681,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (rh >= P(0u)) {{ return; }}
     let base = P(1u) + rh * {split * stride}u;
     var mx = -3.0e38;
-    for (var s = 0u; s < {split}u; s++) {{ mx = max(mx, bitcast<f32>(A[base + s * {stride}u])); }}
-    var w: array<f32, {split}>;
-    var total = 0.0;
-    for (var s = 0u; s < {split}u; s++) {{
-        let ls = bitcast<f32>(A[base + s * {stride}u + 1u]);
-        // an empty part (sum 0) weighs nothing
-        w[s] = select(0.0, exp(bitcast<f32>(A[base + s * {stride}u]) - mx), ls > 0.0);
-        total += w[s] * ls;
-    }}
-    let inv = select(0.0, 1.0 / total, total > 0.0);
+{maxes}    var total = 0.0;
+    // an empty part (sum 0) weighs nothing
+{weights}    let inv = select(0.0, 1.0 / total, total > 0.0);
     for (var e = t; e < {dv}u; e += 64u) {{
         var a = 0.0;
-        for (var s = 0u; s < {split}u; s++) {{
-            if (w[s] != 0.0) {{ a += w[s] * bitcast<f32>(A[base + s * {stride}u + 2u + e]); }}
-        }}
-        A[P(2u) + rh * {dv}u + e] = bitcast<u32>(a * inv);
+{values}        A[P(2u) + rh * {dv}u + e] = bitcast<u32>(a * inv);
     }}
 }}
 """

@@ -228,12 +228,9 @@ def unit_layout(types: tuple[str, ...]) -> str:
     return kinds.pop() if len(kinds) == 1 else "lin"
 
 
-
-
 def unit_decoder(t: str, layout: str) -> str:
     """``unit_{W}`` of weight type ``t`` under ``layout``: its own, where it has one for
-    that layout, else four of its dq8
-    decoder's groups (the "lin" layout)."""
+    that layout, else four of its dq8 decoder's groups (the "lin" layout)."""
     if UNIT_LAYOUT.get(t) == layout and t in UNIT_DECODERS:
         return UNIT_DECODERS[t]
     return UNIT_GENERIC
