@@ -93,6 +93,8 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
         "unit-auto",
         "unit-auto-gx",
         "unit-auto-sx",
+        "unit-auto-c4",
+        "unit-auto-cfit",
         "unit",
         "unit-f1",
         "unit-f4",

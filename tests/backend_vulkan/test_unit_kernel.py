@@ -48,6 +48,7 @@ def _case(types: tuple[str, str, str], seq_lens: tuple[int, ...]) -> OpCase:
         (("Q5_0", "Q5_0", "Q8_0"), "unit-auto"),  # Qwen2.5 0.5B's, Gemma 3's
         (("Q4_K", "Q5_0", "Q6_K"), "unit-auto"),  # three layouts in one dispatch
         (("Q4_K", "Q4_K", "Q6_K"), "unit-auto-sx"),  # x through shared memory
+        (("Q4_K", "Q5_0", "Q6_K"), "unit-auto-c4"),  # groups of 4 lanes
     ],
 )
 def test_qkv_in_one_unit_dispatch(types, kernel, seq_lens, monkeypatch):
@@ -88,7 +89,7 @@ def _spy_emits(monkeypatch) -> list:
 @pytest.mark.parametrize(
     "t, kernel",
     [("Q4_K", "unit-auto"), ("Q6_K", "unit-auto"), ("Q6_K", "unit-f1"), ("Q8_0", "unit-auto"),
-     ("Q5_0", "unit-auto"), ("Q4_1", "unit-auto")],
+     ("Q5_0", "unit-auto"), ("Q4_1", "unit-auto"), ("Q4_K", "unit-auto-c4"), ("Q8_0", "unit-auto-cfit")],
 )  # fmt: skip
 def test_long_rows_after_a_norm(t, kernel, monkeypatch):
     """Rows of 3072 values (96 units: three a lane of a 32-lane subgroup) after a norm

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from cera_backend_vulkan import wgsl
-from cera_backend_vulkan.compile import unit_plan
+from cera_backend_vulkan.compile import unit_cluster, unit_plan
 
 SIZES = {"f32": 4, "u32": 4, "i32": 4, "vec4<f32>": 16, "vec4<u32>": 16}
 
@@ -57,3 +57,28 @@ def test_the_measured_plans():
     assert unit_plan("unit-auto", 896, 4864, ("Q5_0", "F16"), 32, 1, 49152) is None
     # "unit-auto-gx" never copies x to shared memory
     assert unit_plan("unit-auto-gx", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152)[3] == 0
+
+
+@pytest.mark.parametrize("units,sgs,lanes", [
+    # lanes busy over ceil(units / lanes) steps, at least 0.8 of them: 48 units fill three
+    # steps of 16 (32 lanes: 48 of 64); 28 fill 28 of 32; 18 fill 18 of 20 lanes with 4
+    # (8: 18 of 24, 0.75); 20 fill 20 of 24 with 8; 64 fill two steps of 32, 280 fill
+    # 280 of 288; 3 units fill no cluster to 0.8 and take the fewest lanes, 2
+    (48, 32, 16), (28, 32, 32), (18, 32, 4), (20, 32, 8), (64, 32, 32), (280, 32, 32),
+    (48, 8, 8), (20, 8, 8), (3, 32, 2), (1, 32, 2),
+])  # fmt: skip
+def test_unit_cluster_fills_its_steps(units, sgs, lanes):
+    assert unit_cluster(units, sgs) == lanes
+
+
+def test_clusters_give_a_subgroups_features_to_fewer_lanes():
+    # Qwen2.5 1.5B's gate/up (48 units): 16 lanes a group, 8 groups of 2 features a workgroup
+    assert unit_plan("unit-auto-cfit", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152) == ("sub16", 2, 16, 1536)
+    assert unit_plan("unit-auto-c8", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152) == ("sub8", 2, 32, 1536)
+    # where the cluster is the whole subgroup the plan is "unit-auto"'s
+    assert unit_plan("unit-auto-cfit", 896, 4864, ("Q5_0", "Q5_0"), 32, 1, 49152) == (
+        unit_plan("unit-auto", 896, 4864, ("Q5_0", "Q5_0"), 32, 1, 49152)
+    )
+    assert unit_plan("unit-auto-c16", 1536, 8960, ("Q4_K", "Q4_K"), 8, 1, 49152)[0] == "sub"
+    # long rows keep a workgroup a group
+    assert unit_plan("unit-auto-c16", 8960, 1536, ("Q4_K",), 32, 1, 49152)[0] == "wg"

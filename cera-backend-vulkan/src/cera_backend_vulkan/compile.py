@@ -61,6 +61,10 @@ ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
     "unit-auto-sx": 1,
+    "unit-auto-c16": 1,
+    "unit-auto-c8": 1,
+    "unit-auto-c4": 1,
+    "unit-auto-cfit": 1,
     "unit": 1,
     "unit-f1": 1,
     "unit-f4": 1,
@@ -84,6 +88,21 @@ ROW_KERNELS = {
 # "unit-wg1/2/4" the whole workgroup for 1 (2, 4) features; "unit-auto" by the product's
 # shape (unit_plan; "-gx": x never through shared memory, "-sx": always)
 UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4, "unit-wg1": 1, "unit-wg2": 2, "unit-wg4": 4}
+# "unit-auto-c<C>": "unit-auto" with groups of C lanes of a subgroup where it gives a
+# subgroup's features ("sub<C>", wgsl.matvec_unit); "unit-auto-cfit": the most lanes a
+# group whose steps the row's units fill to UNIT_FIT or more (unit_cluster)
+UNIT_CLUSTERS = {"unit-auto-c16": 16, "unit-auto-c8": 8, "unit-auto-c4": 4, "unit-auto-cfit": 0}
+UNIT_FIT = 0.8
+
+
+def unit_cluster(units: int, subgroup_size: int) -> int:
+    """The most lanes a group (a power of two, at most the subgroup size) whose steps a
+    row of ``units`` units fills to UNIT_FIT or more: 48 units take 16 lanes (three full
+    steps, where 32 lanes idle half of theirs in the second), 28 take 32 (0.875)."""
+    c = subgroup_size
+    while c > 2 and units / (c * -(-units // c)) < UNIT_FIT:
+        c //= 2
+    return c
 
 
 def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_size: int, rows: int = 1,
@@ -100,11 +119,12 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     "unit-auto" takes only where the kernel computes x itself (a sandwich norm's add,
     wgsl.matvec_unit's ``pre_add``) and "unit-auto-sx" always (on the H200 the groups
     reading x themselves made SmolLM2's and Qwen2.5 1.5B's tokens 3-5% faster, Qwen2.5
-    0.5B's the same: unit_shared_k). ``segments``:
+    0.5B's the same: unit_shared_k); "unit-auto-c*" (UNIT_CLUSTERS) give a subgroup's
+    features to groups of fewer lanes ("sub<C>"). ``segments``:
     the types are several products' (Q, K, V), N their features in all, one weight a
     feature."""
     n_w = 1 if segments else len(types)
-    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-sx"):
+    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-sx") or variant in UNIT_CLUSTERS:
         if not all(t in wgsl.UNIT_DECODERS for t in types):
             return None
         if K // 32 >= 128:
@@ -112,17 +132,21 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
         else:
             width = N * n_w
             group, F = "sub", 4 if width >= 32768 else 2 if width >= 8192 else 1
+            if variant in UNIT_CLUSTERS:
+                c = min(UNIT_CLUSTERS[variant] or unit_cluster(K // 32, subgroup_size), subgroup_size)
+                group = f"sub{c}" if c < subgroup_size else "sub"
     elif variant in UNIT_FEATS:
         group, F = ("wg" if "-wg" in variant else "sub"), UNIT_FEATS[variant]
     else:
         return None
-    per = F if group == "wg" else F * max(1, wgsl.MV_WG // subgroup_size)
+    lanes = int(group[3:]) if group.startswith("sub") and group != "sub" else subgroup_size
+    per = F if group == "wg" else F * max(1, wgsl.MV_WG // lanes)
     x_bytes = rows * K * 4
     # the workgroup's sums (group "wg": 32 floats a sum, a fused norm's included) share
     # the adapter's workgroup memory with x
     sums_bytes = (n_w * rows * F + rows) * 32 * 4 if group == "wg" else 0
     fits = x_bytes <= SHARED_X_BYTES and x_bytes + sums_bytes <= shared_bytes
-    shared_k = K if variant in ("unit-auto", "unit-auto-sx") and fits else 0
+    shared_k = K if (variant in ("unit-auto", "unit-auto-sx") or variant in UNIT_CLUSTERS) and fits else 0
     return group, F, per, shared_k
 
 

@@ -247,7 +247,11 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
 
     ``group`` "sub": a subgroup is a group (`subgroupAdd` sums its lanes, no barrier); a
     workgroup holds ``per`` features, its subgroups looping over them, so the result is
-    right whatever subgroup size the driver picks. "wg": the whole workgroup of MV_WG
+    right whatever subgroup size the driver picks. "sub<C>" (C a power of two, at most the
+    subgroup size): C lanes of a subgroup are a group, summed by a butterfly of
+    `subgroupShuffleXor` (every lane adds the same pairs: the same bits), for rows whose
+    units do not fill a subgroup's steps (48 units: a 32-lane subgroup's second step
+    leaves half its lanes idle, 16 lanes take three full steps). "wg": the whole workgroup of MV_WG
     threads is one group of ``per`` = ``feats`` features (long rows: more lanes on each,
     fewer units a lane; the subgroups' sums meet in shared memory, two barriers in all).
 
@@ -336,10 +340,22 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     if norm:
         sums += [f"q{r}" for r in range(R)]
     reducer = ""
+    C = int(group[3:]) if group.startswith("sub") and group != "sub" else 0  # lanes a cluster
     if group == "wg":
         decl1, reduce = _reduce_onepass(sums)
         reducer = decl1
         first = "t == 0u"
+    elif C:
+        assert C & (C - 1) == 0 and 2 <= C <= 64, group
+        reducer = (
+            "fn bfly(x: f32) -> f32 {\n    var v = x;\n"
+            + "".join(
+                f"    v += subgroupShuffleXor(v, {o}u);\n" for o in (1 << k for k in range(C.bit_length() - 2, -1, -1))
+            )
+            + "    return v;\n}\n"
+        )
+        reduce = "".join(f"        {v} = bfly({v});\n" for v in sums)
+        first = f"t % {C}u == 0u"
     else:
         reduce = "".join(f"        {v} = subgroupAdd({v});\n" for v in sums)
         first = "lane == 0u"
@@ -417,10 +433,11 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     else:
         # no `break` out of the loop (a barrier follows it with shared_k): the last
         # workgroup's extra features are skipped by a guard instead
-        feats_loop = f"""        for (var fb = (t / sgs) * {F}u; fb < {per}u; fb += ({MV_WG}u / sgs) * {F}u) {{
+        gid, glanes, gl = ("t / sgs", "sgs", "lane") if not C else (f"t / {C}u", f"{C}u", f"t % {C}u")
+        feats_loop = f"""        for (var fb = ({gid}) * {F}u; fb < {per}u; fb += ({MV_WG}u / {glanes}) * {F}u) {{
           let nb = wg_linear(wid, nwg) * {per}u + fb;
           if (nb < P(1u)) {{
-            let gl = lane; let gs = sgs;
+            let gl = {gl}; let gs = {glanes};
 {body}          }}
         }}
 """
