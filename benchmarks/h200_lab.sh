@@ -2,30 +2,27 @@
 # One H200 call's experiments, after `h200_vulkan.sh quick` (or `run`) installed
 # everything (its LAB): edited per call; the commands and their output are quoted in the
 # session's note.
-# This call (eighth session): the unit variants on the real shapes, alternated, now with
-# groups of fewer lanes than a subgroup (unit-auto-c16/-c8/-cfit: rows whose units leave
-# a 32-lane subgroup's last step half idle), to re-plan compile.unit_plan; the whole
-# token under unit-auto against unit-auto-cfit (two rounds, alternated); the split
-# attention (flash-decoding) against the whole one at 2048 cells of context (where
-# "lanes" splits); Gemma 3's rope norm through subgroups against the shared-memory tree.
+# This call (eighth session, second): the whole token under unit-auto (the outputs in
+# groups of fewer lanes than a subgroup, compile.UNIT_WIDE_LANES) against unit-auto-c32
+# (whole subgroups everywhere: the plans before), two rounds, alternated; then the
+# tiled kernels 4x4 (the default), 4x8 and 4x4-m32 on pp512 of the two Qwen2.5 files,
+# alternated, two rounds (4x8 was last timed before the kernel's loops were written out).
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh" bash benchmarks/h200_vulkan.sh quick
 # or inside the full run (carry .gl, .whl, .dev): LAB_EARLY=1 LAB="bash benchmarks/h200_lab.sh" ... run
 set -uo pipefail
-timeout 150 python3 benchmarks/vulkan_matvec_sweep.py --norm \
-    --variants unit-auto,unit-auto-c16,unit-auto-c8,unit-auto-cfit,unit-f1,unit-f4,unit-wg2 2>&1
 for rep in 1 2; do
     for m in /tmp/models/*.gguf; do
-        for k in unit-auto unit-auto-cfit; do
+        for k in unit-auto-c32 unit-auto; do
             echo -n "$k: "; CERA_VULKAN_ROW_KERNEL=$k timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
         done
     done
 done
-for m in /tmp/models/*.gguf; do
-    for a in lanes-whole lanes; do
-        echo -n "$a: "; CERA_VULKAN_ATTENTION=$a timeout 60 python3 benchmarks/vulkan_decode_split.py "$m" --context 2048 --tokens 32
+for rep in 1 2; do
+    for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/qwen2.5-coder-0.5b*.gguf; do
+        for k in 4x4 4x8 4x4-m32; do
+            echo -n "matmul $k $(basename "$m"): "
+            CERA_VULKAN_MATMUL=$k timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
+        done
     done
-done
-for tree in 1 0; do
-    echo -n "rope tree=$tree: "; CERA_VULKAN_ROPE_TREE=$tree timeout 60 python3 benchmarks/vulkan_decode_split.py /tmp/models/gemma3-270m-q4_k_m.gguf
 done

@@ -45,13 +45,17 @@ def test_the_measured_plans():
     # Qwen2.5 1.5B's decode products on a 32-lane adapter with 48 KB of workgroup memory
     assert unit_plan("unit-auto", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152) == ("sub", 2, 8, 1536)
     assert unit_plan("unit-auto", 8960, 1536, ("Q4_K",), 32, 1, 49152) == ("wg", 2, 2, 0)
-    assert unit_plan("unit-auto", 1536, 151936, ("Q6_K",), 32, 1, 49152) == ("sub", 4, 16, 1536)
+    # the output: 4 features a group of 16 lanes (48 units: three full steps)
+    assert unit_plan("unit-auto", 1536, 151936, ("Q6_K",), 32, 1, 49152) == ("sub16", 4, 32, 1536)
+    assert unit_plan("unit-auto-c32", 1536, 151936, ("Q6_K",), 32, 1, 49152) == ("sub", 4, 16, 1536)
     assert unit_plan("unit-auto", 1536, 256, ("Q4_K",), 32, 1, 49152) == ("sub", 1, 4, 1536)
     # Q/K/V in one dispatch: 2048 features of one weight each
     assert unit_plan("unit-auto", 1536, 2048, ("Q4_K", "Q4_K", "Q6_K"), 32, 1, 49152, True) == ("sub", 1, 4, 1536)
     # the 32-element block types (SmolLM2's gate/up, Gemma 3's output)
     assert unit_plan("unit-auto", 576, 1536, ("Q4_1", "Q4_1"), 32, 1, 49152) == ("sub", 1, 4, 576)
-    assert unit_plan("unit-auto", 640, 262144, ("Q8_0",), 32, 1, 49152) == ("sub", 4, 16, 640)
+    assert unit_plan("unit-auto", 640, 262144, ("Q8_0",), 32, 1, 49152) == ("sub8", 4, 64, 640)
+    assert unit_plan("unit-auto", 576, 49152, ("Q8_0",), 32, 1, 49152) == ("sub4", 4, 128, 576)
+    assert unit_plan("unit-auto", 896, 151936, ("Q8_0",), 32, 1, 49152) == ("sub16", 4, 32, 896)
     # types without a unit decoder of their own stay with workgroup-1pass
     assert unit_plan("unit-auto", 896, 151936, ("IQ4_NL",), 32, 1, 49152) is None
     assert unit_plan("unit-auto", 896, 4864, ("Q5_0", "F16"), 32, 1, 49152) is None

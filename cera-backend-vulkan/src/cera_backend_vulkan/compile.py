@@ -61,6 +61,7 @@ ROW_KERNELS = {
     "unit-auto": 1,
     "unit-auto-gx": 1,
     "unit-auto-sx": 1,
+    "unit-auto-c32": 1,
     "unit-auto-c16": 1,
     "unit-auto-c8": 1,
     "unit-auto-c4": 1,
@@ -88,11 +89,20 @@ ROW_KERNELS = {
 # "unit-wg1/2/4" the whole workgroup for 1 (2, 4) features; "unit-auto" by the product's
 # shape (unit_plan; "-gx": x never through shared memory, "-sx": always)
 UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4, "unit-wg1": 1, "unit-wg2": 2, "unit-wg4": 4}
-# "unit-auto-c<C>": "unit-auto" with groups of C lanes of a subgroup where it gives a
-# subgroup's features ("sub<C>", wgsl.matvec_unit); "unit-auto-cfit": the most lanes a
-# group whose steps the row's units fill to UNIT_FIT or more (unit_cluster)
-UNIT_CLUSTERS = {"unit-auto-c16": 16, "unit-auto-c8": 8, "unit-auto-c4": 4, "unit-auto-cfit": 0}
+# "unit-auto-c<C>": "unit-auto" with groups of C lanes of a subgroup wherever it gives a
+# subgroup's features ("sub<C>", wgsl.matvec_unit; "-c32": a whole subgroup, the plans
+# before groups of fewer lanes); "unit-auto-cfit": the most lanes a group whose steps
+# the row's units fill to UNIT_FIT or more (unit_cluster). "unit-auto" itself takes
+# groups of fewer lanes for the wide products only (UNIT_WIDE_LANES)
+UNIT_CLUSTERS = {"unit-auto-c32": 32, "unit-auto-c16": 16, "unit-auto-c8": 8, "unit-auto-c4": 4, "unit-auto-cfit": 0}
 UNIT_FIT = 0.8
+# the wide products' (32768 weight rows or more: the outputs) groups: unit_cluster from
+# 16 lanes. On the H200 (eighth session's sweep, alternated) the outputs took 129.9 us
+# not 175.3 (Qwen2.5 1.5B, Q6_K, 48 units: 16 lanes), 21.6 not 31.0 (SmolLM2, Q8_0, 18
+# units: 4), 135.7 not 145.0 (Gemma 3, Q8_0, 20 units: 8), 103.1 not 109.2 (Qwen2.5 0.5B,
+# Q8_0, 28 units: 16); the narrower products were as fast or faster with whole subgroups
+# (Qwen2.5 1.5B's q/o 7.4 us against 8.9 with 16 lanes), and so were whole tokens
+UNIT_WIDE_LANES = 16
 
 
 def unit_cluster(units: int, subgroup_size: int) -> int:
@@ -119,8 +129,9 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     "unit-auto" takes only where the kernel computes x itself (a sandwich norm's add,
     wgsl.matvec_unit's ``pre_add``) and "unit-auto-sx" always (on the H200 the groups
     reading x themselves made SmolLM2's and Qwen2.5 1.5B's tokens 3-5% faster, Qwen2.5
-    0.5B's the same: unit_shared_k); "unit-auto-c*" (UNIT_CLUSTERS) give a subgroup's
-    features to groups of fewer lanes ("sub<C>"). ``segments``:
+    0.5B's the same: unit_shared_k). The widest products (the outputs) give a subgroup's
+    features to groups of fewer lanes ("sub<C>", UNIT_WIDE_LANES), and "unit-auto-c*"
+    (UNIT_CLUSTERS) every subgroup-wide product. ``segments``:
     the types are several products' (Q, K, V), N their features in all, one weight a
     feature."""
     n_w = 1 if segments else len(types)
@@ -133,8 +144,11 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
             width = N * n_w
             group, F = "sub", 4 if width >= 32768 else 2 if width >= 8192 else 1
             if variant in UNIT_CLUSTERS:
-                c = min(UNIT_CLUSTERS[variant] or unit_cluster(K // 32, subgroup_size), subgroup_size)
-                group = f"sub{c}" if c < subgroup_size else "sub"
+                c = UNIT_CLUSTERS[variant] or unit_cluster(K // 32, subgroup_size)
+            else:
+                c = unit_cluster(K // 32, min(UNIT_WIDE_LANES, subgroup_size)) if F == 4 else subgroup_size
+            c = min(c, subgroup_size)
+            group = f"sub{c}" if c < subgroup_size else "sub"
     elif variant in UNIT_FEATS:
         group, F = ("wg" if "-wg" in variant else "sub"), UNIT_FEATS[variant]
     else:
