@@ -117,7 +117,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 python3 -c "
 from cera_backend_vulkan.backend import VulkanBackend
 b = VulkanBackend(); print(b.probe().device); print('subgroup size', b.ctx.subgroup_size)"
-echo "commit ${COMMIT:-unknown}"
+# the device tool's copy of the tree may carry an older .git than the files: the files
+# that differ from that commit name the code that ran
+echo "commit ${COMMIT:-unknown}; files differing from it: $(git status --porcelain 2>/dev/null | wc -l)"
+git status --porcelain 2>/dev/null | head -20
 } 2>&1
 
 [ $REAL = 1 ] && {
