@@ -153,7 +153,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
         group, F = ("wg" if "-wg" in variant else "sub"), UNIT_FEATS[variant]
     else:
         return None
-    lanes = int(group[3:]) if group.startswith("sub") and group != "sub" else subgroup_size
+    lanes = wgsl.group_lanes(group) or subgroup_size
     per = F if group == "wg" else F * max(1, wgsl.MV_WG // lanes)
     x_bytes = rows * K * 4
     # the workgroup's sums (group "wg": 32 floats a sum, a fused norm's included) share

@@ -45,7 +45,16 @@ from .hybrid import CONV_MAX, conv_causal, moe_down, moe_logits, moe_route, moe_
 from .pointwise import NORM_WG, elementwise, norm
 from .products import MATMUL_TILES, MV_ROWS, MV_WG, SEG_BASE, TK, TM, matmul, matvec, matvec_segments, matvec_sg
 from .products_blk import BYTES4, DQ32, DQ32_GENERIC, DQ32_VEC, V32, WIN8, dq32_lib, matvec_blk, vec_bindings, vec_view
-from .products_unit import UNIT_DECODERS, UNIT_GENERIC, UNIT_LAYOUT, UNIT_VEC4, UNIT_XOFF, matvec_unit, unit_layout
+from .products_unit import (
+    UNIT_DECODERS,
+    UNIT_GENERIC,
+    UNIT_LAYOUT,
+    UNIT_VEC4,
+    UNIT_XOFF,
+    group_lanes,
+    matvec_unit,
+    unit_layout,
+)
 from .rows import (
     SELECT_WG,
     embedding,
@@ -90,6 +99,7 @@ __all__ = [
     "UNIT_DECODERS",
     "UNIT_GENERIC",
     "unit_layout",
+    "group_lanes",
     "matvec_unit",
     "V32",
     "WIN8",

@@ -221,6 +221,12 @@ def _eight_vectors(src: str) -> str:
     return re.sub(r"\bx\[([0-7])\]", r"x_\1", src)
 
 
+def group_lanes(group: str) -> int:
+    """The lanes of a "sub<C>" group of `matvec_unit` (C); 0 for "sub" (a whole subgroup)
+    and "wg"."""
+    return int(group[3:]) if group.startswith("sub") and group != "sub" else 0
+
+
 def unit_layout(types: tuple[str, ...]) -> str:
     """The unit layout a product of these weight types runs with: their own when they
     share one, else "lin" (each type through its own "lin" decoder, else dq8's)."""
@@ -340,7 +346,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     if norm:
         sums += [f"q{r}" for r in range(R)]
     reducer = ""
-    C = int(group[3:]) if group.startswith("sub") and group != "sub" else 0  # lanes a cluster
+    C = group_lanes(group)
     if group == "wg":
         decl1, reduce = _reduce_onepass(sums)
         reducer = decl1
