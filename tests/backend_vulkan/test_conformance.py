@@ -342,7 +342,7 @@ def _f16_attention_cases():
 
 
 @needs_vulkan
-@pytest.mark.parametrize("kernel", ["lanes", "lanes-split", "chunked"])
+@pytest.mark.parametrize("kernel", ["lanes", "lanes-split", "tiles", "chunked"])
 @pytest.mark.parametrize("case", _f16_attention_cases(), ids=str)
 def test_attention_kernels_f16(case, kernel, monkeypatch):
     """The kernels of attention over an f16 cache against the reference: "lanes" (the

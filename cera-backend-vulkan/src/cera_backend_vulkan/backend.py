@@ -382,7 +382,11 @@ class VulkanBackend(Backend):
         # so report the memory limit the user gave, if any, else nothing
         memory = self.memory_limit
         feats = [f for f in gpu.WANTED_FEATURES if f in set(self.adapter.features)]
-        desc = f"{gpu.describe(self.adapter)}; features: {', '.join(feats) or 'none'}; largest binding {int(lim['max-storage-buffer-binding-size']) >> 20} MiB"
+        checks = ", ".join(gpu.shader_checks()) or "none"
+        desc = (
+            f"{gpu.describe(self.adapter)}; features: {', '.join(feats) or 'none'}; "
+            f"largest binding {int(lim['max-storage-buffer-binding-size']) >> 20} MiB; shader checks: {checks}"
+        )
         return DeviceInfo(usable=True, device=desc, memory_bytes=memory, software=gpu.is_software(self.adapter))
 
     # -- weights and state --------------------------------------------------------------------

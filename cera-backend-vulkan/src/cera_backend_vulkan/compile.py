@@ -176,8 +176,11 @@ def unit_shared_k(variant: str, shared_k: int, pre_add: bool = False) -> int:
 # over ATT_SPLIT workgroups a (row, head) where the cache holds ATT_SPLIT_MIN_CAP cells or
 # more on a GPU (flash-decoding: a decode step otherwise walks a long context's chunks in
 # as many workgroups as it has heads); "lanes-whole" never split, "lanes-split" always
-# (where the rows allow: VulkanExecutable._attention_split); "chunked" (wgsl.attention)
-ATTENTION_KERNELS = ("lanes", "lanes-whole", "lanes-split", "chunked")
+# (where the rows allow: VulkanExecutable._attention_split); "chunked" (wgsl.attention).
+# A prompt pass's rows (those the tiled products take) go through wgsl.attention_tiles
+# under "lanes" on a GPU; "tiles" takes it for every pass but the row-exact ones (the
+# tests run it so on lavapipe, where "lanes" never picks it)
+ATTENTION_KERNELS = ("lanes", "lanes-whole", "lanes-split", "tiles", "chunked")
 ATT_SPLIT = 16
 ATT_SPLIT_MIN_CAP = 1024
 
@@ -1101,6 +1104,11 @@ class VulkanExecutable(Executable):
         kind = self.kv_type
         name = self._attention_kernel
         if name != "chunked" and kind == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256:
+            if self._attention_tiles(name, n):
+                tiles = -(-n // wgsl.ATT_TILE_ROWS)
+                self._emit(("attention_tiles", dv, dk), lambda: wgsl.attention_tiles(dv, dk), params,
+                           self.n_seq * tiles * heads, binds=kvb, read_only=(2, 3, 4), label="attention (tiles)")  # fmt: skip
+                return
             sg = self.ctx.subgroups
             S = self._attention_split(name, n, cap)
             if S > 1:
@@ -1125,6 +1133,16 @@ class VulkanExecutable(Executable):
                 f"backend 'vulkan': attention kernel {name!r} is not one of {', '.join(ATTENTION_KERNELS)}"
             )
         return name
+
+    def _attention_tiles(self, name: str, n: int) -> bool:
+        """Whether a pass of ``n`` rows takes wgsl.attention_tiles: under "tiles" unless
+        its rows are row-exact; under "lanes" where the products are tiled for its rows
+        (a prompt pass on a GPU: VulkanExecutable._tiled's rule without the depth)."""
+        if name == "tiles":
+            return self.row_mode != 1
+        if name != "lanes" or self.ctx.software or self.row_mode == 1:
+            return False
+        return self.row_mode == 2 or n > wgsl.MV_ROWS
 
     def _attention_split(self, name: str, n: int, cap: int) -> int:
         """Workgroups a (query row, head) of wgsl.attention_lanes splits its cells over:

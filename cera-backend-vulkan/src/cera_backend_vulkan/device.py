@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 
-from cera.errors import BackendUnavailable
+from cera.errors import BackendUnavailable, InvalidOptions
 
 _lock = threading.Lock()
 _adapters: list | None = None
@@ -22,6 +22,34 @@ _contexts: dict[int, GpuContext] = {}
 # timestamps inside a pass let that profile time the dispatches where they run, in the
 # token's one pass (without them each dispatch gets a pass of its own).
 WANTED_FEATURES = ("timestamp-query", "timestamp-query-inside-passes", "shader-f16", "subgroup")
+
+# The checks wgpu compiles into every shader by default: "bounds" clamps each array index
+# (naga's Restrict policy: a min() per access of a workgroup or private array, and of a
+# buffer where the driver lacks robust buffer access), "loops" gives each loop a hidden
+# iteration counter so that a shader cannot hang the GPU. cera's kernels are generated
+# and tested here (the conformance suite runs every one against the reference), so by
+# default they are compiled without either, through wgpu-native's
+# wgpuDeviceCreateShaderModuleTrusted; CERA_VULKAN_SHADER_CHECKS=all restores wgpu's
+# default, "bounds" or "loops" one of them.
+SHADER_CHECKS = {"bounds": 0x1, "loops": 0x2}
+SHADER_CHECKS_ENV = "CERA_VULKAN_SHADER_CHECKS"
+
+
+def shader_checks() -> tuple[str, ...]:
+    """The runtime checks asked for by CERA_VULKAN_SHADER_CHECKS ("none" by default)."""
+    raw = os.environ.get(SHADER_CHECKS_ENV, "none").strip().lower()
+    if raw in ("", "none"):
+        return ()
+    if raw == "all":
+        return tuple(SHADER_CHECKS)
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    bad = [n for n in names if n not in SHADER_CHECKS]
+    if bad:
+        raise InvalidOptions(
+            f"backend 'vulkan': {SHADER_CHECKS_ENV}={raw!r}: unknown check(s) {', '.join(map(repr, bad))}; "
+            f"use none, all, or a comma-separated list of {', '.join(SHADER_CHECKS)}"
+        )
+    return tuple(n for n in SHADER_CHECKS if n in names)
 
 
 def _wgpu():
@@ -101,6 +129,7 @@ class GpuContext:
         self.uniform_align = max(256, int(self.limits["min-uniform-buffer-offset-alignment"]))
         self.storage_align = int(self.limits["min-storage-buffer-offset-alignment"])
         self.queue = self.device.queue
+        self.shader_checks = shader_checks()
         # a subgroup computes one output feature of a matvec; a workgroup holds
         # MV_WG / subgroup-size of them, so the grid is sized for the smallest size the
         # adapter may choose (wgpu reports the range)
@@ -122,7 +151,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(subgroup_size) s: u32)
 """
         buf = self.device.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
         pipe = self.device.create_compute_pipeline(
-            layout="auto", compute={"module": self.device.create_shader_module(code=code), "entry_point": "main"}
+            layout="auto", compute={"module": self.shader_module(code), "entry_point": "main"}
         )
         bg = self.device.create_bind_group(
             layout=pipe.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buf}}]
@@ -136,6 +165,32 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(subgroup_size) s: u32)
         self.queue.submit([enc.finish()])
         size = int.from_bytes(bytes(self.queue.read_buffer(buf, 0, 4)), "little")
         return size if size in (4, 8, 16, 32, 64, 128) else 32
+
+    def shader_module(self, code: str):
+        """A WGSL module compiled with the runtime checks in ``self.shader_checks`` only.
+
+        wgpu's Python API has no call for a module without checks, so this one goes to
+        wgpu-native's C function through wgpu's own cffi bindings (wgpu 0.32 pinned by
+        the distribution: the names below are that version's)."""
+        if set(self.shader_checks) == set(SHADER_CHECKS):
+            return self.device.create_shader_module(code=code)
+        from wgpu.backends.wgpu_native import _api
+
+        flags = 0
+        for name in self.shader_checks:
+            flags |= SHADER_CHECKS[name]
+        source = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
+        source[0].chain.next = _api.ffi.NULL
+        source[0].chain.sType = _api.lib.WGPUSType_ShaderSourceWGSL
+        descriptor = _api.new_struct_p(
+            "WGPUShaderModuleDescriptor *",
+            nextInChain=_api.ffi.cast("WGPUChainedStruct *", source),
+            label=_api.to_c_string_view(""),
+        )
+        handle = _api.libf.wgpuDeviceCreateShaderModuleTrusted(self.device._internal, descriptor, flags)
+        if handle == _api.ffi.NULL:
+            raise RuntimeError("wgpu-native returned no shader module")
+        return _api.GPUShaderModule("", handle, self.device)
 
     @property
     def timestamps(self) -> bool:
@@ -160,7 +215,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(subgroup_size) s: u32)
         layout = self.device.create_bind_group_layout(entries=entries)
         code = source()
         try:
-            module = self.device.create_shader_module(code=code)
+            module = self.shader_module(code)
             pipe = self.device.create_compute_pipeline(
                 layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
                 compute={"module": module, "entry_point": "main"},
