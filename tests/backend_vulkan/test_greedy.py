@@ -16,7 +16,8 @@ backends (the logits themselves by up to 1.2), so MARGIN = 0.5 leaves room.
   graph and device argmax), and every step with a clear choice must agree.
 - `test_teacher_forced`: both backends evaluate the CPU's whole continuation as one
   prompt pass with every row's logits; at every position whose CPU margin exceeds MARGIN
-  the two argmaxes must agree (this checks every position, not only the prefix).
+  the two argmaxes must agree (this checks every position, not only the prefix); on
+  SmolLM2 under both prompt attention kernels.
 - `test_logits_on_other_tensor_types_match_the_reference`: SmolLM2 requantized to the
   types the real files lack, against the reference backend (see its docstring for why
   not the CPU there).
@@ -31,6 +32,13 @@ from .conftest import needs_vulkan
 
 MARGIN = 0.5
 PROMPT = "The three primary colours are"
+# 59 tokens, 75 with the continuation: a pass over more than one chunk (64) of cells
+LONG_PROMPT = (
+    "Mixing paint is a lesson in subtraction: each pigment absorbs part of the light, so "
+    "every colour added takes something away, and a careless mix turns brown. Painters "
+    "learn early which colours cannot be mixed from others. Asked to name them, a teacher "
+    "would say that the three primary colours are"
+)
 
 
 def _load(path, device):
@@ -91,13 +99,13 @@ def _check_continuation(path, n):
         vk.close()
 
 
-def _check_forced(path, n):
+def _check_forced(path, n, prompt=PROMPT):
     from cera.graph import ALL_LOGITS
     from cera.runtime import SeqStep
 
     cpu, vk = _load(path, "cpu"), _load(path, "vulkan")
     try:
-        ids = cpu.tokenize(PROMPT)
+        ids = cpu.tokenize(prompt)
         want, _ = _cpu_greedy(cpu, ids, n)
         seq = ids + want
         outs = []
@@ -124,8 +132,13 @@ def test_greedy_continuation_smollm2(smollm2_path):
 
 
 @needs_vulkan
-def test_teacher_forced_smollm2(smollm2_path):
-    _check_forced(smollm2_path, 16)
+@pytest.mark.parametrize("attention", ["lanes", "tiles"])
+def test_teacher_forced_smollm2(smollm2_path, attention, monkeypatch):
+    """Every position of a whole-sequence pass of over 64 tokens; under "tiles" its
+    attention goes through wgsl.attention_tiles (a GPU's prompt kernel; lavapipe's
+    default keeps the per-row one)."""
+    monkeypatch.setenv("CERA_VULKAN_ATTENTION", attention)
+    _check_forced(smollm2_path, 16, LONG_PROMPT)
 
 
 @needs_vulkan
