@@ -45,8 +45,15 @@ MAX_GRID = 65535
 # rows a tile (wgsl.matmul); "auto-m32" takes 32-row tiles where 64-row ones would make
 # fewer than MATMUL_SMALL_GRID workgroups (Qwen2.5 1.5B's 1536-feature products over 512
 # rows: 192 workgroups for the H200's 132 multiprocessors), else 4x4
-MATMUL_KERNELS = {"4x4": (4, 64), "4x8": (8, 64), "4x4-m32": (4, 32), "auto-m32": None}
+MATMUL_KERNELS = {"4x4": (4, 64), "4x8": (8, 64), "4x4-m32": (4, 32), "auto-m32": None, "4x4-split": (4, 64)}
 MATMUL_SMALL_GRID = 256
+# "4x4-split": 4x4, its depth split (wgsl.matmul's splits, then wgsl.matmul_splits) where
+# the grid has fewer than MATMUL_SPLIT_GRID workgroups (about 8 for each of the H200's
+# 132 multiprocessors), into as many spans as bring it there, at most MATMUL_SPLITS, each
+# of MATMUL_SPLIT_STEPS steps of 32 columns or more
+MATMUL_SPLIT_GRID = 1024
+MATMUL_SPLITS = 8
+MATMUL_SPLIT_STEPS = 8
 # on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time,
 # and auto-m32 / 4x4-m32 in 1.01 / 1.10 (before the kernel's loops were written out)
 MATMUL_DEFAULT = "4x4"
@@ -326,6 +333,7 @@ class VulkanExecutable(Executable):
         self.const_base = at + act_bytes // 4
         self._consts: list[np.ndarray] = []
         self._const_at = self.const_base
+        self._split_at, self._split_words = 0, 0
         self._const_cache: dict = {}
         self.dispatches: list[Dispatch] = []
         self._wrote_pos = False
@@ -706,6 +714,23 @@ class VulkanExecutable(Executable):
         return MATMUL_KERNELS[name]
 
     @staticmethod
+    def matmul_splits(N: int, M: int, K: int, feats: int, tile_rows: int) -> int:
+        """Spans of the depth a tiled product of N features, M rows and depth K is split
+        into under "4x4-split" (1: none)."""
+        groups = -(-N // wgsl.MATMUL_TILES[feats]) * -(-M // tile_rows)
+        if groups >= MATMUL_SPLIT_GRID:
+            return 1
+        s = min(MATMUL_SPLITS, -(-MATMUL_SPLIT_GRID // groups), K // wgsl.TK // MATMUL_SPLIT_STEPS)
+        return s if s >= 2 else 1
+
+    def _split_scratch(self, words: int) -> int:
+        """Scratch for a split product's partial sums, shared by all of them (the dispatches
+        of a pass run one after another): grown when a product needs more."""
+        if words > self._split_words:
+            self._split_at, self._split_words = self._scratch(words), words
+        return self._split_at
+
+    @staticmethod
     def _mv_feats(R: int) -> int:
         """Output features a workgroup of the GPU row kernel computes (sharing x's loads):
         4 for one or two rows, 1 beyond (registers: rows x features sums)."""
@@ -830,9 +855,19 @@ class VulkanExecutable(Executable):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
                 fn, tm = self._matmul_kernel(rows, M)
-                self._emit(("matmul", w.ggml_type, fn, tm), lambda t=w.ggml_type, fn=fn, tm=tm: wgsl.matmul(t, fn, tm), params,
-                           (-(-rows // wgsl.MATMUL_TILES[fn]), -(-M // tm)), binds=[("w", w, bo, bs)], read_only=(2,),
-                           label=f"matmul {w.ggml_type}")  # fmt: skip
+                gx, gy = -(-rows // wgsl.MATMUL_TILES[fn]), -(-M // tm)
+                splits = 1
+                if os.environ.get("CERA_VULKAN_MATMUL", "").strip() == "4x4-split":
+                    splits = self.matmul_splits(rows, M, K, fn, tm)
+                if splits > 1:
+                    params[12] = scratch = self._split_scratch(splits * M * rows)
+                self._emit(("matmul", w.ggml_type, fn, tm, splits),
+                           lambda t=w.ggml_type, fn=fn, tm=tm, s=splits: wgsl.matmul(t, fn, tm, s), params,
+                           (gx * splits, gy), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matmul {w.ggml_type}")  # fmt: skip
+                if splits > 1:
+                    self._emit(("matmul_splits", splits), lambda s=splits: wgsl.matmul_splits(s),
+                               [rows, M, scratch, out_off, N, b, res, res_stride, r0], -(-(rows * M) // 64),
+                               label="matmul (splits)")  # fmt: skip
                 continue
             self._row_product((w.ggml_type,), None, [("w", w, bo, bs)], params, K, M, rows, x_off, xs, fuse,
                               f"matvec {w.ggml_type}")  # fmt: skip

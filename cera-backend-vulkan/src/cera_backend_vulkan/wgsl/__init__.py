@@ -46,7 +46,19 @@ from .common import ACTIVATIONS, ARENA_F32, ARENA_U32, GRID, HEADER, SEQ_FN, WG
 from .encdec import im2col, store_cross
 from .hybrid import CONV_MAX, conv_causal, moe_down, moe_logits, moe_route, moe_up, ssm_scan
 from .pointwise import NORM_WG, elementwise, norm
-from .products import MATMUL_TILES, MV_ROWS, MV_WG, SEG_BASE, TK, TM, matmul, matvec, matvec_segments, matvec_sg
+from .products import (
+    MATMUL_TILES,
+    MV_ROWS,
+    MV_WG,
+    SEG_BASE,
+    TK,
+    TM,
+    matmul,
+    matmul_splits,
+    matvec,
+    matvec_segments,
+    matvec_sg,
+)
 from .products_blk import BYTES4, DQ32, DQ32_GENERIC, DQ32_VEC, V32, WIN8, dq32_lib, matvec_blk, vec_bindings, vec_view
 from .products_unit import (
     UNIT_DECODERS,
@@ -96,6 +108,7 @@ __all__ = [
     "MATMUL_TILES",
     "TK",
     "matmul",
+    "matmul_splits",
     "UNIT_LAYOUT",
     "UNIT_XOFF",
     "UNIT_VEC4",

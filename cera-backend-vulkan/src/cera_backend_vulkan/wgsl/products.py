@@ -379,7 +379,7 @@ TM, TK = 64, 32  # the tiled product's tile: rows (the default) and depth (featu
 MATMUL_TILES = {4: 64, 8: 128}
 
 
-def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
+def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, splits: int = 1) -> str:
     """y = x W^T (+ bias) (+ residual) for many rows: a tile of ``tile_rows`` (64 or 32)
     rows x 16 ``feats`` features (MATMUL_TILES) of y per workgroup of 4 ``tile_rows``
     threads, each computing 4 rows x ``feats`` features of it (32 rows: twice the
@@ -398,7 +398,14 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
     vector's components set by name, not by a loop's index) and the depth loop eight
     steps a pass: written as loops, the H200 ran the prompt pass 1.55x slower (Qwen2.5
     1.5B's pp512 3090 against 4780 tokens/s), its compiler keeping the indexed vectors
-    in memory or the loop rolled."""
+    in memory or the loop rolled.
+
+    ``splits`` > 1 (split-K): the depth is cut into that many spans of whole 32-column
+    steps, each taken by its own workgroups (the grid's x holds splits x feature tiles),
+    which write their partial sums to scratch (P 12: its offset; [split][row][feature],
+    no bias, no residual) for `matmul_splits`. A product of few feature tiles over a
+    prompt (Qwen2.5 1.5B's 1536 features x 512 rows: 192 workgroups of 256 threads for
+    132 multiprocessors) otherwise leaves most of the GPU's threads idle."""
     FN = feats
     TN = MATMUL_TILES[FN]
     T = 4 * tile_rows  # threads: 16 groups of features x tile_rows / 4 groups of rows
@@ -417,6 +424,30 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
     stores = "".join(
         f"    store(m0 + ty * 4u + {i}u, n0 + tx * {FN}u + {j}u, c{i}_{j});\n" for i in range(4) for j in range(FN)
     )
+    if splits == 1:
+        span = f"    let n0 = wid.x * {TN}u;\n    let k_lo = 0u; let k_hi = K;\n"
+        store_fn = """fn store(m: u32, n: u32, v: f32) {
+    if (m >= P(2u) || n >= P(1u)) { return; }
+    let col = n + P(10u);
+    var y = v;
+    if (P(7u) != 0u) { y += A[P(7u) - 1u + col]; }
+    if (P(8u) != 0u) { y += A[P(8u) - 1u + m * P(9u) + col]; }
+    A[P(5u) + m * P(6u) + col] = y;
+}"""
+    else:
+        # this workgroup's span of the depth: whole steps, the last spans possibly empty
+        span = f"""    let ntn = nwg.x / {splits}u;
+    let sp = wid.x / ntn;
+    let n0 = (wid.x % ntn) * {TN}u;
+    let steps = K / {TK}u; let per = (steps + {splits - 1}u) / {splits}u;
+    let k_lo = min(steps, sp * per) * {TK}u; let k_hi = min(steps, (sp + 1u) * per) * {TK}u;
+"""
+        store_fn = """var<private> sp_: u32;
+fn store(m: u32, n: u32, v: f32) {
+    if (m >= P(2u) || n >= P(1u)) { return; }
+    A[P(12u) + (sp_ * P(2u) + m) * P(1u) + n] = v;
+}"""
+        span += "    sp_ = sp;\n"
 
     def xload(ind: str, col: str) -> str:
         out = f"{ind}{{ let m = m0 + 8u * xr;\n"
@@ -427,7 +458,7 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
             )
         return out + f"{ind}}}\n"
 
-    xload0, xload1 = xload("    ", "xc"), xload("            ", "k1 + xc")
+    xload0, xload1 = xload("    ", "k_lo + xc"), xload("            ", "k1 + xc")
     steps = "".join(f"          {{ let k = k8 + {u}u;\n{inner}          }}\n" for u in range(8))
     depth = f"        for (var k8 = 0u; k8 < {TK}u; k8 += 8u) {{\n{steps}        }}\n"
     wdecl = "".join(
@@ -452,19 +483,12 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM) -> str:
 // (a padded stride: a depth's 16-byte stores of consecutive threads fall in different banks)
 var<workgroup> xs: array<vec4<f32>, {TK * SX}>;
 var<workgroup> ws: array<vec4<f32>, {TK * SW}>;
-fn store(m: u32, n: u32, v: f32) {{
-    if (m >= P(2u) || n >= P(1u)) {{ return; }}
-    let col = n + P(10u);
-    var y = v;
-    if (P(7u) != 0u) {{ y += A[P(7u) - 1u + col]; }}
-    if (P(8u) != 0u) {{ y += A[P(8u) - 1u + m * P(9u) + col]; }}
-    A[P(5u) + m * P(6u) + col] = y;
-}}
+{store_fn}
 @compute @workgroup_size({T})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
     let K = P(0u); let N = P(1u); let M = P(2u);
     let xo = P(3u); let xstride = P(4u); let wrow = P(11u);
-    let n0 = wid.x * {TN}u; let m0 = wid.y * {tile_rows}u;
+{span}    let m0 = wid.y * {tile_rows}u;
     let tx = t & 15u; let ty = t >> 4u;
 {acc_decl}
     // the weight groups this thread decodes: features n0 + wn (wn = t / 4, + T / 4 ...),
@@ -475,18 +499,46 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // columns: coalesced), rows 8 xr .. 8 xr + 7, stored as two 16-byte words
     let xc = t & 31u; let xr = t >> 5u;
     var xr0 = vec4<f32>(0.0); var xr1 = vec4<f32>(0.0);
-{xload0}{wload.format(ind="    ", g="0u")}    let kb = wg * 8u;
-    for (var k0 = 0u; k0 < K; k0 += {TK}u) {{
+{xload0}{wload.format(ind="    ", g="k_lo / 8u")}    let kb = wg * 8u;
+    for (var k0 = k_lo; k0 < k_hi; k0 += {TK}u) {{
         xs[xc * {SX}u + 2u * xr] = xr0; xs[xc * {SX}u + 2u * xr + 1u] = xr1;
 {wstore}        workgroupBarrier();
         // the next step's operands, loaded while this step's are multiplied
         let k1 = k0 + {TK}u;
-        if (k1 < K) {{
+        if (k1 < k_hi) {{
 {xload1}{wload.format(ind="            ", g="k1 / 8u")}        }}
 {depth}
         workgroupBarrier();
     }}
 {stores}}}
+"""
+    )
+
+
+def matmul_splits(splits: int) -> str:
+    """The partial sums of a split `matmul` joined: one thread per (row, feature) adds its
+    ``splits`` parts in order, then the bias and the residual as `matmul` does. P: 0 the
+    features of the chunk, 1 rows, 2 the parts' offset, 3 the output's, 4 its row stride,
+    5 bias + 1 (0: none), 6 residual + 1 (0: none), 7 the residual's row stride, 8 the
+    chunk's first feature."""
+    parts = "".join(f"    v += A[P(2u) + ({s}u * M + m) * N + n];\n" for s in range(splits))
+    return (
+        HEADER
+        + ARENA_F32
+        + GRID
+        + f"""
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let N = P(0u); let M = P(1u);
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= N * M) {{ return; }}
+    let m = i / N; let n = i % N;
+    var v = 0.0;
+{parts}    let col = n + P(8u);
+    if (P(5u) != 0u) {{ v += A[P(5u) - 1u + col]; }}
+    if (P(6u) != 0u) {{ v += A[P(6u) - 1u + m * P(7u) + col]; }}
+    A[P(3u) + m * P(4u) + col] = v;
+}}
 """
     )
 
