@@ -50,7 +50,8 @@ MATMUL_SMALL_GRID = 256
 # "4x4-split": 4x4, its depth split (wgsl.matmul's splits, then wgsl.matmul_splits) where
 # the grid has fewer than MATMUL_SPLIT_GRID workgroups (about 8 for each of the H200's
 # 132 multiprocessors), into as many spans as bring it there, at most MATMUL_SPLITS, each
-# of MATMUL_SPLIT_STEPS steps of 32 columns or more
+# of MATMUL_SPLIT_STEPS steps of 32 columns or more. On the H200 (ninth session) it took
+# the Qwens' pp512 3-7% faster and SmolLM2's and Gemma 3's 9-26% slower: not the default
 MATMUL_SPLIT_GRID = 1024
 MATMUL_SPLITS = 8
 MATMUL_SPLIT_STEPS = 8
@@ -700,9 +701,10 @@ class VulkanExecutable(Executable):
         family, name = self._row_kernel
         return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 
-    def _matmul_kernel(self, N: int, M: int) -> tuple[int, int]:
-        """(features a thread, rows a tile) of the tiled kernel (wgsl.matmul) for N
-        features of M rows: ``CERA_VULKAN_MATMUL`` (MATMUL_KERNELS), else MATMUL_DEFAULT."""
+    def _matmul_kernel(self, N: int, M: int, K: int) -> tuple[int, int, int]:
+        """(features a thread, rows a tile, spans of the depth) of the tiled kernel
+        (wgsl.matmul) for N features of M rows of depth K: ``CERA_VULKAN_MATMUL``
+        (MATMUL_KERNELS), else MATMUL_DEFAULT."""
         name = os.environ.get("CERA_VULKAN_MATMUL", "").strip() or MATMUL_DEFAULT
         if name not in MATMUL_KERNELS:
             raise UnsupportedOperation(
@@ -710,8 +712,9 @@ class VulkanExecutable(Executable):
             )
         if name == "auto-m32":
             small = -(-N // wgsl.MATMUL_TILES[4]) * -(-M // wgsl.TM) < MATMUL_SMALL_GRID
-            return (4, 32) if small else (4, wgsl.TM)
-        return MATMUL_KERNELS[name]
+            return (4, 32, 1) if small else (4, wgsl.TM, 1)
+        fn, tm = MATMUL_KERNELS[name]
+        return fn, tm, self.matmul_splits(N, M, K, fn, tm) if name == "4x4-split" else 1
 
     @staticmethod
     def matmul_splits(N: int, M: int, K: int, feats: int, tile_rows: int) -> int:
@@ -854,11 +857,8 @@ class VulkanExecutable(Executable):
         for r0, rows, bo, bs in self._weight_chunks(w, N, row_bytes):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
-                fn, tm = self._matmul_kernel(rows, M)
+                fn, tm, splits = self._matmul_kernel(rows, M, K)
                 gx, gy = -(-rows // wgsl.MATMUL_TILES[fn]), -(-M // tm)
-                splits = 1
-                if os.environ.get("CERA_VULKAN_MATMUL", "").strip() == "4x4-split":
-                    splits = self.matmul_splits(rows, M, K, fn, tm)
                 if splits > 1:
                     params[12] = scratch = self._split_scratch(splits * M * rows)
                 self._emit(("matmul", w.ggml_type, fn, tm, splits),
