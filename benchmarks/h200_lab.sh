@@ -1,33 +1,60 @@
 #!/usr/bin/env bash
 # One H200 call's experiments, after `h200_vulkan.sh quick` (or `run`) installed
-# everything (its LAB): edited per call; the commands and their output are quoted in the
-# session's note.
-# This call (ninth session, first): the kernels compiled without wgpu's runtime checks
-# (CERA_VULKAN_SHADER_CHECKS=none, the new default: no index clamps, no loop counters)
-# against wgpu's default (all), alternated, two rounds: the whole decoded token of each
-# file, then pp512 of each file (the Qwens twice); then the 4x8 tile against 4x4 without the checks.
+# everything (its LAB): edited per session; the commands and their output are quoted in
+# the session's note and in README.md ("Vulkan on an H200").
+# The ninth session's, one part a call (the argument; all four in order without one):
+#   checks     the kernels without wgpu's runtime checks (CERA_VULKAN_SHADER_CHECKS=none,
+#              the default) against wgpu's default (all), alternated, two rounds: the
+#              whole decoded token of each file, pp512 of each file (the Qwens twice);
+#              then the 4x8 tile against 4x4
+#   profile    pp512 and `cera bench --profile` of each file (a decoded token and a
+#              prompt pass of 512, per kernel)
+#   attention  pp512 under CERA_VULKAN_ATTENTION=lanes-whole (each row's attention on its
+#              own) and lanes (prompt passes in tiles), alternated, two rounds
+#   split      pp512 under CERA_VULKAN_MATMUL=4x4 and 4x4-split, alternated, two rounds
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
-#   LAB="bash benchmarks/h200_lab.sh" bash benchmarks/h200_vulkan.sh quick
-# or inside the full run (carry .gl, .whl, .dev): LAB_EARLY=1 LAB="bash benchmarks/h200_lab.sh" ... run
+#   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
-for rep in 1 2; do
-    for m in /tmp/models/*.gguf; do
-        for c in all none; do
-            echo -n "checks $c: "; CERA_VULKAN_SHADER_CHECKS=$c timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+pp512() {  # pp512 of file $1 under the environment given after it
+    local m=$1; shift
+    env "$@" timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
+}
+checks() {
+    for rep in 1 2; do
+        for m in /tmp/models/*.gguf; do
+            for c in all none; do
+                echo -n "checks $c: "; CERA_VULKAN_SHADER_CHECKS=$c timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+            done
         done
     done
-done
-for rep in 1 2; do
-    for m in /tmp/models/qwen*.gguf $([ $rep = 1 ] && echo /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf); do
-        for c in all none; do
-            echo -n "pp512 checks $c $(basename "$m"): "
-            CERA_VULKAN_SHADER_CHECKS=$c timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
+    for rep in 1 2; do
+        for m in /tmp/models/qwen*.gguf $([ $rep = 1 ] && echo /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf); do
+            for c in all none; do
+                echo -n "pp512 checks $c $(basename "$m"): "; pp512 "$m" CERA_VULKAN_SHADER_CHECKS=$c
+            done
         done
     done
-done
-for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/qwen2.5-coder-0.5b*.gguf; do
-    for k in 4x4 4x8; do
-        echo -n "matmul $k checks none $(basename "$m"): "
-        CERA_VULKAN_MATMUL=$k timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
+    for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/qwen2.5-coder-0.5b*.gguf; do
+        for k in 4x4 4x8; do echo -n "matmul $k checks none $(basename "$m"): "; pp512 "$m" CERA_VULKAN_MATMUL=$k; done
     done
-done
+}
+profile() {
+    for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/qwen2.5-coder-0.5b*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf; do
+        echo "== $(basename "$m")"; timeout 120 cera bench -m "$m" --device vulkan -p 512 -n 1 -r 2 --profile 2>&1 | grep -v "^KV"
+    done
+}
+attention() {
+    for rep in 1 2; do
+        for m in /tmp/models/qwen*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf; do
+            for a in lanes-whole lanes; do echo -n "pp512 attention $a $(basename "$m"): "; pp512 "$m" CERA_VULKAN_ATTENTION=$a; done
+        done
+    done
+}
+split() {
+    for rep in 1 2; do
+        for m in /tmp/models/qwen*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf; do
+            for k in 4x4 4x4-split; do echo -n "pp512 matmul $k $(basename "$m"): "; pp512 "$m" CERA_VULKAN_MATMUL=$k; done
+        done
+    done
+}
+for part in ${1:-checks profile attention split}; do "$part"; done
