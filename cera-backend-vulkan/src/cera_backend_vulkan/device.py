@@ -23,14 +23,13 @@ _contexts: dict[int, GpuContext] = {}
 # token's one pass (without them each dispatch gets a pass of its own).
 WANTED_FEATURES = ("timestamp-query", "timestamp-query-inside-passes", "shader-f16", "subgroup")
 
-# The checks wgpu compiles into every shader by default: "bounds" clamps each array index
-# (naga's Restrict policy: a min() per access of a workgroup or private array, and of a
-# buffer where the driver lacks robust buffer access), "loops" gives each loop a hidden
-# iteration counter so that a shader cannot hang the GPU. cera's kernels are generated
-# and tested here (the conformance suite runs every one against the reference), so by
-# default they are compiled without either, through wgpu-native's
-# wgpuDeviceCreateShaderModuleTrusted; CERA_VULKAN_SHADER_CHECKS=all restores wgpu's
-# default, "bounds" or "loops" one of them.
+# The checks wgpu compiles into every shader by default: "bounds" clamps array and buffer
+# indices (naga's bounds-check policies: a min() per dynamic index), "loops" gives each
+# loop a hidden iteration counter so that a shader cannot hang the GPU. cera's kernels are
+# generated, not user code, and the conformance suite checks them op by op against the
+# reference, so by default they are compiled without either, through wgpu-native's
+# wgpuDeviceCreateShaderModuleTrusted (the H200's prompts ran 4-11% faster);
+# CERA_VULKAN_SHADER_CHECKS=all restores wgpu's default, "bounds" or "loops" one of them.
 SHADER_CHECKS = {"bounds": 0x1, "loops": 0x2}
 SHADER_CHECKS_ENV = "CERA_VULKAN_SHADER_CHECKS"
 
