@@ -79,10 +79,10 @@ def test_clusters_give_a_subgroups_features_to_fewer_lanes():
     # Qwen2.5 1.5B's gate/up (48 units): 16 lanes a group, 8 groups of 2 features a workgroup
     assert unit_plan("unit-auto-cfit", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152) == ("sub16", 2, 16, 1536)
     assert unit_plan("unit-auto-c8", 1536, 8960, ("Q4_K", "Q4_K"), 32, 1, 49152) == ("sub8", 2, 32, 1536)
-    # where the cluster is the whole subgroup the plan is "unit-auto"'s
-    assert unit_plan("unit-auto-cfit", 896, 4864, ("Q5_0", "Q5_0"), 32, 1, 49152) == (
-        unit_plan("unit-auto", 896, 4864, ("Q5_0", "Q5_0"), 32, 1, 49152)
-    )
+    # Qwen2.5 0.5B's gate/up (28 units fill 32 lanes to 0.875): whole subgroups, as
+    # "unit-auto" plans them, 2 features each, 4 subgroups of 32 lanes in 128 threads
+    assert unit_plan("unit-auto-cfit", 896, 4864, ("Q5_0", "Q5_0"), 32, 1, 49152) == ("sub", 2, 8, 896)
+    assert unit_plan("unit-auto", 896, 4864, ("Q5_0", "Q5_0"), 32, 1, 49152) == ("sub", 2, 8, 896)
     assert unit_plan("unit-auto-c16", 1536, 8960, ("Q4_K", "Q4_K"), 8, 1, 49152)[0] == "sub"
     # long rows keep a workgroup a group
     assert unit_plan("unit-auto-c16", 8960, 1536, ("Q4_K",), 32, 1, 49152)[0] == "wg"

@@ -104,6 +104,10 @@ UNIT_FEATS = {"unit": 2, "unit-f1": 1, "unit-f4": 4, "unit-wg1": 1, "unit-wg2": 
 # groups of fewer lanes for the wide products only (UNIT_WIDE_LANES)
 UNIT_CLUSTERS = {"unit-auto-c32": 32, "unit-auto-c16": 16, "unit-auto-c8": 8, "unit-auto-c4": 4, "unit-auto-cfit": 0}
 UNIT_FIT = 0.8
+# the variants that plan per shape (unit_plan's "unit-auto" rules), and those of them
+# that may pass x through shared memory
+UNIT_AUTO = ("unit-auto", "unit-auto-gx", "unit-auto-sx", *UNIT_CLUSTERS)
+UNIT_AUTO_SHARED_X = ("unit-auto", "unit-auto-sx", *UNIT_CLUSTERS)
 # the wide products' (32768 weight rows or more: the outputs) groups: unit_cluster from
 # 16 lanes. On the H200 (eighth session's sweep, alternated) the outputs took 129.9 us
 # not 175.3 (Qwen2.5 1.5B, Q6_K, 48 units: 16 lanes), 21.6 not 31.0 (SmolLM2, Q8_0, 18
@@ -143,7 +147,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     the types are several products' (Q, K, V), N their features in all, one weight a
     feature."""
     n_w = 1 if segments else len(types)
-    if variant in ("unit-auto", "unit-auto-gx", "unit-auto-sx") or variant in UNIT_CLUSTERS:
+    if variant in UNIT_AUTO:
         if not all(t in wgsl.UNIT_DECODERS for t in types):
             return None
         if K // 32 >= 128:
@@ -168,7 +172,7 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     # the adapter's workgroup memory with x
     sums_bytes = (n_w * rows * F + rows) * 32 * 4 if group == "wg" else 0
     fits = x_bytes <= SHARED_X_BYTES and x_bytes + sums_bytes <= shared_bytes
-    shared_k = K if (variant in ("unit-auto", "unit-auto-sx") or variant in UNIT_CLUSTERS) and fits else 0
+    shared_k = K if variant in UNIT_AUTO_SHARED_X and fits else 0
     return group, F, per, shared_k
 
 
