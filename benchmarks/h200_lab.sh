@@ -12,6 +12,8 @@
 #   attention  pp512 under CERA_VULKAN_ATTENTION=lanes-whole (each row's attention on its
 #              own) and lanes (prompt passes in tiles), alternated, two rounds
 #   split      pp512 under CERA_VULKAN_MATMUL=4x4 and 4x4-split, alternated, two rounds
+#   shapes     (for the next session: not run in the ninth) the tiled kernels shape by
+#              shape, vulkan_matmul_sweep.py over 512 rows
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
@@ -56,5 +58,8 @@ split() {
             for k in 4x4 4x4-split; do echo -n "pp512 matmul $k $(basename "$m"): "; pp512 "$m" CERA_VULKAN_MATMUL=$k; done
         done
     done
+}
+shapes() {
+    timeout 300 python3 benchmarks/vulkan_matmul_sweep.py --variants 4x4,4x4-split,4x4-m32,4x8
 }
 for part in ${1:-checks profile attention split}; do "$part"; done
