@@ -60,6 +60,6 @@ split() {
     done
 }
 shapes() {
-    timeout 300 python3 benchmarks/vulkan_matmul_sweep.py --variants 4x4,4x4-split,4x4-m32,4x8
+    timeout 300 python3 benchmarks/vulkan_matmul_sweep.py --variants 4x4,4x4-skew,4x4-split,4x4-m32
 }
 for part in ${1:-checks profile attention split}; do "$part"; done

@@ -34,7 +34,7 @@ def test_op(vulkan, case):
 @pytest.mark.parametrize(
     "case", [c for c in _cases() if c.op == "linear" and "x" not in c.name.split(",")[-1]], ids=str
 )
-@pytest.mark.parametrize("matmul", ["4x4", "4x8", "4x4-m32", "4x4-split"])
+@pytest.mark.parametrize("matmul", ["4x4", "4x8", "4x4-m32", "4x4-split", "4x4-skew"])
 def test_tiled_products(case, matmul, monkeypatch):
     """The tiled kernels of many-row products (a GPU's choice) on every weight type, also
     on a software adapter, whose own choice is the row kernel."""
@@ -114,7 +114,7 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
     )
     compare = conformance._compare
     got = {}
-    for kernel in ("4x4", "4x8", "4x4-m32"):
+    for kernel in ("4x4", "4x8", "4x4-m32", "4x4-skew"):
         monkeypatch.setenv("CERA_VULKAN_MATMUL", kernel)
         seen = []
 
@@ -127,7 +127,7 @@ def test_tiled_kernels_give_the_same_bits(t, monkeypatch):
         b.tiled = True
         conformance.check_op(b, case)
         got[kernel] = seen
-    for other in ("4x8", "4x4-m32"):
+    for other in ("4x8", "4x4-m32", "4x4-skew"):
         for a, b in zip(got["4x4"], got[other], strict=True):
             for name in a:
                 x, y = np.asarray(a[name]), np.asarray(b[name])

@@ -45,13 +45,22 @@ MAX_GRID = 65535
 # rows a tile (wgsl.matmul); "auto-m32" takes 32-row tiles where 64-row ones would make
 # fewer than MATMUL_SMALL_GRID workgroups (Qwen2.5 1.5B's 1536-feature products over 512
 # rows: 192 workgroups for the H200's 132 multiprocessors), else 4x4
-MATMUL_KERNELS = {"4x4": (4, 64), "4x8": (8, 64), "4x4-m32": (4, 32), "auto-m32": None, "4x4-split": (4, 64)}
+MATMUL_KERNELS = {
+    "4x4": (4, 64),
+    "4x8": (8, 64),
+    "4x4-m32": (4, 32),
+    "auto-m32": None,
+    "4x4-split": (4, 64),
+    "4x4-skew": (4, 64),
+}
 MATMUL_SMALL_GRID = 256
 # "4x4-split": 4x4, its depth split (wgsl.matmul's splits, then wgsl.matmul_splits) where
 # the grid has fewer than MATMUL_SPLIT_GRID workgroups (about 8 for each of the H200's
 # 132 multiprocessors), into as many spans as bring it there, at most MATMUL_SPLITS, each
 # of MATMUL_SPLIT_STEPS steps of 32 columns or more. On the H200 (ninth session) it took
-# the Qwens' pp512 3-7% faster and SmolLM2's and Gemma 3's 9-26% slower: not the default
+# the Qwens' pp512 3-7% faster and SmolLM2's and Gemma 3's 9-26% slower: not the default.
+# "4x4-skew": 4x4 with the weights' shared tile skewed against bank conflicts (wgsl.matmul's
+# skew; the same bits; written in the ninth session, not yet timed)
 MATMUL_SPLIT_GRID = 1024
 MATMUL_SPLITS = 8
 MATMUL_SPLIT_STEPS = 8
@@ -705,15 +714,20 @@ class VulkanExecutable(Executable):
         family, name = self._row_kernel
         return (name == "workgroup-1pass" or family == "unit") and bool(self.ctx.subgroups)
 
-    def _matmul_kernel(self, N: int, M: int, K: int) -> tuple[int, int, int]:
-        """(features a thread, rows a tile, spans of the depth) of the tiled kernel
-        (wgsl.matmul) for N features of M rows of depth K: ``CERA_VULKAN_MATMUL``
-        (MATMUL_KERNELS), else MATMUL_DEFAULT."""
+    @staticmethod
+    def _matmul_name() -> str:
         name = os.environ.get("CERA_VULKAN_MATMUL", "").strip() or MATMUL_DEFAULT
         if name not in MATMUL_KERNELS:
             raise UnsupportedOperation(
                 f"backend 'vulkan': CERA_VULKAN_MATMUL={name!r} is not one of {', '.join(MATMUL_KERNELS)}"
             )
+        return name
+
+    def _matmul_kernel(self, N: int, M: int, K: int) -> tuple[int, int, int]:
+        """(features a thread, rows a tile, spans of the depth) of the tiled kernel
+        (wgsl.matmul) for N features of M rows of depth K: ``CERA_VULKAN_MATMUL``
+        (MATMUL_KERNELS), else MATMUL_DEFAULT."""
+        name = self._matmul_name()
         if name == "auto-m32":
             small = -(-N // wgsl.MATMUL_TILES[4]) * -(-M // wgsl.TM) < MATMUL_SMALL_GRID
             return (4, 32, 1) if small else (4, wgsl.TM, 1)
@@ -862,11 +876,12 @@ class VulkanExecutable(Executable):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
                 fn, tm, splits = self._matmul_kernel(rows, M, K)
+                skew = self._matmul_name() == "4x4-skew"
                 gx, gy = -(-rows // wgsl.MATMUL_TILES[fn]), -(-M // tm)
                 if splits > 1:
                     params[12] = scratch = self._split_scratch(splits * M * rows)
-                self._emit(("matmul", w.ggml_type, fn, tm, splits),
-                           lambda t=w.ggml_type, fn=fn, tm=tm, s=splits: wgsl.matmul(t, fn, tm, s), params,
+                self._emit(("matmul", w.ggml_type, fn, tm, splits, skew),
+                           lambda t=w.ggml_type, fn=fn, tm=tm, s=splits, k=skew: wgsl.matmul(t, fn, tm, s, k), params,
                            (gx * splits, gy), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matmul {w.ggml_type}")  # fmt: skip
                 if splits > 1:
                     self._emit(("matmul_splits", splits), lambda s=splits: wgsl.matmul_splits(s),

@@ -379,7 +379,7 @@ TM, TK = 64, 32  # the tiled product's tile: rows (the default) and depth (featu
 MATMUL_TILES = {4: 64, 8: 128}
 
 
-def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, splits: int = 1) -> str:
+def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, splits: int = 1, skew: bool = False) -> str:
     """y = x W^T (+ bias) (+ residual) for many rows: a tile of ``tile_rows`` (64 or 32)
     rows x 16 ``feats`` features (MATMUL_TILES) of y per workgroup of 4 ``tile_rows``
     threads, each computing 4 rows x ``feats`` features of it (32 rows: twice the
@@ -405,7 +405,13 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, splits: int = 1)
     which write their partial sums to scratch (P 12: its offset; [split][row][feature],
     no bias, no residual) for `matmul_splits`. A product of few feature tiles over a
     prompt (Qwen2.5 1.5B's 1536 features x 512 rows: 192 workgroups of 256 threads for
-    132 multiprocessors) otherwise leaves most of the GPU's threads idle."""
+    132 multiprocessors) otherwise leaves most of the GPU's threads idle.
+
+    ``skew``: each group of 8 depth rows of the decoded weights' tile starts 2 words of 16
+    bytes further. Without it, a warp's scalar stores of the weights (4 threads a feature
+    at depths 8 apart) fall in 8 of the 32 banks, 4 ways each, since a depth row is 17 x
+    16 bytes and 8 of them are 32 x 17 words; with it, in all 32. Same arithmetic, same
+    bits."""
     FN = feats
     TN = MATMUL_TILES[FN]
     T = 4 * tile_rows  # threads: 16 groups of features x tile_rows / 4 groups of rows
@@ -415,7 +421,8 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, splits: int = 1)
     acc_decl = "".join(f"    var c{i}_{j} = 0.0;\n" for i in range(4) for j in range(FN))
     comps = "xyzw"
     inner = f"            let xv = xs[k * {SX}u + ty];\n"
-    inner += "".join(f"            let wv{g} = ws[k * {SW}u + {FN // 4}u * tx + {g}u];\n" for g in range(FN // 4))
+    sk = " + sk" if skew else ""
+    inner += "".join(f"            let wv{g} = ws[k * {SW}u{sk} + {FN // 4}u * tx + {g}u];\n" for g in range(FN // 4))
     inner += "".join(
         f"            c{i}_{j} = fma(xv.{comps[i]}, wv{j // 4}.{comps[j % 4]}, c{i}_{j});\n"
         for i in range(4)
@@ -460,7 +467,8 @@ fn store(m: u32, n: u32, v: f32) {
 
     xload0, xload1 = xload("    ", "k_lo + xc"), xload("            ", "k1 + xc")
     steps = "".join(f"          {{ let k = k8 + {u}u;\n{inner}          }}\n" for u in range(8))
-    depth = f"        for (var k8 = 0u; k8 < {TK}u; k8 += 8u) {{\n{steps}        }}\n"
+    skew_k8 = "          let sk = 2u * (k8 >> 3u);\n" if skew else ""
+    depth = f"        for (var k8 = 0u; k8 < {TK}u; k8 += 8u) {{\n{skew_k8}{steps}        }}\n"
     wdecl = "".join(
         f"    let wn{h} = (t >> 2u) + {T // 4 * h}u;\n    let wvalid{h} = n0 + wn{h} < N;\n"
         f"    let wbase{h} = (n0 + wn{h}) * wrow;\n    var wr{h} = V8(vec4<f32>(0.0), vec4<f32>(0.0));\n"
@@ -472,7 +480,7 @@ fn store(m: u32, n: u32, v: f32) {
         wstore += f"        {{ let q = wn{h} >> 2u; let c = wn{h} & 3u;\n"
         for e in range(8):
             half, comp = ("a", "b")[e // 4], comps[e % 4]
-            wstore += f"          ws[(kb + {e}u) * {SW}u + q][c] = wr{h}.{half}.{comp};\n"
+            wstore += f"          ws[(kb + {e}u) * {SW}u{' + 2u * wg' if skew else ''} + q][c] = wr{h}.{half}.{comp};\n"
         wstore += "        }\n"
     return (
         HEADER
@@ -482,7 +490,7 @@ fn store(m: u32, n: u32, v: f32) {
 // depth k, then groups of 4 rows (features): element [k][4 q + c] at [k * stride + q].c
 // (a padded stride: a depth's 16-byte stores of consecutive threads fall in different banks)
 var<workgroup> xs: array<vec4<f32>, {TK * SX}>;
-var<workgroup> ws: array<vec4<f32>, {TK * SW}>;
+var<workgroup> ws: array<vec4<f32>, {TK * SW + (2 * TK // 8 if skew else 0)}>;
 {store_fn}
 @compute @workgroup_size({T})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
