@@ -848,7 +848,7 @@ class VulkanExecutable(Executable):
                 params = [K, rows, M, self.off(x), xs, self.off(glu.out), N, 0, 0, 0, r0, g.row_bytes,
                           u.row_bytes] + nparams  # fmt: skip
                 self._row_product(types, kind, [("w", g, bo, bs), ("w", u, uo, us)], params, K, M, rows,
-                                  self.off(x), xs, fuse, f"matvec+{kind} {types[0]}")  # fmt: skip
+                                  self.off(x), xs, fuse, f"matvec+{kind} {types[0]} {K}x{N}")  # fmt: skip
         else:
             for i, node in enumerate(step.nodes):
                 _, wref, bias = node.args
@@ -882,14 +882,14 @@ class VulkanExecutable(Executable):
                     params[12] = scratch = self._split_scratch(splits * M * rows)
                 self._emit(("matmul", w.ggml_type, fn, tm, splits, skew),
                            lambda t=w.ggml_type, fn=fn, tm=tm, s=splits, k=skew: wgsl.matmul(t, fn, tm, s, k), params,
-                           (gx * splits, gy), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matmul {w.ggml_type}")  # fmt: skip
+                           (gx * splits, gy), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matmul {w.ggml_type} {K}x{N}")  # fmt: skip
                 if splits > 1:
                     self._emit(("matmul_splits", splits), lambda s=splits: wgsl.matmul_splits(s),
                                [rows, M, scratch, out_off, N, b, res, res_stride, r0], -(-(rows * M) // 64),
                                label="matmul (splits)")  # fmt: skip
                 continue
             self._row_product((w.ggml_type,), None, [("w", w, bo, bs)], params, K, M, rows, x_off, xs, fuse,
-                              f"matvec {w.ggml_type}")  # fmt: skip
+                              f"matvec {w.ggml_type} {K}x{N}")  # fmt: skip
 
     def _row_product(self, types: tuple, kind: str | None, binds: list, params: list, K: int, M: int, rows: int,
                      x_off: int, xs: int, fuse: bool, label: str) -> None:  # fmt: skip
@@ -964,16 +964,17 @@ class VulkanExecutable(Executable):
             at += -(-N // F) * F
         params[1] = at
         types = tuple(types)
+        shape = f"{K}x{sum(self.weights[n.args[1].name].shape[1] for n in step.nodes)}"
         if blk:
             vec = self._mv_vec
             binds, ro = self._vec_binds(binds)
             self._emit(("matvec_blk_seg", types, R, F, fuse, lanes, vec), lambda: wgsl.matvec_blk(types, None, R, F, fuse, lanes, True, vec),
                        params, at // F, binds=binds, read_only=ro,
-                       label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
+                       label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))} {shape}")  # fmt: skip
             if residual is None and step.residual is not None:
                 self._op_add(step.residual[0])
             return
-        label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))}"
+        label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))} {shape}"
         if unit:
             grp, UF, per, sk = unit
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
@@ -988,7 +989,7 @@ class VulkanExecutable(Executable):
         sg, one = self.ctx.subgroups, self._mv_onepass
         self._emit(("matvec_seg", types, R, sg, fuse, F, one), lambda: wgsl.matvec_segments(types, sg, R, fuse, F, one), params,
                    at // F, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
-                   label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))}")  # fmt: skip
+                   label=f"matvec x{len(types)} {'/'.join(sorted(set(types)))} {shape}")  # fmt: skip
         if residual is None and step.residual is not None:
             self._op_add(step.residual[0])
 

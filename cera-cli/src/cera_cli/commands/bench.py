@@ -140,7 +140,7 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
             click.echo(f"kernels of {what} ({sum(k['count'] for k in ks)} dispatches, {total / 1e3:.1f} us on the device, "
                        f"timestamps between the dispatches, which add to each):")  # fmt: skip
             for k in ks:
-                click.echo(f"  {k['kernel']:28s} {k['count']:5d} x {k['ns'] / 1e3:10.1f} us  {100 * k['ns'] / max(total, 1):5.1f} %")
+                click.echo(f"  {k['kernel']:36s} {k['count']:5d} x {k['ns'] / 1e3:10.1f} us  {100 * k['ns'] / max(total, 1):5.1f} %")
 
 
 def _kernel_profile(loaded, rng, n_tokens: int = 1) -> list[dict]:
