@@ -24,7 +24,8 @@
 #
 # Carried folders (all ignored by git; see benchmarks/README.md, "Vulkan on an H200"):
 #   .gl/    libvulkan1 and friends (the device tool's README)
-#   .whl/   wgpu, rendercanvas, sniffio, cffi, pycparser, gguf, llguidance wheels for cp312
+#   .whl/   wgpu, rendercanvas, sniffio, cffi, pycparser, gguf, llguidance, diskcache wheels
+#           for cp312 (diskcache: llama-cpp-python imports it)
 #   .dev/   debs/ (glslc, libshaderc1, libvulkan-dev, spirv-headers from trixie),
 #           lcp.tar.xz (the llama-cpp-python sdist without its vocab files, docs, git),
 #           skel/*.skel (gguf_skeleton.py skeletons of the real files)
