@@ -723,16 +723,17 @@ class VulkanExecutable(Executable):
             )
         return name
 
-    def _matmul_kernel(self, N: int, M: int, K: int) -> tuple[int, int, int]:
-        """(features a thread, rows a tile, spans of the depth) of the tiled kernel
+    def _matmul_kernel(self, N: int, M: int, K: int) -> tuple[int, int, int, bool]:
+        """(features a thread, rows a tile, spans of the depth, skew) of the tiled kernel
         (wgsl.matmul) for N features of M rows of depth K: ``CERA_VULKAN_MATMUL``
         (MATMUL_KERNELS), else MATMUL_DEFAULT."""
         name = self._matmul_name()
         if name == "auto-m32":
             small = -(-N // wgsl.MATMUL_TILES[4]) * -(-M // wgsl.TM) < MATMUL_SMALL_GRID
-            return (4, 32, 1) if small else (4, wgsl.TM, 1)
+            return (4, 32, 1, False) if small else (4, wgsl.TM, 1, False)
         fn, tm = MATMUL_KERNELS[name]
-        return fn, tm, self.matmul_splits(N, M, K, fn, tm) if name == "4x4-split" else 1
+        splits = self.matmul_splits(N, M, K, fn, tm) if name == "4x4-split" else 1
+        return fn, tm, splits, name == "4x4-skew"
 
     @staticmethod
     def matmul_splits(N: int, M: int, K: int, feats: int, tile_rows: int) -> int:
@@ -875,18 +876,16 @@ class VulkanExecutable(Executable):
         for r0, rows, bo, bs in self._weight_chunks(w, N, row_bytes):
             params = [K, rows, M, x_off, xs, out_off, N, b, res, res_stride, r0, row_bytes, 0] + nparams
             if tiled:
-                fn, tm, splits = self._matmul_kernel(rows, M, K)
-                skew = self._matmul_name() == "4x4-skew"
+                fn, tm, splits, skew = self._matmul_kernel(rows, M, K)
                 gx, gy = -(-rows // wgsl.MATMUL_TILES[fn]), -(-M // tm)
                 if splits > 1:
-                    params[12] = scratch = self._split_scratch(splits * M * rows)
+                    params[12] = self._split_scratch(splits * M * rows)
                 self._emit(("matmul", w.ggml_type, fn, tm, splits, skew),
                            lambda t=w.ggml_type, fn=fn, tm=tm, s=splits, k=skew: wgsl.matmul(t, fn, tm, s, k), params,
                            (gx * splits, gy), binds=[("w", w, bo, bs)], read_only=(2,), label=f"matmul {w.ggml_type} {K}x{N}")  # fmt: skip
                 if splits > 1:
-                    self._emit(("matmul_splits", splits), lambda s=splits: wgsl.matmul_splits(s),
-                               [rows, M, scratch, out_off, N, b, res, res_stride, r0], -(-(rows * M) // 64),
-                               label="matmul (splits)")  # fmt: skip
+                    self._emit(("matmul_splits", splits), lambda s=splits: wgsl.matmul_splits(s), params,
+                               -(-(rows * M) // 64), label="matmul (splits)")  # fmt: skip
                 continue
             self._row_product((w.ggml_type,), None, [("w", w, bo, bs)], params, K, M, rows, x_off, xs, fuse,
                               f"matvec {w.ggml_type} {K}x{N}")  # fmt: skip
@@ -948,11 +947,12 @@ class VulkanExecutable(Executable):
         if pre:
             params += self._pre_params
         params += [0] * (wgsl.SEG_BASE - len(params))
-        binds, types, at = [], [], 0
+        binds, types, at, n_all = [], [], 0, 0
         for i, node in enumerate(step.nodes):
             _, wref, bias = node.args
             w = self.weights[wref.name]
             N = w.shape[1]
+            n_all += N
             out, res, res_stride = node.out, 0, 0
             if residual is not None and residual[1] == i:
                 out = residual[0].out
@@ -964,7 +964,7 @@ class VulkanExecutable(Executable):
             at += -(-N // F) * F
         params[1] = at
         types = tuple(types)
-        shape = f"{K}x{sum(self.weights[n.args[1].name].shape[1] for n in step.nodes)}"
+        shape = f"{K}x{n_all}"
         if blk:
             vec = self._mv_vec
             binds, ro = self._vec_binds(binds)

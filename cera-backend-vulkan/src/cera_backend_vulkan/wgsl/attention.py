@@ -429,6 +429,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
+# the f16 cache as attention_lanes and attention_tiles read it: keys and values as 16-byte
+# words of 8 halves (h8 decodes one), the cells' positions
+F16_CACHE = """
+@group(0) @binding(2) var<storage, read> K4: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> V4: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> POS: array<i32>;
+fn h8(w: vec4<u32>) -> V8 {
+    return V8(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+}"""
+
 ATT_WG = 128  # threads of attention_lanes: cells a chunk
 ATT_SPLIT_CELLS = 128  # the fewest cells a split attention_lanes gives one workgroup
 
@@ -556,13 +566,8 @@ fn tree(v: f32, t: u32, is_max: bool) -> f32 {{
         + ARENA_U32
         + GRID
         + SEQ_FN
+        + F16_CACHE
         + f"""
-@group(0) @binding(2) var<storage, read> K4: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read> V4: array<vec4<u32>>;
-@group(0) @binding(4) var<storage, read> POS: array<i32>;
-fn h8(w: vec4<u32>) -> V8 {{
-    return V8(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
-}}
 var<workgroup> qs: array<vec4<f32>, {dk // 4}>;
 var<workgroup> sc: array<f32, {ATT_WG}>;
 var<workgroup> red: array<f32, {ATT_WG}>;
@@ -776,13 +781,8 @@ def attention_tiles(dv: int, dk: int) -> str:
         HEADER
         + ARENA_U32
         + GRID
+        + F16_CACHE
         + f"""
-@group(0) @binding(2) var<storage, read> K4: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read> V4: array<vec4<u32>>;
-@group(0) @binding(4) var<storage, read> POS: array<i32>;
-fn h8(w: vec4<u32>) -> V8 {{
-    return V8(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
-}}
 // whether a cell at position p is visible to a query row at q
 fn vis(p: i32, q: i32, window: i32) -> bool {{
     var v = p >= 0 && p <= q;

@@ -374,6 +374,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
+# a tiled product's output (y of row m, feature n of the chunk; none past P 2 rows or
+# P 1 features), its bias and residual added, by wgsl.matmul's parameters (P 5 the
+# output's offset, 6 its row stride, 7 bias + 1, 8 residual + 1, 9 the residual's row
+# stride, 10 the chunk's first feature); `matmul` and the join of a split one
+# (`matmul_splits`) both end with it
+MATMUL_OUT = """fn store(m: u32, n: u32, v: f32) {
+    if (m >= P(2u) || n >= P(1u)) { return; }
+    let col = n + P(10u);
+    var y = v;
+    if (P(7u) != 0u) { y += A[P(7u) - 1u + col]; }
+    if (P(8u) != 0u) { y += A[P(8u) - 1u + m * P(9u) + col]; }
+    A[P(5u) + m * P(6u) + col] = y;
+}"""
+
 TM, TK = 64, 32  # the tiled product's tile: rows (the default) and depth (features: MATMUL_TILES)
 # features a thread computes (for each of its 4 rows) -> features a workgroup's tile has
 MATMUL_TILES = {4: 64, 8: 128}
@@ -433,14 +447,7 @@ def matmul(ggml_type: str, feats: int = 4, tile_rows: int = TM, splits: int = 1,
     )
     if splits == 1:
         span = f"    let n0 = wid.x * {TN}u;\n    let k_lo = 0u; let k_hi = K;\n"
-        store_fn = """fn store(m: u32, n: u32, v: f32) {
-    if (m >= P(2u) || n >= P(1u)) { return; }
-    let col = n + P(10u);
-    var y = v;
-    if (P(7u) != 0u) { y += A[P(7u) - 1u + col]; }
-    if (P(8u) != 0u) { y += A[P(8u) - 1u + m * P(9u) + col]; }
-    A[P(5u) + m * P(6u) + col] = y;
-}"""
+        store_fn = MATMUL_OUT
     else:
         # this workgroup's span of the depth: whole steps, the last spans possibly empty
         span = f"""    let ntn = nwg.x / {splits}u;
@@ -525,27 +532,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 def matmul_splits(splits: int) -> str:
     """The partial sums of a split `matmul` joined: one thread per (row, feature) adds its
-    ``splits`` parts in order, then the bias and the residual as `matmul` does. P: 0 the
-    features of the chunk, 1 rows, 2 the parts' offset, 3 the output's, 4 its row stride,
-    5 bias + 1 (0: none), 6 residual + 1 (0: none), 7 the residual's row stride, 8 the
-    chunk's first feature."""
-    parts = "".join(f"    v += A[P(2u) + ({s}u * M + m) * N + n];\n" for s in range(splits))
+    ``splits`` parts in order, then the bias and the residual as `matmul` does
+    (MATMUL_OUT). P: the split `matmul`'s own (1 the chunk's features, 2 rows, 12 the
+    parts' offset, the output's at 5-10)."""
+    parts = "".join(f"    v += A[P(12u) + ({s}u * M + m) * N + n];\n" for s in range(splits))
     return (
         HEADER
         + ARENA_F32
         + GRID
+        + MATMUL_OUT
         + f"""
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
-    let N = P(0u); let M = P(1u);
+    let N = P(1u); let M = P(2u);
     let i = wg_linear(wid, nwg) * 64u + t;
     if (i >= N * M) {{ return; }}
     let m = i / N; let n = i % N;
     var v = 0.0;
-{parts}    let col = n + P(8u);
-    if (P(5u) != 0u) {{ v += A[P(5u) - 1u + col]; }}
-    if (P(6u) != 0u) {{ v += A[P(6u) - 1u + m * P(7u) + col]; }}
-    A[P(3u) + m * P(4u) + col] = v;
+{parts}    store(m, n, v);
 }}
 """
     )
