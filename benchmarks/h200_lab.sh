@@ -12,8 +12,13 @@
 #   attention  pp512 under CERA_VULKAN_ATTENTION=lanes-whole (each row's attention on its
 #              own) and lanes (prompt passes in tiles), alternated, two rounds
 #   split      pp512 under CERA_VULKAN_MATMUL=4x4 and 4x4-split, alternated, two rounds
-#   shapes     (for the next session: not run in the ninth) the tiled kernels shape by
-#              shape, vulkan_matmul_sweep.py over 512 rows
+#   shapes     the tiled kernels shape by shape, vulkan_matmul_sweep.py over 512 rows
+#              (tenth session, call 1)
+# The tenth session's:
+#   floor      vulkan_dispatch_floor.py: what one more dispatch costs (chains of a
+#              trivial kernel in one pass)
+#   tiled      pp512 under CERA_VULKAN_MATMUL=4x4, 4x4-skew and 4x4-skew-split,
+#              alternated, two rounds
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
@@ -62,4 +67,14 @@ split() {
 shapes() {
     timeout 300 python3 benchmarks/vulkan_matmul_sweep.py --variants 4x4,4x4-skew,4x4-split,4x4-m32
 }
-for part in ${1:-checks profile attention split}; do "$part"; done
+floor() {
+    timeout 120 python3 benchmarks/vulkan_dispatch_floor.py
+}
+tiled() {
+    for rep in 1 2; do
+        for m in /tmp/models/qwen*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf; do
+            for k in 4x4 4x4-skew 4x4-skew-split; do echo -n "pp512 matmul $k $(basename "$m"): "; pp512 "$m" CERA_VULKAN_MATMUL=$k; done
+        done
+    done
+}
+for part in ${@:-checks profile attention split}; do "$part"; done

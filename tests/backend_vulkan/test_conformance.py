@@ -34,7 +34,7 @@ def test_op(vulkan, case):
 @pytest.mark.parametrize(
     "case", [c for c in _cases() if c.op == "linear" and "x" not in c.name.split(",")[-1]], ids=str
 )
-@pytest.mark.parametrize("matmul", ["4x4", "4x8", "4x4-m32", "4x4-split", "4x4-skew"])
+@pytest.mark.parametrize("matmul", ["4x4", "4x8", "4x4-m32", "4x4-split", "4x4-skew", "4x4-skew-split"])
 def test_tiled_products(case, matmul, monkeypatch):
     """The tiled kernels of many-row products (a GPU's choice) on every weight type, also
     on a software adapter, whose own choice is the row kernel."""
@@ -47,19 +47,21 @@ def test_tiled_products(case, matmul, monkeypatch):
 
 
 def test_split_counts():
-    """The depth splits of "4x4-split" (compile.matmul_splits), worked out by hand from its
-    rule: below 1024 workgroups, as many spans as bring the grid to 1024, at most 8, each
-    of 8 steps of 32 columns or more."""
+    """The depth splits of the split kernels (compile.matmul_splits), worked out by hand
+    from their rule: below 1024 workgroups, as many spans as bring the grid to 1024, at
+    most 8, each of 16 steps of 32 columns or more."""
     from cera_backend_vulkan.compile import VulkanExecutable
 
     splits = VulkanExecutable.matmul_splits
     assert splits(1536, 512, 8960, 4, 64) == 6  # Qwen2.5 1.5B's down: 24 x 8 = 192 groups
-    assert splits(1536, 512, 1536, 4, 64) == 6  # its q and o: 48 steps, 6 of 8
-    assert splits(256, 512, 1536, 4, 64) == 6  # its k and v: 32 groups, but 48 steps
+    assert splits(1536, 512, 1536, 4, 64) == 3  # its q and o: 48 steps, 3 spans of 16
+    assert splits(256, 512, 1536, 4, 64) == 3  # its k and v: 32 groups, 48 steps
     assert splits(8960, 512, 1536, 4, 64) == 1  # gate, up: 1120 groups
-    assert splits(896, 512, 896, 4, 64) == 3  # Qwen2.5 0.5B's q: 28 steps
-    assert splits(200, 70, 1024, 4, 64) == 4  # the test below: 8 groups, 32 steps
-    assert splits(200, 70, 256, 4, 64) == 1  # 8 steps: no split
+    assert splits(896, 512, 896, 4, 64) == 1  # Qwen2.5 0.5B's q: 28 steps
+    assert splits(896, 512, 4864, 4, 64) == 8  # its down: 112 groups, 152 steps
+    assert splits(576, 512, 1536, 4, 64) == 3  # SmolLM2's down: 72 groups, 48 steps
+    assert splits(200, 70, 2048, 4, 64) == 4  # the test below: 8 groups, 64 steps
+    assert splits(200, 70, 512, 4, 64) == 1  # 16 steps: no split
 
 
 @needs_vulkan
@@ -67,17 +69,17 @@ def test_split_counts():
 def test_split_products(t, monkeypatch):
     """The tiled product with its depth split over workgroups ("4x4-split": partial sums
     in scratch, joined by wgsl.matmul_splits with the bias and the residual) against the
-    reference: 70 rows of 1024 values, 200 features, in four spans."""
+    reference: 70 rows of 2048 values, 200 features, in four spans."""
     from cera.testing.conformance import OpCase, WeightSpec, _emb, _x
     from cera_backend_vulkan.backend import VulkanBackend
     from cera_backend_vulkan.compile import VulkanExecutable
 
     def build(g, w, s):
-        y = g.linear(_x(g, 1024), w["w"], w["b"])
+        y = g.linear(_x(g, 2048), w["w"], w["b"])
         g.output("y", g.add(y, _x(g, 200, "r")))
 
-    case = OpCase(f"linear[{t},70x1024x200]", "linear", build,
-                  (_emb(1024), WeightSpec("w", (200, 1024), t), WeightSpec("b", (200,), "F32"), _emb(200, "r")),
+    case = OpCase(f"linear[{t},70x2048x200]", "linear", build,
+                  (_emb(2048), WeightSpec("w", (200, 2048), t), WeightSpec("b", (200,), "F32"), _emb(200, "r")),
                   passes=((70,),), tolerance=conformance.TOL_WEIGHT.get(t, conformance.TOL_QUANT))  # fmt: skip
     labels = []
     emit = VulkanExecutable._emit

@@ -41,29 +41,34 @@ UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
 GLU_CODES = {"swiglu": 0, "geglu": 1}
 EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6}
 MAX_GRID = 65535
-# the tiled (prefill) kernels, by name (CERA_VULKAN_MATMUL): rows x features a thread, and
-# rows a tile (wgsl.matmul); "auto-m32" takes 32-row tiles where 64-row ones would make
-# fewer than MATMUL_SMALL_GRID workgroups (Qwen2.5 1.5B's 1536-feature products over 512
-# rows: 192 workgroups for the H200's 132 multiprocessors), else 4x4
+# the tiled (prefill) kernels, by name (CERA_VULKAN_MATMUL): (rows x features a thread,
+# rows a tile, depth split, skew) of wgsl.matmul; "auto-m32" takes 32-row tiles where
+# 64-row ones would make fewer than MATMUL_SMALL_GRID workgroups (Qwen2.5 1.5B's
+# 1536-feature products over 512 rows: 192 workgroups for the H200's 132
+# multiprocessors), else 4x4
 MATMUL_KERNELS = {
-    "4x4": (4, 64),
-    "4x8": (8, 64),
-    "4x4-m32": (4, 32),
+    "4x4": (4, 64, False, False),
+    "4x8": (8, 64, False, False),
+    "4x4-m32": (4, 32, False, False),
     "auto-m32": None,
-    "4x4-split": (4, 64),
-    "4x4-skew": (4, 64),
+    "4x4-split": (4, 64, True, False),
+    "4x4-skew": (4, 64, False, True),
+    "4x4-skew-split": (4, 64, True, True),
 }
 MATMUL_SMALL_GRID = 256
-# "4x4-split": 4x4, its depth split (wgsl.matmul's splits, then wgsl.matmul_splits) where
-# the grid has fewer than MATMUL_SPLIT_GRID workgroups (about 8 for each of the H200's
-# 132 multiprocessors), into as many spans as bring it there, at most MATMUL_SPLITS, each
-# of MATMUL_SPLIT_STEPS steps of 32 columns or more. On the H200 (ninth session) it took
-# the Qwens' pp512 3-7% faster and SmolLM2's and Gemma 3's 9-26% slower: not the default.
-# "4x4-skew": 4x4 with the weights' shared tile skewed against bank conflicts (wgsl.matmul's
-# skew; the same bits; written in the ninth session, not yet timed)
+# split: the depth is cut (wgsl.matmul's splits, then wgsl.matmul_splits) where the grid
+# has fewer than MATMUL_SPLIT_GRID workgroups (about 8 for each of the H200's 132
+# multiprocessors), into as many spans as bring it there, at most MATMUL_SPLITS, each of
+# MATMUL_SPLIT_STEPS steps of 32 columns or more. The H200's sweep of the products shape
+# by shape (tenth session, vulkan_matmul_sweep.py) had split products of 18-28 steps
+# (SmolLM2's and Gemma 3's q and gate/up, Qwen2.5 0.5B's q) 10-30% slower than whole ones
+# and those of 48 steps or more (every down product, Qwen2.5 1.5B's q and o) 10-30%
+# faster: spans of 16 steps or more.
+# skew: the weights' shared tile skewed against bank conflicts (the same bits); in that
+# sweep 4-10% faster than 4x4 on every shape
 MATMUL_SPLIT_GRID = 1024
 MATMUL_SPLITS = 8
-MATMUL_SPLIT_STEPS = 8
+MATMUL_SPLIT_STEPS = 16
 # on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time,
 # and auto-m32 / 4x4-m32 in 1.01 / 1.10 (before the kernel's loops were written out)
 MATMUL_DEFAULT = "4x4"
@@ -731,14 +736,14 @@ class VulkanExecutable(Executable):
         if name == "auto-m32":
             small = -(-N // wgsl.MATMUL_TILES[4]) * -(-M // wgsl.TM) < MATMUL_SMALL_GRID
             return (4, 32, 1, False) if small else (4, wgsl.TM, 1, False)
-        fn, tm = MATMUL_KERNELS[name]
-        splits = self.matmul_splits(N, M, K, fn, tm) if name == "4x4-split" else 1
-        return fn, tm, splits, name == "4x4-skew"
+        fn, tm, split, skew = MATMUL_KERNELS[name]
+        splits = self.matmul_splits(N, M, K, fn, tm) if split else 1
+        return fn, tm, splits, skew
 
     @staticmethod
     def matmul_splits(N: int, M: int, K: int, feats: int, tile_rows: int) -> int:
         """Spans of the depth a tiled product of N features, M rows and depth K is split
-        into under "4x4-split" (1: none)."""
+        into under the split kernels (1: none)."""
         groups = -(-N // wgsl.MATMUL_TILES[feats]) * -(-M // tile_rows)
         if groups >= MATMUL_SPLIT_GRID:
             return 1
