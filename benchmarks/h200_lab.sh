@@ -19,6 +19,10 @@
 #              trivial kernel in one pass)
 #   tiled      pp512 under CERA_VULKAN_MATMUL=4x4, 4x4-skew and 4x4-skew-split,
 #              alternated, two rounds
+#   rotate     the fusion tests (test_fusion.py: the rotating attention's bits against
+#              the rope dispatch's, on a GPU whose workgroups run at once), then the
+#              decoded token under CERA_VULKAN_ROPE_ATTENTION=0 and 1, alternated, two rounds
+#   profile1   `cera bench --profile` of Qwen2.5 1.5B (a decoded token, a prompt pass)
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
@@ -76,5 +80,18 @@ tiled() {
             for k in 4x4 4x4-skew 4x4-skew-split; do echo -n "pp512 matmul $k $(basename "$m"): "; pp512 "$m" CERA_VULKAN_MATMUL=$k; done
         done
     done
+}
+rotate() {
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan/test_fusion.py 2>&1 | tail -4
+    for rep in 1 2; do
+        for m in /tmp/models/*.gguf; do
+            for f in 0 1; do
+                echo -n "rope-attention $f: "; CERA_VULKAN_ROPE_ATTENTION=$f timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+            done
+        done
+    done
+}
+profile1() {
+    timeout 120 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 512 -n 1 -r 2 --profile 2>&1 | grep -v "^KV"
 }
 for part in ${@:-checks profile attention split}; do "$part"; done

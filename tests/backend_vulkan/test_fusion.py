@@ -31,16 +31,19 @@ def _decode_labels(name: str) -> collections.Counter:
 @pytest.mark.parametrize(
     ("name", "fused", "absent"),
     [
-        # qwen3: per-head q/k norms, both rotations and the cache stores in one dispatch
-        ("tiny-qwen3", {"norm+rope+kv_store": 3}, ("rms_norm", "rope", "kv_store")),
+        # qwen3: per-head q/k norms, both rotations, the cache stores and the attention in
+        # one dispatch
+        ("tiny-qwen3", {"norm+rope+kv_store+attention": 3}, ("rms_norm", "rope", "kv_store", "attention")),
         # gemma2: sandwich norms with their residual adds; the query's scale with the rotations
-        ("tiny-gemma2", {"rms_norm+add": 8, "rope+scale+kv_store": 4}, ("add", "rope", "kv_store")),
+        ("tiny-gemma2", {"rms_norm+add": 8, "rope+scale+kv_store+attention": 4}, ("add", "rope", "kv_store", "attention")),
         # olmo2: post-norms with their adds (its q/k norms span all heads: not per head)
-        ("tiny-olmo2", {"rms_norm+add": 6, "rope+kv_store": 3}, ("add", "kv_store")),
-        # a llama-shaped model: rotations and cache stores in one dispatch, nothing else apart
-        ("tiny-mistral", {"rope+kv_store": 3}, ("rms_norm", "add", "rope", "kv_store", "scale")),
+        ("tiny-olmo2", {"rms_norm+add": 6, "rope+kv_store+attention": 3}, ("add", "kv_store", "attention")),
+        # a llama-shaped model: rotations, cache stores and attention in one dispatch,
+        # nothing else apart
+        ("tiny-mistral", {"rope+kv_store+attention": 3},
+         ("rms_norm", "add", "rope", "kv_store", "scale", "attention")),
     ],
-)
+)  # fmt: skip
 def test_decode_step_fusions(name, fused, absent):
     labels = _decode_labels(name)
     for label, count in fused.items():
@@ -81,3 +84,57 @@ def test_sandwich_adds_in_the_unit_kernel(ggml_type, tmp_path, monkeypatch):
     # next layer's Q/K/V (the last layer's into the output product)
     fused = sum(c for k, c in labels.items() if k.startswith("rms_norm+add+"))
     assert fused == 8 and labels["rms_norm+add"] == 0, dict(labels)
+
+
+def _decode_logits(name: str, steps: int) -> tuple[list, collections.Counter]:
+    """Two sequences (prompts of 260 and 7 tokens), then ``steps`` decode steps of both
+    as one batch and ``steps`` of the first alone: each step's logits, and the labels
+    of the one-row pass's dispatches."""
+    import numpy as np
+
+    import cera
+    from cera.graph import LAST_LOGITS, Layout
+    from cera.runtime import SeqStep
+
+    m = cera.load(TINY / f"{name}.gguf", device="vulkan", quiet=True)
+    st = m.runner.new_state(512, n_slots=2)
+    a, b = st.acquire(), st.acquire()
+    prompt_a = [(7 * i) % 50 + 1 for i in range(260)]
+    prompt_b = [3, 9, 27, 17, 5, 15, 45]
+    out = [m.runner.forward(st, [SeqStep(a, prompt_a, range(260))], LAST_LOGITS)["logits"]]
+    out.append(m.runner.forward(st, [SeqStep(b, prompt_b, range(7))], LAST_LOGITS)["logits"])
+    na, nb = 260, 7
+    for i in range(steps):
+        got = m.runner.forward(st, [SeqStep(a, [11 + i], [na]), SeqStep(b, [21 + i], [nb])], LAST_LOGITS)["logits"]
+        out.append(np.asarray(got).copy())
+        na, nb = na + 1, nb + 1
+    for i in range(steps):
+        out.append(np.asarray(m.runner.forward(st, [SeqStep(a, [31 + i], [na])], LAST_LOGITS)["logits"]).copy())
+        na += 1
+    labels = collections.Counter(d.label for d in m.runner.executable(Layout((1,)), LAST_LOGITS, st).dispatches)
+    return out, labels
+
+
+@needs_vulkan
+@pytest.mark.parametrize("attention", ["lanes", "lanes-split"])
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gemma2", "tiny-olmo2", "tiny-mistral"])
+def test_rotating_attention_gives_the_same_bits(name, attention, monkeypatch):
+    """The attention kernel's rotating form (the rope pair's norms, rotations, scale and
+    cache stores in the attention's own dispatch) gives the bits of the rope dispatch and
+    the plain attention (CERA_VULKAN_ROPE_ATTENTION=0): decode steps of a batch of two
+    sequences and of one, over 260 cells (three chunks of 128, and under "lanes-split"
+    the current cell in the third span), after prompts that write the cache the other way."""
+    import numpy as np
+
+    monkeypatch.setenv("CERA_VULKAN_ATTENTION", attention)
+    runs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("CERA_VULKAN_ROPE_ATTENTION", flag)
+        runs[flag] = _decode_logits(name, 3)
+    (plain, plain_labels), (fused, fused_labels) = runs["0"], runs["1"]
+    assert not any(k.endswith("+attention") or k.endswith("+attention (split)") for k in plain_labels), plain_labels
+    assert any("kv_store+attention" in k for k in fused_labels), fused_labels
+    assert len(plain) == len(fused) == 8
+    for i, (x, y) in enumerate(zip(plain, fused, strict=True)):
+        x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+        assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), (name, i, float(np.abs(x - y).max()))

@@ -60,18 +60,21 @@ MATMUL_SMALL_GRID = 256
 # has fewer than MATMUL_SPLIT_GRID workgroups (about 8 for each of the H200's 132
 # multiprocessors), into as many spans as bring it there, at most MATMUL_SPLITS, each of
 # MATMUL_SPLIT_STEPS steps of 32 columns or more. The H200's sweep of the products shape
-# by shape (tenth session, vulkan_matmul_sweep.py) had split products of 18-28 steps
-# (SmolLM2's and Gemma 3's q and gate/up, Qwen2.5 0.5B's q) 10-30% slower than whole ones
-# and those of 48 steps or more (every down product, Qwen2.5 1.5B's q and o) 10-30%
-# faster: spans of 16 steps or more.
-# skew: the weights' shared tile skewed against bank conflicts (the same bits); in that
-# sweep 4-10% faster than 4x4 on every shape
+# by shape (tenth session, call 1, vulkan_matmul_sweep.py) had products split into spans
+# of 2-3 steps (SmolLM2's and Gemma 3's q and gate/up, Qwen2.5 0.5B's q: 18-28 steps in
+# all) 10-30% slower than whole, and those of 48 steps or more (every down product,
+# Qwen2.5 1.5B's q and o) 10-30% faster: hence spans of 16 steps or more. Over whole
+# prompts (call 3) 4x4-skew-split against 4x4-skew was +4% to +16% on Qwen2.5 0.5B, -4% to
+# 0% on Qwen2.5 1.5B, -8% to -13% on Gemma 3, -3% to +3% on SmolLM2: not the default.
+# skew: the weights' shared tile skewed against bank conflicts (the same bits). Call 3,
+# pp512, 4x4 -> 4x4-skew, two rounds: Qwen2.5 1.5B +8% and +15%, Gemma 3 +10% and +48%,
+# SmolLM2 +6% and +6%, Qwen2.5 0.5B -4% and +11%: the default.
 MATMUL_SPLIT_GRID = 1024
 MATMUL_SPLITS = 8
 MATMUL_SPLIT_STEPS = 16
 # on the H200 4x4 took Qwen2.5 1.5B's and 0.5B's pp512 in 0.88 and 0.78 of 4x8's time,
 # and auto-m32 / 4x4-m32 in 1.01 / 1.10 (before the kernel's loops were written out)
-MATMUL_DEFAULT = "4x4"
+MATMUL_DEFAULT = "4x4-skew"
 # the few-row (decode) kernels, by name (VulkanBackend.row_kernel, CERA_VULKAN_ROW_KERNEL):
 # "workgroup*": wgsl.matvec, a workgroup of 128 threads per 4 features ("-1pass": one
 # shared-memory pass for all its sums); "subgroup*": wgsl.matvec_sg, a subgroup per
@@ -291,6 +294,9 @@ class VulkanExecutable(Executable):
         # (rope node id) -> its rms_norm node, (first rope's id) -> the scale node
         self._rope_norm: dict[int, object] = {}
         self._rope_scale: dict[int, object] = {}
+        # attention nodes that do their rope pair's work themselves (wgsl.attention_lanes'
+        # rotating form): _rotating_attention
+        self._rotating: set[int] = set()
         planned: list[Step] = []
         skip_until = 0
         for i, step in enumerate(steps):
@@ -321,6 +327,12 @@ class VulkanExecutable(Executable):
                 continue
             if i > 0 and id(steps[i - 1].nodes[0]) not in self._rope_pair and self._rope_pairs(steps[i - 1], step):
                 self._rope_pair.add(id(step.nodes[0]))
+                planned[-1] = Step(planned[-1].nodes + step.nodes)
+                continue
+            if planned and self._rotating_attention(planned[-1], step):
+                # the attention reads the rotations' inputs: one step for the memory plan,
+                # so its output never lands on them
+                self._rotating.add(id(step.nodes[0]))
                 planned[-1] = Step(planned[-1].nodes + step.nodes)
                 continue
             planned.append(step)
@@ -549,6 +561,38 @@ class VulkanExecutable(Executable):
             and b.args[0] is not a.out
             and self.contiguous(a.args[0])
             and self.contiguous(b.args[0])
+        )
+
+    def _rotating_attention(self, rotations: Step, step: Step) -> bool:
+        """Whether step, an attention over the f16 cache, takes the rope pair just before
+        it (rotations: the planned step of the pair, with its norms and scale) into its own
+        kernel (wgsl.attention_lanes' rotating form, a dispatch a layer fewer): in a pass of
+        one row per sequence (a decode step), where nothing else reads the rotated queries
+        and keys and the kernel is attention_lanes (``CERA_VULKAN_ROPE_ATTENTION=0``: never,
+        for comparison)."""
+        if os.environ.get("CERA_VULKAN_ROPE_ATTENTION", "1") == "0" or self.kv_type != "f16":
+            return False
+        if len(step.nodes) != 1 or step.nodes[0].op != "attention" or step.glu or step.residual:
+            return False
+        if any(n != 1 for n in self.graph.layout.seq_lens) or self._attention_kernel in ("tiles", "chunked"):
+            return False
+        ropes = [n for n in rotations.nodes if n.op == "rope"]
+        if len(ropes) != 2 or id(ropes[1]) not in self._rope_pair:
+            return False
+        node = step.nodes[0]
+        q, k, v = node.args[:3]
+        scale = self._rope_scale.get(id(ropes[0]))
+        q_rot = scale.out if scale is not None else ropes[0].out
+        dk, dv = q.shape[2], v.shape[2]
+        return (
+            q is q_rot
+            and k is ropes[1].out
+            and self.consumers.get(q.id, 0) == 1
+            and self.consumers.get(k.id, 0) == 1
+            and dk % 8 == 0
+            and dv % 8 == 0
+            and max(dk, dv) <= 256
+            and self.contiguous(v)
         )
 
     def _qk_norm_rope(self, steps: list[Step], i: int) -> int:
@@ -1135,6 +1179,9 @@ class VulkanExecutable(Executable):
         kvb = [("k", ref.index), ("v", ref.index), ("pos",)]
         first = not self._wrote_pos
         self._wrote_pos = True
+        if id(node) in self._rotating:
+            self._op_attention_rotating(node, first)
+            return
         params = [n, nkv, dk, dv, self.off(k), self.off(v), cap, self.seq_off, self.n_seq,
                   self.off(self.graph.inputs["positions"]), st.n_ctx, int(first)]  # fmt: skip
         last = self.dispatches[-1] if self.dispatches else None
@@ -1182,6 +1229,33 @@ class VulkanExecutable(Executable):
             return
         self._emit(("attention", kind, dv, dk), lambda: wgsl.attention(kind, dv, dk), params, n * heads, binds=kvb,
                    label="attention")  # fmt: skip
+
+    def _op_attention_rotating(self, node, first: bool) -> None:
+        """attention_lanes' rotating form in place of the rope pair's dispatch (the last
+        one) and the attention: _rotating_attention chose it."""
+        q, k, v, ref = node.args
+        spec = node.attrs["spec"]
+        st = self.template
+        n, heads, dk = q.shape
+        nkv, dv = k.shape[1], v.shape[2]
+        cap = st.k[ref.index].shape[2]
+        rot = self.dispatches.pop()
+        assert rot.key[0] == "rope" and rot.params[4] == self.off(q) and rot.params[19] == self.off(k)
+        assert rot.params[16] == n * heads and rot.params[0] == n * (heads + nkv) and rot.params[2] == dk
+        S = self._attention_split(self._attention_kernel, n, cap)
+        params = [n, heads, nkv, dk, dv, rot.params[3], self.off(node.out), cap, self.seq_off, self.n_seq,
+                  self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
+                  int(spec.window or 0), 1, 0, 0, rot.params[18], self.off(v)]  # fmt: skip
+        params += rot.params[6:16] + rot.params[32:38] + [int(first)]
+        if S > 1:
+            params[16] = self.const(np.zeros(n * heads * S * (dv + 2), np.uint32), np.uint32)
+        sg, rotate = self.ctx.subgroups, 2 if self._rope_subgroups else 1
+        kvb = [("k", ref.index), ("v", ref.index), ("pos",)]
+        self._emit(("attention_lanes", dv, dk, sg, S, rotate), lambda: wgsl.attention_lanes(dv, dk, sg, S, rotate),
+                   params, n * heads * S, binds=kvb, label=f"{rot.label}+kv_store+attention" + (" (split)" if S > 1 else ""))  # fmt: skip
+        if S > 1:
+            self._emit(("attention_combine", dv, S), lambda: wgsl.attention_combine(dv, S),
+                       [n * heads, params[16], self.off(node.out)], n * heads, label="attention (combine)")  # fmt: skip
 
     @property
     def _attention_kernel(self) -> str:

@@ -4,10 +4,49 @@ from __future__ import annotations
 
 from .common import ARENA_U32, GRID, HEADER, SEQ_FN
 
-ROPE_BODY = """
+# The rotation's arithmetic, shared by `rope`, `rope_kv` and `attention_lanes`' rotating
+# form (the same operations in the same order, so a rotated value has the same bits
+# whichever kernel computes it). P o..o+9: n_dims, neox, base, freq_scale, ext_factor,
+# attn_factor, beta_fast, beta_slow, n_ctx_orig, freq_factors offset + 1 (0: none).
+ROPE_FNS = """
 fn corr_dim(beta: f32, n_dims: f32, n_orig: f32, base: f32) -> f32 {
     return n_dims * log(n_orig / (beta * 6.283185307179586)) / (2.0 * log(base));
 }
+struct Rope { nd: u32, neox: bool, ndf: f32, base: f32, fs: f32, ext: f32, mscale: f32, low: f32, high: f32, ff: u32 }
+fn rope_of(o: u32) -> Rope {
+    var r: Rope;
+    r.nd = P(o); r.neox = P(o + 1u) != 0u; r.ndf = f32(r.nd);
+    r.base = PF(o + 2u); r.fs = PF(o + 3u); r.ext = PF(o + 4u); r.mscale = PF(o + 5u);
+    r.low = 0.0; r.high = 0.0;
+    if (r.ext != 0.0) {
+        r.low = max(0.0, floor(corr_dim(PF(o + 6u), r.ndf, f32(P(o + 8u)), r.base)));
+        r.high = min(r.ndf - 1.0, ceil(corr_dim(PF(o + 7u), r.ndf, f32(P(o + 8u)), r.base)));
+        r.mscale *= 1.0 + 0.1 * log(1.0 / r.fs);
+    }
+    r.ff = P(o + 9u);
+    return r;
+}
+// the cosine and sine of pair i's angle at position pos, times the magnitude's scale
+fn rope_cs(r: Rope, i: u32, pos: f32) -> vec2<f32> {
+    var ff = 1.0;
+    if (r.ff != 0u) { ff = bitcast<f32>(A[r.ff - 1u + i]); }
+    let extrap = pos * pow(r.base, -2.0 * f32(i) / r.ndf) / ff;
+    var theta = r.fs * extrap;
+    if (r.ext != 0.0) {
+        let ramp = 1.0 - clamp((f32(i) - r.low) / max(0.001, r.high - r.low), 0.0, 1.0);
+        let mix = ramp * r.ext;
+        theta = theta * (1.0 - mix) + extrap * mix;
+    }
+    return vec2<f32>(cos(theta) * r.mscale, sin(theta) * r.mscale);
+}
+// the two elements pair i rotates: adjacent, or half a head apart (neox)
+fn rope_idx(r: Rope, i: u32) -> vec2<u32> {
+    if (r.neox) { return vec2<u32>(i, i + r.nd / 2u); }
+    return vec2<u32>(2u * i, 2u * i + 1u);
+}
+"""
+
+ROPE_BODY = ROPE_FNS + """
 var<workgroup> rred: array<f32, 64>;
 fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {
     var v = bitcast<f32>(A[x + j]) * inv;
@@ -45,34 +84,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     var osc = 1.0;
     if (!second && P(36u) != 0u) { osc = PF(36u); }
-    let nd = P(6u);
-    for (var j = nd + t; j < dim; j += 64u) { A[o + j] = bitcast<u32>(xin(x, j, inv, nw) * osc); }
+    let rp = rope_of(6u);
+    for (var j = rp.nd + t; j < dim; j += 64u) { A[o + j] = bitcast<u32>(xin(x, j, inv, nw) * osc); }
     let pos = f32(bitcast<i32>(A[P(5u) + row]));
-    let ndf = f32(nd);
-    let base = PF(8u); let fs = PF(9u); let ext = PF(10u);
-    var mscale = PF(11u);
-    var low = 0.0; var high = 0.0;
-    if (ext != 0.0) {
-        low = max(0.0, floor(corr_dim(PF(12u), ndf, f32(P(14u)), base)));
-        high = min(ndf - 1.0, ceil(corr_dim(PF(13u), ndf, f32(P(14u)), base)));
-        mscale *= 1.0 + 0.1 * log(1.0 / fs);
-    }
-    for (var i = t; i < nd / 2u; i += 64u) {
-        var ff = 1.0;
-        if (P(15u) != 0u) { ff = bitcast<f32>(A[P(15u) - 1u + i]); }
-        let extrap = pos * pow(base, -2.0 * f32(i) / ndf) / ff;
-        var theta = fs * extrap;
-        if (ext != 0.0) {
-            let ramp = 1.0 - clamp((f32(i) - low) / max(0.001, high - low), 0.0, 1.0);
-            let mix = ramp * ext;
-            theta = theta * (1.0 - mix) + extrap * mix;
-        }
-        let c = cos(theta) * mscale; let s = sin(theta) * mscale;
-        var i0 = 2u * i; var i1 = 2u * i + 1u;
-        if (P(7u) != 0u) { i0 = i; i1 = i + nd / 2u; }
-        let x0 = xin(x, i0, inv, nw); let x1 = xin(x, i1, inv, nw);
-        A[o + i0] = bitcast<u32>((x0 * c - x1 * s) * osc);
-        A[o + i1] = bitcast<u32>((x0 * s + x1 * c) * osc);
+    for (var i = t; i < rp.nd / 2u; i += 64u) {
+        let cs = rope_cs(rp, i, pos);
+        let c = cs.x; let s = cs.y;
+        let ii = rope_idx(rp, i);
+        let x0 = xin(x, ii.x, inv, nw); let x1 = xin(x, ii.y, inv, nw);
+        A[o + ii.x] = bitcast<u32>((x0 * c - x1 * s) * osc);
+        A[o + ii.y] = bitcast<u32>((x0 * s + x1 * c) * osc);
     }
 {KEYS}}
 """
@@ -439,11 +460,116 @@ fn h8(w: vec4<u32>) -> V8 {
     return V8(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
 }"""
 
+def _rotating_parts(dk: int, dv: int, rope_sg: bool, split: bool) -> tuple[str, str, str]:
+    """attention_lanes' rotating form: (the query's load: norms, rotations and scale as
+    `rope`'s, the key and value rounded to f16 as the cache holds them; the cache
+    stores; the functions and shared arrays they need)."""
+    if rope_sg:
+        norm_sum = """    let qs_ = subgroupAdd(q);
+    if (t < 64u && t % sgs == 0u) { rred[32u + t / sgs] = qs_; }
+    workgroupBarrier();
+    if (t == 0u) {
+        var tot = rred[32u];
+        for (var i = 1u; i < 64u / sgs; i++) { tot += rred[32u + i]; }
+        rred[0] = tot;
+    }
+    workgroupBarrier();
+"""
+        sig, call = "x: u32, t: u32, sgs: u32", "{x}, t, sgs"
+    else:
+        norm_sum = """    if (t < 64u) { rred[t] = q; }
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (t < s) { rred[t] += rred[t + s]; }
+        workgroupBarrier();
+    }
+"""
+        sig, call = "x: u32, t: u32", "{x}, t"
+    lib = (
+        ROPE_FNS
+        + f"""
+var<workgroup> rred: array<f32, 64>;
+var<workgroup> qf: array<f32, {dk}>;
+var<workgroup> kf: array<f32, {dk}>;
+var<workgroup> kc: array<vec4<u32>, {dk // 8}>;
+var<workgroup> vc: array<vec4<u32>, {dv // 8}>;
+fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {{
+    var v = bitcast<f32>(A[x + j]) * inv;
+    if (nw != 0u) {{ v *= bitcast<f32>(A[nw - 1u + j]); }}
+    return v;
+}}
+// a head's sum of squares as `rope` takes it: 64 threads' strided sums, then its reduction
+fn rope_norm({sig}) -> f32 {{
+    var q = 0.0;
+    if (t < 64u) {{ for (var j = t; j < {dk}u; j += 64u) {{ let v = bitcast<f32>(A[x + j]); q += v * v; }} }}
+{norm_sum}    return rred[0];
+}}
+fn pack8(a: u32) -> vec4<u32> {{
+    return vec4<u32>(pack2x16float(vec2<f32>(kf[a], kf[a + 1u])), pack2x16float(vec2<f32>(kf[a + 2u], kf[a + 3u])),
+                     pack2x16float(vec2<f32>(kf[a + 4u], kf[a + 5u])), pack2x16float(vec2<f32>(kf[a + 6u], kf[a + 7u])));
+}}
+fn pack8a(a: u32) -> vec4<u32> {{
+    let f = array<f32, 8>(bitcast<f32>(A[a]), bitcast<f32>(A[a + 1u]), bitcast<f32>(A[a + 2u]), bitcast<f32>(A[a + 3u]),
+                          bitcast<f32>(A[a + 4u]), bitcast<f32>(A[a + 5u]), bitcast<f32>(A[a + 6u]), bitcast<f32>(A[a + 7u]));
+    return vec4<u32>(pack2x16float(vec2<f32>(f[0], f[1])), pack2x16float(vec2<f32>(f[2], f[3])),
+                     pack2x16float(vec2<f32>(f[4], f[5])), pack2x16float(vec2<f32>(f[6], f[7])));
+}}
+"""
+    )
+    query = f"""    // this row's query (P 5) and its KV head's key (P 18) as the products left them:
+    // normed (P 35 bits 1, 2; weights + 1 at P 30, 32, eps at 31, 33), rotated (P 20..29),
+    // the query scaled (P 34), as `rope` computes them
+    let xq = P(5u) + (r * nh + h) * {dk}u;
+    let xk = P(18u) + (r * nkv + g) * {dk}u;
+    var invq = 1.0; var nwq = 0u;
+    if ((P(35u) & 1u) != 0u) {{ invq = inverseSqrt(rope_norm({call.format(x="xq")}) / f32({dk}u) + PF(31u)); nwq = P(30u); }}
+    var invk = 1.0; var nwk = 0u;
+    if ((P(35u) & 2u) != 0u) {{ invk = inverseSqrt(rope_norm({call.format(x="xk")}) / f32({dk}u) + PF(33u)); nwk = P(32u); }}
+    var osc = 1.0;
+    if (P(34u) != 0u) {{ osc = PF(34u); }}
+    let one = 1.0;
+    let rp = rope_of(20u);
+    let pos = f32(qpos);
+    for (var j = rp.nd + t; j < {dk}u; j += {ATT_WG}u) {{ qf[j] = xin(xq, j, invq, nwq) * osc; kf[j] = xin(xk, j, invk, nwk) * one; }}
+    for (var i = t; i < rp.nd / 2u; i += {ATT_WG}u) {{
+        let cs = rope_cs(rp, i, pos);
+        let cz = cs.x; let sz = cs.y;
+        let ii = rope_idx(rp, i);
+        let x0 = xin(xq, ii.x, invq, nwq); let x1 = xin(xq, ii.y, invq, nwq);
+        qf[ii.x] = (x0 * cz - x1 * sz) * osc;
+        qf[ii.y] = (x0 * sz + x1 * cz) * osc;
+        let y0 = xin(xk, ii.x, invk, nwk); let y1 = xin(xk, ii.y, invk, nwk);
+        kf[ii.x] = (y0 * cz - y1 * sz) * one;
+        kf[ii.y] = (y0 * sz + y1 * cz) * one;
+    }}
+    workgroupBarrier();
+    for (var e = t; e < {dk // 4}u; e += {ATT_WG}u) {{ qs[e] = vec4<f32>(qf[4u * e], qf[4u * e + 1u], qf[4u * e + 2u], qf[4u * e + 3u]); }}
+    for (var e = t; e < {dk // 8}u; e += {ATT_WG}u) {{ kc[e] = pack8(8u * e); }}
+    let xv = P(19u) + (r * nkv + g) * {dv}u;
+    for (var e = t; e < {dv // 8}u; e += {ATT_WG}u) {{ vc[e] = pack8a(xv + 8u * e); }}
+    // the current cell: this row's (one row a sequence)
+    let cur = start + r - A[seq + 2u * n_seq + s];
+"""
+    # the last head of the group: a software adapter that runs the workgroups in order
+    # then runs the others first, so a kernel that read the current cell from the cache
+    # would read it unwritten there too (the tests would see it)
+    writer = "h % (nh / nkv) == nh / nkv - 1u" + (" && sp == 0u" if split else "")
+    stores = f"""    // one workgroup of the KV head writes the current cell (no other reads it)
+    if ({writer}) {{
+        let cb = (slot * nkv + g) * cap + cur % cap;
+        for (var e = t; e < {dk // 8}u; e += {ATT_WG}u) {{ K4[cb * {dk // 8}u + e] = kc[e]; }}
+        for (var e = t; e < {dv // 8}u; e += {ATT_WG}u) {{ V4[cb * {dv // 8}u + e] = vc[e]; }}
+        if (P(36u) != 0u && g == 0u && t == 0u) {{ POS[slot * P(11u) + cur] = qpos; }}
+    }}
+"""
+    return query, stores, lib
+
+
 ATT_WG = 128  # threads of attention_lanes: cells a chunk
 ATT_SPLIT_CELLS = 128  # the fewest cells a split attention_lanes gives one workgroup
 
 
-def attention_lanes(dv: int, dk: int, subgroups: bool = False, split: int = 1) -> str:
+def attention_lanes(dv: int, dk: int, subgroups: bool = False, split: int = 1, rotate: int = 0) -> str:
     """Attention over an f16 cache for heads of dk, dv values (multiples of 8, at most
     256), latency first: a decode step has a few workgroups (rows x heads), each a chain
     of dependent loads, so every load a thread needs is issued at once. One workgroup of
@@ -475,23 +601,42 @@ def attention_lanes(dv: int, dk: int, subgroups: bool = False, split: int = 1) -
     ``split`` x (dv + 2) values a row and head) for `attention_combine`; a decode step over a
     long context otherwise walks all its chunks in a few workgroups.
 
-    Parameters as `attention` ("f16")."""
+    ``rotate`` (1: norms through a shared-memory tree, 2: through subgroups, as `rope`'s
+    ``subgroups``): the rotating form, for a pass of one row per sequence. It takes the
+    layer's queries, keys and values as the products left them and does the work of
+    `rope_kv` (the norms, rotations and scale of `rope`, in its arithmetic, then the cache
+    stores) in the workgroup of each (row, head): one dispatch a layer fewer in a decoded
+    token. Each workgroup rotates its query and its KV head's key; one workgroup of that
+    KV head (its last query head's, first span) writes the key, the value and the
+    position into the cache. No workgroup reads the current cell from the cache, which the others may not
+    have written yet: its key, value and position come from the workgroup's own copy, the
+    same f16 values the cache would give back, so the results' bits are those of
+    `rope_kv` and then the plain form.
+
+    Parameters as `attention` ("f16"); in the rotating form P 5 is the queries before
+    their rotation, 18 the keys', 19 the values' offset, 20..29 `rope`'s 6..15, 30..35
+    `rope`'s 32..37 (norms and the queries' scale), 36 write the cells' positions."""
     lanes = dv // 8
     subs = ATT_WG // lanes
     n_cells = 8
     key = ""
+
+    def kload(e: int) -> str:
+        return f"select(K4[kb + {e}u], kc[{e}u], now)" if rotate else f"K4[kb + {e}u]"
+
+    def vload(cell: str) -> str:
+        v = f"V4[(head + ({cell}) % cap) * {lanes}u + lane]"
+        return f"select({v}, vc[lane], {cell} == cur)" if rotate else v
+
     for e0 in range(0, dk // 8, 8):
         n = min(8, dk // 8 - e0)
-        key += "".join(f"            let k{e0 + e} = h8(K4[kb + {e0 + e}u]);\n" for e in range(n))
+        key += "".join(f"            let k{e0 + e} = h8({kload(e0 + e)});\n" for e in range(n))
         key += "".join(
             f"            d += dot(qs[{2 * (e0 + e)}u], k{e0 + e}.a) + dot(qs[{2 * (e0 + e) + 1}u], k{e0 + e}.b);\n"
             for e in range(n)
         )
     vals = "".join(f"            let p{i} = sc[j + {i * subs}u];\n" for i in range(n_cells))
-    vals += "".join(
-        f"            let v{i} = h8(V4[(head + (c0 + j + {i * subs}u) % cap) * {lanes}u + lane]);\n"
-        for i in range(n_cells)
-    )
+    vals += "".join(f"            let v{i} = h8({vload(f'c0 + j + {i * subs}u')});\n" for i in range(n_cells))
     vals += "            // a masked cell (weight 0) adds nothing even if its values are not finite\n"
     vals += "".join(
         f"            if (p{i} != 0.0) {{ acc.a += p{i} * v{i}.a; acc.b += p{i} * v{i}.b; }}\n" for i in range(n_cells)
@@ -524,6 +669,8 @@ fn tree(v: f32, t: u32, is_max: bool) -> f32 {{
     return workgroupUniformLoad(&u_r);
 }}"""
         tree_call, sg_builtin = "tree({v}, t, {m})", ""
+    if rotate == 2 and not subgroups:
+        sg_builtin = ", @builtin(subgroup_size) sgs: u32"
     reduce = f"""    if (t < {lanes}u) {{
         var a = vec4<f32>(0.0); var b = vec4<f32>(0.0);
         for (var i = 0u; i < {subs}u; i++) {{ a += part[2u * (i * {lanes}u + t)]; b += part[2u * (i * {lanes}u + t) + 1u]; }}
@@ -561,12 +708,25 @@ fn tree(v: f32, t: u32, is_max: bool) -> f32 {{
         if (t == 0u) { A[po] = bitcast<u32>(m); A[po + 1u] = bitcast<u32>(l); }
 """
         )
+    query = f"""    let qo = P(5u) + (r * nh + h) * {dk}u;
+    for (var e = t; e < {dk // 4}u; e += {ATT_WG}u) {{
+        qs[e] = vec4<f32>(bitcast<f32>(A[qo + 4u * e]), bitcast<f32>(A[qo + 4u * e + 1u]),
+                          bitcast<f32>(A[qo + 4u * e + 2u]), bitcast<f32>(A[qo + 4u * e + 3u]));
+    }}
+"""
+    stores, pos_load, cache, rot_lib, now = "", "POS[slot * P(11u) + c]", F16_CACHE, "", ""
+    if rotate:
+        query, stores, rot_lib = _rotating_parts(dk, dv, rotate == 2, split > 1)
+        now = "            let now = c == cur;\n"
+        pos_load = "select(POS[slot * P(11u) + c], qpos, now)"
+        cache = F16_CACHE.replace("var<storage, read>", "var<storage, read_write>")
     return (
         HEADER
         + ARENA_U32
         + GRID
         + SEQ_FN
-        + F16_CACHE
+        + cache
+        + rot_lib
         + f"""
 var<workgroup> qs: array<vec4<f32>, {dk // 4}>;
 var<workgroup> sc: array<f32, {ATT_WG}>;
@@ -593,18 +753,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let qpos = bitcast<i32>(A[P(10u) + r]);
     let window = i32(P(14u));
     let scale = PF(12u); let cap_s = PF(13u);
-    let qo = P(5u) + (r * nh + h) * {dk}u;
-    for (var e = t; e < {dk // 4}u; e += {ATT_WG}u) {{
-        qs[e] = vec4<f32>(bitcast<f32>(A[qo + 4u * e]), bitcast<f32>(A[qo + 4u * e + 1u]),
-                          bitcast<f32>(A[qo + 4u * e + 2u]), bitcast<f32>(A[qo + 4u * e + 3u]));
-    }}
-    if (t == 0u) {{
+{query}    if (t == 0u) {{
         let c_hi = start + n;
         u_lo = select(0u, c_hi - cap, c_hi > cap); u_hi = c_hi;
     }}
     let lo = workgroupUniformLoad(&u_lo);
     let hi = workgroupUniformLoad(&u_hi);
-{span}    let head = (slot * nkv + g) * cap;
+{span}{stores}    let head = (slot * nkv + g) * cap;
     let lane = t % {lanes}u; let sub = t / {lanes}u;
     var m = -3.0e38;
     var l = 0.0;
@@ -613,7 +768,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let c = c0 + t;
         var score = -3.0e38;
         if (c < c_hi) {{
-            let p = POS[slot * P(11u) + c];
+{now}            let p = {pos_load};
             let kb = (head + c % cap) * {dk // 8}u;
             var d = 0.0;
 {key}            var vis = p >= 0 && p <= qpos;
@@ -642,7 +797,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {vals}        }}
         for (; j < cnt; j += {subs}u) {{
             let pj = sc[j];
-            let v = h8(V4[(head + (c0 + j) % cap) * {lanes}u + lane]);
+            let v = h8({vload("c0 + j")});
             if (pj != 0.0) {{ acc.a += pj * v.a; acc.b += pj * v.b; }}
         }}
         m = mn;
