@@ -23,6 +23,9 @@
 #              the rope dispatch's, on a GPU whose workgroups run at once), then the
 #              decoded token under CERA_VULKAN_ROPE_ATTENTION=0 and 1, alternated, two rounds
 #   profile1   `cera bench --profile` of Qwen2.5 1.5B (a decoded token, a prompt pass)
+#   deep       Qwen2.5 1.5B's and Gemma 3's decoded token at depth 2048: its profile, then
+#              tg64@d2048 with the attention split over 16 (the default), 4, 8 and 32
+#              workgroups (CERA_VULKAN_ATT_SPLIT) and whole (lanes-whole)
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
@@ -93,5 +96,15 @@ rotate() {
 }
 profile1() {
     timeout 120 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 512 -n 1 -r 2 --profile 2>&1 | grep -v "^KV"
+}
+deep() {
+    for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/gemma*.gguf; do
+        echo "== $(basename "$m")"
+        timeout 100 cera bench -m "$m" --device vulkan -p 1 -n 1 -d 2048 -r 1 --profile 2>&1 | grep -v "^KV" | head -14
+        for s in 16 4 8 32 16; do
+            echo -n "split $s: "; CERA_VULKAN_ATT_SPLIT=$s timeout 60 cera bench -m "$m" --device vulkan -p 0 -n 64 -d 2048 -r 2 2>&1 | grep tg64
+        done
+        echo -n "whole: "; CERA_VULKAN_ATTENTION=lanes-whole timeout 60 cera bench -m "$m" --device vulkan -p 0 -n 64 -d 2048 -r 2 2>&1 | grep tg64
+    done
 }
 for part in ${@:-checks profile attention split}; do "$part"; done

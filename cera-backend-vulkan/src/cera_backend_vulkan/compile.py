@@ -213,6 +213,17 @@ ATTENTION_KERNELS = ("lanes", "lanes-whole", "lanes-split", "tiles", "chunked")
 ATT_SPLIT = 16
 ATT_SPLIT_MIN_CAP = 1024
 
+
+def att_split() -> int:
+    """ATT_SPLIT, or ``CERA_VULKAN_ATT_SPLIT`` (2-64: a diagnostic, for timing others)."""
+    raw = os.environ.get("CERA_VULKAN_ATT_SPLIT", "").strip()
+    if not raw:
+        return ATT_SPLIT
+    if not raw.isdigit() or not 2 <= int(raw) <= 64:
+        raise UnsupportedOperation(f"backend 'vulkan': CERA_VULKAN_ATT_SPLIT={raw!r} is not a whole number from 2 to 64")
+    return int(raw)
+
+
 # the most workgroups of a product that computes a sandwich norm's add itself (each
 # workgroup does: see VulkanExecutable._products)
 PRE_ADD_MAX_GROUPS = 4096
@@ -1288,7 +1299,7 @@ class VulkanExecutable(Executable):
             return 1
         if name == "lanes" and (self.ctx.software or cap < ATT_SPLIT_MIN_CAP):
             return 1
-        return ATT_SPLIT
+        return att_split()
 
     def _op_attention_full(self, node) -> None:
         q, k, v = node.args

@@ -84,7 +84,7 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("--spec", is_flag=True, help="tg tests decode with speculative decoding (prompt lookup; greedy).")
 @click.option("-P", "--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoding at once in tg tests (aggregate tokens/s).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-@click.option("--profile", is_flag=True, help="Also time every kernel of one decoded token (backends with a kernel profile: vulkan).")
+@click.option("--profile", is_flag=True, help="Also time every kernel of one decoded token, at the largest --depth (backends with a kernel profile: vulkan).")
 def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_prompt, n_gen, depth, reps, kv_type,
               spec, parallel, as_json, profile):  # fmt: skip
     """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
@@ -128,7 +128,7 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
         if not as_json:
             r = results[-1]
             click.echo(f"{loaded.name:40.40s} {loaded.backend.name:6s} {name:12s} {r['median_tok_s']:10.2f} ± {r['stdev_tok_s']:.2f} tok/s")
-    kernels = _kernel_profile(loaded, rng) if profile else None
+    kernels = _kernel_profile(loaded, rng, depth=max(16, *depth)) if profile else None
     prompt_kernels = _kernel_profile(loaded, rng, max(n_prompt)) if profile and max(n_prompt) > 1 else None
     if as_json:
         click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "parallel": parallel, "kv_type": kv_type, "kv_bytes": kv_bytes, "results": results, "kernel_profile": kernels}, indent=2))
@@ -143,17 +143,17 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
                 click.echo(f"  {k['kernel']:36s} {k['count']:5d} x {k['ns'] / 1e3:10.1f} us  {100 * k['ns'] / max(total, 1):5.1f} %")
 
 
-def _kernel_profile(loaded, rng, n_tokens: int = 1) -> list[dict]:
-    """Per-kernel device time of one pass of ``n_tokens`` (1: a decode step after 16
-    tokens), from the backend's timestamp queries."""
+def _kernel_profile(loaded, rng, n_tokens: int = 1, depth: int = 16) -> list[dict]:
+    """Per-kernel device time of one pass of ``n_tokens`` after ``depth`` tokens (1: a
+    decode step; `--depth` sets it, 16 at least), from the backend's timestamp queries."""
     from cera.graph import ARGMAX, Layout
     from cera.runtime import SeqStep
 
     backend = loaded.backend
     if not hasattr(backend, "profile"):
         raise click.UsageError(f"backend {backend.name!r} has no kernel profile (--profile needs the vulkan backend)")
-    session = loaded.new_session(n_ctx=n_tokens + 64, n_batch=max(64, n_tokens), kv_type=KV_TYPE)
-    session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=16).tolist())
+    session = loaded.new_session(n_ctx=depth + n_tokens + 48, n_batch=max(64, n_tokens), kv_type=KV_TYPE)
+    session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=depth).tolist())
     session.evaluate()
     state = session.state
     ids = rng.integers(0, loaded.model.n_vocab, size=n_tokens).tolist()
@@ -161,7 +161,7 @@ def _kernel_profile(loaded, rng, n_tokens: int = 1) -> list[dict]:
     exe = loaded.runner.executable(layout, ARGMAX, state)
     backend.profile = True
     try:
-        loaded.runner.forward(state, [SeqStep(session.slot, ids, range(16, 16 + n_tokens))], ARGMAX,
+        loaded.runner.forward(state, [SeqStep(session.slot, ids, range(depth, depth + n_tokens))], ARGMAX,
                               prompt_rows=n_tokens >= 64)  # fmt: skip
     finally:
         backend.profile = False
