@@ -5,8 +5,9 @@ The table's rows and counts are worked out from the architecture (30 layers; hid
 feed-forward 1536, 9 heads of 64 with 3 KV heads: q and o 576 -> 576, k and v 576 ->
 192; the output is the tied Q8_0 embedding, 49,152 rows) and from the kernels a software
 adapter gets (the row kernel "subgroup": Q, K, V as three dispatches; gate and up as one
-with their swiglu). Each product's label names its type and shape (depth x features), so
-the profile tells the down products from the others of their type.
+with their swiglu; the rotations and cache stores inside the attention's dispatch). Each
+product's label names its type and shape (depth x features), so the profile tells the
+down products from the others of their type.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ WANT_ON_SOFTWARE = {
     "matvec Q4_1 576x192": 60,  # k and v
     "matvec Q4_1 1536x576": 30,  # down
     "matvec Q8_0 576x49152": 1,  # the output
-    "attention": 30,
-    "rope+kv_store": 30,
+    "rope+kv_store+attention": 30,  # a decode step's attention rotates q and k itself
     "argmax (chunks)": 1,
     "argmax (combine)": 1,
     "embedding Q8_0": 1,
