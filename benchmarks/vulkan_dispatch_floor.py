@@ -97,7 +97,11 @@ def main() -> None:
     lengths = (1, 16, 64) if args.quick else (1, 64, 256, 512)
     reps = 3 if args.quick else args.reps
     print(f"# {ctx.name}; one pass, timestamps at its start and end; median of {reps}; us")
-    print(f"{'workgroups':>10} {'buffers':>8} " + " ".join(f"{f'{n} disp':>10}" for n in lengths) + f" {'us/dispatch':>12}")
+    print(
+        f"{'workgroups':>10} {'buffers':>8} "
+        + " ".join(f"{f'{n} disp':>10}" for n in lengths)
+        + f" {'us/dispatch':>12}"
+    )
     for groups in (1, 132, 1024, 8192):
         for buffers in (1, 2):
             t = [chain_us(ctx, pipe, layout, n, groups, buffers, reps) for n in lengths]

@@ -220,7 +220,9 @@ def att_split() -> int:
     if not raw:
         return ATT_SPLIT
     if not raw.isdigit() or not 2 <= int(raw) <= 64:
-        raise UnsupportedOperation(f"backend 'vulkan': CERA_VULKAN_ATT_SPLIT={raw!r} is not a whole number from 2 to 64")
+        raise UnsupportedOperation(
+            f"backend 'vulkan': CERA_VULKAN_ATT_SPLIT={raw!r} is not a whole number from 2 to 64"
+        )
     return int(raw)
 
 

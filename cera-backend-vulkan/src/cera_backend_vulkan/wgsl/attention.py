@@ -46,7 +46,9 @@ fn rope_idx(r: Rope, i: u32) -> vec2<u32> {
 }
 """
 
-ROPE_BODY = ROPE_FNS + """
+ROPE_BODY = (
+    ROPE_FNS
+    + """
 var<workgroup> rred: array<f32, 64>;
 fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {
     var v = bitcast<f32>(A[x + j]) * inv;
@@ -97,6 +99,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 {KEYS}}
 """
+)
 
 
 # the row's sum of squares into rred[0] for rope's norm: a shared-memory tree (six barriers),
@@ -459,6 +462,7 @@ F16_CACHE = """
 fn h8(w: vec4<u32>) -> V8 {
     return V8(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
 }"""
+
 
 def _rotating_parts(dk: int, dv: int, rope_sg: bool, split: bool) -> tuple[str, str, str]:
     """attention_lanes' rotating form: (the query's load: norms, rotations and scale as
