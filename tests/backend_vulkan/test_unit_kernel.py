@@ -110,3 +110,40 @@ def test_long_rows_after_a_norm(t, kernel, monkeypatch):
     b.row_kernel = kernel
     conformance.check_op(b, case)
     assert any(k[0] == "matvec_unit" for k in emits), emits
+
+
+@needs_vulkan
+@pytest.mark.parametrize(
+    "types", [("Q4_K", "Q4_K", "Q6_K"), ("Q5_0", "Q5_1", "Q8_0"), ("Q4_0", "Q4_1", "Q8_0")], ids="/".join
+)
+def test_integer_to_float_forms_give_the_same_bits(types, monkeypatch):
+    """The decoders' two integer-to-float forms (wgsl.INT_FLOAT_FORMS: WGSL's conversions,
+    and the float with 2^23's (1.5 x 2^23's) bits minus that float) give the same bits on
+    every unit decoder: nibbles, fifth bits, 6-bit scales, signed bytes (Q8_0's weights,
+    Q6_K's scales); each also within the suite's tolerance of the reference."""
+    import numpy as np
+
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    compare = conformance._compare
+    got = {}
+    for form in ("cvt", "magic"):
+        monkeypatch.setenv("CERA_VULKAN_INT_FLOAT", form)
+        b = VulkanBackend()
+        if not b.ctx.subgroups:
+            pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
+        b.row_kernel = "unit-auto"
+        seen = []
+
+        def keep(case, i, g, want, seen=seen):
+            seen.append(g)
+            compare(case, i, g, want)
+
+        monkeypatch.setattr(conformance, "_compare", keep)
+        conformance.check_op(b, _case(types, (1, 1)))
+        got[form] = seen
+    assert got["cvt"] and len(got["cvt"]) == len(got["magic"])
+    for a, b in zip(got["cvt"], got["magic"], strict=True):
+        for name in a:
+            x, y = np.asarray(a[name], np.float32), np.asarray(b[name], np.float32)
+            assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), (types, name, float(np.abs(x - y).max()))

@@ -214,6 +214,17 @@ ATT_SPLIT = 16
 ATT_SPLIT_MIN_CAP = 1024
 
 
+def int_float() -> str:
+    """How the unit kernel's decoders turn integers into floats (wgsl.INT_FLOAT_FORMS):
+    ``CERA_VULKAN_INT_FLOAT``, else "magic"."""
+    name = os.environ.get("CERA_VULKAN_INT_FLOAT", "").strip() or "magic"
+    if name not in wgsl.INT_FLOAT_FORMS:
+        raise UnsupportedOperation(
+            f"backend 'vulkan': CERA_VULKAN_INT_FLOAT={name!r} is not one of {', '.join(wgsl.INT_FLOAT_FORMS)}"
+        )
+    return name
+
+
 def att_split() -> int:
     """ATT_SPLIT, or ``CERA_VULKAN_ATT_SPLIT`` (2-64: a diagnostic, for timing others)."""
     raw = os.environ.get("CERA_VULKAN_ATT_SPLIT", "").strip()
@@ -977,8 +988,9 @@ class VulkanExecutable(Executable):
         if plan:
             grp, UF, per, sk = plan
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre),
-                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre),
+            cv = int_float()
+            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, cv),
+                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, int_float=cv),
                        params, -(-rows // per), binds=binds, read_only=ro,
                        label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip
             return
@@ -1040,8 +1052,10 @@ class VulkanExecutable(Executable):
         if unit:
             grp, UF, per, sk = unit
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre),
-                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre),
+            cv = int_float()
+            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, cv),
+                       lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
+                                                int_float=cv),
                        params,
                        at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
                        label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip

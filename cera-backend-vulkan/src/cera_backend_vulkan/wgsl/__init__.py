@@ -61,6 +61,7 @@ from .products import (
 )
 from .products_blk import BYTES4, DQ32, DQ32_GENERIC, DQ32_VEC, V32, WIN8, dq32_lib, matvec_blk, vec_bindings, vec_view
 from .products_unit import (
+    INT_FLOAT_FORMS,
     UNIT_DECODERS,
     UNIT_GENERIC,
     UNIT_LAYOUT,
@@ -112,6 +113,7 @@ __all__ = [
     "UNIT_LAYOUT",
     "UNIT_XOFF",
     "UNIT_VEC4",
+    "INT_FLOAT_FORMS",
     "UNIT_DECODERS",
     "UNIT_GENERIC",
     "unit_layout",

@@ -33,6 +33,30 @@ UNIT_XOFF = {
     "k6": """let b = u >> 3u; let p = u & 7u;
     return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
 }
+# Small integers to f32, exactly (the decoders' values: nibbles, 6-bit scales, signed
+# bytes). "magic" (the default): through the float whose bits are 2^23's (1.5 x 2^23's
+# for signed values) with the integer in its low mantissa bits, minus that float: an
+# integer op and a float subtraction, the same value as a conversion. NVIDIA's GPUs
+# convert integers to floats at a quarter of their float rate (16 a clock per
+# multiprocessor on the H200, against 128 float operations), and a decoded token
+# converts every weight it reads. "cvt" (CERA_VULKAN_INT_FLOAT=cvt): WGSL's conversions.
+INT_FLOAT_FORMS = ("magic", "cvt")  # compile.int_float picks one
+_INT_FLOAT = {
+    "magic": """
+fn u2f4(v: vec4<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(v | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0); }
+fn u2f2(v: vec2<u32>) -> vec2<f32> { return bitcast<vec2<f32>>(v | vec2<u32>(0x4B000000u)) - vec2<f32>(8388608.0); }
+fn i2f4(v: vec4<i32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) + vec4<u32>(0x4B400000u)) - vec4<f32>(12582912.0);
+}
+""",
+    "cvt": """
+fn u2f4(v: vec4<u32>) -> vec4<f32> { return vec4<f32>(v); }
+fn u2f2(v: vec2<u32>) -> vec2<f32> { return vec2<f32>(v); }
+fn i2f4(v: vec4<i32>) -> vec4<f32> { return vec4<f32>(v); }
+""",
+}
+
+
 UNIT_DECODERS = {
     "Q4_K": """
 fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
@@ -41,11 +65,11 @@ fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
 }
 fn ksm_{W}(s0: u32, s1: u32, s2: u32, s: u32) -> vec2<f32> {
     if (s < 4u) {
-        return vec2<f32>(f32(kbyte_{W}(s0, s1, s2, s) & 63u), f32(kbyte_{W}(s0, s1, s2, s + 4u) & 63u));
+        return u2f2(vec2<u32>(kbyte_{W}(s0, s1, s2, s) & 63u, kbyte_{W}(s0, s1, s2, s + 4u) & 63u));
     }
     let hi = kbyte_{W}(s0, s1, s2, s + 4u);
-    return vec2<f32>(f32((hi & 15u) | ((kbyte_{W}(s0, s1, s2, s - 4u) >> 6u) << 4u)),
-                     f32((hi >> 4u) | ((kbyte_{W}(s0, s1, s2, s) >> 6u) << 4u)));
+    return u2f2(vec2<u32>((hi & 15u) | ((kbyte_{W}(s0, s1, s2, s - 4u) >> 6u) << 4u),
+                          (hi >> 4u) | ((kbyte_{W}(s0, s1, s2, s) >> 6u) << 4u)));
 }
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     // the weight bound as 16-byte words (UNIT_VEC4): the header (d, dmin, 12 bytes of
@@ -59,11 +83,11 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let q0 = qv.x; let q1 = qv.y; let q2 = qv.z; let q3 = qv.w;
     let lo = ksm_{W}(s0, s1, s2, 2u * j); let hi = ksm_{W}(s0, s1, s2, 2u * j + 1u);
     let m = vec4<u32>(0u, 8u, 16u, 24u); let f = vec4<u32>(15u);
-    let dl = dot(x[0], vec4<f32>((vec4<u32>(q0) >> m) & f)) + dot(x[1], vec4<f32>((vec4<u32>(q1) >> m) & f))
-           + dot(x[2], vec4<f32>((vec4<u32>(q2) >> m) & f)) + dot(x[3], vec4<f32>((vec4<u32>(q3) >> m) & f));
+    let dl = dot(x[0], u2f4((vec4<u32>(q0) >> m) & f)) + dot(x[1], u2f4((vec4<u32>(q1) >> m) & f))
+           + dot(x[2], u2f4((vec4<u32>(q2) >> m) & f)) + dot(x[3], u2f4((vec4<u32>(q3) >> m) & f));
     let m4 = m + vec4<u32>(4u);
-    let dh = dot(x[4], vec4<f32>((vec4<u32>(q0) >> m4) & f)) + dot(x[5], vec4<f32>((vec4<u32>(q1) >> m4) & f))
-           + dot(x[6], vec4<f32>((vec4<u32>(q2) >> m4) & f)) + dot(x[7], vec4<f32>((vec4<u32>(q3) >> m4) & f));
+    let dh = dot(x[4], u2f4((vec4<u32>(q0) >> m4) & f)) + dot(x[5], u2f4((vec4<u32>(q1) >> m4) & f))
+           + dot(x[6], u2f4((vec4<u32>(q2) >> m4) & f)) + dot(x[7], u2f4((vec4<u32>(q3) >> m4) & f));
     let one = vec4<f32>(1.0);
     let xl = dot(x[0] + x[1] + x[2] + x[3], one); let xh = dot(x[4] + x[5] + x[6] + x[7], one);
     return dm.x * (lo.x * dl + hi.x * dh) - dm.y * (lo.y * xl + hi.y * xh);
@@ -78,8 +102,8 @@ UNIT_DECODERS["Q6_K"] = """
 // four values: low nibbles of ql from bit sl, two high bits of qh from bit sh
 fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
     let m = vec4<u32>(0u, 8u, 16u, 24u);
-    return vec4<f32>(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
-                     | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
+    return u2f4(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
+                | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
 }
 fn fa_{W}(a: u32, b: u32, odd: bool) -> u32 { return select(a, (a >> 16u) | (b << 16u), odd); }
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
@@ -98,7 +122,7 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     // the half's 8 scale bytes; this unit's four are bytes l / 16 + 0, 2, 4, 6 of them
     let sw0 = fa_{W}(ws0, ws1, odd) >> (8u * (l >> 4u)); let sw1 = fa_{W}(ws1, ws2, odd) >> (8u * (l >> 4u));
     let d = unpack2x16float(select(wd, wd >> 16u, odd)).x;
-    let sc = vec4<f32>(vec4<i32>(vec4<u32>(sw0, sw0 >> 16u, sw1, sw1 >> 16u) << vec4<u32>(24u)) >> vec4<u32>(24u));
+    let sc = i2f4(vec4<i32>(vec4<u32>(sw0, sw0 >> 16u, sw1, sw1 >> 16u) << vec4<u32>(24u)) >> vec4<u32>(24u));
     let d0 = dot(x[0], q6v_{W}(a0, h0, 0u, 0u)) + dot(x[1], q6v_{W}(a1, h1, 0u, 0u));
     let d1 = dot(x[2], q6v_{W}(c0, h0, 0u, 2u)) + dot(x[3], q6v_{W}(c1, h1, 0u, 2u));
     let d2 = dot(x[4], q6v_{W}(a0, h0, 4u, 4u)) + dot(x[5], q6v_{W}(a1, h1, 4u, 4u));
@@ -115,13 +139,13 @@ UNIT_BLOCK_WORDS = """
 // i + 1 counted from the block's 4-byte floor; odd: the block starts 2 bytes into it
 fn fw(a: u32, b: u32, odd: bool) -> u32 { return select((a >> 16u) | (b << 16u), b, odd); }
 fn nib4(q: u32, s: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(s))) & vec4<u32>(15u));
+    return u2f4((vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(s))) & vec4<u32>(15u));
 }
 fn bits4(h: u32, s: u32) -> vec4<f32> {
-    return vec4<f32>(((vec4<u32>(h) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(s))) & vec4<u32>(1u)) << vec4<u32>(4u));
+    return u2f4(((vec4<u32>(h) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(s))) & vec4<u32>(1u)) << vec4<u32>(4u));
 }
 fn i8x4(q: u32) -> vec4<f32> {
-    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+    return i2f4(bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 // x against 32 nibbles (low nibbles of q0..q3, then high), with a fifth bit from h
 fn dot_nib(x: array<vec4<f32>, 8>, q0: u32, q1: u32, q2: u32, q3: u32) -> f32 {
@@ -244,7 +268,7 @@ def unit_decoder(t: str, layout: str) -> str:
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
                 norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False,
-                pre_add: bool = False) -> str:  # fmt: skip
+                pre_add: bool = False, int_float: str = "magic") -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -286,7 +310,10 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     workgroup computes its rows of x into shared memory; workgroup 0 also writes them at
     x's offset, where the rest of the graph reads them. P: 15 a's offset, 16 z's, 17 w's
     + 1 (0: none), 18 the norm's eps; a, z and x are rows of K values, end to end. One
-    dispatch less a norm."""
+    dispatch less a norm.
+
+    ``int_float``: how the decoders turn their small integers into floats
+    (INT_FLOAT_FORMS; the same values either way)."""
     layout = unit_layout(types)
     # segments: each weight in its own layout (one product a workgroup: uniform branches)
     lays = [UNIT_LAYOUT.get(t, "lin") if segments else layout for t in types]
@@ -303,7 +330,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         libs += unit_decoder(t, layout_i).replace("{W}", var)
     if "lin" in lays and any(UNIT_LAYOUT.get(t) == "lin" for t in types):
         libs += UNIT_BLOCK_WORDS
-    libs = _eight_vectors(libs)
+    libs = _INT_FLOAT[int_float] + _eight_vectors(libs)
     R, F = rows, feats
     n_w = 1 if segments else len(types)  # accumulators a feature: one product's
     decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
