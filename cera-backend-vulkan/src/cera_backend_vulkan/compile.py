@@ -216,8 +216,8 @@ ATT_SPLIT_MIN_CAP = 1024
 
 def int_float() -> str:
     """How the unit kernel's decoders turn integers into floats (wgsl.INT_FLOAT_FORMS):
-    ``CERA_VULKAN_INT_FLOAT``, else "magic"."""
-    name = os.environ.get("CERA_VULKAN_INT_FLOAT", "").strip() or "magic"
+    ``CERA_VULKAN_INT_FLOAT``, else "cvt" (WGSL's conversions)."""
+    name = os.environ.get("CERA_VULKAN_INT_FLOAT", "").strip() or "cvt"
     if name not in wgsl.INT_FLOAT_FORMS:
         raise UnsupportedOperation(
             f"backend 'vulkan': CERA_VULKAN_INT_FLOAT={name!r} is not one of {', '.join(wgsl.INT_FLOAT_FORMS)}"

@@ -34,13 +34,14 @@ UNIT_XOFF = {
     return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
 }
 # Small integers to f32, exactly (the decoders' values: nibbles, 6-bit scales, signed
-# bytes). "magic" (the default): through the float whose bits are 2^23's (1.5 x 2^23's
-# for signed values) with the integer in its low mantissa bits, minus that float: an
-# integer op and a float subtraction, the same value as a conversion. NVIDIA's GPUs
+# bytes). "cvt" (the default): WGSL's conversions. "magic": through the float whose bits
+# are 2^23's (1.5 x 2^23's for signed values) with the integer in its low mantissa bits,
+# minus that float: an integer op and a float subtraction, the same value. NVIDIA's GPUs
 # convert integers to floats at a quarter of their float rate (16 a clock per
-# multiprocessor on the H200, against 128 float operations), and a decoded token
-# converts every weight it reads. "cvt" (CERA_VULKAN_INT_FLOAT=cvt): WGSL's conversions.
-INT_FLOAT_FORMS = ("magic", "cvt")  # compile.int_float picks one
+# multiprocessor on Hopper, against 128 float operations), and a decoded token converts
+# every weight it reads. Written in the tenth session after its last H200 call: not yet
+# timed there, so not the default (h200_lab.sh's intfloat part times it).
+INT_FLOAT_FORMS = ("cvt", "magic")  # compile.int_float picks one
 _INT_FLOAT = {
     "magic": """
 fn u2f4(v: vec4<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(v | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0); }
@@ -268,7 +269,7 @@ def unit_decoder(t: str, layout: str) -> str:
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
                 norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False,
-                pre_add: bool = False, int_float: str = "magic") -> str:  # fmt: skip
+                pre_add: bool = False, int_float: str = "cvt") -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
