@@ -59,11 +59,12 @@ MATMUL_SMALL_GRID = 256
 # split: the depth is cut (wgsl.matmul's splits, then wgsl.matmul_splits) where the grid
 # has fewer than MATMUL_SPLIT_GRID workgroups (about 8 for each of the H200's 132
 # multiprocessors), into as many spans as bring it there, at most MATMUL_SPLITS, each of
-# MATMUL_SPLIT_STEPS steps of 32 columns or more. The H200's sweep of the products shape
-# by shape (tenth session, call 1, vulkan_matmul_sweep.py) had products split into spans
-# of 2-3 steps (SmolLM2's and Gemma 3's q and gate/up, Qwen2.5 0.5B's q: 18-28 steps in
-# all) 10-30% slower than whole, and those of 48 steps or more (every down product,
-# Qwen2.5 1.5B's q and o) 10-30% faster: hence spans of 16 steps or more. Over whole
+# MATMUL_SPLIT_STEPS steps of 32 columns or more. In the H200's sweep of the products
+# shape by shape (tenth session, call 1, vulkan_matmul_sweep.py; the variants of a shape
+# took turns, its absolute figures ran low: benchmarks/README.md), the products of 18-28
+# steps in all, split in 2-3 spans of 8 or more (SmolLM2's and Gemma 3's q and gate/up,
+# Qwen2.5 0.5B's q), were 10-30% slower than whole, and those of 48 steps or more (every
+# down product, Qwen2.5 1.5B's q and o) 10-30% faster: hence spans of 16 steps or more. Over whole
 # prompts (call 3) 4x4-skew-split against 4x4-skew was +4% to +16% on Qwen2.5 0.5B, -4% to
 # 0% on Qwen2.5 1.5B, -8% to -13% on Gemma 3, -3% to +3% on SmolLM2: not the default.
 # skew: the weights' shared tile skewed against bank conflicts (the same bits). Call 3,
