@@ -512,12 +512,10 @@ fn pack8(a: u32) -> vec4<u32> {{
     return vec4<u32>(pack2x16float(vec2<f32>(kf[a], kf[a + 1u])), pack2x16float(vec2<f32>(kf[a + 2u], kf[a + 3u])),
                      pack2x16float(vec2<f32>(kf[a + 4u], kf[a + 5u])), pack2x16float(vec2<f32>(kf[a + 6u], kf[a + 7u])));
 }}
-fn pack8a(a: u32) -> vec4<u32> {{
-    let f = array<f32, 8>(bitcast<f32>(A[a]), bitcast<f32>(A[a + 1u]), bitcast<f32>(A[a + 2u]), bitcast<f32>(A[a + 3u]),
-                          bitcast<f32>(A[a + 4u]), bitcast<f32>(A[a + 5u]), bitcast<f32>(A[a + 6u]), bitcast<f32>(A[a + 7u]));
-    return vec4<u32>(pack2x16float(vec2<f32>(f[0], f[1])), pack2x16float(vec2<f32>(f[2], f[3])),
-                     pack2x16float(vec2<f32>(f[4], f[5])), pack2x16float(vec2<f32>(f[6], f[7])));
-}}
+// eight values of the arena from a, rounded to f16 as `kv_store` rounds them (no
+// private array: see attention_lanes)
+fn pack2a(a: u32) -> u32 {{ return pack2x16float(vec2<f32>(bitcast<f32>(A[a]), bitcast<f32>(A[a + 1u]))); }}
+fn pack8a(a: u32) -> vec4<u32> {{ return vec4<u32>(pack2a(a), pack2a(a + 2u), pack2a(a + 4u), pack2a(a + 6u)); }}
 """
     )
     query = f"""    // this row's query (P 5) and its KV head's key (P 18) as the products left them:
@@ -612,10 +610,10 @@ def attention_lanes(dv: int, dk: int, subgroups: bool = False, split: int = 1, r
     stores) in the workgroup of each (row, head): one dispatch a layer fewer in a decoded
     token. Each workgroup rotates its query and its KV head's key; one workgroup of that
     KV head (its last query head's, first span) writes the key, the value and the
-    position into the cache. No workgroup reads the current cell from the cache, which the others may not
-    have written yet: its key, value and position come from the workgroup's own copy, the
-    same f16 values the cache would give back, so the results' bits are those of
-    `rope_kv` and then the plain form.
+    position into the cache. No workgroup reads the current cell from the cache, which
+    the others may not have written yet: its key, value and position come from the
+    workgroup's own copy, the same f16 values the cache would give back, so the results'
+    bits are those of `rope_kv` and then the plain form.
 
     Parameters as `attention` ("f16"); in the rotating form P 5 is the queries before
     their rotation, 18 the keys', 19 the values' offset, 20..29 `rope`'s 6..15, 30..35
