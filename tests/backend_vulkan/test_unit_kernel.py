@@ -147,3 +147,72 @@ def test_integer_to_float_forms_give_the_same_bits(types, monkeypatch):
         for name in a:
             x, y = np.asarray(a[name], np.float32), np.asarray(b[name], np.float32)
             assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), (types, name, float(np.abs(x - y).max()))
+
+
+def _errors(backend, case) -> list[float]:
+    """The largest difference from the reference of each output of each pass of case."""
+    import numpy as np
+
+    errs = []
+    compare = conformance._compare
+
+    def keep(c, i, g, want):
+        for name in want:
+            errs.append(float(np.abs(np.asarray(g[name], np.float64) - np.asarray(want[name])).max()))
+        compare(c, i, g, want)
+
+    conformance._compare = keep
+    try:
+        conformance.check_op(backend, case)
+    finally:
+        conformance._compare = compare
+    return errs
+
+
+@needs_vulkan
+@pytest.mark.parametrize("t", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+def test_integer_products(t, monkeypatch):
+    """``CERA_VULKAN_UNIT_DOT=i8`` (x rounded to 8 bits a unit, dot4I8Packed): rows of
+    3072 values after a fused norm, within the suite's tolerance of the reference, the
+    integer decoder the one that ran, and its error at most 1.5x the CPU backend's on the
+    same case (which rounds x to 8 bits too: llama.cpp's arithmetic). Offsets taken from
+    x's exact sums instead of the quantized ones gave three times the CPU's error on the
+    32-element types, which the last check catches."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    def build(g, w, s):
+        h = g.rms_norm(g.embedding(w["x"], g.tokens), w["n"], 1e-6)
+        g.output("y", g.linear(h, w["w"]))
+
+    case = OpCase(f"linear[{t},3072]", "linear", build,
+                  (WeightSpec("x", (16, 3072), "F32", 1.0), WeightSpec("n", (3072,)), WeightSpec("w", (48, 3072), t)),
+                  passes=((1,), (1,)), tolerance=TOL_QUANT)  # fmt: skip
+    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", "i8")
+    emits = _spy_emits(monkeypatch)
+    b = VulkanBackend()
+    if not b.ctx.subgroups:
+        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
+    b.row_kernel = "unit-auto"
+    got = _errors(b, case)
+    assert any(k[0] == "matvec_unit" and k[-1] == "i8" for k in emits), emits
+    cpu = pytest.importorskip("cera_backend_cpu.backend", reason="the CPU backend is the comparison")
+    want = _errors(cpu.CpuBackend(), case)
+    assert max(got) <= 1.5 * max(want), (got, want)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("types", [("Q4_K", "Q4_K", "Q6_K"), ("Q4_K", "Q5_0", "Q6_K"), ("Q5_0", "Q5_1", "Q8_0")],
+                         ids="/".join)  # fmt: skip
+def test_integer_products_of_qkv(types, monkeypatch):
+    """``CERA_VULKAN_UNIT_DOT=i8`` on a layer's Q, K and V in one dispatch (each product in
+    its own layout and decoder), a decode batch of three sequences, against the reference."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", "i8")
+    emits = _spy_emits(monkeypatch)
+    b = VulkanBackend()
+    if not b.ctx.subgroups:
+        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
+    b.row_kernel = "unit-auto"
+    conformance.check_op(b, _case(types, (1, 1, 1)))
+    assert any(k[0] == "matvec_unit_seg" and k[-1] == "i8" for k in emits), emits

@@ -226,6 +226,22 @@ def int_float() -> str:
     return name
 
 
+# the unit kernel's products (wgsl.matvec_unit's ``dot``): "f32", x as the pass holds it,
+# or "i8", x quantized to 8 bits a unit and multiplied with dot4I8Packed (other values,
+# within the suite's tolerance; written in the tenth session, not yet timed on a GPU)
+UNIT_DOTS = ("f32", "i8")
+
+
+def unit_dot() -> str:
+    """The unit kernel's products (UNIT_DOTS): ``CERA_VULKAN_UNIT_DOT``, else "f32"."""
+    name = os.environ.get("CERA_VULKAN_UNIT_DOT", "").strip() or "f32"
+    if name not in UNIT_DOTS:
+        raise UnsupportedOperation(
+            f"backend 'vulkan': CERA_VULKAN_UNIT_DOT={name!r} is not one of {', '.join(UNIT_DOTS)}"
+        )
+    return name
+
+
 def att_split() -> int:
     """ATT_SPLIT, or ``CERA_VULKAN_ATT_SPLIT`` (2-64: a diagnostic, for timing others)."""
     raw = os.environ.get("CERA_VULKAN_ATT_SPLIT", "").strip()
@@ -989,9 +1005,10 @@ class VulkanExecutable(Executable):
         if plan:
             grp, UF, per, sk = plan
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            cv = int_float()
-            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, cv),
-                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, int_float=cv),
+            cv, dt = int_float(), unit_dot()
+            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, cv, dt),
+                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, int_float=cv,
+                                                dot=dt),
                        params, -(-rows // per), binds=binds, read_only=ro,
                        label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip
             return
@@ -1053,10 +1070,10 @@ class VulkanExecutable(Executable):
         if unit:
             grp, UF, per, sk = unit
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            cv = int_float()
-            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, cv),
+            cv, dt = int_float(), unit_dot()
+            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, cv, dt),
                        lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
-                                                int_float=cv),
+                                                int_float=cv, dot=dt),
                        params,
                        at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
                        label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip

@@ -226,6 +226,148 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
 """,
     }
 )
+# The integer forms of the decoders (matvec_unit's ``dot`` "i8"): x's unit quantized to
+# 8 bits (xq_0..xq_7, four values a word, and its step dx: matvec_unit's xload), the
+# weights' small integers taken four at a time as bytes of a word, and dot4I8Packed for
+# the products (one instruction for four where the float form converts and multiplies
+# each). The weights' offsets and minimums (Q4_0's 8, Q5_0's 16, Q6_K's 32, Q4_1's and
+# Q4_K's minimums) take the quantized x's sums, not the exact ones: the rounding errors
+# then cancel as they do in the centred weights (with exact sums the error on the
+# 32-element types was three times the CPU backend's, which rounds x the same way; with
+# them it is the same). Other values than the float form's (x rounded to 8 bits a unit,
+# as llama.cpp's integer products round it); the same whatever the batch. The types
+# without one run their float decoder.
+UNIT_INT_DECODERS = {
+    "Q4_K": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
+    let b = u >> 3u; let p = u & 7u; let j = p >> 1u;
+    let o = (rb + 144u * b) >> 4u;
+    let h = {W}[o];
+    let dm = unpack2x16float(h.x);
+    let s0 = h.y; let s1 = h.z; let s2 = h.w;
+    let qv = {W}[o + 1u + 2u * j + (p & 1u)];
+    let lo = ksm_{W}(s0, s1, s2, 2u * j); let hi = ksm_{W}(s0, s1, s2, 2u * j + 1u);
+    let f = 0x0F0F0F0Fu;
+    let il = dot4I8Packed(qv.x & f, xq[0]) + dot4I8Packed(qv.y & f, xq[1])
+           + dot4I8Packed(qv.z & f, xq[2]) + dot4I8Packed(qv.w & f, xq[3]);
+    let ih = dot4I8Packed((qv.x >> 4u) & f, xq[4]) + dot4I8Packed((qv.y >> 4u) & f, xq[5])
+           + dot4I8Packed((qv.z >> 4u) & f, xq[6]) + dot4I8Packed((qv.w >> 4u) & f, xq[7]);
+    let sl = isum4(xq[0], xq[1], xq[2], xq[3]); let sh = isum4(xq[4], xq[5], xq[6], xq[7]);
+    return dm.x * dx * (lo.x * f32(il) + hi.x * f32(ih)) - dm.y * dx * (lo.y * f32(sl) + hi.y * f32(sh));
+}
+""",
+    "Q6_K": """
+// four 6-bit values as bytes: low nibbles of ql from bit sl, two high bits of qh from bit sh
+fn q6b_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> u32 {
+    return ((ql >> sl) & 0x0F0F0F0Fu) | (((qh >> sh) & 0x03030303u) << 4u);
+}
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
+    let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
+    let blk = rb + 210u * b; let i = blk >> 2u; let odd = (blk & 2u) != 0u;
+    let qa = i + 16u * n + (l >> 2u); let qc = qa + 8u; let qh = i + 32u + 8u * n + (l >> 2u);
+    let qs = i + 48u + 2u * n;
+    let wa0 = {W}[qa]; let wa1 = {W}[qa + 1u]; let wa2 = {W}[qa + 2u];
+    let wc0 = {W}[qc]; let wc1 = {W}[qc + 1u]; let wc2 = {W}[qc + 2u];
+    let wh0 = {W}[qh]; let wh1 = {W}[qh + 1u]; let wh2 = {W}[qh + 2u];
+    let ws0 = {W}[qs]; let ws1 = {W}[qs + 1u]; let ws2 = {W}[qs + 2u];
+    let wd = {W}[i + 52u];
+    let a0 = fa_{W}(wa0, wa1, odd); let a1 = fa_{W}(wa1, wa2, odd);
+    let c0 = fa_{W}(wc0, wc1, odd); let c1 = fa_{W}(wc1, wc2, odd);
+    let h0 = fa_{W}(wh0, wh1, odd); let h1 = fa_{W}(wh1, wh2, odd);
+    let sw0 = fa_{W}(ws0, ws1, odd) >> (8u * (l >> 4u)); let sw1 = fa_{W}(ws1, ws2, odd) >> (8u * (l >> 4u));
+    let d = unpack2x16float(select(wd, wd >> 16u, odd)).x;
+    let sc = vec4<f32>(vec4<i32>(vec4<u32>(sw0, sw0 >> 16u, sw1, sw1 >> 16u) << vec4<u32>(24u)) >> vec4<u32>(24u));
+    // each value less 32: the quantized x's sums over the same eight
+    let i0 = dot4I8Packed(q6b_{W}(a0, h0, 0u, 0u), xq[0]) + dot4I8Packed(q6b_{W}(a1, h1, 0u, 0u), xq[1])
+           - 32 * isum2(xq[0], xq[1]);
+    let i1 = dot4I8Packed(q6b_{W}(c0, h0, 0u, 2u), xq[2]) + dot4I8Packed(q6b_{W}(c1, h1, 0u, 2u), xq[3])
+           - 32 * isum2(xq[2], xq[3]);
+    let i2 = dot4I8Packed(q6b_{W}(a0, h0, 4u, 4u), xq[4]) + dot4I8Packed(q6b_{W}(a1, h1, 4u, 4u), xq[5])
+           - 32 * isum2(xq[4], xq[5]);
+    let i3 = dot4I8Packed(q6b_{W}(c0, h0, 4u, 6u), xq[6]) + dot4I8Packed(q6b_{W}(c1, h1, 4u, 6u), xq[7])
+           - 32 * isum2(xq[6], xq[7]);
+    return d * dx * dot(sc, vec4<f32>(f32(i0), f32(i1), f32(i2), f32(i3)));
+}
+""",
+    "Q8_0": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
+    let o = rb + 34u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let w5 = {W}[i + 5u]; let w6 = {W}[i + 6u]; let w7 = {W}[i + 7u]; let w8 = {W}[i + 8u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    let s = dot4I8Packed(fw(w0, w1, odd), xq[0]) + dot4I8Packed(fw(w1, w2, odd), xq[1])
+          + dot4I8Packed(fw(w2, w3, odd), xq[2]) + dot4I8Packed(fw(w3, w4, odd), xq[3])
+          + dot4I8Packed(fw(w4, w5, odd), xq[4]) + dot4I8Packed(fw(w5, w6, odd), xq[5])
+          + dot4I8Packed(fw(w6, w7, odd), xq[6]) + dot4I8Packed(fw(w7, w8, odd), xq[7]);
+    return d * dx * f32(s);
+}
+""",
+    "Q4_0": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
+    let o = rb + 18u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    let q0 = fw(w0, w1, odd); let q1 = fw(w1, w2, odd); let q2 = fw(w2, w3, odd); let q3 = fw(w3, w4, odd);
+    return d * dx * f32(idot_nib(xq, q0, q1, q2, q3) - 8 * isum8(xq));
+}
+""",
+    "Q4_1": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
+    let i = (rb + 20u * u) >> 2u;
+    let dm = unpack2x16float({W}[i]);
+    let q0 = {W}[i + 1u]; let q1 = {W}[i + 2u]; let q2 = {W}[i + 3u]; let q3 = {W}[i + 4u];
+    return dx * (dm.x * f32(idot_nib(xq, q0, q1, q2, q3)) + dm.y * f32(isum8(xq)));
+}
+""",
+    "Q5_0": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
+    let o = rb + 22u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let w5 = {W}[i + 5u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    let h = fw(w0, w1, odd);
+    let q0 = fw(w1, w2, odd); let q1 = fw(w2, w3, odd); let q2 = fw(w3, w4, odd); let q3 = fw(w4, w5, odd);
+    return d * dx * f32(idot_nib5(xq, q0, q1, q2, q3, h) - 16 * isum8(xq));
+}
+""",
+    "Q5_1": """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
+    let i = (rb + 24u * u) >> 2u;
+    let dm = unpack2x16float({W}[i]); let h = {W}[i + 1u];
+    let q0 = {W}[i + 2u]; let q1 = {W}[i + 3u]; let q2 = {W}[i + 4u]; let q3 = {W}[i + 5u];
+    return dx * (dm.x * f32(idot_nib5(xq, q0, q1, q2, q3, h)) + dm.y * f32(isum8(xq)));
+}
+""",
+}
+# the quantized x's sums (every integer decoder's offsets), emitted once under "i8"
+UNIT_INT_SUMS = """
+fn isum2(a: u32, b: u32) -> i32 { return dot4I8Packed(0x01010101u, a) + dot4I8Packed(0x01010101u, b); }
+fn isum4(a: u32, b: u32, c: u32, d: u32) -> i32 { return isum2(a, b) + isum2(c, d); }
+fn isum8(xq: array<u32, 8>) -> i32 { return isum4(xq[0], xq[1], xq[2], xq[3]) + isum4(xq[4], xq[5], xq[6], xq[7]); }
+"""
+# the 32-element block types' integer helpers (after UNIT_BLOCK_WORDS)
+UNIT_INT_BLOCK_WORDS = """
+// the quantized x against 32 nibbles (low nibbles of q0..q3, then high), four a word
+fn idot_nib(xq: array<u32, 8>, q0: u32, q1: u32, q2: u32, q3: u32) -> i32 {
+    let f = 0x0F0F0F0Fu;
+    return dot4I8Packed(q0 & f, xq[0]) + dot4I8Packed(q1 & f, xq[1]) + dot4I8Packed(q2 & f, xq[2])
+         + dot4I8Packed(q3 & f, xq[3]) + dot4I8Packed((q0 >> 4u) & f, xq[4]) + dot4I8Packed((q1 >> 4u) & f, xq[5])
+         + dot4I8Packed((q2 >> 4u) & f, xq[6]) + dot4I8Packed((q3 >> 4u) & f, xq[7]);
+}
+// bits s .. s + 3 of h as bit 4 of four bytes (the shifted copies do not overlap: no carries)
+fn hbytes(h: u32, s: u32) -> u32 { return ((((h >> s) & 15u) * 0x00204081u) & 0x01010101u) << 4u; }
+fn idot_nib5(xq: array<u32, 8>, q0: u32, q1: u32, q2: u32, q3: u32, h: u32) -> i32 {
+    let f = 0x0F0F0F0Fu;
+    return dot4I8Packed((q0 & f) | hbytes(h, 0u), xq[0]) + dot4I8Packed((q1 & f) | hbytes(h, 4u), xq[1])
+         + dot4I8Packed((q2 & f) | hbytes(h, 8u), xq[2]) + dot4I8Packed((q3 & f) | hbytes(h, 12u), xq[3])
+         + dot4I8Packed(((q0 >> 4u) & f) | hbytes(h, 16u), xq[4]) + dot4I8Packed(((q1 >> 4u) & f) | hbytes(h, 20u), xq[5])
+         + dot4I8Packed(((q2 >> 4u) & f) | hbytes(h, 24u), xq[6]) + dot4I8Packed(((q3 >> 4u) & f) | hbytes(h, 28u), xq[7]);
+}
+"""
+# a float decoder under ``dot`` "i8": the integer form's signature, the float form's body
+UNIT_FLOAT_IN_INT = """
+fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 { return unitf_{W}(rb, u, x); }
+"""
 UNIT_GENERIC = """
 fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let w0 = dq8_{W}(rb, 4u * u); let w1 = dq8_{W}(rb, 4u * u + 1u);
@@ -241,8 +383,11 @@ def _eight_vectors(src: str) -> str:
     x_0 .. x_7: the H200's compiler kept private arrays in local memory (a Q8_0 decoder
     that looped over one made the outputs 6x slower), so no kernel holds one."""
     src = src.replace("x: array<vec4<f32>, 8>", ", ".join(f"x_{k}: vec4<f32>" for k in range(8)))
-    # x passed whole to a helper (xsum(x), dot_nib(x, ...))
-    src = re.sub(r"(?<=\()x(?=[,)])", ", ".join(f"x_{k}" for k in range(8)), src)
+    src = src.replace("xq: array<u32, 8>", ", ".join(f"xq_{k}: u32" for k in range(8)))
+    # x (xq) passed whole to a helper (xsum(x), dot_nib(x, ...), unitf_W0(rb, u, x))
+    src = re.sub(r"(?<=[(,] )x(?=[,)])|(?<=\()x(?=[,)])", ", ".join(f"x_{k}" for k in range(8)), src)
+    src = re.sub(r"(?<=[(,] )xq(?=[,)])|(?<=\()xq(?=[,)])", ", ".join(f"xq_{k}" for k in range(8)), src)
+    src = re.sub(r"\bxq\[([0-7])\]", r"xq_\1", src)
     return re.sub(r"\bx\[([0-7])\]", r"x_\1", src)
 
 
@@ -269,7 +414,7 @@ def unit_decoder(t: str, layout: str) -> str:
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
                 norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False,
-                pre_add: bool = False, int_float: str = "cvt") -> str:  # fmt: skip
+                pre_add: bool = False, int_float: str = "cvt", dot: str = "f32") -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -314,7 +459,11 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     dispatch less a norm.
 
     ``int_float``: how the decoders turn their small integers into floats
-    (INT_FLOAT_FORMS; the same values either way)."""
+    (INT_FLOAT_FORMS; the same values either way).
+
+    ``dot`` "i8": each lane quantizes its unit of x to 8 bits (a step of max |x| / 127,
+    rounded to nearest), and the decoders of UNIT_INT_DECODERS multiply with
+    dot4I8Packed; "f32" (the default): x as loaded, in f32."""
     layout = unit_layout(types)
     # segments: each weight in its own layout (one product a workgroup: uniform branches)
     lays = [UNIT_LAYOUT.get(t, "lin") if segments else layout for t in types]
@@ -328,9 +477,17 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
             lib = lib.replace(f"var<storage, read> {var}: array<u32>;", f"var<storage, read> {var}: array<vec4<u32>>;")
             lib = lib[: lib.index("fn rd8_")]  # the word readers do not apply to a vec4 view
         libs += lib
-        libs += unit_decoder(t, layout_i).replace("{W}", var)
+        dec = unit_decoder(t, layout_i)
+        if dot == "i8":
+            # the float form as unitf_W, called by a wrapper where no integer form exists
+            dec = dec.replace("fn unit_{W}(", "fn unitf_{W}(")
+            own = UNIT_LAYOUT.get(t) == layout_i and t in UNIT_INT_DECODERS
+            dec += UNIT_INT_DECODERS[t] if own else UNIT_FLOAT_IN_INT
+        libs += dec.replace("{W}", var)
     if "lin" in lays and any(UNIT_LAYOUT.get(t) == "lin" for t in types):
-        libs += UNIT_BLOCK_WORDS
+        libs += UNIT_BLOCK_WORDS + (UNIT_INT_BLOCK_WORDS if dot == "i8" else "")
+    if dot == "i8":
+        libs = UNIT_INT_SUMS + libs
     libs = _INT_FLOAT[int_float] + _eight_vectors(libs)
     R, F = rows, feats
     n_w = 1 if segments else len(types)  # accumulators a feature: one product's
@@ -341,6 +498,8 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     xoff = "xoff_seg(seg, " if segments else "xoff("
     for r in range(R):
         xload += "".join(f"            var x{r}_{k}: vec4<f32>;\n" for k in range(8))
+        if dot == "i8":
+            xload += "".join(f"            var xq{r}_{k} = 0u;\n" for k in range(8)) + f"            var dx{r} = 0.0;\n"
         xload += f"            if ({r}u < nr) {{\n"
         if shared_k:
             xload += f"                let xo = {r * shared_k}u;\n"
@@ -359,6 +518,21 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
                 xload += f"                x{r}_{k} = v{k} * nw(e{k});\n"
             else:
                 xload += f"                x{r}_{k} = {src.format(e=f'{xoff}u, {k}u)')};\n"
+        if dot == "i8":
+            # x's unit to 8 bits: v + 1.5 x 2^23 holds round(v) in its low bits (|v| <= 127),
+            # whose low byte pack4xI8 takes
+            ab = [f"abs(x{r}_{k})" for k in range(8)]
+            xload += (
+                f"                let am{r} = max(max(max({ab[0]}, {ab[1]}), max({ab[2]}, {ab[3]})), "
+                f"max(max({ab[4]}, {ab[5]}), max({ab[6]}, {ab[7]})));\n"
+                f"                let ax{r} = max(max(am{r}.x, am{r}.y), max(am{r}.z, am{r}.w));\n"
+                f"                dx{r} = ax{r} / 127.0;\n"
+                f"                let iq{r} = select(0.0, 127.0 / ax{r}, ax{r} > 0.0);\n"
+            )
+            xload += "".join(
+                f"                xq{r}_{k} = pack4xI8(bitcast<vec4<i32>>(x{r}_{k} * iq{r} + vec4<f32>(12582912.0)));\n"
+                for k in range(8)
+            )
         xload += "            }\n"
     rbytes = ["P(sb + 5u)"] if segments else [f"P({11 + i}u)" for i in range(n_w)]
     fma = "".join(f"            let rb{i}_{j} = n{j} * {rbytes[i]};\n" for i in range(n_w) for j in range(F))
@@ -367,6 +541,8 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         for i in range(n_w):
             for j in range(F):
                 xs = ", ".join(f"x{r}_{k}" for k in range(8))
+                if dot == "i8":
+                    xs += ", " + ", ".join(f"xq{r}_{k}" for k in range(8)) + f", dx{r}"
                 fn = "unit_seg(seg, " if segments else f"unit_W{i}("
                 fma += f"                a{i}_{r}_{j} += {fn}rb{i}_{j}, u, {xs});\n"
         fma += "            }\n"
@@ -434,6 +610,9 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         )
         xs8 = ", ".join(f"x_{k}: vec4<f32>" for k in range(8))
         xa8 = ", ".join(f"x_{k}" for k in range(8))
+        if dot == "i8":
+            xs8 += ", " + ", ".join(f"xq_{k}: u32" for k in range(8)) + ", dx: f32"
+            xa8 += ", " + ", ".join(f"xq_{k}" for k in range(8)) + ", dx"
         cases = "".join(f"        case {i}u: {{ return unit_W{i}(rb, u, {xa8}); }}\n" for i in range(len(types) - 1))
         seg_fns = (
             f"fn unit_seg(seg: u32, rb: u32, u: u32, {xs8}) -> f32 {{\n    switch seg {{\n{cases}"
