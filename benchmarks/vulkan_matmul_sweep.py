@@ -3,14 +3,17 @@ real files, over a prompt's rows: microseconds and TFLOPS per kernel and shape, 
 backend's own timestamps.
 
     python benchmarks/vulkan_matmul_sweep.py [--variants 4x4,4x4-split] [--rows 512]
-        [--reps 5] [--quick] [--json OUT]
+        [--reps 5] [--chain 16] [--quick] [--json OUT]
 
-Each (variant, shape) compiles a graph of one product (x of ``--rows`` rows times the
-weights, random, of the shape's type) the way the backend compiles a prompt pass
-(`CERA_VULKAN_MATMUL=<variant>`, the tiled kernel forced), runs it with the backend's
-profile on, and sums the device time of its "matmul" dispatches (a split product's join
-included). The variants of a shape take turns, one untimed run each first; the median
-of ``--reps`` runs is reported. A prompt pass of 512 tokens runs every shape once a layer
+Each (variant, shape) compiles a graph of ``--chain`` copies of one product (x of
+``--rows`` rows times the weights, random, of the shape's type) the way the backend
+compiles a prompt pass (`CERA_VULKAN_MATMUL=<variant>`, the tiled kernel forced), runs
+it with the backend's profile on, and takes the device time of each copy's "matmul"
+dispatches (a split product's join included), the median of the chain's later half. The
+chain keeps the device busy: its first run, one product a pass, timed short bursts
+between pauses, and the H200's clock fell between them (the Qwens' shapes at 0.4-4.5
+TFLOPS against 18-26 inside a prompt pass). The variants of a shape take turns, one
+untimed run each first; the median of ``--reps`` runs is reported. A prompt pass of 512 tokens runs every shape once a layer
 (gate and up: once each), so the table says which products hold the pass back, which
 `cera bench --profile` (its time per kernel type, all shapes together) cannot.
 
@@ -38,12 +41,15 @@ for sub in ("cera-core/src", "cera-backend-vulkan/src", "benchmarks"):
 from vulkan_matvec_sweep import QUICK_SHAPES, SHAPES  # noqa: E402  (the same products)
 
 
-def product_case(type_name: str, K: int, N: int):
-    """An OpCase of one product y = x W^T of N features of depth K (no bias)."""
+def product_case(type_name: str, K: int, N: int, chain: int = 1):
+    """An OpCase of ``chain`` products y_i = x W^T of N features of depth K (no bias), the
+    same x and W, run one after another in one pass."""
     from cera.testing.conformance import OpCase, WeightSpec, _emb, _x
 
     def build(g, w, s):
-        g.output("y", g.linear(_x(g, K), w["w"], None))
+        x = _x(g, K)
+        for i in range(chain):
+            g.output(f"y{i}", g.linear(x, w["w"], None))
 
     return OpCase(f"linear[{type_name},{K}x{N}]", "linear", build, (_emb(K), WeightSpec("w", (N, K), type_name)))
 
@@ -51,14 +57,14 @@ def product_case(type_name: str, K: int, N: int):
 class Product:
     """One shape's weights on the device, compiled once per variant."""
 
-    def __init__(self, backend, type_name: str, K: int, N: int, rows: int, rng):
+    def __init__(self, backend, type_name: str, K: int, N: int, rows: int, rng, chain: int = 1):
         from cera.gguf import GGUFFile
         from cera.graph import Layout, WeightRef
         from cera.state import StateSpec
         from cera.testing import conformance
 
-        self.backend, self.rows = backend, rows
-        self.case = product_case(type_name, K, N)
+        self.backend, self.rows, self.chain = backend, rows, chain
+        self.case = product_case(type_name, K, N, chain)
         with tempfile.TemporaryDirectory(prefix="cera-matmul-sweep-") as tmp:
             path = Path(tmp) / "w.gguf"
             conformance.write_weights(path, self.case.weights, rng)
@@ -82,7 +88,13 @@ class Product:
         self.state.begin(0, self.inputs.positions)
         exe.run(self.state, self.inputs)
         self.state.rollback(0)  # the same cells again next run
-        return sum(ns for name, ns in exe.profile() if name.startswith("matmul")) / 1e3
+        ns = [t for name, t in exe.profile() if name.startswith("matmul")]
+        per = len(ns) // self.chain  # dispatches a product (a split product's join too)
+        if per < 1 or per * self.chain != len(ns):
+            raise RuntimeError(f"{len(ns)} matmul dispatches for a chain of {self.chain} products")
+        each = [sum(ns[i * per : (i + 1) * per]) for i in range(self.chain)]
+        # the later half of the chain: the device busy since the pass began
+        return statistics.median(each[self.chain // 2 :]) / 1e3
 
 
 def main() -> None:
@@ -94,6 +106,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=512)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--chain", type=int, default=16, help="products a pass, one after another (the later half timed)")
     ap.add_argument("--json")
     args = ap.parse_args()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -105,12 +118,13 @@ def main() -> None:
 
     backend = VulkanBackend(profile=True)
     backend.tiled = True
-    print(f"# {backend.probe().device}; {rows} rows; median of {args.reps} runs, us on the device")
+    print(f"# {backend.probe().device}; {rows} rows; {args.chain} products a pass, the later half's median; "
+          f"median of {args.reps} runs, us on the device")  # fmt: skip
     print(f"{'model':14s} {'product':8s} {'type':5s} {'K':>6s} {'N':>6s} " + " ".join(f"{v:>18s}" for v in variants))
     rng = np.random.default_rng(0)
     out = []
     for model, product, type_name, K, N, _glu in shapes:
-        p = Product(backend, type_name, K, N, rows, rng)
+        p = Product(backend, type_name, K, N, rows, rng, max(1, args.chain))
         times: dict[str, list[float]] = {v: [] for v in variants}
         for v in variants:
             p.run(v)  # compiles, then an untimed run
