@@ -817,21 +817,30 @@ def attention_combine(dv: int, split: int) -> str:
     """The parts of a split `attention_lanes` (flash-decoding) joined: a workgroup per
     (query row, head) weighs each part's values by exp(its max - the largest max), sums
     the parts in order and divides by the weighed sum of their sums. P 0 rows x heads,
-    1 the parts' offset (``split`` x (dv + 2) values each: max, sum, values), 2 the output's."""
+    1 the parts' offset (``split`` x (dv + 2) values each: max, sum, values), 2 the output's.
+
+    Every load is issued first (the parts' maxes, sums and this thread's values: one
+    round trip to memory, not one for the maxes and another for the values, which their
+    weights' test held back), then the arithmetic in the same order as before."""
     stride = dv + 2
+    n_e = -(-dv // 64)  # values a thread takes from each part
     # written out part by part: no private array (the H200's compiler keeps one that a
     # loop indexes in local memory)
     part = [f"base + {s * stride}u" for s in range(split)]
-    maxes = "".join(f"    mx = max(mx, bitcast<f32>(A[{p}]));\n" for p in part)
+    loads = "".join(f"    let e{j} = min(t + {64 * j}u, {dv - 1}u);\n" for j in range(n_e))
+    for s_, p in enumerate(part):
+        loads += f"    let m{s_} = bitcast<f32>(A[{p}]); let l{s_} = bitcast<f32>(A[{p} + 1u]);\n"
+        loads += "".join(f"    let v{s_}_{j} = bitcast<f32>(A[{p} + 2u + e{j}]);\n" for j in range(n_e))
+    maxes = "".join(f"    mx = max(mx, m{s_});\n" for s_ in range(split))
     weights = "".join(
-        f"    let l{s} = bitcast<f32>(A[{p} + 1u]);\n"
-        f"    let w{s} = select(0.0, exp(bitcast<f32>(A[{p}]) - mx), l{s} > 0.0);\n"
-        f"    total += w{s} * l{s};\n"
-        for s, p in enumerate(part)
+        f"    let w{s_} = select(0.0, exp(m{s_} - mx), l{s_} > 0.0);\n    total += w{s_} * l{s_};\n"
+        for s_ in range(split)
     )
-    values = "".join(
-        f"        if (w{s} != 0.0) {{ a += w{s} * bitcast<f32>(A[{p} + 2u + e]); }}\n" for s, p in enumerate(part)
-    )
+    stores = ""
+    for j in range(n_e):
+        stores += f"    if (t + {64 * j}u < {dv}u) {{\n        var a = 0.0;\n"
+        stores += "".join(f"        if (w{s_} != 0.0) {{ a += w{s_} * v{s_}_{j}; }}\n" for s_ in range(split))
+        stores += f"        A[P(2u) + rh * {dv}u + t + {64 * j}u] = bitcast<u32>(a * inv);\n    }}\n"
     return (
         HEADER
         + ARENA_U32
@@ -842,15 +851,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let rh = wg_linear(wid, nwg);
     if (rh >= P(0u)) {{ return; }}
     let base = P(1u) + rh * {split * stride}u;
-    var mx = -3.0e38;
+{loads}    var mx = -3.0e38;
 {maxes}    var total = 0.0;
-    // an empty part (sum 0) weighs nothing
+    // an empty part (sum 0) weighs nothing (its values, read all the same, are not used)
 {weights}    let inv = select(0.0, 1.0 / total, total > 0.0);
-    for (var e = t; e < {dv}u; e += 64u) {{
-        var a = 0.0;
-{values}        A[P(2u) + rh * {dv}u + e] = bitcast<u32>(a * inv);
-    }}
-}}
+{stores}}}
 """
     )
 
