@@ -37,14 +37,19 @@ pp512() {  # pp512 of file $1 under the environment given after it
     local m=$1; shift
     env "$@" timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
 }
+FILES=${FILES:-"/tmp/models/qwen*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf"}
+alternate_pp512() {  # two rounds over the files: pp512 under each setting given (VAR=value), in turn
+    for rep in 1 2; do for m in $FILES; do for v in "$@"; do
+        echo -n "pp512 $v $(basename "$m"): "; pp512 "$m" "$v"
+    done; done; done
+}
+alternate_decode() {  # two rounds over the files: the decoded token under each setting, in turn
+    for rep in 1 2; do for m in $FILES; do for v in "$@"; do
+        echo -n "$v: "; env "$v" timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+    done; done; done
+}
 checks() {
-    for rep in 1 2; do
-        for m in /tmp/models/*.gguf; do
-            for c in all none; do
-                echo -n "checks $c: "; CERA_VULKAN_SHADER_CHECKS=$c timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
-            done
-        done
-    done
+    alternate_decode CERA_VULKAN_SHADER_CHECKS=all CERA_VULKAN_SHADER_CHECKS=none
     for rep in 1 2; do
         for m in /tmp/models/qwen*.gguf $([ $rep = 1 ] && echo /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf); do
             for c in all none; do
@@ -61,55 +66,25 @@ profile() {
         echo "== $(basename "$m")"; timeout 120 cera bench -m "$m" --device vulkan -p 512 -n 1 -r 2 --profile 2>&1 | grep -v "^KV"
     done
 }
-attention() {
-    for rep in 1 2; do
-        for m in /tmp/models/qwen*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf; do
-            for a in lanes-whole lanes; do echo -n "pp512 attention $a $(basename "$m"): "; pp512 "$m" CERA_VULKAN_ATTENTION=$a; done
-        done
-    done
-}
-split() {
-    for rep in 1 2; do
-        for m in /tmp/models/qwen*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf; do
-            for k in 4x4 4x4-split; do echo -n "pp512 matmul $k $(basename "$m"): "; pp512 "$m" CERA_VULKAN_MATMUL=$k; done
-        done
-    done
-}
+attention() { alternate_pp512 CERA_VULKAN_ATTENTION=lanes-whole CERA_VULKAN_ATTENTION=lanes; }
+split() { alternate_pp512 CERA_VULKAN_MATMUL=4x4 CERA_VULKAN_MATMUL=4x4-split; }
 shapes() {
     timeout 300 python3 benchmarks/vulkan_matmul_sweep.py --variants 4x4,4x4-skew,4x4-split,4x4-m32
 }
 floor() {
     timeout 120 python3 benchmarks/vulkan_dispatch_floor.py
 }
-tiled() {
-    for rep in 1 2; do
-        for m in /tmp/models/qwen*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf; do
-            for k in 4x4 4x4-skew 4x4-skew-split; do echo -n "pp512 matmul $k $(basename "$m"): "; pp512 "$m" CERA_VULKAN_MATMUL=$k; done
-        done
-    done
-}
+tiled() { alternate_pp512 CERA_VULKAN_MATMUL=4x4 CERA_VULKAN_MATMUL=4x4-skew CERA_VULKAN_MATMUL=4x4-skew-split; }
 rotate() {
     timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan/test_fusion.py 2>&1 | tail -4
-    for rep in 1 2; do
-        for m in /tmp/models/*.gguf; do
-            for f in 0 1; do
-                echo -n "rope-attention $f: "; CERA_VULKAN_ROPE_ATTENTION=$f timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
-            done
-        done
-    done
+    alternate_decode CERA_VULKAN_ROPE_ATTENTION=0 CERA_VULKAN_ROPE_ATTENTION=1
 }
 profile1() {
     timeout 120 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 512 -n 1 -r 2 --profile 2>&1 | grep -v "^KV"
 }
 intfloat() {
     timeout 100 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan/test_unit_kernel.py -k integer 2>&1 | tail -2
-    for rep in 1 2; do
-        for m in /tmp/models/qwen*.gguf /tmp/models/gemma*.gguf /tmp/models/smollm2*.gguf; do
-            for v in CERA_VULKAN_INT_FLOAT=cvt CERA_VULKAN_INT_FLOAT=magic CERA_VULKAN_UNIT_DOT=i8; do
-                echo -n "$v: "; env $v timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
-            done
-        done
-    done
+    alternate_decode CERA_VULKAN_INT_FLOAT=cvt CERA_VULKAN_INT_FLOAT=magic CERA_VULKAN_UNIT_DOT=i8
 }
 deep() {
     for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/gemma*.gguf; do

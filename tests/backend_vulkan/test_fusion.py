@@ -101,8 +101,8 @@ def _decode_logits(name: str, steps: int) -> tuple[list, collections.Counter]:
     a, b = st.acquire(), st.acquire()
     prompt_a = [(7 * i) % 50 + 1 for i in range(260)]
     prompt_b = [3, 9, 27, 17, 5, 15, 45]
-    out = [m.runner.forward(st, [SeqStep(a, prompt_a, range(260))], LAST_LOGITS)["logits"]]
-    out.append(m.runner.forward(st, [SeqStep(b, prompt_b, range(7))], LAST_LOGITS)["logits"])
+    out = [np.asarray(m.runner.forward(st, [SeqStep(a, prompt_a, range(260))], LAST_LOGITS)["logits"]).copy()]
+    out.append(np.asarray(m.runner.forward(st, [SeqStep(b, prompt_b, range(7))], LAST_LOGITS)["logits"]).copy())
     na, nb = 260, 7
     for i in range(steps):
         got = m.runner.forward(st, [SeqStep(a, [11 + i], [na]), SeqStep(b, [21 + i], [nb])], LAST_LOGITS)["logits"]

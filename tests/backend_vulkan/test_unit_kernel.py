@@ -85,6 +85,37 @@ def _spy_emits(monkeypatch) -> list:
     return seen
 
 
+def _outputs(backend, case) -> list[tuple[dict, dict]]:
+    """(the backend's outputs, the reference's) of each pass of case, each pass also
+    checked within the case's tolerance (conformance.check_op)."""
+    seen = []
+    compare = conformance._compare
+
+    def keep(c, i, got, want):
+        seen.append((got, want))
+        compare(c, i, got, want)
+
+    conformance._compare = keep
+    try:
+        conformance.check_op(backend, case)
+    finally:
+        conformance._compare = compare
+    return seen
+
+
+def _long_rows_case(t: str) -> OpCase:
+    """Rows of 3072 values (96 units: three a lane of a 32-lane subgroup) after a norm
+    fused into the product of 48 features of type t."""
+
+    def build(g, w, s):
+        h = g.rms_norm(g.embedding(w["x"], g.tokens), w["n"], 1e-6)
+        g.output("y", g.linear(h, w["w"]))
+
+    return OpCase(f"linear[{t},3072]", "linear", build,
+                  (WeightSpec("x", (16, 3072), "F32", 1.0), WeightSpec("n", (3072,)), WeightSpec("w", (48, 3072), t)),
+                  passes=((1,), (1,)), tolerance=TOL_QUANT)  # fmt: skip
+
+
 @needs_vulkan
 @pytest.mark.parametrize(
     "t, kernel",
@@ -92,17 +123,11 @@ def _spy_emits(monkeypatch) -> list:
      ("Q5_0", "unit-auto"), ("Q4_1", "unit-auto"), ("Q4_K", "unit-auto-c4"), ("Q8_0", "unit-auto-cfit")],
 )  # fmt: skip
 def test_long_rows_after_a_norm(t, kernel, monkeypatch):
-    """Rows of 3072 values (96 units: three a lane of a 32-lane subgroup) after a norm
-    fused into the product, through the unit kernel, against the reference."""
+    """Rows of 3072 values after a norm fused into the product (_long_rows_case), through
+    the unit kernel, against the reference."""
     from cera_backend_vulkan.backend import VulkanBackend
 
-    def build(g, w, s):
-        h = g.rms_norm(g.embedding(w["x"], g.tokens), w["n"], 1e-6)
-        g.output("y", g.linear(h, w["w"]))
-
-    case = OpCase(f"linear[{t},3072]", "linear", build,
-                  (WeightSpec("x", (16, 3072), "F32", 1.0), WeightSpec("n", (3072,)), WeightSpec("w", (48, 3072), t)),
-                  passes=((1,), (1,)), tolerance=TOL_QUANT)  # fmt: skip
+    case = _long_rows_case(t)
     emits = _spy_emits(monkeypatch)
     b = VulkanBackend()
     if not b.ctx.subgroups:
@@ -125,7 +150,6 @@ def test_integer_to_float_forms_give_the_same_bits(types, monkeypatch):
 
     from cera_backend_vulkan.backend import VulkanBackend
 
-    compare = conformance._compare
     got = {}
     for form in ("cvt", "magic"):
         monkeypatch.setenv("CERA_VULKAN_INT_FLOAT", form)
@@ -133,15 +157,7 @@ def test_integer_to_float_forms_give_the_same_bits(types, monkeypatch):
         if not b.ctx.subgroups:
             pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
         b.row_kernel = "unit-auto"
-        seen = []
-
-        def keep(case, i, g, want, seen=seen):
-            seen.append(g)
-            compare(case, i, g, want)
-
-        monkeypatch.setattr(conformance, "_compare", keep)
-        conformance.check_op(b, _case(types, (1, 1)))
-        got[form] = seen
+        got[form] = [g for g, _want in _outputs(b, _case(types, (1, 1)))]
     assert got["cvt"] and len(got["cvt"]) == len(got["magic"])
     for a, b in zip(got["cvt"], got["magic"], strict=True):
         for name in a:
@@ -153,20 +169,11 @@ def _errors(backend, case) -> list[float]:
     """The largest difference from the reference of each output of each pass of case."""
     import numpy as np
 
-    errs = []
-    compare = conformance._compare
-
-    def keep(c, i, g, want):
-        for name in want:
-            errs.append(float(np.abs(np.asarray(g[name], np.float64) - np.asarray(want[name])).max()))
-        compare(c, i, g, want)
-
-    conformance._compare = keep
-    try:
-        conformance.check_op(backend, case)
-    finally:
-        conformance._compare = compare
-    return errs
+    return [
+        float(np.abs(np.asarray(g[name], np.float64) - np.asarray(want[name])).max())
+        for g, want in _outputs(backend, case)
+        for name in want
+    ]
 
 
 @needs_vulkan
@@ -180,13 +187,7 @@ def test_integer_products(t, monkeypatch):
     32-element types, which the last check catches."""
     from cera_backend_vulkan.backend import VulkanBackend
 
-    def build(g, w, s):
-        h = g.rms_norm(g.embedding(w["x"], g.tokens), w["n"], 1e-6)
-        g.output("y", g.linear(h, w["w"]))
-
-    case = OpCase(f"linear[{t},3072]", "linear", build,
-                  (WeightSpec("x", (16, 3072), "F32", 1.0), WeightSpec("n", (3072,)), WeightSpec("w", (48, 3072), t)),
-                  passes=((1,), (1,)), tolerance=TOL_QUANT)  # fmt: skip
+    case = _long_rows_case(t)
     monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", "i8")
     emits = _spy_emits(monkeypatch)
     b = VulkanBackend()

@@ -611,7 +611,7 @@ class VulkanExecutable(Executable):
         one row per sequence (a decode step), where nothing else reads the rotated queries
         and keys and the kernel is attention_lanes (``CERA_VULKAN_ROPE_ATTENTION=0``: never,
         for comparison)."""
-        if os.environ.get("CERA_VULKAN_ROPE_ATTENTION", "1") == "0" or self.kv_type != "f16":
+        if os.environ.get("CERA_VULKAN_ROPE_ATTENTION", "1") == "0":
             return False
         if len(step.nodes) != 1 or step.nodes[0].op != "attention" or step.glu or step.residual:
             return False
@@ -624,15 +624,12 @@ class VulkanExecutable(Executable):
         q, k, v = node.args[:3]
         scale = self._rope_scale.get(id(ropes[0]))
         q_rot = scale.out if scale is not None else ropes[0].out
-        dk, dv = q.shape[2], v.shape[2]
         return (
             q is q_rot
             and k is ropes[1].out
             and self.consumers.get(q.id, 0) == 1
             and self.consumers.get(k.id, 0) == 1
-            and dk % 8 == 0
-            and dv % 8 == 0
-            and max(dk, dv) <= 256
+            and self._lanes_fit(q.shape[2], v.shape[2])
             and self.contiguous(v)
         )
 
@@ -1213,7 +1210,6 @@ class VulkanExecutable(Executable):
     def _op_attention(self, node) -> None:
         q, k, v, ref = node.args
         self._need_contiguous(node, q, k, v)
-        spec = node.attrs["spec"]
         st = self.template
         if st is None:
             raise ShapeError("attention needs a state to compile against")
@@ -1225,7 +1221,15 @@ class VulkanExecutable(Executable):
         first = not self._wrote_pos
         self._wrote_pos = True
         if id(node) in self._rotating:
-            self._op_attention_rotating(node, first)
+            # the rope pair's dispatch (the last one) joins the attention: its norms,
+            # rotations and scale, and the cache stores (wgsl.attention_lanes' rotating form)
+            rot = self.dispatches.pop()
+            assert rot.key[0] == "rope" and rot.params[4] == self.off(q) and rot.params[19] == self.off(k)
+            assert rot.params[16] == n * heads and rot.params[0] == n * (heads + nkv) and rot.params[2] == dk
+            params = self._attention_params(node, cap, rot.params[3]) + [rot.params[18], self.off(v)]
+            params += rot.params[6:16] + rot.params[32:38] + [int(first)]
+            rotate = 2 if self._rope_subgroups else 1
+            self._attention_lanes(node, params, kvb, cap, rotate, f"{rot.label}+kv_store+attention", ())
             return
         params = [n, nkv, dk, dv, self.off(k), self.off(v), cap, self.seq_off, self.n_seq,
                   self.off(self.graph.inputs["positions"]), st.n_ctx, int(first)]  # fmt: skip
@@ -1250,54 +1254,46 @@ class VulkanExecutable(Executable):
             self._emit(("kv_store", f16), lambda: wgsl.kv_store(f16), params, n * nkv, binds=kvb, label="kv_store")
         if dk > 512:
             raise UnsupportedOperation(f"backend 'vulkan': attention heads of {dk} values (at most 512)")
-        params = [n, heads, nkv, dk, dv, self.off(q), self.off(node.out), cap, self.seq_off, self.n_seq,
-                  self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
-                  int(spec.window or 0), 1, 0, 0]  # fmt: skip
+        params = self._attention_params(node, cap, self.off(q))
         kind = self.kv_type
         name = self._attention_kernel
-        if name != "chunked" and kind == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256:
+        if name != "chunked" and self._lanes_fit(dk, dv):
             if self._attention_tiles(name, n):
                 tiles = -(-n // wgsl.ATT_TILE_ROWS)
                 self._emit(("attention_tiles", dv, dk), lambda: wgsl.attention_tiles(dv, dk), params,
                            self.n_seq * tiles * heads, binds=kvb, read_only=(2, 3, 4), label="attention (tiles)")  # fmt: skip
                 return
-            sg = self.ctx.subgroups
-            S = self._attention_split(name, n, cap)
-            if S > 1:
-                scratch = self.const(np.zeros(n * heads * S * (dv + 2), np.uint32), np.uint32)
-                params[16] = scratch
-            self._emit(("attention_lanes", dv, dk, sg, S), lambda: wgsl.attention_lanes(dv, dk, sg, S), params,
-                       n * heads * S, binds=kvb, read_only=(2, 3, 4), label="attention" + (" (split)" if S > 1 else ""))  # fmt: skip
-            if S > 1:
-                self._emit(("attention_combine", dv, S), lambda: wgsl.attention_combine(dv, S),
-                           [n * heads, scratch, self.off(node.out)], n * heads, label="attention (combine)")  # fmt: skip
+            self._attention_lanes(node, params, kvb, cap, 0, "attention", (2, 3, 4))
             return
         self._emit(("attention", kind, dv, dk), lambda: wgsl.attention(kind, dv, dk), params, n * heads, binds=kvb,
                    label="attention")  # fmt: skip
 
-    def _op_attention_rotating(self, node, first: bool) -> None:
-        """attention_lanes' rotating form in place of the rope pair's dispatch (the last
-        one) and the attention: _rotating_attention chose it."""
-        q, k, v, ref = node.args
+    def _lanes_fit(self, dk: int, dv: int) -> bool:
+        """Whether wgsl.attention_lanes (and attention_tiles) take heads of dk, dv values
+        over this state's cache: f16, multiples of 8, at most 256."""
+        return self.kv_type == "f16" and dk % 8 == dv % 8 == 0 and max(dk, dv) <= 256
+
+    def _attention_params(self, node, cap: int, q_off: int) -> list[int]:
+        """wgsl.attention's parameters (0..17) for this attention node, its queries at q_off."""
         spec = node.attrs["spec"]
-        st = self.template
+        q, k, v = node.args[:3]
         n, heads, dk = q.shape
-        nkv, dv = k.shape[1], v.shape[2]
-        cap = st.k[ref.index].shape[2]
-        rot = self.dispatches.pop()
-        assert rot.key[0] == "rope" and rot.params[4] == self.off(q) and rot.params[19] == self.off(k)
-        assert rot.params[16] == n * heads and rot.params[0] == n * (heads + nkv) and rot.params[2] == dk
+        return [n, heads, k.shape[1], dk, v.shape[2], q_off, self.off(node.out), cap, self.seq_off, self.n_seq,
+                self.off(self.graph.inputs["positions"]), self.template.n_ctx, f32_bits(spec.scale),
+                f32_bits(spec.softcap or 0.0), int(spec.window or 0), 1, 0, 0]  # fmt: skip
+
+    def _attention_lanes(self, node, params: list[int], kvb: list, cap: int, rotate: int, label: str,
+                         read_only: tuple[int, ...]) -> None:  # fmt: skip
+        """wgsl.attention_lanes for this attention node (``rotate``: its rotating form), and
+        where its cells are split (_attention_split) the join of the parts."""
+        n, heads, dk = node.args[0].shape
+        dv = node.args[2].shape[2]
+        sg = self.ctx.subgroups
         S = self._attention_split(self._attention_kernel, n, cap)
-        params = [n, heads, nkv, dk, dv, rot.params[3], self.off(node.out), cap, self.seq_off, self.n_seq,
-                  self.off(self.graph.inputs["positions"]), st.n_ctx, f32_bits(spec.scale), f32_bits(spec.softcap or 0.0),
-                  int(spec.window or 0), 1, 0, 0, rot.params[18], self.off(v)]  # fmt: skip
-        params += rot.params[6:16] + rot.params[32:38] + [int(first)]
         if S > 1:
             params[16] = self.const(np.zeros(n * heads * S * (dv + 2), np.uint32), np.uint32)
-        sg, rotate = self.ctx.subgroups, 2 if self._rope_subgroups else 1
-        kvb = [("k", ref.index), ("v", ref.index), ("pos",)]
         self._emit(("attention_lanes", dv, dk, sg, S, rotate), lambda: wgsl.attention_lanes(dv, dk, sg, S, rotate),
-                   params, n * heads * S, binds=kvb, label=f"{rot.label}+kv_store+attention" + (" (split)" if S > 1 else ""))  # fmt: skip
+                   params, n * heads * S, binds=kvb, read_only=read_only, label=label + (" (split)" if S > 1 else ""))  # fmt: skip
         if S > 1:
             self._emit(("attention_combine", dv, S), lambda: wgsl.attention_combine(dv, S),
                        [n * heads, params[16], self.off(node.out)], n * heads, label="attention (combine)")  # fmt: skip

@@ -44,17 +44,19 @@ fn rope_idx(r: Rope, i: u32) -> vec2<u32> {
     if (r.neox) { return vec2<u32>(i, i + r.nd / 2u); }
     return vec2<u32>(2u * i, 2u * i + 1u);
 }
-"""
-
-ROPE_BODY = (
-    ROPE_FNS
-    + """
-var<workgroup> rred: array<f32, 64>;
+// element j of the head at x, its norm applied (1 / rms inv, weights + 1 at nw; 0: none)
 fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {
     var v = bitcast<f32>(A[x + j]) * inv;
     if (nw != 0u) { v *= bitcast<f32>(A[nw - 1u + j]); }
     return v;
 }
+// a head's sum of squares (_ROPE_TREE, _ROPE_SUBGROUPS)
+var<workgroup> rred: array<f32, 64>;
+"""
+
+ROPE_BODY = (
+    ROPE_FNS
+    + """
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32{SG}) {
     // a second tensor (the keys, after the queries) may share the dispatch: P 16 the
@@ -102,17 +104,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 )
 
 
-# the row's sum of squares into rred[0] for rope's norm: a shared-memory tree (six barriers),
-# or with subgroups each subgroup's subgroupAdd and one barrier
-_ROPE_TREE = """        rred[t] = q;
+# the row's sum of squares (q: threads 0..63's strided sums) into rred[0] for rope's norm:
+# a shared-memory tree (six barriers), or with subgroups each subgroup's subgroupAdd and
+# one barrier. Threads past 64 (attention_lanes' rotating form has 128) add nothing.
+_ROPE_TREE = """        if (t < 64u) { rred[t] = q; }
         workgroupBarrier();
         for (var s = 32u; s > 0u; s >>= 1u) {
             if (t < s) { rred[t] += rred[t + s]; }
             workgroupBarrier();
         }
 """
-_ROPE_SUBGROUPS = """        let qs = subgroupAdd(q);
-        if (t % sgs == 0u) { rred[32u + t / sgs] = qs; }
+_ROPE_SUBGROUPS = """        let qsum = subgroupAdd(q);
+        if (t < 64u && t % sgs == 0u) { rred[32u + t / sgs] = qsum; }
         workgroupBarrier();
         if (t == 0u) {
             var tot = rred[32u];
@@ -468,40 +471,15 @@ def _rotating_parts(dk: int, dv: int, rope_sg: bool, split: bool) -> tuple[str, 
     """attention_lanes' rotating form: (the query's load: norms, rotations and scale as
     `rope`'s, the key and value rounded to f16 as the cache holds them; the cache
     stores; the functions and shared arrays they need)."""
-    if rope_sg:
-        norm_sum = """    let qs_ = subgroupAdd(q);
-    if (t < 64u && t % sgs == 0u) { rred[32u + t / sgs] = qs_; }
-    workgroupBarrier();
-    if (t == 0u) {
-        var tot = rred[32u];
-        for (var i = 1u; i < 64u / sgs; i++) { tot += rred[32u + i]; }
-        rred[0] = tot;
-    }
-    workgroupBarrier();
-"""
-        sig, call = "x: u32, t: u32, sgs: u32", "{x}, t, sgs"
-    else:
-        norm_sum = """    if (t < 64u) { rred[t] = q; }
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (t < s) { rred[t] += rred[t + s]; }
-        workgroupBarrier();
-    }
-"""
-        sig, call = "x: u32, t: u32", "{x}, t"
+    norm_sum = _ROPE_SUBGROUPS if rope_sg else _ROPE_TREE
+    sig, call = ("x: u32, t: u32, sgs: u32", "{x}, t, sgs") if rope_sg else ("x: u32, t: u32", "{x}, t")
     lib = (
         ROPE_FNS
         + f"""
-var<workgroup> rred: array<f32, 64>;
 var<workgroup> qf: array<f32, {dk}>;
 var<workgroup> kf: array<f32, {dk}>;
 var<workgroup> kc: array<vec4<u32>, {dk // 8}>;
 var<workgroup> vc: array<vec4<u32>, {dv // 8}>;
-fn xin(x: u32, j: u32, inv: f32, nw: u32) -> f32 {{
-    var v = bitcast<f32>(A[x + j]) * inv;
-    if (nw != 0u) {{ v *= bitcast<f32>(A[nw - 1u + j]); }}
-    return v;
-}}
 // a head's sum of squares as `rope` takes it: 64 threads' strided sums, then its reduction
 fn rope_norm({sig}) -> f32 {{
     var q = 0.0;

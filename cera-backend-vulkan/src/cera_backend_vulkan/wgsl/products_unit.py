@@ -58,22 +58,10 @@ fn i2f4(v: vec4<i32>) -> vec4<f32> { return vec4<f32>(v); }
 }
 
 
-UNIT_DECODERS = {
-    "Q4_K": """
-fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
-    let w = select(select(s2, s1, i < 8u), s0, i < 4u);
-    return (w >> (8u * (i & 3u))) & 255u;
-}
-fn ksm_{W}(s0: u32, s1: u32, s2: u32, s: u32) -> vec2<f32> {
-    if (s < 4u) {
-        return u2f2(vec2<u32>(kbyte_{W}(s0, s1, s2, s) & 63u, kbyte_{W}(s0, s1, s2, s + 4u) & 63u));
-    }
-    let hi = kbyte_{W}(s0, s1, s2, s + 4u);
-    return u2f2(vec2<u32>((hi & 15u) | ((kbyte_{W}(s0, s1, s2, s - 4u) >> 6u) << 4u),
-                          (hi >> 4u) | ((kbyte_{W}(s0, s1, s2, s) >> 6u) << 4u)));
-}
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    // the weight bound as 16-byte words (UNIT_VEC4): the header (d, dmin, 12 bytes of
+# Each decoder's reads of its unit (the words of its block, the scales), shared by its
+# float form (UNIT_DECODERS) and its integer form (UNIT_INT_DECODERS)
+UNIT_READS = {
+    "Q4_K": """    // the weight bound as 16-byte words (UNIT_VEC4): the header (d, dmin, 12 bytes of
     // scales) in one load, the unit's 16 bytes of nibbles in another
     let b = u >> 3u; let p = u & 7u; let j = p >> 1u;
     let o = (rb + 144u * b) >> 4u;
@@ -81,34 +69,8 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let dm = unpack2x16float(h.x);
     let s0 = h.y; let s1 = h.z; let s2 = h.w;
     let qv = {W}[o + 1u + 2u * j + (p & 1u)];
-    let q0 = qv.x; let q1 = qv.y; let q2 = qv.z; let q3 = qv.w;
-    let lo = ksm_{W}(s0, s1, s2, 2u * j); let hi = ksm_{W}(s0, s1, s2, 2u * j + 1u);
-    let m = vec4<u32>(0u, 8u, 16u, 24u); let f = vec4<u32>(15u);
-    let dl = dot(x[0], u2f4((vec4<u32>(q0) >> m) & f)) + dot(x[1], u2f4((vec4<u32>(q1) >> m) & f))
-           + dot(x[2], u2f4((vec4<u32>(q2) >> m) & f)) + dot(x[3], u2f4((vec4<u32>(q3) >> m) & f));
-    let m4 = m + vec4<u32>(4u);
-    let dh = dot(x[4], u2f4((vec4<u32>(q0) >> m4) & f)) + dot(x[5], u2f4((vec4<u32>(q1) >> m4) & f))
-           + dot(x[6], u2f4((vec4<u32>(q2) >> m4) & f)) + dot(x[7], u2f4((vec4<u32>(q3) >> m4) & f));
-    let one = vec4<f32>(1.0);
-    let xl = dot(x[0] + x[1] + x[2] + x[3], one); let xh = dot(x[4] + x[5] + x[6] + x[7], one);
-    return dm.x * (lo.x * dl + hi.x * dh) - dm.y * (lo.y * xl + hi.y * xh);
-}
 """,
-}
-# Q6_K: a 210-byte block starts 2 bytes into a word every other block; each 8-byte span
-# is read as the three words from its 4-byte floor and a select, not through rd32, which
-# branches per lane on the alignment (on the H200 this took Qwen2.5 1.5B's Q6_K output
-# product in 175 us, not 209, and its Q6_K down products in 28.5 us, not 35.6)
-UNIT_DECODERS["Q6_K"] = """
-// four values: low nibbles of ql from bit sl, two high bits of qh from bit sh
-fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
-    let m = vec4<u32>(0u, 8u, 16u, 24u);
-    return u2f4(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
-                | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
-}
-fn fa_{W}(a: u32, b: u32, odd: bool) -> u32 { return select(a, (a >> 16u) | (b << 16u), odd); }
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
+    "Q6_K": """    let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
     let blk = rb + 210u * b; let i = blk >> 2u; let odd = (blk & 2u) != 0u;
     let qa = i + 16u * n + (l >> 2u); let qc = qa + 8u; let qh = i + 32u + 8u * n + (l >> 2u);
     let qs = i + 48u + 2u * n;
@@ -124,13 +86,112 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
     let sw0 = fa_{W}(ws0, ws1, odd) >> (8u * (l >> 4u)); let sw1 = fa_{W}(ws1, ws2, odd) >> (8u * (l >> 4u));
     let d = unpack2x16float(select(wd, wd >> 16u, odd)).x;
     let sc = i2f4(vec4<i32>(vec4<u32>(sw0, sw0 >> 16u, sw1, sw1 >> 16u) << vec4<u32>(24u)) >> vec4<u32>(24u));
-    let d0 = dot(x[0], q6v_{W}(a0, h0, 0u, 0u)) + dot(x[1], q6v_{W}(a1, h1, 0u, 0u));
+""",
+    # 18 bytes: f16 d, 16 bytes of nibbles (element j: low nibble of byte j, j + 16: high)
+    "Q4_0": """    let o = rb + 18u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    let q0 = fw(w0, w1, odd); let q1 = fw(w1, w2, odd); let q2 = fw(w2, w3, odd); let q3 = fw(w3, w4, odd);
+""",
+    # 20 bytes: f16 d, f16 m, 16 bytes of nibbles
+    "Q4_1": """    let i = (rb + 20u * u) >> 2u;
+    let dm = unpack2x16float({W}[i]);
+    let q0 = {W}[i + 1u]; let q1 = {W}[i + 2u]; let q2 = {W}[i + 3u]; let q3 = {W}[i + 4u];
+""",
+    # 22 bytes: f16 d, 32 high bits (element e's fifth bit is bit e), 16 bytes of nibbles
+    "Q5_0": """    let o = rb + 22u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let w5 = {W}[i + 5u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+    let h = fw(w0, w1, odd);
+    let q0 = fw(w1, w2, odd); let q1 = fw(w2, w3, odd); let q2 = fw(w3, w4, odd); let q3 = fw(w4, w5, odd);
+""",
+    # 24 bytes: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
+    "Q5_1": """    let i = (rb + 24u * u) >> 2u;
+    let dm = unpack2x16float({W}[i]); let h = {W}[i + 1u];
+    let q0 = {W}[i + 2u]; let q1 = {W}[i + 3u]; let q2 = {W}[i + 4u]; let q3 = {W}[i + 5u];
+""",
+    # 34 bytes: f16 d, 32 signed bytes. Written out: no private arrays, which the H200's
+    # compiler kept in local memory (a loop over `var w: array<u32, 9>` made the Q8_0
+    # outputs 6x slower)
+    "Q8_0": """    let o = rb + 34u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
+    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
+    let w5 = {W}[i + 5u]; let w6 = {W}[i + 6u]; let w7 = {W}[i + 7u]; let w8 = {W}[i + 8u];
+    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+""",
+}
+# functions a decoder's reads or both its forms call, before them
+UNIT_HELPERS = {
+    "Q4_K": """
+fn kbyte_{W}(s0: u32, s1: u32, s2: u32, i: u32) -> u32 {
+    let w = select(select(s2, s1, i < 8u), s0, i < 4u);
+    return (w >> (8u * (i & 3u))) & 255u;
+}
+fn ksm_{W}(s0: u32, s1: u32, s2: u32, s: u32) -> vec2<f32> {
+    if (s < 4u) {
+        return u2f2(vec2<u32>(kbyte_{W}(s0, s1, s2, s) & 63u, kbyte_{W}(s0, s1, s2, s + 4u) & 63u));
+    }
+    let hi = kbyte_{W}(s0, s1, s2, s + 4u);
+    return u2f2(vec2<u32>((hi & 15u) | ((kbyte_{W}(s0, s1, s2, s - 4u) >> 6u) << 4u),
+                          (hi >> 4u) | ((kbyte_{W}(s0, s1, s2, s) >> 6u) << 4u)));
+}
+""",
+    # Q6_K: a 210-byte block starts 2 bytes into a word every other block; each 8-byte
+    # span is read as the three words from its 4-byte floor and a select, not through rd32,
+    # which branches per lane on the alignment (on the H200 this took Qwen2.5 1.5B's Q6_K
+    # output product in 175 us, not 209, and its Q6_K down products in 28.5 us, not 35.6)
+    "Q6_K": """
+// four values: low nibbles of ql from bit sl, two high bits of qh from bit sh
+fn q6v_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> vec4<f32> {
+    let m = vec4<u32>(0u, 8u, 16u, 24u);
+    return u2f4(((vec4<u32>(ql) >> (m + vec4<u32>(sl))) & vec4<u32>(15u))
+                | (((vec4<u32>(qh) >> (m + vec4<u32>(sh))) & vec4<u32>(3u)) << vec4<u32>(4u))) - 32.0;
+}
+fn fa_{W}(a: u32, b: u32, odd: bool) -> u32 { return select(a, (a >> 16u) | (b << 16u), odd); }
+""",
+}
+# the float forms' arithmetic, after the reads
+_FLOAT_BODY = {
+    "Q4_K": """    let q0 = qv.x; let q1 = qv.y; let q2 = qv.z; let q3 = qv.w;
+    let lo = ksm_{W}(s0, s1, s2, 2u * j); let hi = ksm_{W}(s0, s1, s2, 2u * j + 1u);
+    let m = vec4<u32>(0u, 8u, 16u, 24u); let f = vec4<u32>(15u);
+    let dl = dot(x[0], u2f4((vec4<u32>(q0) >> m) & f)) + dot(x[1], u2f4((vec4<u32>(q1) >> m) & f))
+           + dot(x[2], u2f4((vec4<u32>(q2) >> m) & f)) + dot(x[3], u2f4((vec4<u32>(q3) >> m) & f));
+    let m4 = m + vec4<u32>(4u);
+    let dh = dot(x[4], u2f4((vec4<u32>(q0) >> m4) & f)) + dot(x[5], u2f4((vec4<u32>(q1) >> m4) & f))
+           + dot(x[6], u2f4((vec4<u32>(q2) >> m4) & f)) + dot(x[7], u2f4((vec4<u32>(q3) >> m4) & f));
+    let one = vec4<f32>(1.0);
+    let xl = dot(x[0] + x[1] + x[2] + x[3], one); let xh = dot(x[4] + x[5] + x[6] + x[7], one);
+    return dm.x * (lo.x * dl + hi.x * dh) - dm.y * (lo.y * xl + hi.y * xh);
+""",
+    "Q6_K": """    let d0 = dot(x[0], q6v_{W}(a0, h0, 0u, 0u)) + dot(x[1], q6v_{W}(a1, h1, 0u, 0u));
     let d1 = dot(x[2], q6v_{W}(c0, h0, 0u, 2u)) + dot(x[3], q6v_{W}(c1, h1, 0u, 2u));
     let d2 = dot(x[4], q6v_{W}(a0, h0, 4u, 4u)) + dot(x[5], q6v_{W}(a1, h1, 4u, 4u));
     let d3 = dot(x[6], q6v_{W}(c0, h0, 4u, 6u)) + dot(x[7], q6v_{W}(c1, h1, 4u, 6u));
     return d * dot(sc, vec4<f32>(d0, d1, d2, d3));
+""",
+    "Q4_0": """    let s = dot_nib(x, q0, q1, q2, q3);
+    return d * (s - 8.0 * xsum(x));
+""",
+    "Q4_1": """    let s = dot_nib(x, q0, q1, q2, q3);
+    return dm.x * s + dm.y * xsum(x);
+""",
+    "Q5_0": """    let s = dot_nib5(x, q0, q1, q2, q3, h);
+    return d * (s - 16.0 * xsum(x));
+""",
+    "Q5_1": """    let s = dot_nib5(x, q0, q1, q2, q3, h);
+    return dm.x * s + dm.y * xsum(x);
+""",
+    "Q8_0": """    return d * (dot(x[0], i8x4(fw(w0, w1, odd))) + dot(x[1], i8x4(fw(w1, w2, odd)))
+              + dot(x[2], i8x4(fw(w2, w3, odd))) + dot(x[3], i8x4(fw(w3, w4, odd)))
+              + dot(x[4], i8x4(fw(w4, w5, odd))) + dot(x[5], i8x4(fw(w5, w6, odd)))
+              + dot(x[6], i8x4(fw(w6, w7, odd))) + dot(x[7], i8x4(fw(w7, w8, odd))));
+""",
 }
-"""
+_SIGNATURE = "fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {\n"
+UNIT_DECODERS = {
+    t: UNIT_HELPERS.get(t, "\n") + _SIGNATURE + UNIT_READS[t] + body + "}\n" for t, body in _FLOAT_BODY.items()
+}
 # The 32-element block types: a unit is a whole block, read once as the fewest aligned
 # words that cover it. Blocks of 18, 22 and 34 bytes start at 2-byte offsets every other
 # block: the words are read from the block's 4-byte floor and the block's own bytes taken
@@ -163,69 +224,6 @@ fn xsum(x: array<vec4<f32>, 8>) -> f32 {
     return dot(x[0] + x[1] + x[2] + x[3] + x[4] + x[5] + x[6] + x[7], vec4<f32>(1.0));
 }
 """
-UNIT_DECODERS.update(
-    {
-        # 18 bytes: f16 d, 16 bytes of nibbles (element j: low nibble of byte j, j + 16: high)
-        "Q4_0": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    let o = rb + 18u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
-    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
-    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
-    let q0 = fw(w0, w1, odd); let q1 = fw(w1, w2, odd); let q2 = fw(w2, w3, odd); let q3 = fw(w3, w4, odd);
-    let s = dot_nib(x, q0, q1, q2, q3);
-    return d * (s - 8.0 * xsum(x));
-}
-""",
-        # 20 bytes: f16 d, f16 m, 16 bytes of nibbles
-        "Q4_1": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    let i = (rb + 20u * u) >> 2u;
-    let dm = unpack2x16float({W}[i]);
-    let q0 = {W}[i + 1u]; let q1 = {W}[i + 2u]; let q2 = {W}[i + 3u]; let q3 = {W}[i + 4u];
-    let s = dot_nib(x, q0, q1, q2, q3);
-    return dm.x * s + dm.y * xsum(x);
-}
-""",
-        # 22 bytes: f16 d, 32 high bits (element e's fifth bit is bit e), 16 bytes of nibbles
-        "Q5_0": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    let o = rb + 22u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
-    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
-    let w5 = {W}[i + 5u];
-    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
-    let h = fw(w0, w1, odd);
-    let q0 = fw(w1, w2, odd); let q1 = fw(w2, w3, odd); let q2 = fw(w3, w4, odd); let q3 = fw(w4, w5, odd);
-    let s = dot_nib5(x, q0, q1, q2, q3, h);
-    return d * (s - 16.0 * xsum(x));
-}
-""",
-        # 24 bytes: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
-        "Q5_1": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    let i = (rb + 24u * u) >> 2u;
-    let dm = unpack2x16float({W}[i]); let h = {W}[i + 1u];
-    let q0 = {W}[i + 2u]; let q1 = {W}[i + 3u]; let q2 = {W}[i + 4u]; let q3 = {W}[i + 5u];
-    let s = dot_nib5(x, q0, q1, q2, q3, h);
-    return dm.x * s + dm.y * xsum(x);
-}
-""",
-        # 34 bytes: f16 d, 32 signed bytes. Written out: no private arrays, which the H200's
-        # compiler kept in local memory (a loop over `var w: array<u32, 9>` made the Q8_0
-        # outputs 6x slower)
-        "Q8_0": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
-    let o = rb + 34u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
-    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
-    let w5 = {W}[i + 5u]; let w6 = {W}[i + 6u]; let w7 = {W}[i + 7u]; let w8 = {W}[i + 8u];
-    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
-    return d * (dot(x[0], i8x4(fw(w0, w1, odd))) + dot(x[1], i8x4(fw(w1, w2, odd)))
-              + dot(x[2], i8x4(fw(w2, w3, odd))) + dot(x[3], i8x4(fw(w3, w4, odd)))
-              + dot(x[4], i8x4(fw(w4, w5, odd))) + dot(x[5], i8x4(fw(w5, w6, odd)))
-              + dot(x[6], i8x4(fw(w6, w7, odd))) + dot(x[7], i8x4(fw(w7, w8, odd))));
-}
-""",
-    }
-)
 # The integer forms of the decoders (matvec_unit's ``dot`` "i8"): x's unit quantized to
 # 8 bits (xq_0..xq_7, four values a word, and its step dx: matvec_unit's xload), the
 # weights' small integers taken four at a time as bytes of a word, and dot4I8Packed for
@@ -237,16 +235,8 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>) -> f32 {
 # them it is the same). Other values than the float form's (x rounded to 8 bits a unit,
 # as llama.cpp's integer products round it); the same whatever the batch. The types
 # without one run their float decoder.
-UNIT_INT_DECODERS = {
-    "Q4_K": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
-    let b = u >> 3u; let p = u & 7u; let j = p >> 1u;
-    let o = (rb + 144u * b) >> 4u;
-    let h = {W}[o];
-    let dm = unpack2x16float(h.x);
-    let s0 = h.y; let s1 = h.z; let s2 = h.w;
-    let qv = {W}[o + 1u + 2u * j + (p & 1u)];
-    let lo = ksm_{W}(s0, s1, s2, 2u * j); let hi = ksm_{W}(s0, s1, s2, 2u * j + 1u);
+_INT_BODY = {
+    "Q4_K": """    let lo = ksm_{W}(s0, s1, s2, 2u * j); let hi = ksm_{W}(s0, s1, s2, 2u * j + 1u);
     let f = 0x0F0F0F0Fu;
     let il = dot4I8Packed(qv.x & f, xq[0]) + dot4I8Packed(qv.y & f, xq[1])
            + dot4I8Packed(qv.z & f, xq[2]) + dot4I8Packed(qv.w & f, xq[3]);
@@ -254,30 +244,8 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32)
            + dot4I8Packed((qv.z >> 4u) & f, xq[6]) + dot4I8Packed((qv.w >> 4u) & f, xq[7]);
     let sl = isum4(xq[0], xq[1], xq[2], xq[3]); let sh = isum4(xq[4], xq[5], xq[6], xq[7]);
     return dm.x * dx * (lo.x * f32(il) + hi.x * f32(ih)) - dm.y * dx * (lo.y * f32(sl) + hi.y * f32(sh));
-}
 """,
-    "Q6_K": """
-// four 6-bit values as bytes: low nibbles of ql from bit sl, two high bits of qh from bit sh
-fn q6b_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> u32 {
-    return ((ql >> sl) & 0x0F0F0F0Fu) | (((qh >> sh) & 0x03030303u) << 4u);
-}
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
-    let b = u >> 3u; let p = u & 7u; let n = p >> 2u; let l = 8u * (p & 3u);
-    let blk = rb + 210u * b; let i = blk >> 2u; let odd = (blk & 2u) != 0u;
-    let qa = i + 16u * n + (l >> 2u); let qc = qa + 8u; let qh = i + 32u + 8u * n + (l >> 2u);
-    let qs = i + 48u + 2u * n;
-    let wa0 = {W}[qa]; let wa1 = {W}[qa + 1u]; let wa2 = {W}[qa + 2u];
-    let wc0 = {W}[qc]; let wc1 = {W}[qc + 1u]; let wc2 = {W}[qc + 2u];
-    let wh0 = {W}[qh]; let wh1 = {W}[qh + 1u]; let wh2 = {W}[qh + 2u];
-    let ws0 = {W}[qs]; let ws1 = {W}[qs + 1u]; let ws2 = {W}[qs + 2u];
-    let wd = {W}[i + 52u];
-    let a0 = fa_{W}(wa0, wa1, odd); let a1 = fa_{W}(wa1, wa2, odd);
-    let c0 = fa_{W}(wc0, wc1, odd); let c1 = fa_{W}(wc1, wc2, odd);
-    let h0 = fa_{W}(wh0, wh1, odd); let h1 = fa_{W}(wh1, wh2, odd);
-    let sw0 = fa_{W}(ws0, ws1, odd) >> (8u * (l >> 4u)); let sw1 = fa_{W}(ws1, ws2, odd) >> (8u * (l >> 4u));
-    let d = unpack2x16float(select(wd, wd >> 16u, odd)).x;
-    let sc = vec4<f32>(vec4<i32>(vec4<u32>(sw0, sw0 >> 16u, sw1, sw1 >> 16u) << vec4<u32>(24u)) >> vec4<u32>(24u));
-    // each value less 32: the quantized x's sums over the same eight
+    "Q6_K": """    // each value less 32: the quantized x's sums over the same eight
     let i0 = dot4I8Packed(q6b_{W}(a0, h0, 0u, 0u), xq[0]) + dot4I8Packed(q6b_{W}(a1, h1, 0u, 0u), xq[1])
            - 32 * isum2(xq[0], xq[1]);
     let i1 = dot4I8Packed(q6b_{W}(c0, h0, 0u, 2u), xq[2]) + dot4I8Packed(q6b_{W}(c1, h1, 0u, 2u), xq[3])
@@ -287,57 +255,35 @@ fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32)
     let i3 = dot4I8Packed(q6b_{W}(c0, h0, 4u, 6u), xq[6]) + dot4I8Packed(q6b_{W}(c1, h1, 4u, 6u), xq[7])
            - 32 * isum2(xq[6], xq[7]);
     return d * dx * dot(sc, vec4<f32>(f32(i0), f32(i1), f32(i2), f32(i3)));
-}
 """,
-    "Q8_0": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
-    let o = rb + 34u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
-    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
-    let w5 = {W}[i + 5u]; let w6 = {W}[i + 6u]; let w7 = {W}[i + 7u]; let w8 = {W}[i + 8u];
-    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
-    let s = dot4I8Packed(fw(w0, w1, odd), xq[0]) + dot4I8Packed(fw(w1, w2, odd), xq[1])
+    "Q8_0": """    let s = dot4I8Packed(fw(w0, w1, odd), xq[0]) + dot4I8Packed(fw(w1, w2, odd), xq[1])
           + dot4I8Packed(fw(w2, w3, odd), xq[2]) + dot4I8Packed(fw(w3, w4, odd), xq[3])
           + dot4I8Packed(fw(w4, w5, odd), xq[4]) + dot4I8Packed(fw(w5, w6, odd), xq[5])
           + dot4I8Packed(fw(w6, w7, odd), xq[6]) + dot4I8Packed(fw(w7, w8, odd), xq[7]);
     return d * dx * f32(s);
+""",
+    "Q4_0": """    return d * dx * f32(idot_nib(xq, q0, q1, q2, q3) - 8 * isum8(xq));
+""",
+    "Q4_1": """    return dx * (dm.x * f32(idot_nib(xq, q0, q1, q2, q3)) + dm.y * f32(isum8(xq)));
+""",
+    "Q5_0": """    return d * dx * f32(idot_nib5(xq, q0, q1, q2, q3, h) - 16 * isum8(xq));
+""",
+    "Q5_1": """    return dx * (dm.x * f32(idot_nib5(xq, q0, q1, q2, q3, h)) + dm.y * f32(isum8(xq)));
+""",
+}
+# Q6_K's values as bytes (its UNIT_HELPERS come with the float form, which the integer
+# form's wrapper keeps in the kernel)
+_INT_HELPERS = {
+    "Q6_K": """
+// four 6-bit values as bytes: low nibbles of ql from bit sl, two high bits of qh from bit sh
+fn q6b_{W}(ql: u32, qh: u32, sl: u32, sh: u32) -> u32 {
+    return ((ql >> sl) & 0x0F0F0F0Fu) | (((qh >> sh) & 0x03030303u) << 4u);
 }
 """,
-    "Q4_0": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
-    let o = rb + 18u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
-    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
-    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
-    let q0 = fw(w0, w1, odd); let q1 = fw(w1, w2, odd); let q2 = fw(w2, w3, odd); let q3 = fw(w3, w4, odd);
-    return d * dx * f32(idot_nib(xq, q0, q1, q2, q3) - 8 * isum8(xq));
 }
-""",
-    "Q4_1": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
-    let i = (rb + 20u * u) >> 2u;
-    let dm = unpack2x16float({W}[i]);
-    let q0 = {W}[i + 1u]; let q1 = {W}[i + 2u]; let q2 = {W}[i + 3u]; let q3 = {W}[i + 4u];
-    return dx * (dm.x * f32(idot_nib(xq, q0, q1, q2, q3)) + dm.y * f32(isum8(xq)));
-}
-""",
-    "Q5_0": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
-    let o = rb + 22u * u; let i = o >> 2u; let odd = (o & 2u) != 0u;
-    let w0 = {W}[i]; let w1 = {W}[i + 1u]; let w2 = {W}[i + 2u]; let w3 = {W}[i + 3u]; let w4 = {W}[i + 4u];
-    let w5 = {W}[i + 5u];
-    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
-    let h = fw(w0, w1, odd);
-    let q0 = fw(w1, w2, odd); let q1 = fw(w2, w3, odd); let q2 = fw(w3, w4, odd); let q3 = fw(w4, w5, odd);
-    return d * dx * f32(idot_nib5(xq, q0, q1, q2, q3, h) - 16 * isum8(xq));
-}
-""",
-    "Q5_1": """
-fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {
-    let i = (rb + 24u * u) >> 2u;
-    let dm = unpack2x16float({W}[i]); let h = {W}[i + 1u];
-    let q0 = {W}[i + 2u]; let q1 = {W}[i + 3u]; let q2 = {W}[i + 4u]; let q3 = {W}[i + 5u];
-    return dx * (dm.x * f32(idot_nib5(xq, q0, q1, q2, q3, h)) + dm.y * f32(isum8(xq)));
-}
-""",
+_INT_SIGNATURE = "fn unit_{W}(rb: u32, u: u32, x: array<vec4<f32>, 8>, xq: array<u32, 8>, dx: f32) -> f32 {\n"
+UNIT_INT_DECODERS = {
+    t: _INT_HELPERS.get(t, "\n") + _INT_SIGNATURE + UNIT_READS[t] + body + "}\n" for t, body in _INT_BODY.items()
 }
 # the quantized x's sums (every integer decoder's offsets), emitted once under "i8"
 UNIT_INT_SUMS = """
@@ -382,13 +328,13 @@ def _eight_vectors(src: str) -> str:
     """The decoders as written (x: array<vec4<f32>, 8>, x[k]) with x as eight vectors
     x_0 .. x_7: the H200's compiler kept private arrays in local memory (a Q8_0 decoder
     that looped over one made the outputs 6x slower), so no kernel holds one."""
-    src = src.replace("x: array<vec4<f32>, 8>", ", ".join(f"x_{k}: vec4<f32>" for k in range(8)))
-    src = src.replace("xq: array<u32, 8>", ", ".join(f"xq_{k}: u32" for k in range(8)))
-    # x (xq) passed whole to a helper (xsum(x), dot_nib(x, ...), unitf_W0(rb, u, x))
-    src = re.sub(r"(?<=[(,] )x(?=[,)])|(?<=\()x(?=[,)])", ", ".join(f"x_{k}" for k in range(8)), src)
-    src = re.sub(r"(?<=[(,] )xq(?=[,)])|(?<=\()xq(?=[,)])", ", ".join(f"xq_{k}" for k in range(8)), src)
-    src = re.sub(r"\bxq\[([0-7])\]", r"xq_\1", src)
-    return re.sub(r"\bx\[([0-7])\]", r"x_\1", src)
+    for name, kind in (("x", "vec4<f32>"), ("xq", "u32")):  # x, and its 8-bit form (dot "i8")
+        parts = [f"{name}_{k}" for k in range(8)]
+        src = src.replace(f"{name}: array<{kind}, 8>", ", ".join(f"{p}: {kind}" for p in parts))
+        # passed whole to a helper (xsum(x), dot_nib(x, ...), unitf_W0(rb, u, x))
+        src = re.sub(rf"(?:(?<=\()|(?<=, )){name}(?=[,)])", ", ".join(parts), src)
+        src = re.sub(rf"\b{name}\[([0-7])\]", rf"{name}_\1", src)
+    return src
 
 
 def group_lanes(group: str) -> int:
