@@ -116,17 +116,21 @@ def _decode_logits(name: str, steps: int) -> tuple[list, collections.Counter]:
 
 
 @needs_vulkan
+@pytest.mark.parametrize("norm_sum", ["subgroups", "tree"])
 @pytest.mark.parametrize("attention", ["lanes", "lanes-split"])
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gemma2", "tiny-olmo2", "tiny-mistral"])
-def test_rotating_attention_gives_the_same_bits(name, attention, monkeypatch):
+def test_rotating_attention_gives_the_same_bits(name, attention, norm_sum, monkeypatch):
     """The attention kernel's rotating form (the rope pair's norms, rotations, scale and
     cache stores in the attention's own dispatch) gives the bits of the rope dispatch and
     the plain attention (CERA_VULKAN_ROPE_ATTENTION=0): decode steps of a batch of two
     sequences and of one, over 260 cells (three chunks of 128, and under "lanes-split"
-    the current cell in the third span), after prompts that write the cache the other way."""
+    the current cell in the third span), after prompts that write the cache the other way;
+    the q/k norms' sums through subgroups and through the shared-memory tree
+    (CERA_VULKAN_ROPE_TREE=1, as adapters without subgroups take them)."""
     import numpy as np
 
     monkeypatch.setenv("CERA_VULKAN_ATTENTION", attention)
+    monkeypatch.setenv("CERA_VULKAN_ROPE_TREE", "1" if norm_sum == "tree" else "0")
     runs = {}
     for flag in ("0", "1"):
         monkeypatch.setenv("CERA_VULKAN_ROPE_ATTENTION", flag)

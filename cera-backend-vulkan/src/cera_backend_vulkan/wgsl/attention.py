@@ -480,11 +480,16 @@ var<workgroup> qf: array<f32, {dk}>;
 var<workgroup> kf: array<f32, {dk}>;
 var<workgroup> kc: array<vec4<u32>, {dk // 8}>;
 var<workgroup> vc: array<vec4<u32>, {dv // 8}>;
-// a head's sum of squares as `rope` takes it: 64 threads' strided sums, then its reduction
+// a head's sum of squares as `rope` takes it: 64 threads' strided sums, then its
+// reduction. Called twice (the query's head, the key's): every thread reads the sum
+// before the barrier, so the second call's tree cannot overwrite rred[0] under a thread
+// still to read the first's
 fn rope_norm({sig}) -> f32 {{
     var q = 0.0;
     if (t < 64u) {{ for (var j = t; j < {dk}u; j += 64u) {{ let v = bitcast<f32>(A[x + j]); q += v * v; }} }}
-{norm_sum}    return rred[0];
+{norm_sum}    let total = rred[0];
+    workgroupBarrier();
+    return total;
 }}
 fn pack8(a: u32) -> vec4<u32> {{
     return vec4<u32>(pack2x16float(vec2<f32>(kf[a], kf[a + 1u])), pack2x16float(vec2<f32>(kf[a + 2u], kf[a + 3u])),
