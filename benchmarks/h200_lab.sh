@@ -30,6 +30,11 @@
 #   deep       Qwen2.5 1.5B's and Gemma 3's decoded token at depth 2048: its profile, then
 #              tg64@d2048 with the attention split over 16 (the default), 4, 8 and 32
 #              workgroups (CERA_VULKAN_ATT_SPLIT) and whole (lanes-whole)
+# The eleventh session's:
+#   int8       the integer products' tests (with the CPU backend: CPU=1), then the decoded
+#              token under CERA_VULKAN_UNIT_DOT=i8 (each lane quantizes x), i8-shared (once a
+#              workgroup, in shared memory) and i8 with x through shared memory
+#              (unit-auto-sx), alternated, two rounds; Qwen2.5 1.5B's profile under i8-shared
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
@@ -43,9 +48,9 @@ alternate_pp512() {  # two rounds over the files: pp512 under each setting given
         echo -n "pp512 $v $(basename "$m"): "; pp512 "$m" "$v"
     done; done; done
 }
-alternate_decode() {  # two rounds over the files: the decoded token under each setting, in turn
+alternate_decode() {  # two rounds over the files: the decoded token under each setting ("VAR=value ..."), in turn
     for rep in 1 2; do for m in $FILES; do for v in "$@"; do
-        echo -n "$v: "; env "$v" timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
+        echo -n "$v: "; env $v timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"
     done; done; done
 }
 checks() {
@@ -95,5 +100,10 @@ deep() {
         done
         echo -n "whole: "; CERA_VULKAN_ATTENTION=lanes-whole timeout 60 cera bench -m "$m" --device vulkan -p 0 -n 64 -d 2048 -r 2 2>&1 | grep tg64
     done
+}
+int8() {
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan/test_unit_kernel.py -k integer 2>&1 | tail -2
+    alternate_decode CERA_VULKAN_UNIT_DOT=i8 CERA_VULKAN_UNIT_DOT=i8-shared "CERA_VULKAN_UNIT_DOT=i8 CERA_VULKAN_ROW_KERNEL=unit-auto-sx"
+    CERA_VULKAN_UNIT_DOT=i8-shared timeout 120 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 1 -n 1 -r 2 --profile 2>&1 | grep -v "^KV" | head -14
 }
 for part in ${@:-checks profile attention split}; do "$part"; done

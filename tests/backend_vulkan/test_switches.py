@@ -18,8 +18,7 @@ TINY = Path(__file__).resolve().parent.parent / "models" / "reference" / "tiny"
 @pytest.mark.parametrize(
     ("var", "value", "pattern"),
     [
-        ("CERA_VULKAN_INT_FLOAT", "fast", r"CERA_VULKAN_INT_FLOAT='fast' is not one of cvt, magic"),
-        ("CERA_VULKAN_UNIT_DOT", "i4", r"CERA_VULKAN_UNIT_DOT='i4' is not one of f32, i8"),
+        ("CERA_VULKAN_UNIT_DOT", "i4", r"CERA_VULKAN_UNIT_DOT='i4' is not one of f32, i8, i8-shared"),
         ("CERA_VULKAN_ATT_SPLIT", "1", r"CERA_VULKAN_ATT_SPLIT='1' is not a whole number from 2 to 64"),
         ("CERA_VULKAN_ATT_SPLIT", "eight", r"CERA_VULKAN_ATT_SPLIT='eight' is not a whole number"),
         ("CERA_VULKAN_MATMUL", "5x5", r"CERA_VULKAN_MATMUL='5x5' is not one of 4x4, 4x8, .*4x4-skew-split"),
@@ -30,7 +29,6 @@ def test_a_bad_switch_names_itself(var, value, pattern, monkeypatch):
 
     monkeypatch.setenv(var, value)
     read = {
-        "CERA_VULKAN_INT_FLOAT": vk.int_float,
         "CERA_VULKAN_UNIT_DOT": vk.unit_dot,
         "CERA_VULKAN_ATT_SPLIT": vk.att_split,
         "CERA_VULKAN_MATMUL": vk.VulkanExecutable._matmul_name,
@@ -43,9 +41,8 @@ def test_the_switches_defaults(monkeypatch):
     """Unset (or empty): the defaults the README names."""
     from cera_backend_vulkan import compile as vk
 
-    for var in ("CERA_VULKAN_INT_FLOAT", "CERA_VULKAN_UNIT_DOT", "CERA_VULKAN_ATT_SPLIT", "CERA_VULKAN_MATMUL"):
+    for var in ("CERA_VULKAN_UNIT_DOT", "CERA_VULKAN_ATT_SPLIT", "CERA_VULKAN_MATMUL"):
         monkeypatch.setenv(var, "")
-    assert vk.int_float() == "cvt"
     assert vk.unit_dot() == "f32"
     assert vk.att_split() == 16
     assert vk.VulkanExecutable._matmul_name() == "4x4-skew"

@@ -137,34 +137,6 @@ def test_long_rows_after_a_norm(t, kernel, monkeypatch):
     assert any(k[0] == "matvec_unit" for k in emits), emits
 
 
-@needs_vulkan
-@pytest.mark.parametrize(
-    "types", [("Q4_K", "Q4_K", "Q6_K"), ("Q5_0", "Q5_1", "Q8_0"), ("Q4_0", "Q4_1", "Q8_0")], ids="/".join
-)
-def test_integer_to_float_forms_give_the_same_bits(types, monkeypatch):
-    """The decoders' two integer-to-float forms (wgsl.INT_FLOAT_FORMS: WGSL's conversions,
-    and the float with 2^23's (1.5 x 2^23's) bits minus that float) give the same bits on
-    every unit decoder: nibbles, fifth bits, 6-bit scales, signed bytes (Q8_0's weights,
-    Q6_K's scales); each also within the suite's tolerance of the reference."""
-    import numpy as np
-
-    from cera_backend_vulkan.backend import VulkanBackend
-
-    got = {}
-    for form in ("cvt", "magic"):
-        monkeypatch.setenv("CERA_VULKAN_INT_FLOAT", form)
-        b = VulkanBackend()
-        if not b.ctx.subgroups:
-            pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
-        b.row_kernel = "unit-auto"
-        got[form] = [g for g, _want in _outputs(b, _case(types, (1, 1)))]
-    assert got["cvt"] and len(got["cvt"]) == len(got["magic"])
-    for a, b in zip(got["cvt"], got["magic"], strict=True):
-        for name in a:
-            x, y = np.asarray(a[name], np.float32), np.asarray(b[name], np.float32)
-            assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), (types, name, float(np.abs(x - y).max()))
-
-
 def _errors(backend, case) -> list[float]:
     """The largest difference from the reference of each output of each pass of case."""
     import numpy as np
@@ -176,26 +148,35 @@ def _errors(backend, case) -> list[float]:
     ]
 
 
+def _ran_integer(emits: list, kernel: str, dot: str, K: int) -> bool:
+    """A dispatch of ``kernel`` ran the integer products, x quantized once a workgroup
+    (its quant_k K) under "i8-shared", by each lane (0) under "i8"."""
+    qk = K if dot == "i8-shared" else 0
+    return any(k[0] == kernel and k[-2:] == ("i8", qk) for k in emits)
+
+
 @needs_vulkan
+@pytest.mark.parametrize("dot", ["i8", "i8-shared"])
 @pytest.mark.parametrize("t", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
-def test_integer_products(t, monkeypatch):
-    """``CERA_VULKAN_UNIT_DOT=i8`` (x rounded to 8 bits a unit, dot4I8Packed): rows of
-    3072 values after a fused norm, within the suite's tolerance of the reference, the
-    integer decoder the one that ran, and its error at most 1.5x the CPU backend's on the
-    same case (which rounds x to 8 bits too: llama.cpp's arithmetic). Offsets taken from
-    x's exact sums instead of the quantized ones gave three times the CPU's error on the
-    32-element types, which the last check catches."""
+def test_integer_products(t, dot, monkeypatch):
+    """``CERA_VULKAN_UNIT_DOT=i8`` (x rounded to 8 bits a unit, dot4I8Packed) and
+    ``i8-shared`` (the same, quantized once a workgroup): rows of 3072 values after a
+    fused norm, within the suite's tolerance of the reference, the integer decoder the
+    one that ran, and its error at most 1.5x the CPU backend's on the same case (which
+    rounds x to 8 bits too: llama.cpp's arithmetic). Offsets taken from x's exact sums
+    instead of the quantized ones gave three times the CPU's error on the 32-element
+    types, which the last check catches."""
     from cera_backend_vulkan.backend import VulkanBackend
 
     case = _long_rows_case(t)
-    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", "i8")
+    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", dot)
     emits = _spy_emits(monkeypatch)
     b = VulkanBackend()
     if not b.ctx.subgroups:
         pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
     b.row_kernel = "unit-auto"
     got = _errors(b, case)
-    assert any(k[0] == "matvec_unit" and k[-1] == "i8" for k in emits), emits
+    assert _ran_integer(emits, "matvec_unit", dot, 3072), emits
     cpu = pytest.importorskip("cera_backend_cpu.backend", reason="the CPU backend is the comparison")
     want = _errors(cpu.CpuBackend(), case)
     assert max(got) <= 1.5 * max(want), (got, want)
@@ -204,16 +185,19 @@ def test_integer_products(t, monkeypatch):
 @needs_vulkan
 @pytest.mark.parametrize("types", [("Q4_K", "Q4_K", "Q6_K"), ("Q4_K", "Q5_0", "Q6_K"), ("Q5_0", "Q5_1", "Q8_0")],
                          ids="/".join)  # fmt: skip
-def test_integer_products_of_qkv(types, monkeypatch):
-    """``CERA_VULKAN_UNIT_DOT=i8`` on a layer's Q, K and V in one dispatch (each product in
-    its own layout and decoder), a decode batch of three sequences, against the reference."""
+@pytest.mark.parametrize("dot", ["i8", "i8-shared"])
+def test_integer_products_of_qkv(types, dot, monkeypatch):
+    """``CERA_VULKAN_UNIT_DOT=i8`` and ``i8-shared`` on a layer's Q, K and V in one
+    dispatch (each product in its own layout and decoder) after a fused norm, a decode
+    batch of three sequences (four rows a workgroup, one of them past the batch), against
+    the reference."""
     from cera_backend_vulkan.backend import VulkanBackend
 
-    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", "i8")
+    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", dot)
     emits = _spy_emits(monkeypatch)
     b = VulkanBackend()
     if not b.ctx.subgroups:
         pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
     b.row_kernel = "unit-auto"
     conformance.check_op(b, _case(types, (1, 1, 1)))
-    assert any(k[0] == "matvec_unit_seg" and k[-1] == "i8" for k in emits), emits
+    assert _ran_integer(emits, "matvec_unit_seg", dot, DIM), emits

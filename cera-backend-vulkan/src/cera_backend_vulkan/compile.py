@@ -215,21 +215,12 @@ ATT_SPLIT = 16
 ATT_SPLIT_MIN_CAP = 1024
 
 
-def int_float() -> str:
-    """How the unit kernel's decoders turn integers into floats (wgsl.INT_FLOAT_FORMS):
-    ``CERA_VULKAN_INT_FLOAT``, else "cvt" (WGSL's conversions)."""
-    name = os.environ.get("CERA_VULKAN_INT_FLOAT", "").strip() or "cvt"
-    if name not in wgsl.INT_FLOAT_FORMS:
-        raise UnsupportedOperation(
-            f"backend 'vulkan': CERA_VULKAN_INT_FLOAT={name!r} is not one of {', '.join(wgsl.INT_FLOAT_FORMS)}"
-        )
-    return name
-
-
-# the unit kernel's products (wgsl.matvec_unit's ``dot``): "f32", x as the pass holds it,
-# or "i8", x quantized to 8 bits a unit and multiplied with dot4I8Packed (other values,
-# within the suite's tolerance; written in the tenth session, not yet timed on a GPU)
-UNIT_DOTS = ("f32", "i8")
+# the unit kernel's products (wgsl.matvec_unit's ``dot``): "f32", x as the pass holds it;
+# "i8", x quantized to 8 bits a unit by each lane and multiplied with dot4I8Packed (other
+# values, within the suite's tolerance, as llama.cpp's integer products round x too);
+# "i8-shared", the same values, x quantized once a workgroup into shared memory where
+# every weight type has an integer decoder (unit_quant_k), else as "i8"
+UNIT_DOTS = ("f32", "i8", "i8-shared")
 
 
 def unit_dot() -> str:
@@ -240,6 +231,18 @@ def unit_dot() -> str:
             f"backend 'vulkan': CERA_VULKAN_UNIT_DOT={name!r} is not one of {', '.join(UNIT_DOTS)}"
         )
     return name
+
+
+def unit_quant_k(dot: str, types: tuple[str, ...], K: int, rows: int, shared_k: int, shared_bytes: int,
+                 segments: bool = False) -> int:  # fmt: skip
+    """wgsl.matvec_unit's ``quant_k`` under products ``dot``: K where "i8-shared" quantizes
+    x once a workgroup (every type with an integer decoder, and x's 8-bit units, their
+    steps, a float x in shared memory where ``shared_k`` and a workgroup sum's slots fit
+    ``shared_bytes``), else 0."""
+    if dot != "i8-shared" or not wgsl.int_unit_types(types, segments):
+        return 0
+    need = rows * K + rows * K // 8 + rows * shared_k * 4 + 4 * wgsl.MV_WG
+    return K if need <= shared_bytes else 0
 
 
 def att_split() -> int:
@@ -761,8 +764,12 @@ class VulkanExecutable(Executable):
             return None
         if segments and os.environ.get("CERA_VULKAN_UNIT_SEGMENTS", "1") == "0":
             return None  # a diagnostic: Q, K and V through the workgroup kernel's segments
-        shared = int(self.ctx.limits["max-compute-workgroup-storage-size"])
-        return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, shared, segments)
+        return unit_plan(self._row_kernel[1], K, N, types, self.ctx.subgroup_size, R, self._shared_bytes, segments)
+
+    @property
+    def _shared_bytes(self) -> int:
+        """The adapter's workgroup memory, in bytes."""
+        return int(self.ctx.limits["max-compute-workgroup-storage-size"])
 
     @property
     def _mv_span(self) -> int:
@@ -1002,10 +1009,11 @@ class VulkanExecutable(Executable):
         if plan:
             grp, UF, per, sk = plan
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            cv, dt = int_float(), unit_dot()
-            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, cv, dt),
-                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, int_float=cv,
-                                                dot=dt),
+            dt = unit_dot()
+            qk = unit_quant_k(dt, types, K, R, sk, self._shared_bytes)
+            dt = "f32" if dt == "f32" else "i8"
+            self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, dt, qk),
+                       lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, dot=dt, quant_k=qk),
                        params, -(-rows // per), binds=binds, read_only=ro,
                        label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip
             return
@@ -1067,10 +1075,12 @@ class VulkanExecutable(Executable):
         if unit:
             grp, UF, per, sk = unit
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            cv, dt = int_float(), unit_dot()
-            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, cv, dt),
+            dt = unit_dot()
+            qk = unit_quant_k(dt, types, K, R, sk, self._shared_bytes, segments=True)
+            dt = "f32" if dt == "f32" else "i8"
+            self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
-                                                int_float=cv, dot=dt),
+                                                dot=dt, quant_k=qk),
                        params,
                        at // per, binds=binds, read_only=tuple(range(2, 2 + len(binds))),
                        label=f"rms_norm+add+{label}" if pre else label)  # fmt: skip

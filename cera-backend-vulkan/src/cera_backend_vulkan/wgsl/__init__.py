@@ -61,7 +61,6 @@ from .products import (
 )
 from .products_blk import BYTES4, DQ32, DQ32_GENERIC, DQ32_VEC, V32, WIN8, dq32_lib, matvec_blk, vec_bindings, vec_view
 from .products_unit import (
-    INT_FLOAT_FORMS,
     UNIT_DECODERS,
     UNIT_GENERIC,
     UNIT_INT_DECODERS,
@@ -69,6 +68,7 @@ from .products_unit import (
     UNIT_VEC4,
     UNIT_XOFF,
     group_lanes,
+    int_unit_types,
     matvec_unit,
     unit_layout,
 )
@@ -114,12 +114,12 @@ __all__ = [
     "UNIT_LAYOUT",
     "UNIT_XOFF",
     "UNIT_VEC4",
-    "INT_FLOAT_FORMS",
     "UNIT_DECODERS",
     "UNIT_INT_DECODERS",
     "UNIT_GENERIC",
     "unit_layout",
     "group_lanes",
+    "int_unit_types",
     "matvec_unit",
     "V32",
     "WIN8",

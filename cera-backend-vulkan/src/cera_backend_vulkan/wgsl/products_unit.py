@@ -33,29 +33,17 @@ UNIT_XOFF = {
     "k6": """let b = u >> 3u; let p = u & 7u;
     return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
 }
-# Small integers to f32, exactly (the decoders' values: nibbles, 6-bit scales, signed
-# bytes). "cvt" (the default): WGSL's conversions. "magic": through the float whose bits
-# are 2^23's (1.5 x 2^23's for signed values) with the integer in its low mantissa bits,
-# minus that float: an integer op and a float subtraction, the same value. NVIDIA's GPUs
-# convert integers to floats at a quarter of their float rate (16 a clock per
-# multiprocessor on Hopper, against 128 float operations), and a decoded token converts
-# every weight it reads. Written in the tenth session after its last H200 call: not yet
-# timed there, so not the default (h200_lab.sh's intfloat part times it).
-INT_FLOAT_FORMS = ("cvt", "magic")  # compile.int_float picks one
-_INT_FLOAT = {
-    "magic": """
-fn u2f4(v: vec4<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(v | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0); }
-fn u2f2(v: vec2<u32>) -> vec2<f32> { return bitcast<vec2<f32>>(v | vec2<u32>(0x4B000000u)) - vec2<f32>(8388608.0); }
-fn i2f4(v: vec4<i32>) -> vec4<f32> {
-    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) + vec4<u32>(0x4B400000u)) - vec4<f32>(12582912.0);
-}
-""",
-    "cvt": """
+# Small integers to f32 (the decoders' values: nibbles, 6-bit scales, signed bytes),
+# through WGSL's conversions. The tenth session also wrote a form through the float whose
+# bits are 2^23's, minus that float (an integer op and a subtraction in place of a
+# conversion, which NVIDIA's GPUs run at a quarter of their float rate); timed on the H200
+# in the eleventh it gained nothing measurable (four files, alternated, within +-5%) and
+# its bits differed from these on the Q5_0/Q5_1/Q8_0 products there, so it went.
+INT_FLOAT = """
 fn u2f4(v: vec4<u32>) -> vec4<f32> { return vec4<f32>(v); }
 fn u2f2(v: vec2<u32>) -> vec2<f32> { return vec2<f32>(v); }
 fn i2f4(v: vec4<i32>) -> vec4<f32> { return vec4<f32>(v); }
-""",
-}
+"""
 
 
 # Each decoder's reads of its unit (the words of its block, the scales), shared by its
@@ -337,6 +325,50 @@ def _eight_vectors(src: str) -> str:
     return src
 
 
+def _load_unit(x: list[str], xoff: str, src: str, sumsq: str) -> str:
+    """WGSL that loads a unit of x into the eight vec4 variables ``x`` (row at ``xo``,
+    from the arena A or shared XS), each element times the fused norm's weight and its
+    square added to ``sumsq`` where one is given. Written out, k by k: a loop over a
+    private array left it in local memory on the H200 (see the Q8_0 decoder)."""
+    out = ""
+    for k, v in enumerate(x):
+        load = f"{src}[(xo + {xoff}u, {k}u)) >> 2u]"
+        if sumsq:
+            out += f"                let e{k} = {xoff}u, {k}u);\n"
+            out += (
+                f"                let v{k} = {src}[(xo + e{k}) >> 2u];\n                {sumsq} += dot(v{k}, v{k});\n"
+            )
+            out += f"                {v} = v{k} * nw(e{k});\n"
+        else:
+            out += f"                {v} = {load};\n"
+    return out
+
+
+def _quantize_unit(x: list[str], xq: list[str], dx: str, tag: str) -> str:
+    """WGSL that rounds a unit of x (the eight vec4 variables ``x``) to 8 bits: four
+    values a word in ``xq``, the step (max |x| / 127) in ``dx``. v + 1.5 x 2^23 holds
+    round(v) in its low bits (|v| <= 127), whose low byte pack4xI8 takes."""
+    ab = [f"abs({v})" for v in x]
+    out = (
+        f"                let am{tag} = max(max(max({ab[0]}, {ab[1]}), max({ab[2]}, {ab[3]})), "
+        f"max(max({ab[4]}, {ab[5]}), max({ab[6]}, {ab[7]})));\n"
+        f"                let ax{tag} = max(max(am{tag}.x, am{tag}.y), max(am{tag}.z, am{tag}.w));\n"
+        f"                {dx} = ax{tag} / 127.0;\n"
+        f"                let iq{tag} = select(0.0, 127.0 / ax{tag}, ax{tag} > 0.0);\n"
+    )
+    return out + "".join(
+        f"                {q} = pack4xI8(bitcast<vec4<i32>>({v} * iq{tag} + vec4<f32>(12582912.0)));\n"
+        for v, q in zip(x, xq, strict=True)
+    )
+
+
+def int_unit_types(types: tuple[str, ...], segments: bool = False) -> bool:
+    """Every weight of these types has an integer unit decoder in the layout it runs
+    with (matvec_unit's ``quant_k`` needs it: no float decoder reads x there)."""
+    lay = unit_layout(types)
+    return all(t in UNIT_INT_DECODERS and (segments or UNIT_LAYOUT[t] == lay) for t in types)
+
+
 def group_lanes(group: str) -> int:
     """The lanes of a "sub<C>" group of `matvec_unit` (C); 0 for "sub" (a whole subgroup)
     and "wg"."""
@@ -360,7 +392,7 @@ def unit_decoder(t: str, layout: str) -> str:
 
 def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, per: int = 1, feats: int = 2,
                 norm: bool = False, group: str = "sub", shared_k: int = 0, segments: bool = False,
-                pre_add: bool = False, int_float: str = "cvt", dot: str = "f32") -> str:  # fmt: skip
+                pre_add: bool = False, dot: str = "f32", quant_k: int = 0) -> str:  # fmt: skip
     """y = x W^T for a few rows of x, bandwidth first: a group of lanes computes
     ``feats`` output features, lane l of the group taking units l, l + lanes, ... of 32
     weights (see UNIT_LAYOUT): x read as eight 16-byte loads a unit (the arena bound as
@@ -404,12 +436,13 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     + 1 (0: none), 18 the norm's eps; a, z and x are rows of K values, end to end. One
     dispatch less a norm.
 
-    ``int_float``: how the decoders turn their small integers into floats
-    (INT_FLOAT_FORMS; the same values either way).
-
     ``dot`` "i8": each lane quantizes its unit of x to 8 bits (a step of max |x| / 127,
     rounded to nearest), and the decoders of UNIT_INT_DECODERS multiply with
-    dot4I8Packed; "f32" (the default): x as loaded, in f32."""
+    dot4I8Packed; "f32" (the default): x as loaded, in f32. ``quant_k`` (K, under "i8",
+    where every type has an integer decoder in its layout: int_unit_types): the workgroup
+    quantizes its rows of x once, into shared memory (XQ, DX), a fused norm's sum of
+    squares with them, and its lanes read the 8-bit units there (the same values as each
+    lane's own quantization, once a workgroup instead of once a group and feature group)."""
     layout = unit_layout(types)
     # segments: each weight in its own layout (one product a workgroup: uniform branches)
     lays = [UNIT_LAYOUT.get(t, "lin") if segments else layout for t in types]
@@ -434,52 +467,64 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         libs += UNIT_BLOCK_WORDS + (UNIT_INT_BLOCK_WORDS if dot == "i8" else "")
     if dot == "i8":
         libs = UNIT_INT_SUMS + libs
-    libs = _INT_FLOAT[int_float] + _eight_vectors(libs)
+    libs = INT_FLOAT + _eight_vectors(libs)
     R, F = rows, feats
     n_w = 1 if segments else len(types)  # accumulators a feature: one product's
     decl = "".join(f"        var a{i}_{r}_{j} = 0.0;\n" for i in range(n_w) for r in range(R) for j in range(F))
-    if norm:
+    if norm and not quant_k:
         decl += "".join(f"        var q{r} = 0.0;\n" for r in range(R))
     xload = ""
     xoff = "xoff_seg(seg, " if segments else "xoff("
+    U = quant_k // 32
     for r in range(R):
+        if quant_k:
+            # the unit as the workgroup quantized it (xq_fill); x itself is not read: every
+            # type has an integer decoder, which takes xq and dx only
+            xload += "".join(f"            let x{r}_{k} = vec4<f32>(0.0);\n" for k in range(8))
+            xload += "".join(f"            var xq{r}_{k} = 0u;\n" for k in range(8)) + f"            var dx{r} = 0.0;\n"
+            xload += f"            if ({r}u < nr) {{\n                let qi = {r * U}u + u;\n"
+            xload += "                let qa = XQ[2u * qi]; let qb = XQ[2u * qi + 1u];\n"
+            xload += "".join(f"                xq{r}_{k} = q{'ab'[k // 4]}.{'xyzw'[k % 4]};\n" for k in range(8))
+            xload += f"                dx{r} = DX[qi];\n            }}\n"
+            continue
         xload += "".join(f"            var x{r}_{k}: vec4<f32>;\n" for k in range(8))
         if dot == "i8":
             xload += "".join(f"            var xq{r}_{k} = 0u;\n" for k in range(8)) + f"            var dx{r} = 0.0;\n"
         xload += f"            if ({r}u < nr) {{\n"
-        if shared_k:
-            xload += f"                let xo = {r * shared_k}u;\n"
-            src = "XS[(xo + {e}) >> 2u]"
-        else:
-            xload += f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
-            src = "A[(xo + {e}) >> 2u]"
-        # written out, k by k: a loop over the private array left it in local memory on
-        # the H200 (see the Q8_0 decoder)
-        for k in range(8):
-            if norm:
-                xload += f"                let e{k} = {xoff}u, {k}u);\n"
-                xload += (
-                    f"                let v{k} = {src.format(e=f'e{k}')};\n                q{r} += dot(v{k}, v{k});\n"
-                )
-                xload += f"                x{r}_{k} = v{k} * nw(e{k});\n"
-            else:
-                xload += f"                x{r}_{k} = {src.format(e=f'{xoff}u, {k}u)')};\n"
+        xload += (
+            f"                let xo = {r * shared_k}u;\n"
+            if shared_k
+            else f"                let xo = P(3u) + (m0 + {r}u) * P(4u);\n"
+        )
+        xload += _load_unit([f"x{r}_{k}" for k in range(8)], xoff, "XS" if shared_k else "A", f"q{r}" if norm else "")
         if dot == "i8":
-            # x's unit to 8 bits: v + 1.5 x 2^23 holds round(v) in its low bits (|v| <= 127),
-            # whose low byte pack4xI8 takes
-            ab = [f"abs(x{r}_{k})" for k in range(8)]
-            xload += (
-                f"                let am{r} = max(max(max({ab[0]}, {ab[1]}), max({ab[2]}, {ab[3]})), "
-                f"max(max({ab[4]}, {ab[5]}), max({ab[6]}, {ab[7]})));\n"
-                f"                let ax{r} = max(max(am{r}.x, am{r}.y), max(am{r}.z, am{r}.w));\n"
-                f"                dx{r} = ax{r} / 127.0;\n"
-                f"                let iq{r} = select(0.0, 127.0 / ax{r}, ax{r} > 0.0);\n"
-            )
-            xload += "".join(
-                f"                xq{r}_{k} = pack4xI8(bitcast<vec4<i32>>(x{r}_{k} * iq{r} + vec4<f32>(12582912.0)));\n"
-                for k in range(8)
-            )
+            xload += _quantize_unit([f"x{r}_{k}" for k in range(8)], [f"xq{r}_{k}" for k in range(8)], f"dx{r}", str(r))
         xload += "            }\n"
+    xq_fill = ""
+    if quant_k:
+        # the workgroup's rows of x, unit by unit in the product's layout, to 8 bits (and a
+        # fused norm's sums of squares, summed over the workgroup: its barriers, or one,
+        # before the lanes read XQ)
+        assert dot == "i8" and quant_k % 32 == 0, (dot, quant_k)
+        xq_fill = "".join(f"        var ss{r} = 0.0;\n" for r in range(R) if norm)
+        fv, pv = [f"f_{k}" for k in range(8)], [f"p_{k}" for k in range(8)]
+        xq_fill += f"""        for (var i = t; i < {R * U}u; i += {MV_WG}u) {{
+            let r = i / {U}u; let u = i % {U}u;
+{"".join(f"            var {v}: vec4<f32>;{chr(10)}" for v in fv)}{"".join(f"            var {v} = 0u;{chr(10)}" for v in pv)}            var dxv = 0.0;
+            var ssu = 0.0;
+            if (r < nr) {{
+                let xo = {f"r * {shared_k}u" if shared_k else "P(3u) + (m0 + r) * P(4u)"};
+{_load_unit(fv, xoff, "XS" if shared_k else "A", "ssu" if norm else "")}{_quantize_unit(fv, pv, "dxv", "")}            }}
+{"".join(f"            ss{r} += select(0.0, ssu, r == {r}u);{chr(10)}" for r in range(R) if norm)}            XQ[2u * i] = vec4<u32>(p_0, p_1, p_2, p_3); XQ[2u * i + 1u] = vec4<u32>(p_4, p_5, p_6, p_7);
+            DX[i] = dxv;
+        }}
+"""
+        if norm:
+            xq_fill += "".join(
+                f"        let inv{r} = inverseSqrt(wsum(ss{r}, t, sgs) / f32(K) + PF(14u));\n" for r in range(R)
+            )
+        else:
+            xq_fill += "        workgroupBarrier();\n"
     rbytes = ["P(sb + 5u)"] if segments else [f"P({11 + i}u)" for i in range(n_w)]
     fma = "".join(f"            let rb{i}_{j} = n{j} * {rbytes[i]};\n" for i in range(n_w) for j in range(F))
     for r in range(R):
@@ -493,7 +538,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
                 fma += f"                a{i}_{r}_{j} += {fn}rb{i}_{j}, u, {xs});\n"
         fma += "            }\n"
     sums = [f"a{i}_{r}_{j}" for i in range(n_w) for r in range(R) for j in range(F)]
-    if norm:
+    if norm and not quant_k:
         sums += [f"q{r}" for r in range(R)]
     reducer = ""
     C = group_lanes(group)
@@ -515,7 +560,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     else:
         reduce = "".join(f"        {v} = subgroupAdd({v});\n" for v in sums)
         first = "lane == 0u"
-    if norm:
+    if norm and not quant_k:
         reduce += "".join(f"        let inv{r} = inverseSqrt(q{r} / f32(K) + PF(14u));\n" for r in range(R))
     act = {"swiglu": "silu_(s0) * s1", "geglu": "gelu_(s0) * s1", None: "s0"}[glu]
     # where a feature's result goes: the dispatch's parameters, or its product's (segments)
@@ -639,6 +684,9 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         workgroupBarrier();
 """
         xs_done = "        workgroupBarrier();\n"
+    if quant_k:
+        xs_decl += f"var<workgroup> XQ: array<vec4<u32>, {2 * R * U}>;\nvar<workgroup> DX: array<f32, {R * U}>;\n"
+        xs_done = "        workgroupBarrier();\n"
     seg_sel = ""
     if segments:
         wg_per = F if group == "wg" else per
@@ -650,7 +698,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
     main_body = f"""{guard}{seg_sel}    let K = P(0u); let M = P(2u);
     for (var m0 = 0u; m0 < M; m0 += {R}u) {{
         let nr = min({R}u, M - m0);
-{xs_fill}{feats_loop}{xs_done}    }}
+{xs_fill}{xq_fill}{feats_loop}{xs_done}    }}
 """
     return (
         HEADER
@@ -662,7 +710,7 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         + (seg_fns if segments else f"fn xoff(u: u32, k: u32) -> u32 {{\n    {UNIT_XOFF[layout]}\n}}\n")
         + nw
         + reducer
-        + (workgroup_sum(MV_WG, True, "pre_part")[0] if pre_add else "")
+        + (workgroup_sum(MV_WG, True, "pre_part")[0] if pre_add or (quant_k and norm) else "")
         + xs_decl
         + f"""
 @compute @workgroup_size({MV_WG})
