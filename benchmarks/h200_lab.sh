@@ -35,6 +35,10 @@
 #              token under CERA_VULKAN_UNIT_DOT=i8 (each lane quantizes x), i8-shared (once a
 #              workgroup, in shared memory) and i8 with x through shared memory
 #              (unit-auto-sx), alternated, two rounds; Qwen2.5 1.5B's profile under i8-shared
+#   int8b      Qwen2.5 1.5B's decoded token profiled under the default (i8-shared, each lane
+#              quantizing in the "wg" groups), the row kernel "unit" (subgroups for every
+#              product: the downs quantized once a workgroup too), UNIT_DOT=i8 and f32;
+#              then the decoded token under the default, "unit" and "unit-f4", alternated
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
@@ -105,5 +109,12 @@ int8() {
     timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan/test_unit_kernel.py -k integer 2>&1 | tail -2
     alternate_decode CERA_VULKAN_UNIT_DOT=i8 CERA_VULKAN_UNIT_DOT=i8-shared "CERA_VULKAN_UNIT_DOT=i8 CERA_VULKAN_ROW_KERNEL=unit-auto-sx"
     CERA_VULKAN_UNIT_DOT=i8-shared timeout 120 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 1 -n 1 -r 2 --profile 2>&1 | grep -v "^KV" | head -14
+}
+int8b() {
+    for v in "" CERA_VULKAN_ROW_KERNEL=unit CERA_VULKAN_UNIT_DOT=i8 CERA_VULKAN_UNIT_DOT=f32; do
+        echo "== profile ${v:-default}"
+        env $v timeout 60 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 1 -n 1 -r 1 --profile 2>&1 | grep -v "^KV" | sed -n '3,12p'
+    done
+    alternate_decode CERA_VULKAN_UNIT_DOT=i8-shared CERA_VULKAN_ROW_KERNEL=unit CERA_VULKAN_ROW_KERNEL=unit-f4
 }
 for part in ${@:-checks profile attention split}; do "$part"; done

@@ -126,8 +126,15 @@ def _check_forced(path, n, prompt=PROMPT):
         vk.close()
 
 
+# the decode steps' row kernel: the adapter's default (lavapipe: "subgroup"), and the
+# GPUs' ("unit-auto": the unit kernel, its integer products on x rounded to 8 bits)
+ROW_KERNELS = pytest.mark.parametrize("row_kernel", ["", "unit-auto"], ids=["default", "unit-auto"])
+
+
 @needs_vulkan
-def test_greedy_continuation_smollm2(smollm2_path):
+@ROW_KERNELS
+def test_greedy_continuation_smollm2(smollm2_path, row_kernel, monkeypatch):
+    monkeypatch.setenv("CERA_VULKAN_ROW_KERNEL", row_kernel)
     _check_continuation(smollm2_path, 8)
 
 
@@ -142,7 +149,9 @@ def test_teacher_forced_smollm2(smollm2_path, attention, monkeypatch):
 
 
 @needs_vulkan
-def test_greedy_continuation_gemma3(gemma3_path):
+@ROW_KERNELS
+def test_greedy_continuation_gemma3(gemma3_path, row_kernel, monkeypatch):
+    monkeypatch.setenv("CERA_VULKAN_ROW_KERNEL", row_kernel)
     _check_continuation(gemma3_path, 6)
 
 

@@ -43,7 +43,7 @@ def test_the_switches_defaults(monkeypatch):
 
     for var in ("CERA_VULKAN_UNIT_DOT", "CERA_VULKAN_ATT_SPLIT", "CERA_VULKAN_MATMUL"):
         monkeypatch.setenv(var, "")
-    assert vk.unit_dot() == "f32"
+    assert vk.unit_dot() == "i8-shared"
     assert vk.att_split() == 16
     assert vk.VulkanExecutable._matmul_name() == "4x4-skew"
 

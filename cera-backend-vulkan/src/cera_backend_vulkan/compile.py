@@ -217,15 +217,20 @@ ATT_SPLIT_MIN_CAP = 1024
 
 # the unit kernel's products (wgsl.matvec_unit's ``dot``): "f32", x as the pass holds it;
 # "i8", x quantized to 8 bits a unit by each lane and multiplied with dot4I8Packed (other
-# values, within the suite's tolerance, as llama.cpp's integer products round x too);
-# "i8-shared", the same values, x quantized once a workgroup into shared memory where
-# every weight type has an integer decoder (unit_quant_k), else as "i8"
+# values than f32's, within the suite's tolerance, as llama.cpp's integer products round
+# x too); "i8-shared" (the default), the same values, x quantized once a workgroup into
+# shared memory where the workgroup has several groups and every weight type an integer
+# decoder (unit_quant_k), else as "i8". On the H200 (eleventh session, alternated, ms a
+# decoded token) "i8" took Qwen2.5 1.5B from 2.50-2.63 to 2.07-2.18, SmolLM2 from
+# 1.43-1.45 to 1.32-1.37, Qwen2.5 0.5B from 1.60 to 1.50, Gemma 3 from 1.37 to 1.38-1.45;
+# "i8-shared" then Qwen2.5 1.5B 2.14-2.24 -> 2.05-2.08, Gemma 3 1.36-1.42 -> 1.26-1.30,
+# SmolLM2 1.37-1.39 -> 1.27-1.31, Qwen2.5 0.5B 1.35 -> 1.34-1.36
 UNIT_DOTS = ("f32", "i8", "i8-shared")
 
 
 def unit_dot() -> str:
-    """The unit kernel's products (UNIT_DOTS): ``CERA_VULKAN_UNIT_DOT``, else "f32"."""
-    name = os.environ.get("CERA_VULKAN_UNIT_DOT", "").strip() or "f32"
+    """The unit kernel's products (UNIT_DOTS): ``CERA_VULKAN_UNIT_DOT``, else "i8-shared"."""
+    name = os.environ.get("CERA_VULKAN_UNIT_DOT", "").strip() or "i8-shared"
     if name not in UNIT_DOTS:
         raise UnsupportedOperation(
             f"backend 'vulkan': CERA_VULKAN_UNIT_DOT={name!r} is not one of {', '.join(UNIT_DOTS)}"
@@ -233,13 +238,15 @@ def unit_dot() -> str:
     return name
 
 
-def unit_quant_k(dot: str, types: tuple[str, ...], K: int, rows: int, shared_k: int, shared_bytes: int,
-                 segments: bool = False) -> int:  # fmt: skip
+def unit_quant_k(dot: str, group: str, types: tuple[str, ...], K: int, rows: int, shared_k: int,
+                 shared_bytes: int, segments: bool = False) -> int:  # fmt: skip
     """wgsl.matvec_unit's ``quant_k`` under products ``dot``: K where "i8-shared" quantizes
-    x once a workgroup (every type with an integer decoder, and x's 8-bit units, their
-    steps, a float x in shared memory where ``shared_k`` and a workgroup sum's slots fit
-    ``shared_bytes``), else 0."""
-    if dot != "i8-shared" or not wgsl.int_unit_types(types, segments):
+    x once a workgroup, else 0. Only where the workgroup holds several groups (not
+    ``group`` "wg": a workgroup of one group quantizes each unit once either way, and on
+    the H200 the barrier and shared reads made Qwen2.5 1.5B's Q4_K downs 21% slower),
+    every type has an integer decoder, and x's 8-bit units, their steps, a float x in
+    shared memory where ``shared_k`` and a workgroup sum's slots fit ``shared_bytes``."""
+    if dot != "i8-shared" or group == "wg" or not wgsl.int_unit_types(types, segments):
         return 0
     need = rows * K + rows * K // 8 + rows * shared_k * 4 + 4 * wgsl.MV_WG
     return K if need <= shared_bytes else 0
@@ -1010,7 +1017,7 @@ class VulkanExecutable(Executable):
             grp, UF, per, sk = plan
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
             dt = unit_dot()
-            qk = unit_quant_k(dt, types, K, R, sk, self._shared_bytes)
+            qk = unit_quant_k(dt, grp, types, K, R, sk, self._shared_bytes)
             dt = "f32" if dt == "f32" else "i8"
             self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, dot=dt, quant_k=qk),
@@ -1076,7 +1083,7 @@ class VulkanExecutable(Executable):
             grp, UF, per, sk = unit
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
             dt = unit_dot()
-            qk = unit_quant_k(dt, types, K, R, sk, self._shared_bytes, segments=True)
+            qk = unit_quant_k(dt, grp, types, K, R, sk, self._shared_bytes, segments=True)
             dt = "f32" if dt == "f32" else "i8"
             self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
