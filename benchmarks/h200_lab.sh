@@ -39,6 +39,9 @@
 #              quantizing in the "wg" groups), the row kernel "unit" (subgroups for every
 #              product: the downs quantized once a workgroup too), UNIT_DOT=i8 and f32;
 #              then the decoded token under the default, "unit" and "unit-f4", alternated
+#   final      the tests the integer products changed (CPU=1: the CPU backend is their
+#              comparison), then the decoded token under CERA_VULKAN_UNIT_DOT=f32 and the
+#              default (i8-shared), alternated, two rounds
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
 #   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
@@ -116,5 +119,11 @@ int8b() {
         env $v timeout 60 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 1 -n 1 -r 1 --profile 2>&1 | grep -v "^KV" | sed -n '3,12p'
     done
     alternate_decode CERA_VULKAN_UNIT_DOT=i8-shared CERA_VULKAN_ROW_KERNEL=unit CERA_VULKAN_ROW_KERNEL=unit-f4
+}
+final() {
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan/test_unit_kernel.py \
+        tests/backend_vulkan/test_fusion.py tests/backend_vulkan/test_switches.py tests/backend_vulkan/test_conformance.py \
+        -k "integer or sandwich or switch or tiny_family" 2>&1 | tail -3
+    alternate_decode CERA_VULKAN_UNIT_DOT=f32 CERA_VULKAN_UNIT_DOT=i8-shared
 }
 for part in ${@:-checks profile attention split}; do "$part"; done
