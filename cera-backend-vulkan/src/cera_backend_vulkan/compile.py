@@ -220,7 +220,7 @@ ATT_SPLIT_MIN_CAP = 1024
 # values than f32's, within the suite's tolerance, as llama.cpp's integer products round
 # x too); "i8-shared" (the default), the same values, x quantized once a workgroup into
 # shared memory where the workgroup has several groups and every weight type an integer
-# decoder (unit_quant_k), else as "i8". On the H200 (eleventh session, alternated, ms a
+# decoder (unit_products), else as "i8". On the H200 (eleventh session, alternated, ms a
 # decoded token) "i8" took Qwen2.5 1.5B from 2.50-2.63 to 2.07-2.18, SmolLM2 from
 # 1.43-1.45 to 1.32-1.37, Qwen2.5 0.5B from 1.60 to 1.50, Gemma 3 from 1.37 to 1.38-1.45;
 # "i8-shared" then Qwen2.5 1.5B 2.14-2.24 -> 2.05-2.08, Gemma 3 1.36-1.42 -> 1.26-1.30,
@@ -238,18 +238,23 @@ def unit_dot() -> str:
     return name
 
 
-def unit_quant_k(dot: str, group: str, types: tuple[str, ...], K: int, rows: int, shared_k: int,
-                 shared_bytes: int, segments: bool = False) -> int:  # fmt: skip
-    """wgsl.matvec_unit's ``quant_k`` under products ``dot``: K where "i8-shared" quantizes
-    x once a workgroup, else 0. Only where the workgroup holds several groups (not
-    ``group`` "wg": a workgroup of one group quantizes each unit once either way, and on
-    the H200 the barrier and shared reads made Qwen2.5 1.5B's Q4_K downs 21% slower),
-    every type has an integer decoder, and x's 8-bit units, their steps, a float x in
-    shared memory where ``shared_k`` and a workgroup sum's slots fit ``shared_bytes``."""
+def unit_products(group: str, types: tuple[str, ...], K: int, rows: int, shared_k: int, shared_bytes: int,
+                  segments: bool = False) -> tuple[str, int]:  # fmt: skip
+    """wgsl.matvec_unit's (``dot``, ``quant_k``) under unit_dot's choice: "f32" or "i8",
+    and K where "i8-shared" quantizes x once a workgroup, else 0. Once a workgroup only
+    where the workgroup holds several groups (not ``group`` "wg": a workgroup of one group
+    quantizes each unit once either way, and on the H200 the barrier and shared reads made
+    Qwen2.5 1.5B's Q4_K downs take 316 us a token, against 243 with each lane quantizing
+    and 261 in f32), every type has an integer decoder, and x's
+    8-bit units, their steps, a float x in shared memory where ``shared_k`` and a workgroup
+    sum's slots fit ``shared_bytes``."""
+    dot = unit_dot()
+    if dot == "f32":
+        return dot, 0
     if dot != "i8-shared" or group == "wg" or not wgsl.int_unit_types(types, segments):
-        return 0
+        return "i8", 0
     need = rows * K + rows * K // 8 + rows * shared_k * 4 + 4 * wgsl.MV_WG
-    return K if need <= shared_bytes else 0
+    return "i8", K if need <= shared_bytes else 0
 
 
 def att_split() -> int:
@@ -1016,9 +1021,7 @@ class VulkanExecutable(Executable):
         if plan:
             grp, UF, per, sk = plan
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            dt = unit_dot()
-            qk = unit_quant_k(dt, grp, types, K, R, sk, self._shared_bytes)
-            dt = "f32" if dt == "f32" else "i8"
+            dt, qk = unit_products(grp, types, K, R, sk, self._shared_bytes)
             self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, dot=dt, quant_k=qk),
                        params, -(-rows // per), binds=binds, read_only=ro,
@@ -1082,9 +1085,7 @@ class VulkanExecutable(Executable):
         if unit:
             grp, UF, per, sk = unit
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            dt = unit_dot()
-            qk = unit_quant_k(dt, grp, types, K, R, sk, self._shared_bytes, segments=True)
-            dt = "f32" if dt == "f32" else "i8"
+            dt, qk = unit_products(grp, types, K, R, sk, self._shared_bytes, segments=True)
             self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
                                                 dot=dt, quant_k=qk),
