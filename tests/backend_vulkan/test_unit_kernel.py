@@ -201,3 +201,37 @@ def test_integer_products_of_qkv(types, dot, monkeypatch):
     b.row_kernel = "unit-auto"
     conformance.check_op(b, _case(types, (1, 1, 1)))
     assert _ran_integer(emits, "matvec_unit_seg", dot, DIM), emits
+
+
+@needs_vulkan
+@pytest.mark.parametrize("dot", ["i8-shared", "i8", "f32"])
+@pytest.mark.parametrize("t", ["Q4_K", "Q8_0"])
+def test_batch_rows_are_their_one_row_product(t, dot, monkeypatch):
+    """A row of a decode batch is its one-row product bit for bit, whichever form the
+    products take: every row the same token, rows of 3072 after a fused norm (whose sum
+    of squares each form takes in its own order), one row alone, then three in a batch
+    (the kernel's four-row form, one row past the batch)."""
+    import numpy as np
+
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    inputs = conformance._inputs
+
+    def one_token(case, layout, rng, start, slots):
+        got = inputs(case, layout, rng, start, slots)
+        got.tokens[:] = 5
+        return got
+
+    monkeypatch.setattr(conformance, "_inputs", one_token)
+    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", dot)
+    b = VulkanBackend()
+    if not b.ctx.subgroups:
+        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
+    b.row_kernel = "unit-auto"
+    case = _long_rows_case(t)
+    case = conformance.OpCase(case.name, case.op, case.build, case.weights, passes=((1,), (1, 1, 1)),
+                              tolerance=case.tolerance)  # fmt: skip
+    (alone, _), (batch, _) = _outputs(b, case)
+    rows = [np.asarray(alone["y"], np.float32)[0]] + [np.asarray(batch["y"], np.float32)[i] for i in range(3)]
+    for i, row in enumerate(rows[1:]):
+        assert np.array_equal(row.view(np.uint32), rows[0].view(np.uint32)), (i, float(np.abs(row - rows[0]).max()))

@@ -238,23 +238,29 @@ def unit_dot() -> str:
     return name
 
 
-def unit_products(group: str, types: tuple[str, ...], K: int, rows: int, shared_k: int, shared_bytes: int,
+def unit_products(group: str, types: tuple[str, ...], K: int, shared_bytes: int,
                   segments: bool = False) -> tuple[str, int]:  # fmt: skip
     """wgsl.matvec_unit's (``dot``, ``quant_k``) under unit_dot's choice: "f32" or "i8",
     and K where "i8-shared" quantizes x once a workgroup, else 0. Once a workgroup only
     where the workgroup holds several groups (not ``group`` "wg": a workgroup of one group
     quantizes each unit once either way, and on the H200 the barrier and shared reads made
     Qwen2.5 1.5B's Q4_K downs take 316 us a token, against 243 with each lane quantizing
-    and 261 in f32), every type has an integer decoder, and x's
-    8-bit units, their steps, a float x in shared memory where ``shared_k`` and a workgroup
-    sum's slots fit ``shared_bytes``."""
+    and 261 in f32), every type has an integer decoder, and MV_ROWS rows of x's 8-bit
+    units and their steps fit ``shared_bytes`` with a workgroup sum's slots. The choice
+    does not depend on the rows of the pass: the two forms sum a fused norm's squares in
+    different orders, and a batch row must be its one-row product bit for bit."""
     dot = unit_dot()
     if dot == "f32":
         return dot, 0
     if dot != "i8-shared" or group == "wg" or not wgsl.int_unit_types(types, segments):
         return "i8", 0
-    need = rows * K + rows * K // 8 + rows * shared_k * 4 + 4 * wgsl.MV_WG
-    return "i8", K if need <= shared_bytes else 0
+    return "i8", K if quant_bytes(wgsl.MV_ROWS, K) <= shared_bytes else 0
+
+
+def quant_bytes(rows: int, K: int, shared_k: int = 0) -> int:
+    """The workgroup memory of wgsl.matvec_unit's ``quant_k``: ``rows`` rows of K 8-bit
+    values and their steps, a workgroup sum's slots, and a float x of ``shared_k``."""
+    return rows * K + rows * K // 8 + 4 * wgsl.MV_WG + rows * shared_k * 4
 
 
 def att_split() -> int:
@@ -913,25 +919,31 @@ class VulkanExecutable(Executable):
         if pre is not None:
             R = self._mv_rows(M)
 
-            def takes_pre(plan, N) -> bool:
+            def takes_pre(plan, N, types, seg=False) -> bool:
                 # x in shared memory, and not so many workgroups that each one's norm and
                 # add cost more than their dispatch (Gemma 3's output, 16384 workgroups:
-                # 200 us fused against 168 apart on the H200)
-                return plan is not None and plan[3] > 0 and -(-N // plan[2]) <= PRE_ADD_MAX_GROUPS
+                # 200 us fused against 168 apart on the H200); with the products' 8-bit x
+                # in shared memory too where they take it
+                if plan is None or plan[3] == 0 or -(-N // plan[2]) > PRE_ADD_MAX_GROUPS:
+                    return False
+                qk = unit_products(plan[0], types, K, self._shared_bytes, seg)[1]
+                return not qk or quant_bytes(R, K, plan[3]) <= self._shared_bytes
 
             def one_chunk(w) -> bool:
                 return len(self._weight_chunks(w, w.shape[1])) == 1
 
             if segments:
-                ok = takes_pre(unit_seg, sum(w.shape[1] for w in wts))
+                ok = takes_pre(unit_seg, sum(w.shape[1] for w in wts), tuple(w.ggml_type for w in wts), True)
             elif fuse_glu:
                 types = (wts[0].ggml_type, wts[1].ggml_type)
                 N = wts[0].shape[1]
-                ok = one_chunk(wts[0]) and takes_pre(self._unit(self.off(x), xs, K, N, types, R), N)
+                ok = one_chunk(wts[0]) and takes_pre(self._unit(self.off(x), xs, K, N, types, R), N, types)
             else:
                 ok = not tiled and all(
                     one_chunk(w)
-                    and takes_pre(self._unit(self.off(x), xs, K, w.shape[1], (w.ggml_type,), R), w.shape[1])
+                    and takes_pre(
+                        self._unit(self.off(x), xs, K, w.shape[1], (w.ggml_type,), R), w.shape[1], (w.ggml_type,)
+                    )
                     for w in wts
                 )
             if ok:  # P 15..18 of the unit kernel's pre_add
@@ -1021,7 +1033,8 @@ class VulkanExecutable(Executable):
         if plan:
             grp, UF, per, sk = plan
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            dt, qk = unit_products(grp, types, K, R, sk, self._shared_bytes)
+            dt, qk = unit_products(grp, types, K, self._shared_bytes)
+            sk = sk if pre or not qk else 0  # the workgroup's quantization reads x once itself
             self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, dot=dt, quant_k=qk),
                        params, -(-rows // per), binds=binds, read_only=ro,
@@ -1085,7 +1098,8 @@ class VulkanExecutable(Executable):
         if unit:
             grp, UF, per, sk = unit
             sk = unit_shared_k(self._row_kernel[1], sk, pre)
-            dt, qk = unit_products(grp, types, K, R, sk, self._shared_bytes, segments=True)
+            dt, qk = unit_products(grp, types, K, self._shared_bytes, segments=True)
+            sk = sk if pre or not qk else 0  # the workgroup's quantization reads x once itself
             self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
                                                 dot=dt, quant_k=qk),

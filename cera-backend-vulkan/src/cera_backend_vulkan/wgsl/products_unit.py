@@ -508,14 +508,17 @@ def matvec_unit(types: tuple[str, ...], glu: str | None = None, rows: int = 1, p
         assert dot == "i8" and quant_k % 32 == 0, (dot, quant_k)
         xq_fill = "".join(f"        var ss{r} = 0.0;\n" for r in range(R) if norm)
         fv, pv = [f"f_{k}" for k in range(8)], [f"p_{k}" for k in range(8)]
-        xq_fill += f"""        for (var i = t; i < {R * U}u; i += {MV_WG}u) {{
-            let r = i / {U}u; let u = i % {U}u;
+        for r in range(R):
+            # row by row, thread t taking units t, t + MV_WG, ... of each: a row's sum of
+            # squares in the same order whatever R (a batch row is its one-row product)
+            xo = f"{r * shared_k}u" if shared_k else f"P(3u) + (m0 + {r}u) * P(4u)"
+            xq_fill += f"""        for (var u = t; u < {U}u; u += {MV_WG}u) {{
+            let i = {r * U}u + u;
 {"".join(f"            var {v}: vec4<f32>;{chr(10)}" for v in fv)}{"".join(f"            var {v} = 0u;{chr(10)}" for v in pv)}            var dxv = 0.0;
-            var ssu = 0.0;
-            if (r < nr) {{
-                let xo = {f"r * {shared_k}u" if shared_k else "P(3u) + (m0 + r) * P(4u)"};
-{_load_unit(fv, xoff, "XS" if shared_k else "A", "ssu" if norm else "")}{_quantize_unit(fv, pv, "dxv", "")}            }}
-{"".join(f"            ss{r} += select(0.0, ssu, r == {r}u);{chr(10)}" for r in range(R) if norm)}            XQ[2u * i] = vec4<u32>(p_0, p_1, p_2, p_3); XQ[2u * i + 1u] = vec4<u32>(p_4, p_5, p_6, p_7);
+            if ({r}u < nr) {{
+                let xo = {xo};
+{_load_unit(fv, xoff, "XS" if shared_k else "A", f"ss{r}" if norm else "")}{_quantize_unit(fv, pv, "dxv", "")}            }}
+            XQ[2u * i] = vec4<u32>(p_0, p_1, p_2, p_3); XQ[2u * i + 1u] = vec4<u32>(p_4, p_5, p_6, p_7);
             DX[i] = dxv;
         }}
 """
