@@ -23,10 +23,9 @@
 #              the rope dispatch's, on a GPU whose workgroups run at once), then the
 #              decoded token under CERA_VULKAN_ROPE_ATTENTION=0 and 1, alternated, two rounds
 #   profile1   `cera bench --profile` of Qwen2.5 1.5B (a decoded token, a prompt pass)
-#   intfloat   the unit kernel's decoders three ways: WGSL's conversions (the default),
-#              CERA_VULKAN_INT_FLOAT=magic (through 2^23's bits; the same bits) and
-#              CERA_VULKAN_UNIT_DOT=i8 (x rounded to 8 bits, dot4I8Packed): their tests,
-#              then the decoded token under each, alternated, two rounds
+#   intfloat   (the eleventh session's first call, at 683027b: the unit kernel's decoders
+#              through WGSL's conversions, through 2^23's bits and with integer products,
+#              alternated; the 2^23 form has since gone, and this part with it)
 #   deep       Qwen2.5 1.5B's and Gemma 3's decoded token at depth 2048: its profile, then
 #              tg64@d2048 with the attention split over 16 (the default), 4, 8 and 32
 #              workgroups (CERA_VULKAN_ATT_SPLIT) and whole (lanes-whole)
@@ -93,10 +92,6 @@ rotate() {
 }
 profile1() {
     timeout 120 cera bench -m /tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --device vulkan -p 512 -n 1 -r 2 --profile 2>&1 | grep -v "^KV"
-}
-intfloat() {
-    timeout 100 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/backend_vulkan/test_unit_kernel.py -k integer 2>&1 | tail -2
-    alternate_decode CERA_VULKAN_INT_FLOAT=cvt CERA_VULKAN_INT_FLOAT=magic CERA_VULKAN_UNIT_DOT=i8
 }
 deep() {
     for m in /tmp/models/qwen2.5-coder-1.5b*.gguf /tmp/models/gemma*.gguf; do
