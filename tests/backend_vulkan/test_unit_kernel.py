@@ -38,6 +38,36 @@ def _case(types: tuple[str, str, str], seq_lens: tuple[int, ...]) -> OpCase:
                   passes=(seq_lens,), tolerance=TOL_QUANT)  # fmt: skip
 
 
+def _spy_emits(monkeypatch) -> list:
+    from cera_backend_vulkan import compile as vk_compile
+
+    seen = []
+    emit = vk_compile.VulkanExecutable._emit
+
+    def spy(self, key, *a, **kw):
+        seen.append(key)
+        return emit(self, key, *a, **kw)
+
+    monkeypatch.setattr(vk_compile.VulkanExecutable, "_emit", spy)
+    return seen
+
+
+def _unit_backend(monkeypatch, kernel: str = "unit-auto", dot: str | None = None):
+    """(a Vulkan backend under row kernel ``kernel``, the list its dispatches' keys go
+    to: _spy_emits), the unit kernel's products ``dot`` (CERA_VULKAN_UNIT_DOT) where
+    given; skips where the adapter has no subgroups."""
+    from cera_backend_vulkan.backend import VulkanBackend
+
+    if dot is not None:
+        monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", dot)
+    emits = _spy_emits(monkeypatch)
+    b = VulkanBackend()
+    if not b.ctx.subgroups:
+        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
+    b.row_kernel = kernel
+    return b, emits
+
+
 @needs_vulkan
 @pytest.mark.parametrize("seq_lens", [(1,), (1, 1, 1)], ids=["1", "1x1x1"])
 @pytest.mark.parametrize(
@@ -52,37 +82,12 @@ def _case(types: tuple[str, str, str], seq_lens: tuple[int, ...]) -> OpCase:
     ],
 )
 def test_qkv_in_one_unit_dispatch(types, kernel, seq_lens, monkeypatch):
-    from cera_backend_vulkan import compile as vk_compile
-    from cera_backend_vulkan.backend import VulkanBackend
-
-    b = VulkanBackend()
-    if not b.ctx.subgroups:
-        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
-    b.row_kernel = kernel
-    seen = []
-    emit = vk_compile.VulkanExecutable._emit
-
-    def spy(self, key, *a, **kw):
-        seen.append(key[0])
-        return emit(self, key, *a, **kw)
-
-    monkeypatch.setattr(vk_compile.VulkanExecutable, "_emit", spy)
+    # "unit-auto-sx" in f32: the default products quantize x once a workgroup, reading it
+    # from memory, and so never pass it through shared memory
+    b, emits = _unit_backend(monkeypatch, kernel, "f32" if kernel == "unit-auto-sx" else None)
     conformance.check_op(b, _case(types, seq_lens))
+    seen = [k[0] for k in emits]
     assert "matvec_unit_seg" in seen, seen
-
-
-def _spy_emits(monkeypatch) -> list:
-    from cera_backend_vulkan import compile as vk_compile
-
-    seen = []
-    emit = vk_compile.VulkanExecutable._emit
-
-    def spy(self, key, *a, **kw):
-        seen.append(key)
-        return emit(self, key, *a, **kw)
-
-    monkeypatch.setattr(vk_compile.VulkanExecutable, "_emit", spy)
-    return seen
 
 
 def _outputs(backend, case) -> list[tuple[dict, dict]]:
@@ -125,14 +130,8 @@ def _long_rows_case(t: str) -> OpCase:
 def test_long_rows_after_a_norm(t, kernel, monkeypatch):
     """Rows of 3072 values after a norm fused into the product (_long_rows_case), through
     the unit kernel, against the reference."""
-    from cera_backend_vulkan.backend import VulkanBackend
-
     case = _long_rows_case(t)
-    emits = _spy_emits(monkeypatch)
-    b = VulkanBackend()
-    if not b.ctx.subgroups:
-        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
-    b.row_kernel = kernel
+    b, emits = _unit_backend(monkeypatch, kernel)
     conformance.check_op(b, case)
     assert any(k[0] == "matvec_unit" for k in emits), emits
 
@@ -166,15 +165,8 @@ def test_integer_products(t, dot, monkeypatch):
     rounds x to 8 bits too: llama.cpp's arithmetic). Offsets taken from x's exact sums
     instead of the quantized ones gave three times the CPU's error on the 32-element
     types, which the last check catches."""
-    from cera_backend_vulkan.backend import VulkanBackend
-
     case = _long_rows_case(t)
-    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", dot)
-    emits = _spy_emits(monkeypatch)
-    b = VulkanBackend()
-    if not b.ctx.subgroups:
-        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
-    b.row_kernel = "unit-auto"
+    b, emits = _unit_backend(monkeypatch, dot=dot)
     got = _errors(b, case)
     assert _ran_integer(emits, "matvec_unit", dot, 3072), emits
     cpu = pytest.importorskip("cera_backend_cpu.backend", reason="the CPU backend is the comparison")
@@ -191,14 +183,7 @@ def test_integer_products_of_qkv(types, dot, monkeypatch):
     dispatch (each product in its own layout and decoder) after a fused norm, a decode
     batch of three sequences (four rows a workgroup, one of them past the batch), against
     the reference."""
-    from cera_backend_vulkan.backend import VulkanBackend
-
-    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", dot)
-    emits = _spy_emits(monkeypatch)
-    b = VulkanBackend()
-    if not b.ctx.subgroups:
-        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
-    b.row_kernel = "unit-auto"
+    b, emits = _unit_backend(monkeypatch, dot=dot)
     conformance.check_op(b, _case(types, (1, 1, 1)))
     assert _ran_integer(emits, "matvec_unit_seg", dot, DIM), emits
 
@@ -211,9 +196,8 @@ def test_batch_rows_are_their_one_row_product(t, dot, monkeypatch):
     products take: every row the same token, rows of 3072 after a fused norm (whose sum
     of squares each form takes in its own order), one row alone, then three in a batch
     (the kernel's four-row form, one row past the batch)."""
+    import attrs
     import numpy as np
-
-    from cera_backend_vulkan.backend import VulkanBackend
 
     inputs = conformance._inputs
 
@@ -223,15 +207,8 @@ def test_batch_rows_are_their_one_row_product(t, dot, monkeypatch):
         return got
 
     monkeypatch.setattr(conformance, "_inputs", one_token)
-    monkeypatch.setenv("CERA_VULKAN_UNIT_DOT", dot)
-    b = VulkanBackend()
-    if not b.ctx.subgroups:
-        pytest.skip("this adapter has no subgroup operations (the unit kernel needs them)")
-    b.row_kernel = "unit-auto"
-    case = _long_rows_case(t)
-    case = conformance.OpCase(case.name, case.op, case.build, case.weights, passes=((1,), (1, 1, 1)),
-                              tolerance=case.tolerance)  # fmt: skip
-    (alone, _), (batch, _) = _outputs(b, case)
+    b, _ = _unit_backend(monkeypatch, dot=dot)
+    (alone, _), (batch, _) = _outputs(b, attrs.evolve(_long_rows_case(t), passes=((1,), (1, 1, 1))))
     rows = [np.asarray(alone["y"], np.float32)[0]] + [np.asarray(batch["y"], np.float32)[i] for i in range(3)]
     for i, row in enumerate(rows[1:]):
         assert np.array_equal(row.view(np.uint32), rows[0].view(np.uint32)), (i, float(np.abs(row - rows[0]).max()))

@@ -194,11 +194,12 @@ def unit_plan(variant: str, K: int, N: int, types: tuple[str, ...], subgroup_siz
     return group, F, per, shared_k
 
 
-def unit_shared_k(variant: str, shared_k: int, pre_add: bool = False) -> int:
+def unit_shared_k(variant: str, shared_k: int, pre_add: bool = False, quant_k: int = 0) -> int:
     """The unit kernel's shared_k under row kernel ``variant`` for a plan that allows
     ``shared_k``: x through shared memory where the kernel computes it (``pre_add``) or
-    under "unit-auto-sx"; else 0, each group reading x from memory itself."""
-    return shared_k if pre_add or variant == "unit-auto-sx" else 0
+    under "unit-auto-sx" (not where the workgroup quantizes x, ``quant_k``: that reads
+    x once a workgroup itself); else 0, each group reading x from memory itself."""
+    return shared_k if pre_add or (variant == "unit-auto-sx" and not quant_k) else 0
 
 
 # the cached attention's kernels (CERA_VULKAN_ATTENTION): "lanes" (wgsl.attention_lanes,
@@ -1032,9 +1033,8 @@ class VulkanExecutable(Executable):
             params = params + [0] * (15 - len(params)) + self._pre_params
         if plan:
             grp, UF, per, sk = plan
-            sk = unit_shared_k(self._row_kernel[1], sk, pre)
             dt, qk = unit_products(grp, types, K, self._shared_bytes)
-            sk = sk if pre or not qk else 0  # the workgroup's quantization reads x once itself
+            sk = unit_shared_k(self._row_kernel[1], sk, pre, qk)
             self._emit(("matvec_unit", types, kind, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, kind, R, per, UF, fuse, grp, sk, pre_add=pre, dot=dt, quant_k=qk),
                        params, -(-rows // per), binds=binds, read_only=ro,
@@ -1097,9 +1097,8 @@ class VulkanExecutable(Executable):
         label = f"matvec x{len(types)} {'/'.join(sorted(set(types)))} {shape}"
         if unit:
             grp, UF, per, sk = unit
-            sk = unit_shared_k(self._row_kernel[1], sk, pre)
             dt, qk = unit_products(grp, types, K, self._shared_bytes, segments=True)
-            sk = sk if pre or not qk else 0  # the workgroup's quantization reads x once itself
+            sk = unit_shared_k(self._row_kernel[1], sk, pre, qk)
             self._emit(("matvec_unit_seg", types, R, per, UF, fuse, grp, sk, pre, dt, qk),
                        lambda: wgsl.matvec_unit(types, None, R, per, UF, fuse, grp, sk, segments=True, pre_add=pre,
                                                 dot=dt, quant_k=qk),
