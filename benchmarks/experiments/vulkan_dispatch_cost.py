@@ -1,7 +1,7 @@
 """What one dispatch costs on the adapter, apart from its work: the floor under every kernel
 of a decode step, which is a chain of a few hundred dependent dispatches.
 
-    python benchmarks/vulkan_dispatch_cost.py [--chain 256] [--trials 7]
+    python benchmarks/experiments/vulkan_dispatch_cost.py [--chain 256] [--trials 7]
 
 Each case is one compute pass of N dispatches of a tiny kernel, timed by timestamp
 queries at the pass's start and end (median of --trials passes after an untimed one);

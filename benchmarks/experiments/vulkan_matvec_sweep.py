@@ -2,7 +2,7 @@
 shape of the four real files, timed on the adapter: GB/s of weight bytes per variant and
 shape, and the best variant per shape.
 
-    python benchmarks/vulkan_matvec_sweep.py [--variants workgroup,subgroup-x4] [--rows 1]
+    python benchmarks/experiments/vulkan_matvec_sweep.py [--variants workgroup,subgroup-x4] [--rows 1]
         [--reps 64] [--min-mb 256] [--check] [--quick] [--norm] [--json OUT]
 
 Each (variant, shape) is one compute pass of ``--reps`` dispatches of that kernel, each
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 for sub in ("cera-core/src", "cera-backend-vulkan/src"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))

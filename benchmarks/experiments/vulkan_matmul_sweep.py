@@ -2,7 +2,7 @@
 real files, over a prompt's rows: microseconds and TFLOPS per kernel and shape, from the
 backend's own timestamps.
 
-    python benchmarks/vulkan_matmul_sweep.py [--variants 4x4,4x4-split] [--rows 512]
+    python benchmarks/experiments/vulkan_matmul_sweep.py [--variants 4x4,4x4-split] [--rows 512]
         [--reps 5] [--chain 16] [--quick] [--json OUT]
 
 Each (variant, shape) compiles a graph of ``--chain`` copies of one product (x of
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 for sub in ("cera-core/src", "cera-backend-vulkan/src", "benchmarks"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))

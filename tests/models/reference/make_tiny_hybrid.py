@@ -1,6 +1,7 @@
-"""Tiny random-weight models of the wave-2 families (issue 16), made like make_tiny_models.py.
+"""Tiny random-weight models of the hybrid, state-space, MoE and later dense families, made
+like make_tiny_models.py.
 
-    /work/venv-ref/bin/python tests/models/reference/make_tiny_wave2.py [--only lfm2]
+    /work/venv-ref/bin/python tests/models/reference/make_tiny_hybrid.py [--only lfm2]
 
 Same venv, same steps and the same record format as make_tiny_models.py (whose tokenizer
 training, conversion and transformers-vs-llama.cpp check this script reuses): train a small
@@ -37,7 +38,7 @@ CHATML = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-# Parameter names (substrings) by what they do, across the wave-2 families.
+# Parameter names (substrings) by what they do, across these families.
 QK_NAMES = ("q_proj", "k_proj")
 # MoE routers: decisive routing, so that float rounding (f16 caches) rarely flips an
 # expert choice between engines (a flip moves logits by whole units)
@@ -48,7 +49,7 @@ RESIDUAL_NAMES = ("o_proj", "down_proj", "out_proj", ".w2.", "output_linear")  #
 
 
 def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float, res_gain: float) -> None:
-    """make_tiny_models.init_weights, for the wave-2 parameter names: Gaussian weights
+    """make_tiny_models.init_weights, for these families' parameter names: Gaussian weights
     divided by sqrt(fan-in); norms 1 +- 0.1; the logit spread `out_gain`, q/k `qk_gain`, and
     what writes into the residual stream `res_gain`. Depthwise conv kernels ([channels, 1,
     kernel]) are divided by sqrt(kernel); expert-selection biases are small (they only
@@ -94,7 +95,7 @@ def init_weights(model, family: str, seed: int, out_gain: float, qk_gain: float,
 
 def hf_greedy(model, ids: list[int], n: int) -> tuple[list[int], list[float]]:
     """make_tiny_models.hf_greedy without a cache: each step re-runs the whole sequence.
-    The wave-2 families keep recurrent state in caches of their own kinds (Mamba's
+    These families keep recurrent state in caches of their own kinds (Mamba's
     cache_params, hybrid caches) that the generic past_key_values loop does not drive;
     a full pass per step needs none and is cheap at this size."""
     import numpy as np

@@ -1,7 +1,7 @@
 """What one more dispatch costs on the device: chains of dependent dispatches of a
 trivial kernel in one compute pass, timed by timestamps at the pass's start and end.
 
-    python benchmarks/vulkan_dispatch_floor.py [--reps 20] [--quick]
+    python benchmarks/experiments/vulkan_dispatch_floor.py [--reps 20] [--quick]
 
 A decoded token is a chain of a few hundred dispatches (Qwen2.5 1.5B: 172), each reading
 what the one before wrote, so wgpu puts a barrier between every two. Where a dispatch's
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 for sub in ("cera-core/src", "cera-backend-vulkan/src"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))

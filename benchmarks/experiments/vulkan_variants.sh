@@ -1,49 +1,40 @@
 #!/usr/bin/env bash
-# One H200 call's experiments, after `h200_vulkan.sh quick` (or `run`) installed
-# everything (its LAB): edited per session; the commands and their output are quoted in
-# the session's note and in README.md ("Vulkan on an H200").
-# The ninth session's, one part a call (the argument; all four in order without one):
+# A/B studies of the Vulkan backend's variants on a GPU, one part an argument (without
+# one: checks profile attention split), after `h200_vulkan.sh quick` (or `run`) installed
+# everything: pass it as that script's LAB. Each part alternates the settings it compares,
+# file by file, two rounds, so a machine's drift hits every setting alike.
 #   checks     the kernels without wgpu's runtime checks (CERA_VULKAN_SHADER_CHECKS=none,
-#              the default) against wgpu's default (all), alternated, two rounds: the
-#              whole decoded token of each file, pp512 of each file (the Qwens twice);
-#              then the 4x8 tile against 4x4
+#              the default) against wgpu's default (all): the decoded token and pp512 of
+#              each file; then the 4x8 tile against 4x4
 #   profile    pp512 and `cera bench --profile` of each file (a decoded token and a
 #              prompt pass of 512, per kernel)
 #   attention  pp512 under CERA_VULKAN_ATTENTION=lanes-whole (each row's attention on its
-#              own) and lanes (prompt passes in tiles), alternated, two rounds
-#   split      pp512 under CERA_VULKAN_MATMUL=4x4 and 4x4-split, alternated, two rounds
-#   shapes     the tiled kernels shape by shape, vulkan_matmul_sweep.py over 512 rows
-#              (tenth session, call 1)
-# The tenth session's:
+#              own) and lanes (prompt passes in tiles)
+#   split      pp512 under CERA_VULKAN_MATMUL=4x4 and 4x4-split
+#   shapes     the tiled kernels shape by shape (vulkan_matmul_sweep.py over 512 rows)
 #   floor      vulkan_dispatch_floor.py: what one more dispatch costs (chains of a
 #              trivial kernel in one pass)
-#   tiled      pp512 under CERA_VULKAN_MATMUL=4x4, 4x4-skew and 4x4-skew-split,
-#              alternated, two rounds
+#   tiled      pp512 under CERA_VULKAN_MATMUL=4x4, 4x4-skew and 4x4-skew-split
 #   rotate     the fusion tests (test_fusion.py: the rotating attention's bits against
 #              the rope dispatch's, on a GPU whose workgroups run at once), then the
-#              decoded token under CERA_VULKAN_ROPE_ATTENTION=0 and 1, alternated, two rounds
+#              decoded token under CERA_VULKAN_ROPE_ATTENTION=0 and 1
 #   profile1   `cera bench --profile` of Qwen2.5 1.5B (a decoded token, a prompt pass)
-#   intfloat   (the eleventh session's first call, at 683027b: the unit kernel's decoders
-#              through WGSL's conversions, through 2^23's bits and with integer products,
-#              alternated; the 2^23 form has since gone, and this part with it)
 #   deep       Qwen2.5 1.5B's and Gemma 3's decoded token at depth 2048: its profile, then
 #              tg64@d2048 with the attention split over 16 (the default), 4, 8 and 32
 #              workgroups (CERA_VULKAN_ATT_SPLIT) and whole (lanes-whole)
-# The eleventh session's:
 #   int8       the integer products' tests (with the CPU backend: CPU=1), then the decoded
 #              token under CERA_VULKAN_UNIT_DOT=i8 (each lane quantizes x), i8-shared (once a
 #              workgroup, in shared memory) and i8 with x through shared memory
-#              (unit-auto-sx), alternated, two rounds; Qwen2.5 1.5B's profile under i8-shared
-#   int8b      Qwen2.5 1.5B's decoded token profiled under the default (i8-shared, each lane
-#              quantizing in the "wg" groups), the row kernel "unit" (subgroups for every
-#              product: the downs quantized once a workgroup too), UNIT_DOT=i8 and f32;
-#              then the decoded token under the default, "unit" and "unit-f4", alternated
-#   final      the tests the integer products changed (CPU=1: the CPU backend is their
-#              comparison), then the decoded token under CERA_VULKAN_UNIT_DOT=f32 and the
-#              default (i8-shared), alternated, two rounds
+#              (unit-auto-sx); Qwen2.5 1.5B's profile under i8-shared
+#   int8b      Qwen2.5 1.5B's decoded token profiled under the default (i8-shared), the row
+#              kernel "unit", UNIT_DOT=i8 and f32; then the decoded token under the
+#              default, "unit" and "unit-f4"
+#   final      the integer products' tests (CPU=1: the CPU backend is their comparison),
+#              then the decoded token under CERA_VULKAN_UNIT_DOT=f32 and the default
 # Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
-#   LAB="bash benchmarks/h200_lab.sh attention" bash benchmarks/h200_vulkan.sh quick
+#   LAB="bash benchmarks/experiments/vulkan_variants.sh attention" bash benchmarks/h200_vulkan.sh quick
 set -uo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;; esac
 pp512() {  # pp512 of file $1 under the environment given after it
     local m=$1; shift
     env "$@" timeout 90 cera bench -m "$m" --device vulkan -p 512 -n 0 -r 3 2>&1 | grep pp512
@@ -80,10 +71,10 @@ profile() {
 attention() { alternate_pp512 CERA_VULKAN_ATTENTION=lanes-whole CERA_VULKAN_ATTENTION=lanes; }
 split() { alternate_pp512 CERA_VULKAN_MATMUL=4x4 CERA_VULKAN_MATMUL=4x4-split; }
 shapes() {
-    timeout 300 python3 benchmarks/vulkan_matmul_sweep.py --variants 4x4,4x4-skew,4x4-split,4x4-m32
+    timeout 300 python3 benchmarks/experiments/vulkan_matmul_sweep.py --variants 4x4,4x4-skew,4x4-split,4x4-m32
 }
 floor() {
-    timeout 120 python3 benchmarks/vulkan_dispatch_floor.py
+    timeout 120 python3 benchmarks/experiments/vulkan_dispatch_floor.py
 }
 tiled() { alternate_pp512 CERA_VULKAN_MATMUL=4x4 CERA_VULKAN_MATMUL=4x4-skew CERA_VULKAN_MATMUL=4x4-skew-split; }
 rotate() {

@@ -1,5 +1,6 @@
-"""The wave-2 families on their tiny random-weight models (reference/make_tiny_wave2.py:
-transformers checkpoints converted by llama.cpp's converter), on the CPU backend.
+"""The hybrid, state-space, MoE and later dense families on their tiny random-weight models
+(reference/make_tiny_hybrid.py: transformers checkpoints converted by llama.cpp's converter),
+on the CPU backend.
 
 llama.cpp's greedy tokens and logits on the same files are checked by test_fidelity.py
 (data/tiny-<family>.json), the numpy reference backend against transformers by

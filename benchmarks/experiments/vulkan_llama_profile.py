@@ -5,7 +5,7 @@ queries around every node, ``GGML_VK_PERF_LOGGER``), to set each of cera's kerne
 against the one it competes with.
 
     PYTHONPATH=<llama-cpp-python built with -DGGML_VULKAN=ON> \\
-        python benchmarks/vulkan_llama_profile.py MODEL.gguf [--tokens 64] [--prompt 512]
+        python benchmarks/experiments/vulkan_llama_profile.py MODEL.gguf [--tokens 64] [--prompt 512]
 
 The logger prints its sums and means to stderr every GGML_VK_PERF_LOGGER_FREQUENCY
 graph evaluations. The decode table: 2 x ``--tokens`` one-token steps with the frequency
@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # benchmarks/, where bench_models_engines.py is
 
 
 def child(model: str, tokens: int, prompt: int) -> None:
