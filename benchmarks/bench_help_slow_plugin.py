@@ -1,5 +1,5 @@
-"""How long `cera --help` takes with a plugin installed that sleeps at import (issue 12:
-a plugin taking 5 s to import made the help take 5 s).
+"""How long `cera --help` takes with a plugin installed that sleeps at import (a
+plugin taking 5 s to import must not make the help take 5 s).
 
 A throwaway distribution whose plugin module sleeps ``--sleep`` seconds before it
 registers a command is put on PYTHONPATH; `cera --help` (the installed console script)

@@ -12,7 +12,7 @@ For every tensor type and thread count:
   streaming a buffer of the same size through the same thread pool with the widest
   loads the CPU has (cera_read_probe), alternating with the matvec runs (probe, matvec,
   probe, matvec, ...) so that both see the same load from other processes; "%read" is
-  the median of the per-pair ratios. The target of the CPU backend (issue 4) is >= 80%
+  the median of the per-pair ratios. The CPU backend's target is >= 80%
   for Q4_0, Q4_K, Q5_0, Q6_K and Q8_0 with 2 threads.
 - cached GB/s: the same on a 4 MiB weight that stays in the caches: the kernel's own
   speed, what a memory-bound figure cannot show.

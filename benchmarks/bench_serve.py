@@ -47,7 +47,10 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+try:
+    import httpx
+except ImportError:  # --help answers without it; a run says what to install
+    httpx = None
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = ["smollm2-135m-instruct-q4_1", "qwen2.5-coder-0.5b-instruct-q4_k_m"]
@@ -234,6 +237,8 @@ def main() -> None:
                     help="OMP_WAIT_POLICY for both servers (llama.cpp's OpenMP threads; cera has none): "
                          "passive on a busy machine, see benchmarks/README.md")  # fmt: skip
     args = ap.parse_args()
+    if httpx is None:
+        sys.exit("bench_serve.py needs httpx: pip install httpx")
     clients = [int(c) for c in args.clients.split(",")]
     servers = args.servers.split(",")
     cera_bin = shutil.which("cera", path=str(Path(sys.executable).parent)) or shutil.which("cera")

@@ -1,7 +1,7 @@
 """A GGUF file's skeleton, and a file rebuilt from it with random weights.
 
-For machines a model file cannot reach (the lent GPU machine takes 64 MiB a call and
-downloads nothing): the skeleton is the file's header, metadata (tokenizer included) and
+For machines a model file cannot reach (a GPU machine that takes 64 MiB of files a run
+and downloads nothing): the skeleton is the file's header, metadata (tokenizer included) and
 tensor table, a few MB; `synth` writes a file with exactly that header and tensor layout
 and random weights of each tensor's type (quantized blocks with small finite scales). Both
 engines read it as they read the real file, and a kernel's speed does not depend on the

@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
-# The Vulkan backend on the lent GPU machine (the workplace's device tool), which reaches
-# nothing and takes 64 MiB a call with the tracked tree (~27 MB) included. What does not
-# fit one call is staged over several calls made while the machine stays warm:
+# cera's Vulkan backend and llama.cpp's Vulkan build side by side on a GPU machine that
+# reaches no network and takes 64 MiB of files a run (the tracked tree, ~27 MB, included).
+# What does not fit one run is staged over several runs while the machine stays up:
 #
-#   stage DIR...   copy carried folders' files to /tmp/stage; with .dev carried, also unpack
-#                  Debian trixie's glslc/Vulkan headers and start building llama-cpp-python
-#                  0.3.36 with -DGGML_VULKAN=ON in the background (setsid: it outlives the
-#                  call, and runs while the next chunks arrive)
+#   stage DIR...   copy carried folders' files to /tmp/stage, nothing more (the build of
+#                  llama-cpp-python with trixie's glslc and Vulkan headers from .dev starts
+#                  in the background at the next `quick` or `run`)
 #   quick          install, rebuild the files' layouts, then (PROFILE_N set) the decode
 #                  split of each with its per-dispatch profile (vulkan_decode_split.py
 #                  --profile) under BENCH_KERNEL, the splits under each of ROW_KERNELS x
-#                  ATTENTIONS, and the command in $LAB: a short call for one kernel change
-#   run            everything else, in one call: install, reassemble the real SmolLM2 file
+#                  ATTENTIONS, and the command in $LAB: a short run for one kernel change
+#   run            everything else: install, reassemble the real SmolLM2 file
 #                  (chunks smol.part*), `cera run --device vulkan` on it, the Vulkan tests
 #                  (conformance, greedy vs the CPU on the real file), then cera and llama.cpp
 #                  side by side on the real file and on the other files' layouts with random
 #                  weights (gguf_skeleton.py), each engine in its own process; MATMULS
 #                  (e.g. "4x8 4x4") compares the tiled kernels on pp512 first; LAB (a
-#                  command) runs after the decode splits; REPS (default 3) the timed
-#                  runs of each test per engine (llama.cpp's spread 10-30% within a call);
-#                  TESTS (default pp512,tg128) the tests, e.g. pp512,tg128,tg128@d2048;
-#                  LAB_EARLY=1 runs LAB while llama.cpp builds, not after the splits
+#                  command, e.g. "bash benchmarks/experiments/vulkan_variants.sh tiled")
+#                  runs after the decode splits; REPS (default 3) the timed runs of each
+#                  test per engine; TESTS (default pp512,tg128) the tests, e.g.
+#                  pp512,tg128,tg128@d2048; LAB_EARLY=1 runs LAB while llama.cpp builds
+#   -h, --help     this text
 #
-# Carried folders (all ignored by git; see benchmarks/README.md, "Vulkan on an H200"):
-#   .gl/    libvulkan1 and friends (the device tool's README)
+# Not yet fair for prompts: llama.cpp's first process on a fresh machine runs before the
+# NVIDIA driver has cached its shaders, well below its warm speed; warm both engines in an
+# untimed process first (benchmarks/README.md, "Vulkan").
+#
+# Carried folders (all ignored by git; see benchmarks/README.md, "Vulkan"):
+#   .gl/    libvulkan1 and friends
 #   .whl/   wgpu, rendercanvas, sniffio, cffi, pycparser, gguf, llguidance, diskcache wheels
 #           for cp312 (diskcache: llama-cpp-python imports it)
 #   .dev/   debs/ (glslc, libshaderc1, libvulkan-dev, spirv-headers from trixie),
@@ -31,6 +35,7 @@
 #           skel/*.skel (gguf_skeleton.py skeletons of the real files)
 #   .m1/ .m2/ ...  chunks of the real SmolLM2 file (split -b), and its .verified.json
 set -uo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;; esac
 MODE=${1:-run}
 shift || true
 OUT=${OUT:-/tmp/out}
@@ -118,8 +123,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 python3 -c "
 from cera_backend_vulkan.backend import VulkanBackend
 b = VulkanBackend(); print(b.probe().device); print('subgroup size', b.ctx.subgroup_size)"
-# the device tool's copy of the tree may carry an older .git than the files: the files
-# that differ from that commit name the code that ran
+# the copied tree may carry an older .git than the files: the files that differ from
+# that commit name the code that ran
 echo "commit ${COMMIT:-unknown}; files differing from it: $(git status --porcelain 2>/dev/null | wc -l)"
 git status --porcelain 2>/dev/null | head -20
 } 2>&1
@@ -145,11 +150,11 @@ wait "${pids[@]}"
 MODELS=$(for m in /tmp/models/*.gguf; do printf -- "--model %s " "$m"; done)
 # the row-kernel variants on the real product shapes, checked (SKIP_SWEEP=1: not): GPU work,
 # while llama.cpp may still be building
-# LAB_EARLY=1: the call's experiments here, while llama.cpp builds (GPU timings; the host
+# LAB_EARLY=1: the experiments in LAB here, while llama.cpp builds (GPU timings; the host
 # is busy compiling, alike for the variants they alternate)
 if [ -n "${LAB_EARLY:-}" ] && [ -n "${LAB:-}" ]; then bash -c "$LAB"; stamp "lab done"; fi
 if [ -z "${SKIP_SWEEP:-}" ]; then
-    timeout 240 python3 benchmarks/vulkan_matvec_sweep.py --check 2>&1
+    timeout 240 python3 benchmarks/experiments/vulkan_matvec_sweep.py --check 2>&1
     stamp "sweep done"
 fi
 # timings want the CPU to themselves (recording a pass is host work): the build first
@@ -176,7 +181,7 @@ print(min(full, key=t.get) if full else '')")
 fi
 [ -z "${ROW_KERNELS:-}" ] && for m in /tmp/models/*.gguf; do timeout 60 python3 benchmarks/vulkan_decode_split.py "$m"; done 2>&1
 stamp "decode split done"
-# the call's own experiments (benchmarks/h200_lab.sh), before the timed tables
+# the experiments in LAB (e.g. benchmarks/experiments/vulkan_variants.sh), before the timed tables
 [ -n "${LAB:-}" ] && [ -z "${LAB_EARLY:-}" ] && bash -c "$LAB"
 # the tiled (prefill) kernels named in MATMULS on the two largest files' pp512, alternated;
 # BENCH_MATMUL (unless set): the least time summed, for both engines' table below

@@ -1,4 +1,4 @@
-"""Audio in bounded blocks (issue 12: `cera vad` on an hour of 48 kHz stereo peaked at
+"""Audio in bounded blocks (`cera vad` on an hour of 48 kHz stereo once peaked at
 3.8 GB). A file is read, checked, downmixed and resampled a block at a time, and `cera vad`
 detects speech block by block: its memory does not grow with the recording's length. The
 blocks give exactly the samples of reading the file whole.

@@ -122,7 +122,7 @@ def test_one_compiled_graph_serves_many_states_and_stays_right_after_edits(smoll
     s.append_tokens(ids[:3])
     s.evaluate()
     _assert_same(continue_with(ids[3:8]), fresh(ids[:3], ids[3:8]), "after reset")
-    # a second session of the same shape compiles nothing new for its decode steps
+    # another session of the same shape compiles nothing new for its decode steps
     before = loaded.runner.n_compiled
     _decode(loaded, ids[:6], ids[6:10], use_plans=True)
     assert compiled > 0 and loaded.runner.n_compiled == before

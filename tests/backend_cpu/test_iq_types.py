@@ -1,4 +1,4 @@
-"""The IQ formats (issue 22): dequantization bit-exact with the gguf package, on random
+"""The IQ formats: dequantization bit-exact with the gguf package, on random
 blocks and on blocks made by ggml's own quantizer; products within the error of the
 8-bit activations of a float64 product of the dequantized weights; every variant whose
 many-row microkernel takes them equal to the scalar one, bit for bit.

@@ -1,7 +1,7 @@
 """compile.unit_plan, the unit kernel's plan per product shape: whatever the shape, the
 kernel it plans declares no more workgroup memory than the adapter offers (read from the
 generated WGSL, not from the plan's own arithmetic), and the plans the H200's figures
-chose stay as measured (benchmarks/README.md, "Vulkan on an H200")."""
+chose stay as measured (benchmarks/README.md, "Vulkan: measurements behind the defaults")."""
 
 from __future__ import annotations
 

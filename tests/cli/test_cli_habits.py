@@ -1,5 +1,5 @@
 """The command line as people arrive at it: llama.cpp's, ollama's and the `llm` CLI's habits,
-and the errors they used to end in (issue 21). Each test runs the installed command in a
+and the errors they used to end in. Each test runs the installed command in a
 fresh process, as a user would, and reads what it prints."""
 
 from __future__ import annotations

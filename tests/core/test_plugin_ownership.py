@@ -1,6 +1,6 @@
 """Plugins cannot take cera over: names have owners, conflicts resolve by rule (never by
 the order plugins are discovered), and a plugin's import, hooks and probes run with time
-limits and cannot end the program. The reproductions of issue 12, as tests.
+limits and cannot end the program. Each hostile plugin reproduced, as a test.
 """
 
 from __future__ import annotations

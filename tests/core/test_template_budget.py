@@ -1,4 +1,4 @@
-"""Chat templates within their budgets: every reproduction of issue 12 about templates, as a
+"""Chat templates within their budgets: every hostile template reproduced as a
 regression test. Each hostile template must end quickly with a `TemplateError` that names
 the limit it hit; nothing may hang, grow without bound, print Python internals or escape
 as another exception.

@@ -1,4 +1,4 @@
-"""The tokenizer on hostile vocabularies and on long runs of one character (issue 12).
+"""The tokenizer on hostile vocabularies and on long runs of one character.
 
 A vocabulary comes from the model file, the text from whoever sends it: no combination may
 hang the tokenizer or make its time or memory grow faster than the text. "Linear" is

@@ -1,4 +1,4 @@
-"""Regression tests from issue 12's reproductions about model files, and from what the fuzz
+"""Regression tests from reproductions of hostile model files, and from what the fuzz
 harness found. Each builds a variant of a tiny real model (tests/models/reference/tiny) and
 checks the exact outcome: a `CeraError` of the right class naming the key and values, or a
 generation that ends with finish reason ERROR naming the step; never another exception or

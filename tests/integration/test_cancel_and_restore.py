@@ -1,4 +1,4 @@
-"""Issue 12's session reproductions: cancel() during a long prompt waited for a whole
+"""Session reproductions: cancel() during a long prompt waited for a whole
 512-token pass; a cancel() just before generate() was lost; restore() of something that
 is not a checkpoint raised AttributeError."""
 

@@ -1,6 +1,6 @@
 """Comparing cera's logits with llama.cpp's stored reference (tests/models/reference).
 
-The measure is the one issue 5 sets. llama.cpp does not agree with itself exactly (batch
+The measure: llama.cpp does not agree with itself exactly (batch
 vs token-by-token evaluation moves its logits), so cera must match llama.cpp's greedy
 tokens up to the first step where llama.cpp's own top two logits are less than 0.5 apart,
 and, fed llama.cpp's continuation token by token (teacher forcing), must pick llama.cpp's

@@ -1,4 +1,4 @@
-"""Print cera's agreement with llama.cpp for every reference file (issue 5's measure).
+"""Print cera's agreement with llama.cpp for every reference file (fidelity.py's measure).
 
     python tests/models/fidelity_report.py [NAME ...]
 

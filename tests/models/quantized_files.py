@@ -1,6 +1,6 @@
 """GGUF files of one tensor type each, made from the SmolLM2 test file with llama.cpp's quantizer.
 
-The fidelity tests of issue 22 need a file per tensor type that people download (Q5_K,
+The per-type fidelity tests need a file per tensor type that people download (Q5_K,
 Q3_K, Q2_K, IQ4_NL, IQ4_XS, the IQ2/IQ3/IQ1 types, the ternary TQ types, F16, BF16, F32).
 None ships on PyPI, so they are made here from the real SmolLM2-135M file: every weight is
 dequantized (the gguf package) and quantized again by ggml's own ``ggml_quantize_chunk``

@@ -2,7 +2,7 @@
 llama.cpp's embeddings of the same texts (stored by reference/make_embedding_reference.py,
 and live where llama-cpp-python is installed), and the API's batching and pooling.
 
-The measure (issue 16): cosine similarity >= 0.9999 with llama.cpp's vector of every text.
+The measure: cosine similarity >= 0.9999 with llama.cpp's vector of every text.
 
 The `bert` architecture (no such GGUF is on PyPI) on a tiny random-weight BERT
 (reference/make_tiny_bert.py: transformers' BertModel converted by llama.cpp's converter,

@@ -1,5 +1,5 @@
 """LFM2 (short convolutions + attention) on the tiny random-weight model converted by
-llama.cpp's converter from a transformers checkpoint (reference/make_tiny_wave2.py).
+llama.cpp's converter from a transformers checkpoint (reference/make_tiny_hybrid.py).
 
 llama.cpp's greedy tokens and logits are checked by test_fidelity.py (data/tiny-lfm2.json)
 and the reference backend against transformers by tests/core/test_reference_backend.py;

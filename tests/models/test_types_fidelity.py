@@ -1,4 +1,4 @@
-"""Every tensor type against llama.cpp (issue 22): files made with llama.cpp's quantizer from
+"""Every tensor type against llama.cpp: files made with llama.cpp's quantizer from
 the real SmolLM2 weights (quantized_files.py, cached, not committed), evaluated by both
 engines on the same tokens (type_fidelity.py).
 
@@ -121,8 +121,8 @@ def test_repack_mode_equals_llama_cpp_as_shipped(type_name, monkeypatch):
         if HAVE_LLAMA_CPP:
             amx = _llama_cpp_amx_types(path)
             if amx:
-                # (its load log says "amx repack tensor ... of type q4_0"; on the development
-                # machines of 2026-12-02 it then crashed in its first Q4_0 product: signal 11)
+                # (its load log says "amx repack tensor ... of type q4_0"; on an AMX machine
+                # it then crashed in its first Q4_0 product: signal 11)
                 pytest.skip(f"llama.cpp's build here repacks this file's {', '.join(sorted(amx))} weights for its "
                             "AMX kernels, not the x86 8x8 ones cera's repack mode follows")  # fmt: skip
             runs = tf.llama_cpp_logits(path, repack=True)

@@ -1,4 +1,4 @@
-"""cera against llama.cpp on one file per tensor type (issue 22): the same logits, bit for bit.
+"""cera against llama.cpp on one file per tensor type: the same logits, bit for bit.
 
 Each file comes from quantized_files.py (SmolLM2 requantized with ggml's quantizer). A
 run evaluates a few prompts of the SmolLM2 reference as one batch each (5, 13 and 39

@@ -1,6 +1,6 @@
 """Where do cera and llama.cpp part ways? Compare their intermediate tensors layer by layer.
 
-A diagnostic for fidelity work (issue 5), not a test. llama.cpp's tensors come from its
+A diagnostic for fidelity work, not a test. llama.cpp's tensors come from its
 graph-evaluation callback (``cb_eval``: every named node of the graph, read as it is
 computed); cera's from a wrapper that copies the result of every backend op while the
 model's forward pass runs eagerly (no recorded plans). Both evaluate a reference case the

@@ -1,4 +1,4 @@
-"""Store llama.cpp's logits on the per-type files (issue 22) for machines without llama.cpp.
+"""Store llama.cpp's logits on the per-type files for machines without llama.cpp.
 
     python tests/models/reference/make_type_references.py [TYPE ...] [--repack]
 
