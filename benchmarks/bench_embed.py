@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import cera
-    from cera.hub import resolve
+    from cera.sources.hub import resolve
 
     path = str(resolve(args.model, quiet=True))
     texts = make_texts(args.texts)

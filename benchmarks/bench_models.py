@@ -400,7 +400,7 @@ def bench_model(source: str, args, read_bw: dict | None, log) -> dict:
     from bench_models_engines import CeraEngine, LlamaCppEngine
     from bench_models_memory import decode_weight_bytes
 
-    from cera import hub
+    from cera.sources import hub
 
     path = hub.resolve(source, quiet=True)
     log(f"\n== {source}: {path}")

@@ -61,7 +61,7 @@ def main() -> None:
 
     import llama_cpp
 
-    from cera.hub import resolve
+    from cera.sources.hub import resolve
 
     text = make_text(args.kib * 1024)
     data = text.encode()
@@ -77,8 +77,8 @@ def main() -> None:
 def bench_model(path, text: str, repeat: int) -> None:
     import llama_cpp
 
-    from cera.gguf import GGUFFile
-    from cera.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.text.tokenizer import Tokenizer
 
     data = text.encode()
     mib = len(data) / 2**20

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cera.ops import take, top_k
+from cera.graph.ops import take, top_k
 
 native = pytest.importorskip("cera_backend_cpu._native")
 ffi, lib = native.ffi, native.lib

@@ -87,7 +87,7 @@ def test_generation_flags_come_from_the_options_type():
     its help: one definition for the API and the CLI."""
     import attrs
 
-    from cera.options import GenerateOptions
+    from cera.generation.options import GenerateOptions
 
     r = cera("run", "--help")
     assert r.returncode == 0, r.stderr

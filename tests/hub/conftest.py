@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cera.testing.hub_server import HubServer
+from hub_server import HubServer
 
 
 @pytest.fixture

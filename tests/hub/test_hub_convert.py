@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 import tiny_hf
 
-from cera import hub as H
-from cera.convert import ConversionError, convert_folder, quantize_gguf
+from cera.sources import hub as H
+from cera.sources.convert import ConversionError, convert_folder, quantize_gguf
 from cera.errors import ModelNotFound
-from cera.gguf import GGUFFile
+from cera.formats.gguf import GGUFFile
 
 REFS = {a: json.loads((Path(__file__).parent / "reference" / f"tiny-{a}.json").read_text()) for a in tiny_hf.ARCHS}
 REF = REFS["llama"]
@@ -131,7 +131,7 @@ def test_search_lowers_the_weighted_error_against_round_to_nearest(repo):
     from gguf import GGMLQuantizationType as T
     from gguf.quants import dequantize
 
-    from cera.convert.quants import quantize
+    from cera.sources.quants import quantize
 
     w = tiny_hf.weights()["model.layers.0.mlp.down_proj.weight"]
     x = (w.astype(np.uint32) << 16).view(np.float32)
@@ -225,7 +225,7 @@ def test_a_full_disk_is_said_and_leaves_nothing(repo, tmp_path, monkeypatch):
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (600_000, 600_000))
-        from cera.convert import ConversionError, convert_folder
+        from cera.sources.convert import ConversionError, convert_folder
         try:
             convert_folder({str(repo)!r}, {str(tmp_path / "y.gguf")!r}, "Q8_0")
         except ConversionError as e:
@@ -270,7 +270,8 @@ CONVERT_MEASURED = r"""
 import json, re, sys
 from pathlib import Path
 import numpy as np
-from cera.convert import MEMORY_BOUND_BYTES, convert_folder, quants, read_safetensors_index
+from cera.sources import quants
+from cera.sources.convert import MEMORY_BOUND_BYTES, convert_folder, read_safetensors_index
 import gguf.quants
 # VmHWM is this process image's peak; ru_maxrss would carry the forking pytest worker's
 # peak across exec and hide the rise

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cera import hub as H
+from cera.sources import hub as H
 from cera.errors import CeraError, DownloadError, ModelNotFound
 
 pytest.importorskip("huggingface_hub")
@@ -164,7 +164,7 @@ def test_revisions_branches_tags_commits(hub):
 def test_split_gguf_downloads_every_part_and_loads(hub, tmp_path, smollm2_path):
     from split_gguf import write_split
 
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     parts = write_split(smollm2_path, tmp_path / "split" / "SmolLM2-135M-Instruct-Q4_1", 100)
     assert len(parts) == 3
@@ -269,7 +269,7 @@ def test_a_hub_that_never_answers_fails_within_seconds(tmp_path):
         env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{sink.getsockname()[1]}", "CERA_HUB_TIMEOUT": "1",
                "HF_HUB_CACHE": str(tmp_path / "hf-cache"), "HF_HOME": str(tmp_path / "hf-home")}  # fmt: skip
         env.pop("HF_HUB_OFFLINE", None)
-        script = "from cera import hub\ntry:\n    hub.resolve('org/anything:Q4_0')\nexcept Exception as e:\n    print(type(e).__name__, e)"
+        script = "from cera.sources import hub\ntry:\n    hub.resolve('org/anything:Q4_0')\nexcept Exception as e:\n    print(type(e).__name__, e)"
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
         for conn in held:
             conn.close()
@@ -302,7 +302,7 @@ def test_offline_resolution_does_not_import_huggingface_hub(hub):
     or looks up a token."""
     hub.add_commit("org/imp-GGUF", {"imp-Q4_0.gguf": blob(3000, 15)})
     online = H.resolve("org/imp-GGUF:Q4_0", quiet=True)
-    script = "import sys; from cera import hub; print(hub.resolve('org/imp-GGUF:Q4_0')); print('huggingface_hub' in sys.modules)"
+    script = "import sys; from cera.sources import hub; print(hub.resolve('org/imp-GGUF:Q4_0')); print('huggingface_hub' in sys.modules)"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -390,7 +390,7 @@ def test_disk_filling_up_mid_download(hub, tmp_path):
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1_500_000, 1_500_000))
-        from cera import hub
+        from cera.sources import hub
         from cera.errors import DownloadError
         try:
             hub.resolve("org/full", quiet=True)

@@ -13,7 +13,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
 
-from cera.convert.quants import quantize
+from cera.sources.quants import quantize
 
 pytestmark = pytest.mark.peer
 

@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 from gguf import GGUFWriter
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
 
 ARCH = "cera-hybrid-test"
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")

@@ -37,7 +37,7 @@ STEPS = [5000, 6000]
 @pytest.fixture(scope="module")
 def runs():
     """(cera's loaded model, [(positions, llama.cpp's tensors) per evaluation])."""
-    from cera import bundles
+    from cera.sources import bundles
 
     path = bundles.fetch_file(NAME, quiet=True)
     loaded = cera.load(path, device="cpu", threads=2)
@@ -65,7 +65,7 @@ def _run_op(loaded, positions, inputs, build):
     plan (the default) and step by step, unfused (as with CERA_CPU_PLANS=0). Returns
     both outputs, by mode."""
     from cera.backend import StepInputs
-    from cera.graph import GraphBuilder, Layout, Outputs
+    from cera.graph.builder import GraphBuilder, Layout, Outputs
 
     n = len(positions)
     g = GraphBuilder(Layout((n,)), Outputs())

@@ -35,7 +35,7 @@ from cera.errors import (
     UnsupportedOperation,
     UnsupportedTensorType,
 )
-from cera.ops import names as op_names
+from cera.graph.ops import names as op_names
 from cera.state import KV_CODES, HostState, kv_row_shape
 
 from ._native import best_variant, compiled_variants, cpu_features, ffi, lib

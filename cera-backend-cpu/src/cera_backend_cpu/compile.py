@@ -23,9 +23,9 @@ import numpy as np
 
 from cera.backend import Executable, StepInputs
 from cera.errors import CeraError, SessionError, ShapeError
-from cera.graph import Graph, Tensor, WeightRef
-from cera.ops import OPS, RunContext
-from cera.planning import ALIGN, Step, arena_layout, is_view, placements, plan_steps
+from cera.graph.builder import Graph, Tensor, WeightRef
+from cera.graph.ops import OPS, RunContext
+from cera.graph.planning import ALIGN, Step, arena_layout, is_view, placements, plan_steps
 from cera.state import KV_CODES, HostState
 
 from ._native import ffi, lib

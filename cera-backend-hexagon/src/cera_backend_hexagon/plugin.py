@@ -4,7 +4,7 @@ the honest reason it cannot run (it is not implemented yet). See `cera.placehold
 from __future__ import annotations
 
 import cera
-from cera.placeholder import placeholder_spec
+from cera.plugins.placeholder import placeholder_spec
 
 CERA_PLUGIN_API = ">=2,<3"
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from cera.backend import Executable, StepInputs
 from cera.errors import ContextFull, SessionError, ShapeError, UnsupportedOperation
-from cera.graph import Graph, Tensor, WeightRef
-from cera.planning import Step, arena_layout, placements, plan_steps
+from cera.graph.builder import Graph, Tensor, WeightRef
+from cera.graph.planning import Step, arena_layout, placements, plan_steps
 
 from . import record, wgsl
 

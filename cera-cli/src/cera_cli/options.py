@@ -89,7 +89,7 @@ def _generate_fields():
     # cera.options imports only attrs and the sampling module: cheap enough for --help
     import attrs
 
-    from cera.options import GenerateOptions
+    from cera.generation.options import GenerateOptions
 
     return [f for f in attrs.fields(GenerateOptions) if f.metadata.get("flag")]
 
@@ -115,7 +115,7 @@ def sampling_options(func):
 def generate_options(kw: dict):
     """Pop the generation options out of a command's keyword arguments. A random seed
     (none given, or -1) is drawn here, so that the run can print it and be repeated."""
-    from cera.options import GenerateOptions
+    from cera.generation.options import GenerateOptions
 
     values = {f.name: kw.pop(f.name) for f in _generate_fields()}
     if values.get("spec") and values.get("temperature", 0) > 0:
@@ -155,7 +155,7 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
     """Resolve and load a model for a command, saying on stderr what matters: backends
     passed over (placeholders only with --verbose: `cera plugins` lists them), -ngl."""
     import cera
-    from cera import bundles, hub
+    from cera.sources import bundles, hub
     from cera.errors import ModelNotFound
 
     console = console or Console()
@@ -201,7 +201,7 @@ def _exists(source: str) -> bool:
 
 
 def _explain_placeholders(loaded, console: Console) -> None:
-    from cera.plugins import get_manager
+    from cera.plugins.manager import get_manager
 
     manager = get_manager()
     for name, spec in sorted(manager.backends.items()):
@@ -247,7 +247,7 @@ def model_source(model: str | None, hf: str | None, quant: str | None, revision:
         return source
     if source is None:
         raise click.UsageError("--quant and --revision need a model: -m ORG/REPO, --hf ORG/REPO or --bundle-id NAME")
-    from cera.hub import HubSource, parse_source
+    from cera.sources.hub import HubSource, parse_source
 
     parsed = parse_source(source)
     if parsed is None:

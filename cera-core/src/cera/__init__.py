@@ -29,9 +29,9 @@ from .errors import (
     UnsupportedOperation,
     UnsupportedTensorType,
 )
-from .hookspecs import hookimpl
-from .plugins import ENTRY_POINT_GROUP, PLUGIN_API_VERSION
-from .registry import AudioComponent, BackendSpec, ModelFamily
+from .plugins.hookspecs import hookimpl
+from .plugins.manager import ENTRY_POINT_GROUP, PLUGIN_API_VERSION
+from .plugins.registry import AudioComponent, BackendSpec, ModelFamily
 
 try:
     __version__ = _metadata.version("cera-core")

@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 
 from .errors import UnsupportedOperation, UnsupportedTensorType
-from .ops import OPS, AttentionSpec, RopeSpec  # noqa: F401 - re-exported: families import them from here too
+from .graph.ops import OPS, AttentionSpec, RopeSpec  # noqa: F401 - re-exported: families import them from here too
 from .state import HostState, StateSpec
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import attrs
 
-from . import hub
+from .sources import hub
 from .backend import Backend, BackendOptions
 from .errors import (
     BackendUnavailable,
@@ -31,11 +31,11 @@ from .errors import (
     UnsupportedOperation,
     UnsupportedTensorType,
 )
-from .gguf import GGUFFile
-from .graph import LAST_LOGITS, Layout, Outputs
+from .formats.gguf import GGUFFile
+from .graph.builder import LAST_LOGITS, Layout, Outputs
 from .model import Weights
-from .plugins import PluginManager, get_manager
-from .registry import BackendSpec, load_factory
+from .plugins.manager import PluginManager, get_manager
+from .plugins.registry import BackendSpec, load_factory
 from .state import estimate_bytes
 
 DEFAULT_N_CTX = 4096
@@ -116,7 +116,7 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
     else:
         candidates = sorted(manager.backends.values(), key=lambda s: (-s.priority, s.name))
         if not candidates:
-            from .distributions import no_backend_hint
+            from .plugins.distributions import no_backend_hint
 
             raise BackendUnavailable(f"no backend is loaded; {no_backend_hint(manager.allow == set())}")
     if ops is None and model is not None:
@@ -171,9 +171,9 @@ class LoadedModel:
 
     def __init__(self, path: Path, gguf: GGUFFile, model, backend: Backend, family: str, backend_notes: list[str],
                  weights: dict):  # fmt: skip
-        from .chat_template import ChatTemplate
-        from .runtime import Runner
-        from .tokenizer import Tokenizer
+        from .text.chat_template import ChatTemplate
+        from .generation.runtime import Runner
+        from .text.tokenizer import Tokenizer
 
         self.path = path
         self.gguf = gguf
@@ -205,7 +205,7 @@ class LoadedModel:
         """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096;
         ``swa_full`` gives sliding-window layers whole-context caches (the same results,
         more memory)."""
-        from .session import Session
+        from .generation.session import Session
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
         return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
@@ -214,14 +214,14 @@ class LoadedModel:
         """Keep evaluated prompts so sessions whose prompt starts the same evaluate only the
         rest: in memory (``max_bytes``, shared by this model's sessions) and, with a
         ``directory``, on disk across processes (`cera.prefix_cache`). Returns the cache."""
-        from .prefix_cache import PrefixCache
+        from .generation.prefix_cache import PrefixCache
 
         self.prefix_cache = PrefixCache(self, max_bytes=max_bytes, directory=directory, max_disk_bytes=max_disk_bytes)
         return self.prefix_cache
 
     def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
         """A batching scheduler: sessions made by it decode together (`cera.scheduler`)."""
-        from .scheduler import Scheduler
+        from .generation.scheduler import Scheduler
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
         return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch)
@@ -230,7 +230,7 @@ class LoadedModel:
              **session_options):  # fmt: skip
         """A chat coordinator (`cera.chat.ChatSession`) on a fresh session, with the model's
         chat template; ``tools`` are OpenAI-style function specs."""
-        from .chat import ChatSession
+        from .chat.session import ChatSession
 
         return ChatSession(self.new_session(**session_options), system=system, tools=tools, tool_format=tool_format,
                            allow_reevaluation=allow_reevaluation)  # fmt: skip
@@ -251,7 +251,7 @@ class LoadedModel:
         """One vector per text (`cera.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
         unless ``normalize=False``; pooled as the file says (encoders) or by mean (decoders);
         ``pooling="none"``: a ``[n_tokens, dim]`` array per text."""
-        from .embedding import embed
+        from .generation.embedding import embed
 
         return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens)
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidModelFile, ModelConfigError
-from .graph import Graph, GraphBuilder, Layout, Outputs, WeightRef
+from .graph.builder import Graph, GraphBuilder, Layout, Outputs, WeightRef
 from .state import StateSpec
 
 

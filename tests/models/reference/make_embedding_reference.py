@@ -38,7 +38,7 @@ TEXTS = [
 def sources(only: set[str] | None) -> list[tuple[str, Path]]:
     out = []
     if not only or "nomic-embed-text-v1.5-f16" in only:
-        from cera import bundles
+        from cera.sources import bundles
 
         out.append(("nomic-embed-text-v1.5-f16", Path(bundles.fetch_file("nomic-embed-text-v1.5-f16", quiet=True))))
     for path in sorted((HERE / "tiny").glob("tiny-*bert*.gguf")):

@@ -175,7 +175,7 @@ def build_cases(name: str, model: LlamaCppModel, tiny: bool) -> list[dict]:
 def model_sources(args) -> list[tuple[str, Path, bool]]:
     out = []
     if not args.tiny_only:
-        from cera import bundles
+        from cera.sources import bundles
 
         for name in REAL_MODELS:
             out.append((name, Path(bundles.fetch_file(name, quiet=True)), False))

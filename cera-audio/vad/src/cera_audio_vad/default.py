@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cera import bundles
-from cera.bundles import sha256_file
+from cera.sources import bundles
+from cera.sources.bundles import sha256_file
 
 BUNDLE = "silero-vad"
 FILE_NAME = "silero-vad-6.2.3.gguf"

@@ -17,9 +17,9 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from cera.graph import Outputs
-from cera.runtime import SeqStep
-from cera.sampling import Candidates
+from cera.graph.builder import Outputs
+from cera.generation.runtime import SeqStep
+from cera.generation.sampling import Candidates
 
 from .rules import log_softmax, log_softmax_rows
 

@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cera import bundles
-from cera.bundles import sha256_file
+from cera.sources import bundles
+from cera.sources.bundles import sha256_file
 
 DEFAULT_BUNDLE = "faster-whisper-tiny.en"
 BUNDLES = {"tiny.en": "faster-whisper-tiny.en", "base": "faster-whisper-base"}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cera.sampling import Candidates, Processor
+from cera.generation.sampling import Candidates, Processor
 
 NEG = -np.inf
 

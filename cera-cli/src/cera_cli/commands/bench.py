@@ -146,8 +146,8 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
 def _kernel_profile(loaded, rng, n_tokens: int = 1, depth: int = 16) -> list[dict]:
     """Per-kernel device time of one pass of ``n_tokens`` after ``depth`` tokens (1: a
     decode step; `--depth` sets it, 16 at least), from the backend's timestamp queries."""
-    from cera.graph import ARGMAX, Layout
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ARGMAX, Layout
+    from cera.generation.runtime import SeqStep
 
     backend = loaded.backend
     if not hasattr(backend, "profile"):

@@ -56,9 +56,9 @@ def tokenize_cmd(model, text, file, add_special, parse_special, as_json, ids_onl
 
     Ids match llama.cpp's llama_tokenize(text, add_special, parse_special) on the same file.
     """
-    from cera.gguf import GGUFFile
-    from cera.hub import resolve
-    from cera.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.sources.hub import resolve
+    from cera.text.tokenizer import Tokenizer
 
     source_text = _read_text(text, file)
     path = resolve(model)

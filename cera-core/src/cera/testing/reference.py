@@ -21,8 +21,8 @@ from gguf.quants import dequantize
 
 from ..backend import Backend, DeviceInfo, Executable, StepInputs, Weight
 from ..errors import ShapeError, UnsupportedTensorType
-from ..graph import run_eager
-from ..ops import OPS, RunContext
+from ..graph.builder import run_eager
+from ..graph.ops import OPS, RunContext
 
 
 class ReferenceWeight(Weight):
@@ -119,10 +119,10 @@ __all__ = ["ReferenceBackend", "ReferenceWeight"]
 
 def load(source, manager=None):
     """A model loaded on the reference backend (the families found as usual)."""
-    from .. import hub
+    from ..sources import hub
     from ..engine import LoadedModel, read_model
-    from ..gguf import GGUFFile
-    from ..plugins import get_manager
+    from ..formats.gguf import GGUFFile
+    from ..plugins.manager import get_manager
 
     path = hub.resolve(source, quiet=True)
     gguf = GGUFFile(path)

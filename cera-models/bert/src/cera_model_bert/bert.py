@@ -19,11 +19,11 @@ from gguf.constants import MODEL_TENSOR as T
 from gguf.constants import Keys as K
 
 from cera.errors import ModelConfigError, UnsupportedOperation
-from cera.graph import GraphBuilder
-from cera.hparams import HParams
-from cera.layers import tensor_name
+from cera.graph.builder import GraphBuilder
+from cera.blocks.hparams import HParams
+from cera.blocks.layers import tensor_name
 from cera.model import Model
-from cera.ops import AttentionSpec, RopeSpec
+from cera.graph.ops import AttentionSpec, RopeSpec
 
 # gguf's PoolingType values
 POOLINGS = {0: "none", 1: "mean", 2: "cls", 3: "last"}

@@ -18,10 +18,10 @@ from __future__ import annotations
 import attrs
 from gguf.constants import MODEL_TENSOR as T
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
 from cera.errors import InvalidModelFile, ModelConfigError
-from cera.graph import GraphBuilder, Tensor
-from cera.layers import tensor_name
+from cera.graph.builder import GraphBuilder, Tensor
+from cera.blocks.layers import tensor_name
 
 # gguf's ExpertGatingFuncType values
 GATINGS = {1: "softmax", 2: "sigmoid"}

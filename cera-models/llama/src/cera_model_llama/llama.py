@@ -6,7 +6,7 @@ biases and llama3's `rope_freqs` frequency factors need no code here.
 
 from __future__ import annotations
 
-from cera.decoder import DecoderModel
+from cera.blocks.decoder import DecoderModel
 
 
 class LlamaModel(DecoderModel):
