@@ -33,7 +33,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from ...errors import CeraError, ModelNotFound
+from ..errors import CeraError, ModelNotFound
 
 CONVERTER_VERSION = 1  # part of the cache key: a converter change gives new files
 ROW_CHUNK_BYTES = 1 << 20  # float32 rows quantized at a time
@@ -411,7 +411,7 @@ def convert_folder(folder: Path, out: Path, qtype: str, strategy: str = "search"
     """Convert a local transformers SafeTensors folder to a GGUF file at ``out``."""
     import gguf
 
-    from ..quants import quantize
+    from .quants import quantize
 
     p = plan(folder, qtype, name=name)
     out = Path(out)
@@ -516,7 +516,7 @@ def converted_path(state, quant: str, strategy: str = "search") -> Path | None:
     """Where the conversion of a repository at a commit with these options is cached
     (keyed by repository, commit, type, strategy and converter version), or None for a
     type cera does not convert to."""
-    from .. import bundles
+    from . import bundles
 
     qtype = quant.upper()
     if qtype not in QUANT_TYPES:
@@ -559,8 +559,8 @@ def quantize_gguf(src: Path, out: Path, qtype: str, strategy: str = "search", qu
     from gguf import GGUFValueType as V
     from gguf.constants import GGML_QUANT_SIZES
 
-    from ...formats.gguf import GGUFFile
-    from ..quants import quantize
+    from ..formats.gguf import GGUFFile
+    from .quants import quantize
 
     if qtype not in QUANT_TYPES:
         raise ConversionError(f"cannot quantize to {qtype!r}; cera quantizes to {', '.join(QUANT_TYPES)}")
@@ -643,7 +643,7 @@ def quantize_source(src: str, out: Path, qtype: str, strategy: str = "search", q
         return quantize_gguf(path, out, qtype, strategy, quiet=quiet)
     if path.is_dir():
         return convert_folder(path, out, qtype, strategy, name=path.name, quiet=quiet)
-    from .. import hub as _hub
+    from . import hub as _hub
 
     hs = _hub.parse_source(src)
     if hs is None:
