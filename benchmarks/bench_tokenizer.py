@@ -61,7 +61,7 @@ def main() -> None:
 
     import llama_cpp
 
-    from cera.sources.hub import resolve
+    from cera.sources import resolve
 
     text = make_text(args.kib * 1024)
     data = text.encode()
@@ -71,7 +71,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for source in args.model or DEFAULT_MODELS:
-        bench_model(resolve(source, quiet=True), text, args.repeat)
+        bench_model(resolve(source, quiet=True).path, text, args.repeat)
 
 
 def bench_model(path, text: str, repeat: int) -> None:

@@ -22,6 +22,7 @@ import pytest
 import tiny_hf
 
 from cera.sources import hub as H
+from cera.sources import resolve
 from cera.sources.convert import ConversionError, convert_folder, quantize_gguf
 from cera.errors import ModelNotFound
 from cera.formats.gguf import GGUFFile
@@ -32,6 +33,11 @@ TYPES = list(REF["types"])
 # llama: every type; the other architectures (their own tensors and keys): a type of each kind
 CASES = [("llama", q) for q in TYPES] + [(a, q) for a in ("qwen2", "qwen3", "smollm3", "granite", "olmo2", "phi2", "starcoder2")
                                         for q in ("F32", "Q4_0", "Q6_K", "Q4_K_M", "Q3_K_M", "Q2_K")]
+
+
+def local_path(source, **kw):
+    """The GGUF file a source resolves to."""
+    return resolve(source, **kw).path
 
 
 def _plain(v):
@@ -147,25 +153,25 @@ def test_hub_repo_converts_once_per_revision(hub, capfd):
     files = tiny_hf.write_repo(Path(os.environ["CERA_CACHE_DIR"]).parent / "src")
     c1 = hub.add_commit("org/tiny-llama", files)
     with pytest.raises(ModelNotFound, match=r"no GGUF file but a SafeTensors model.*org/tiny-llama:Q8_0"):
-        H.resolve("org/tiny-llama")
-    path = H.resolve("org/tiny-llama:Q8_0")
+        local_path("org/tiny-llama")
+    path = local_path("org/tiny-llama:Q8_0")
     assert c1 in str(path) and path.name.endswith("-Q8_0-search-v1.gguf")
     assert describe(path)["tensors"] == REF["types"]["Q8_0"]["tensors"]
     err = capfd.readouterr().err
     assert "converting org/tiny-llama" in err and "model-00001-of-00002.safetensors" in err
     # cached: the same file, nothing fetched or converted again
     n, mtime = len(hub.requests("cdn")) + len(hub.requests("resolve")), path.stat().st_mtime_ns
-    assert H.resolve("org/tiny-llama:Q8_0") == path and path.stat().st_mtime_ns == mtime
+    assert local_path("org/tiny-llama:Q8_0") == path and path.stat().st_mtime_ns == mtime
     assert len(hub.requests("cdn")) + len(hub.requests("resolve")) == n
     # a new revision: a new entry
     c2 = hub.add_commit("org/tiny-llama", {"README.md": b"# tiny llama, revised\n"}, parent=True)
-    path2 = H.resolve("org/tiny-llama:Q8_0")
+    path2 = local_path("org/tiny-llama:Q8_0")
     assert c2 in str(path2) and path2 != path and path.exists()
     n = len(hub.requests())
-    assert H.resolve(f"org/tiny-llama@{c1}:Q8_0") == path
+    assert local_path(f"org/tiny-llama@{c1}:Q8_0") == path
     assert len(hub.requests()) == n  # a cached commit's conversion: no request at all
     with pytest.raises(ModelNotFound, match="cera converts to F32, F16"):
-        H.resolve("org/tiny-llama:IQ2_XXS")
+        local_path("org/tiny-llama:IQ2_XXS")
 
 
 def test_cera_run_converts_and_generates(hub, tmp_path):
@@ -180,7 +186,7 @@ def test_cera_run_converts_and_generates(hub, tmp_path):
     assert "converting org/tiny-llama" in err
     import cera
 
-    path = H.resolve("org/tiny-llama:Q4_0", quiet=True)
+    path = local_path("org/tiny-llama:Q4_0", quiet=True)
     with cera.load(path, device="cpu", threads=2, quiet=True) as model:
         want = model.generate(REF["prompt"], max_tokens=4, temperature=0)
     assert proc.stdout.decode("utf-8", "replace")[:-1] == want  # run ends the text with a newline

@@ -155,7 +155,7 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
     """Resolve and load a model for a command, saying on stderr what matters: backends
     passed over (placeholders only with --verbose: `cera plugins` lists them), -ngl."""
     import cera
-    from cera.sources import bundles, hub
+    from cera.sources import bundles, resolve
     from cera.errors import ModelNotFound
 
     console = console or Console()
@@ -170,9 +170,9 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
             f"`cera models --kind llm` lists the language models"
         )
     t0 = time.perf_counter()
-    path = hub.resolve(source, quiet=console.quiet)
+    local = resolve(source, quiet=console.quiet)
     t1 = time.perf_counter()
-    loaded = cera.load(path, device=device, threads=threads, quiet=console.quiet)
+    loaded = cera.load(local, device=device, threads=threads, quiet=console.quiet)
     t2 = time.perf_counter()
     console.timings.update(resolve=t1 - t0, load=t2 - t1)
     if loaded.backend_notes:
@@ -234,7 +234,7 @@ def echo_err(msg: str) -> None:
 
 def model_source(model: str | None, hf: str | None, quant: str | None, revision: str | None,
                  bundle_id: str | None) -> str | None:  # fmt: skip
-    """One source string in `cera.hub.resolve`'s syntax from -m and --hf/--quant/--revision/--bundle-id."""
+    """One source string in `cera.sources.resolve`'s syntax from -m and --hf/--quant/--revision/--bundle-id."""
     given = [o for o, v in (("-m", model), ("--hf", hf), ("--bundle-id", bundle_id)) if v]
     if len(given) > 1:
         raise click.UsageError(f"give one of {', '.join(given)}")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import attrs
 
-from .sources import hub
-from .backend import Backend, BackendOptions
+from . import sources
+from .backend import Backend, BackendOptions, DeviceInfo
 from .errors import (
     BackendUnavailable,
     CeraError,
@@ -71,14 +71,9 @@ def admission(spec: BackendSpec, gguf: GGUFFile, ops: set[str] | None = None) ->
     return None
 
 
-def memory_check(backend: Backend, gguf: GGUFFile, model, n_ctx: int) -> str | None:
-    """None if the weights and a default session's state fit the backend's memory."""
-    try:
-        info = backend.probe()
-    except CeraError as e:
-        return str(e)
-    if not info.usable:
-        return info.reason or "probe reports it unusable"
+def memory_check(info: DeviceInfo, gguf: GGUFFile, model, n_ctx: int) -> str | None:
+    """None if the weights and a default session's state fit the memory a backend's probe
+    reports (``info``)."""
     if info.memory_bytes is None:
         return None
     need = sum(t.nbytes for t in gguf.tensors.values()) + estimate_bytes(model.state, n_ctx)
@@ -132,18 +127,18 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
                 factory = load_factory(spec.factory)
                 opts = backend_options(spec, getattr(factory, "options_type", BackendOptions), options)
                 backend = factory(**opts)
-                if ops is not None:
-                    missing = backend.missing_ops(ops)
-                    if missing:
-                        reason = f"lacks ops {', '.join(missing)} that this model uses"
-                if reason is None and model is not None:
-                    reason = memory_check(backend, gguf, model, n_ctx)
-                elif reason is None:
+                # admission checked the ops against what the backend registered; the probe
+                # runs once per candidate (a GPU's may query the device)
+                try:
                     info = backend.probe()
-                    if not info.usable:
-                        reason = info.reason or "probe reports it unusable"
-                if reason is None and not explicit and backend.probe().software:
-                    reason = f"{backend.probe().device} computes on the CPU (software emulation); ask for it by name to use it"
+                except CeraError as e:
+                    info, reason = None, str(e)
+                if info is not None and not info.usable:
+                    reason = info.reason or "probe reports it unusable"
+                elif info is not None and model is not None:
+                    reason = memory_check(info, gguf, model, n_ctx)
+                if reason is None and not explicit and info.software:
+                    reason = f"{info.device} computes on the CPU (software emulation); ask for it by name to use it"
                     software = True
             except InvalidOptions:
                 raise
@@ -271,6 +266,13 @@ class LoadedModel:
 
 def read_model(gguf: GGUFFile, manager: PluginManager):
     """Steps 1 and 2: the family, its config, and the model bound to tensor references."""
+    family, model, weights, _ = _read_model(gguf, manager)
+    return family, model, weights
+
+
+def _read_model(gguf: GGUFFile, manager: PluginManager):
+    """`read_model`, and the ops of the model's graphs (built once, for the shape check and
+    for admission)."""
     family = manager.family_for(gguf.architecture)
     model_cls = load_factory(family.factory)
     read_config = getattr(model_cls, "read_config", None)
@@ -286,9 +288,9 @@ def read_model(gguf: GGUFFile, manager: PluginManager):
     # Every op's shapes, checked now on symbolic graphs (no weight is read): hyperparameters
     # that do not fit each other or the tensors are refused at load, naming them, instead of
     # failing at the first token.
-    _family_step(gguf, family, "building its graphs", model_ops, model)
+    ops = _family_step(gguf, family, "building its graphs", model_ops, model)
     check_vocabulary(gguf, model)
-    return family, model, weights
+    return family, model, weights, ops
 
 
 def check_vocabulary(gguf: GGUFFile, model) -> None:
@@ -356,14 +358,16 @@ def load(
     manager: PluginManager | None = None,
     **backend_options,
 ) -> LoadedModel:
-    """Load a model from a path, a bundle name or a Hugging Face repo (see `cera.hub`).
-    ``threads`` and other keywords are backend options (`Backend.options_type`)."""
-    path = hub.resolve(source, quiet=quiet)
+    """Load a model from a path, a bundle name, a Hugging Face repo or a resolved
+    `cera.sources.LocalModel` (see `cera.sources.resolve`). ``threads`` and other keywords
+    are backend options (`Backend.options_type`)."""
+    path = sources.resolve(source, quiet=quiet).path
     gguf = GGUFFile(path)
     try:
         manager = manager or get_manager()
-        family, model, weights = read_model(gguf, manager)
-        backend, notes = choose_backend(gguf, device, manager, model=model, threads=threads, **backend_options)
+        family, model, weights, ops = _read_model(gguf, manager)
+        backend, notes = choose_backend(gguf, device, manager, model=model, ops=ops, threads=threads,
+                                        **backend_options)  # fmt: skip
         try:
             uploaded = {name: backend.upload(gguf, name) for name in sorted(weights.used)}
         except BaseException:

@@ -126,12 +126,13 @@ def register_commands(cli):
 def _load(source: str):
     """The cera model for a source, loaded once per process."""
     import cera
-    from cera.sources import hub
+    from cera.sources import resolve
 
     with _load_lock:
-        path = str(hub.resolve(source, quiet=True))
+        local = resolve(source, quiet=True)
+        path = str(local.path)
         if path not in _loaded:
-            _loaded[path] = cera.load(path, quiet=True)
+            _loaded[path] = cera.load(local, quiet=True)
         return _loaded[path]
 
 

@@ -20,15 +20,15 @@ import click
 
 
 def resolve_model(source: str) -> Path:
-    """A model file from any source `cera run -m` takes (`cera.hub.resolve`: a path, a folder
+    """A model file from any source `cera run -m` takes (`cera.sources.resolve`: a path, a folder
     holding one GGUF, a bundle name, a Hugging Face repo). A file that exists is inspected
     whatever it holds: saying what is wrong with it is inspect's job."""
-    from cera.sources import hub
+    from cera.sources import resolve
 
     path = Path(source).expanduser()
     if path.is_file():
         return path
-    return hub.resolve(source)
+    return resolve(source).path
 
 
 def _family(manager, architecture: str | None) -> tuple[dict | None, str | None]:

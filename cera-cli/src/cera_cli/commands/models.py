@@ -96,10 +96,10 @@ def pull_cmd(name, quiet):
     known = {e.name: e for e in bundles.listing()}
     entry = known.get(name)
     if entry is None:
-        from cera.sources import hub
+        from cera.sources import hub, resolve
 
         if hub.parse_source(name) is not None:  # org/repo: what `cera run -m` would fetch, fetched now
-            path = hub.resolve(name, quiet=quiet)
+            path = resolve(name, quiet=quiet).path
             click.echo(f"{name} is cached in {path} ({human_size(path.stat().st_size)})")
             return
         raise click.BadParameter(f"no bundle named {name!r}; `cera models` lists them: {', '.join(known)}", param_hint="'NAME'")

@@ -30,6 +30,7 @@ from pathlib import Path
 import attrs
 
 from ..errors import CeraError, DownloadError, ModelNotFound
+from . import hub
 
 
 @attrs.frozen
@@ -576,9 +577,7 @@ class BundleFiles:
 
 
 def _pypi_id(bundle: Bundle) -> tuple[str, str | None]:
-    from .hub import quant_label
-
-    quant = quant_label(bundle.main_file) if bundle.files and bundle.main_file.endswith(".gguf") else None
+    quant = hub.quant_label(bundle.main_file) if bundle.files and bundle.main_file.endswith(".gguf") else None
     bid = bundle.name
     if quant and bid.lower().endswith("-" + quant.lower()):
         bid = bid[: -len(quant) - 1]
@@ -614,18 +613,16 @@ def _manifest_paths(files) -> dict[tuple[str, str], str]:
 
 def catalogue(include_hub: bool = True, quiet: bool = True) -> tuple[list[CatalogueEntry], str | None]:
     """Every known bundle, and why the Hub's part is missing (None when it is there)."""
-    from . import hub as _hub
-
     entries = pypi_entries()
     if not include_hub:
         return entries, None
     repo = bundles_repo()
-    h = _hub.Hub(quiet=quiet)
+    h = hub.Hub(quiet=quiet)
     try:
         state = h.state(repo, None)
     except CeraError as e:
         return entries, str(e)
-    snap = _hub.repo_cache_dir(repo) / "snapshots" / state.commit
+    snap = hub.repo_cache_dir(repo) / "snapshots" / state.commit
     for (bid, quant), path in sorted(_manifest_paths(state.files).items()):
         local = False
         manifest_file = snap / path
@@ -666,10 +663,8 @@ def fetch_bundle(name: str, quant: str | None = None, quiet: bool = False) -> Bu
 
 
 def _fetch_manifest_bundle(bid: str, quant: str | None, quiet: bool) -> BundleFiles:
-    from . import hub as _hub
-
     repo = bundles_repo()
-    h = _hub.Hub(quiet=quiet)
+    h = hub.Hub(quiet=quiet)
     state = h.state(repo, None)
     manifests = _manifest_paths(state.files)
     if state.offline:  # offline: the listing is what the cache holds
@@ -747,9 +742,7 @@ def _fetch_ref(h, ref: str, repo: str, state, manifest_path: str) -> Path:
 
 def _local_refs(manifest_file: Path, repo: str, commit: str) -> list[Path]:
     """Cache paths of a cached manifest's files (to tell whether the bundle is local)."""
-    from . import hub as _hub
-
-    snap = _hub.repo_cache_dir(repo) / "snapshots" / commit
+    snap = hub.repo_cache_dir(repo) / "snapshots" / commit
     manifest_path = str(manifest_file.relative_to(snap))
     manifest = _read_manifest(manifest_file, manifest_path)
     out = []
@@ -759,8 +752,8 @@ def _local_refs(manifest_file: Path, repo: str, commit: str) -> list[Path]:
         if not isinstance(ref, str) or not ref:
             continue
         r, rev, path = _parse_ref(ref, repo, commit, manifest_path)
-        storage = _hub.repo_cache_dir(r)
-        if not _hub._COMMIT.match(rev):
+        storage = hub.repo_cache_dir(r)
+        if not hub._COMMIT.match(rev):
             refs = storage / "refs" / rev
             rev = refs.read_text().strip() if refs.exists() else "-"
         out.append(storage / "snapshots" / rev / path)
@@ -769,10 +762,8 @@ def _local_refs(manifest_file: Path, repo: str, commit: str) -> list[Path]:
 
 def local_manifest_entries() -> list[CatalogueEntry]:
     """Manifest bundles whose files are all in the Hugging Face cache (works offline)."""
-    from . import hub as _hub
-
     repo = bundles_repo()
-    snaps = _hub.repo_cache_dir(repo) / "snapshots"
+    snaps = hub.repo_cache_dir(repo) / "snapshots"
     out = []
     if not snaps.is_dir():
         return out

@@ -34,6 +34,7 @@ import attrs
 import numpy as np
 
 from ..errors import CeraError, ModelNotFound
+from . import bundles, hub
 
 CONVERTER_VERSION = 1  # part of the cache key: a converter change gives new files
 ROW_CHUNK_BYTES = 1 << 20  # float32 rows quantized at a time
@@ -516,8 +517,6 @@ def converted_path(state, quant: str, strategy: str = "search") -> Path | None:
     """Where the conversion of a repository at a commit with these options is cached
     (keyed by repository, commit, type, strategy and converter version), or None for a
     type cera does not convert to."""
-    from . import bundles
-
     qtype = quant.upper()
     if qtype not in QUANT_TYPES:
         return None
@@ -525,7 +524,7 @@ def converted_path(state, quant: str, strategy: str = "search") -> Path | None:
             / f"{state.repo.split('/')[-1]}-{qtype}-{strategy}-v{CONVERTER_VERSION}.gguf")  # fmt: skip
 
 
-def from_hub(hub, state, quant: str | None, strategy: str = "search") -> Path:
+def from_hub(client, state, quant: str | None, strategy: str = "search") -> Path:
     """Convert a Hub repository without GGUF files (fetching its SafeTensors into the
     Hugging Face cache first) to a GGUF cached by repository, commit and options."""
     if not quant:
@@ -540,10 +539,10 @@ def from_hub(hub, state, quant: str | None, strategy: str = "search") -> Path:
     if out.exists():
         return out
     wanted = [f for f in state.files if f.endswith((".safetensors", ".json", ".jinja")) and "/" not in f]
-    paths = hub.fetch(state, sorted(wanted))
+    paths = client.fetch(state, sorted(wanted))
     folder = paths[0].parent
-    hub.log(f"converting {state.repo}@{state.commit[:12]} to {qtype} (streaming, tensor by tensor) into {out.parent}")
-    return convert_folder(folder, out, qtype, strategy, name=state.repo.split("/")[-1], quiet=hub.quiet)
+    client.log(f"converting {state.repo}@{state.commit[:12]} to {qtype} (streaming, tensor by tensor) into {out.parent}")
+    return convert_folder(folder, out, qtype, strategy, name=state.repo.split("/")[-1], quiet=client.quiet)
 
 
 def _layer0(v) -> int:
@@ -643,12 +642,10 @@ def quantize_source(src: str, out: Path, qtype: str, strategy: str = "search", q
         return quantize_gguf(path, out, qtype, strategy, quiet=quiet)
     if path.is_dir():
         return convert_folder(path, out, qtype, strategy, name=path.name, quiet=quiet)
-    from . import hub as _hub
-
-    hs = _hub.parse_source(src)
+    hs = hub.parse_source(src)
     if hs is None:
         raise ModelNotFound(f"{src!r} is not a file, a folder or a Hugging Face repo (org/repo[@REV])")
-    h = _hub.Hub(quiet=quiet)
+    h = hub.Hub(quiet=quiet)
     state = h.state(hs.repo, hs.revision)
     if not is_convertible(state.files):
         raise ModelNotFound(f"Hugging Face repo {hs.repo} has no SafeTensors model to convert")

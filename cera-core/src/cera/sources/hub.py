@@ -1,18 +1,12 @@
-"""Resolving a model source to a local GGUF file.
+"""The Hugging Face Hub: a repository's files at a revision, fetched into the Hub cache.
 
-A source is one of:
-
-- a path to a ``.gguf`` file (the first part of a split model names the others), or a
-  folder holding one;
-- a bundle: a name in cera's catalogue (`cera.bundles`), optionally ``NAME:QUANT``;
-- a Hugging Face repository, ``org/repo[@REVISION][:QUANT]`` (``hf://`` may precede it).
-  ``QUANT`` is a quantization label (``Q4_K_M``, ``Q8_0``, ...) matched against the labels
-  in the repository's ``.gguf`` file names; without one, a repository with a single model
-  file gives that file and one with ``Q4_K_M`` gives that (as llama.cpp does), anything
-  else lists the choices. ``REVISION`` is a branch, tag or commit. Split files
-  (``name-00001-of-00003.gguf``) are fetched together. A repository with no GGUF but
-  SafeTensors weights is converted to a GGUF of type ``QUANT`` (`cera.convert`), cached by
-  repository, commit and options.
+A Hub source is ``org/repo[@REVISION][:QUANT]`` (``hf://`` may precede it; `parse_source`).
+``QUANT`` is a quantization label (``Q4_K_M``, ``Q8_0``, ...) matched against the labels
+in the repository's ``.gguf`` file names (`choose`); without one, a repository with a single
+model file gives that file and one with ``Q4_K_M`` gives that (as llama.cpp does), anything
+else lists the choices. ``REVISION`` is a branch, tag or commit. Split files
+(``name-00001-of-00003.gguf``) are fetched together. Which file a source means, and the
+conversion of a repository with SafeTensors weights only, are `cera.sources.resolve`'s.
 
 Hub files go to the Hugging Face cache (``HF_HUB_CACHE``, laid out as `huggingface_hub`
 lays it out, so its tools and cera share files): each file is downloaded to a partial
@@ -40,7 +34,6 @@ from pathlib import Path
 
 import attrs
 
-from . import bundles
 from ..errors import DownloadError, ModelNotFound
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -95,41 +88,6 @@ def quant_label(filename: str) -> str | None:
         return None
     label = found[-1]
     return "F16" if label == "FP16" else label
-
-
-def resolve(source, quiet: bool = False, quant: str | None = None, revision: str | None = None) -> Path:
-    """The local path of a model source, fetching (or converting) it first if needed.
-    ``quant`` and ``revision`` add to what the source string says."""
-    if isinstance(source, os.PathLike):
-        source = os.fspath(source)
-    if not isinstance(source, str) or not source:
-        raise ModelNotFound(f"a model source must be a path, a bundle name or a Hugging Face repo, not {source!r}")
-    path = Path(source).expanduser()
-    if path.exists():
-        if path.is_dir():
-            ggufs = sorted(path.glob("*.gguf"))
-            firsts = [g for g in ggufs if not _SPLIT.match(g.name) or _SPLIT.match(g.name)["no"] == "00001"]
-            if len(firsts) == 1:
-                return firsts[0]
-            raise ModelNotFound(f"{path} is a folder with {len(ggufs)} .gguf files; name the file")
-        return path
-    if source.startswith(bundles.BUNDLE_PREFIX):
-        return bundles.fetch_model(source, quant=quant, quiet=quiet)
-    name, _, bquant = source.partition(":")
-    if bundles.is_bundle(name):
-        return bundles.fetch_model(name, quant=quant or bquant or None, quiet=quiet)
-    hs = parse_source(source)
-    if hs is not None:
-        if quant and hs.quant and quant.upper() != hs.quant.upper():
-            raise ModelNotFound(f"{source!r} names quant {hs.quant} but {quant} was asked for; give one")
-        if revision and hs.revision and revision != hs.revision:
-            raise ModelNotFound(f"{source!r} names revision {hs.revision} but {revision} was asked for; give one")
-        hs = HubSource(hs.repo, revision or hs.revision, quant or hs.quant)
-        return Hub(quiet=quiet).resolve(hs)
-    raise ModelNotFound(
-        f"model {source!r} is not a file, a known bundle (`cera bundles list`) "
-        f"or a Hugging Face repo (org/repo[@REVISION][:QUANT])"
-    )
 
 
 # -- where things are ------------------------------------------------------------
@@ -299,61 +257,6 @@ class Hub:
             )
         files = {str(p.relative_to(snap)): None for p in sorted(snap.rglob("*")) if p.is_file()}
         return RepoState(repo, revision, commit, files, offline=True)
-
-    # -- choosing -------------------------------------------------------------------
-
-    def resolve(self, hs: HubSource) -> Path:
-        pinned = self.pinned_from_cache(hs)
-        if pinned is not None:
-            return pinned
-        state = self.state(hs.repo, hs.revision)
-        ggufs = [p for p in state.files if p.endswith(".gguf")]
-        if not ggufs:
-            from . import convert
-
-            if convert.is_convertible(state.files):
-                return convert.from_hub(self, state, hs.quant)
-            raise ModelNotFound(
-                f"Hugging Face repo {hs.repo}@{state.revision} has no .gguf file and no SafeTensors model to convert "
-                f"({len(state.files)} files{'; offline: only cached files are known' if state.offline else ''})"
-            )
-        try:
-            parts = choose(hs.repo, ggufs, hs.quant)
-        except ModelNotFound as e:
-            if state.offline:
-                raise ModelNotFound(f"{e} (HF_HUB_OFFLINE is set: only files in the cache are known)") from None
-            raise
-        paths = self.fetch(state, parts)
-        return paths[0]
-
-    def pinned_from_cache(self, hs: HubSource) -> Path | None:
-        """The cached file of ``org/repo@COMMIT:QUANT`` without asking the Hub, or None.
-
-        A commit never changes, so when its snapshot already holds the chosen file (every
-        part of a split one) or its conversion, the Hub has nothing to add (huggingface_hub
-        skips the network for a cached commit too). A branch or tag can move, so those are
-        always asked about unless HF_HUB_OFFLINE is set; so is a source without a quant,
-        whose choice depends on every file of the repository, not only the cached ones."""
-        if offline() or not hs.quant or not hs.revision or not _COMMIT.match(hs.revision):
-            return None
-        try:
-            state = self.cached_state(hs.repo, hs.revision, why="")
-        except ModelNotFound:
-            return None
-        ggufs = [p for p in state.files if p.endswith(".gguf")]
-        if not ggufs:
-            from . import convert
-
-            out = convert.converted_path(state, hs.quant)
-            return out if out is not None and out.exists() else None
-        try:
-            parts = choose(hs.repo, ggufs, hs.quant)
-        except ModelNotFound:
-            return None
-        snap = repo_cache_dir(hs.repo) / "snapshots" / state.commit
-        if all((snap / name).exists() for name in parts):  # exists() follows the link to its blob
-            return snap / parts[0]
-        return None
 
     # -- fetching -------------------------------------------------------------------
 

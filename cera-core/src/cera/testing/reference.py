@@ -119,12 +119,12 @@ __all__ = ["ReferenceBackend", "ReferenceWeight"]
 
 def load(source, manager=None):
     """A model loaded on the reference backend (the families found as usual)."""
-    from ..sources import hub
     from ..engine import LoadedModel, read_model
     from ..formats.gguf import GGUFFile
     from ..plugins.manager import get_manager
+    from ..sources import resolve
 
-    path = hub.resolve(source, quiet=True)
+    path = resolve(source, quiet=True).path
     gguf = GGUFFile(path)
     try:
         family, model, weights = read_model(gguf, manager or get_manager())
