@@ -15,7 +15,8 @@ builds the constraint for ``tool_choice`` with `call_constraint`.
 from __future__ import annotations
 
 from .array import Granite, Mistral
-from .base import ParsedReply, ParseFailure, Tool, ToolCall, ToolError, ToolFormat, normalize_tools
+from .base import ParsedReply, ParseFailure, Tool, ToolCall, ToolError, normalize_tools
+from .format import ToolFormat
 from .generic import Generic
 from .hermes import Hermes
 from .llama3 import Llama3
