@@ -15,7 +15,7 @@ import pytest
 
 from cera.text.chat_template import ChatTemplate
 from cera.errors import TemplateError
-from cera.text.template_sandbox import TemplateBudget
+from cera.text.template_budget import TemplateBudget
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 QUICK = TemplateBudget(seconds=0.5)  # keeps the time-budget cases short
@@ -145,7 +145,7 @@ def test_memory_error_under_a_memory_cap_is_a_template_error():
         import resource
         from cera.text.chat_template import ChatTemplate
         from cera.errors import TemplateError
-        from cera.text.template_sandbox import TemplateBudget
+        from cera.text.template_budget import TemplateBudget
         t = ChatTemplate("{{ 'x' * 4000000000 }}", budget=TemplateBudget(max_output=10**12, max_produced=10**13))
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, hard))

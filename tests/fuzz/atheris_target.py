@@ -109,7 +109,7 @@ def tokenizer_target():
 def template_target():
     from cera.text.chat_template import ChatTemplate
     from cera.errors import TemplateError
-    from cera.text.template_sandbox import TemplateBudget
+    from cera.text.template_budget import TemplateBudget
 
     budget = TemplateBudget(seconds=0.2, compile_seconds=1.0)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]

@@ -45,7 +45,7 @@ def test_the_generator_makes_templates_that_do_render(n):
     would only ever test the error paths."""
     from cera.text.chat_template import ChatTemplate
     from cera.errors import TemplateError
-    from cera.text.template_sandbox import TemplateBudget
+    from cera.text.template_budget import TemplateBudget
 
     rendered = 0
     for k in range(60):

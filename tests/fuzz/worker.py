@@ -123,7 +123,7 @@ def _gguf(case: dict) -> str:
 
 def _template(case: dict) -> str:
     from cera.text.chat_template import ChatTemplate
-    from cera.text.template_sandbox import TemplateBudget
+    from cera.text.template_budget import TemplateBudget
 
     budget = TemplateBudget(seconds=case.get("budget_s", 0.5), compile_seconds=case.get("budget_s", 0.5) * 4)
     out = ChatTemplate(case["source"], budget=budget).render(case.get("messages", MESSAGES), **case.get("extra", {}))

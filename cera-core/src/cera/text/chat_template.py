@@ -32,7 +32,8 @@ from typing import Any
 import jinja2
 
 from ..errors import TemplateError
-from .template_sandbox import DEFAULT_BUDGET, TemplateBudget, compile_template, make_environment
+from .template_budget import DEFAULT_BUDGET, TemplateBudget
+from .template_sandbox import compile_template, make_environment
 from .template_sandbox import render as _render_in_sandbox
 
 TEMPLATE_KEY = "tokenizer.chat_template"
