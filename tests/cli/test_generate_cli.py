@@ -83,7 +83,7 @@ def test_bench_parallel_reports_the_aggregate_of_sequences_decoding_together(smo
 
 
 def test_generation_flags_come_from_the_options_type():
-    """`cera run --help` lists every flagged field of cera.options.GenerateOptions, with
+    """`cera run --help` lists every flagged field of cera.generation.options.GenerateOptions, with
     its help: one definition for the API and the CLI."""
     import attrs
 

@@ -17,7 +17,7 @@ Revisions are branches and tags naming commits; each commit is an immutable set 
 Faults can be injected per file (a connection cut after N bytes, bytes that do not match
 the advertised checksum), and every request is logged for the tests to inspect.
 
-Run it alone with ``python -m cera.testing.hub_server DIR`` to serve each ``DIR/org/name/``
+Run it alone with ``python tests/hub/hub_server.py DIR`` to serve each ``DIR/org/name/``
 folder as a repository (its files on branch ``main``).
 """
 

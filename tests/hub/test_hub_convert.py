@@ -297,7 +297,7 @@ def test_memory_stays_below_the_largest_tensor_plus_a_bound(tmp_path, qtype):
     """Peak memory of a conversion, in a fresh process: the rise of the peak RSS over the
     peak after imports stays below the largest tensor in its source dtype (32 MiB here,
     of a 2 x 32 MiB + 44 MiB bf16 model in two shards) plus the stated bound,
-    cera.convert.MEMORY_BOUND_BYTES."""
+    cera.sources.convert.MEMORY_BOUND_BYTES."""
     src = tmp_path / "big"
     subprocess.run([sys.executable, "-c", MAKE_BIG, str(src), str(Path(__file__).parent)], check=True, timeout=300)
     proc = subprocess.run([sys.executable, "-c", CONVERT_MEASURED, str(src), qtype], capture_output=True, text=True,

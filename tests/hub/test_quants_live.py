@@ -1,4 +1,4 @@
-"""cera.convert.quants against ggml's own quantizer (ggml_quantize_chunk in the libggml-base
+"""cera.sources.quants against ggml's own quantizer (ggml_quantize_chunk in the libggml-base
 that llama-cpp-python ships), byte for byte, on rows with awkward content: zeros, constants,
 one spike, tiny and huge magnitudes. Skipped where llama-cpp-python is not installed."""
 

@@ -1,4 +1,4 @@
-"""Checkpoint files (cera.checkpoint): saved atomically, checked on load, and continuing
+"""Checkpoint files (cera.formats.checkpoint): saved atomically, checked on load, and continuing
 from one gives exactly the tokens of an uninterrupted run."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ RoPE (ggml's rotation as GCC contracts it into fused multiply-adds) and GeGLU (g
 GELU table, built with the same contraction). On x86 with AVX-512, as the llama.cpp build.
 llama.cpp runs Gemma 3 (Q5_0, Q8_0, Q4_K and Q6_K weights, NeoX RoPE, GeGLU) through its
 graph callback; cera's CPU backend applies each op to the tensors llama.cpp fed it, the
-way it runs a model's ops: a one-op graph (cera.graph.GraphBuilder, the tensor a declared
+way it runs a model's ops: a one-op graph (cera.graph.builder.GraphBuilder, the tensor a declared
 input, the layer's RoPE from the model's `layer_rope`, the weight the model's file tensor)
 compiled by the backend, run as a fused C plan and step by step (CERA_CPU_PLANS=0), each
 compared. Skipped without llama-cpp-python; slow (the Gemma file).

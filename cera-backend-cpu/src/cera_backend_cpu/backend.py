@@ -506,4 +506,4 @@ class CpuBackend(Backend):
             ffi.release(ctx)
 
 
-assert set(OPS) <= set(op_names()), "capabilities.OPS names ops that cera.ops does not have"
+assert set(OPS) <= set(op_names()), "capabilities.OPS names ops that cera.graph.ops does not have"

@@ -1,6 +1,6 @@
 """The CPU backend's compiler: a graph becomes a C execution plan over one arena.
 
-The core has planned the graph (`cera.planning`): which tensors are views of others,
+The core has planned the graph (`cera.graph.planning`): which tensors are views of others,
 which nodes run together as one step (products of one input with their glu or residual
 epilogue), and where each buffer sits in an arena (buffers whose lives do not overlap
 share memory). Here every step becomes one op of a C plan (csrc/plan.c) with resolved

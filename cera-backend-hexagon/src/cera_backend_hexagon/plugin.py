@@ -1,5 +1,5 @@
 """The cera plugin module of cera-backend-hexagon: registers the backend name `hexagon`, with
-the honest reason it cannot run (it is not implemented yet). See `cera.placeholder`."""
+the honest reason it cannot run (it is not implemented yet). See `cera.plugins.placeholder`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The factory named by the `metal` BackendSpec: it refuses, naming the reason (`cera.placeholder`)."""
+"""The factory named by the `metal` BackendSpec: it refuses, naming the reason (`cera.plugins.placeholder`)."""
 
 from cera.plugins.placeholder import PlaceholderBackend
 

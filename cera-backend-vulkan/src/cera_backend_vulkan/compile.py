@@ -1,6 +1,6 @@
 """The Vulkan backend's compiler: a graph becomes a fixed list of dispatches.
 
-The core has planned the graph (`cera.planning`): views, steps (products of one input
+The core has planned the graph (`cera.graph.planning`): views, steps (products of one input
 with their glu or residual epilogue), and an arena layout. Here:
 
 - one device buffer, the *arena*, holds the per-run inputs (token ids, positions, the

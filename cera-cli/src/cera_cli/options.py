@@ -65,7 +65,7 @@ def _stops(ctx, param, value):
 
 
 # Click types and checks of the generation options whose values have a range; flags,
-# defaults and help come from `cera.options.GenerateOptions` itself (one definition for
+# defaults and help come from `cera.generation.options.GenerateOptions` itself (one definition for
 # the API and the CLI).
 _CLICK_TYPES = {
     "max_tokens": int,
@@ -86,7 +86,7 @@ _CALLBACKS = {"max_tokens": _max_tokens, "stop": _stops}
 
 
 def _generate_fields():
-    # cera.options imports only attrs and the sampling module: cheap enough for --help
+    # cera.generation.options imports only attrs and the sampling module: cheap enough for --help
     import attrs
 
     from cera.generation.options import GenerateOptions
@@ -95,7 +95,7 @@ def _generate_fields():
 
 
 def sampling_options(func):
-    """The generation options, built from `cera.options.GenerateOptions`'s fields."""
+    """The generation options, built from `cera.generation.options.GenerateOptions`'s fields."""
     for field in reversed(_generate_fields()):
         flags = field.metadata["flag"].split("/")
         help_text = field.metadata["help"]

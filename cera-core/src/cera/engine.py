@@ -208,14 +208,14 @@ class LoadedModel:
     def enable_prefix_cache(self, max_bytes: int = 512 * 2**20, directory=None, max_disk_bytes: int = 4 * 2**30):
         """Keep evaluated prompts so sessions whose prompt starts the same evaluate only the
         rest: in memory (``max_bytes``, shared by this model's sessions) and, with a
-        ``directory``, on disk across processes (`cera.prefix_cache`). Returns the cache."""
+        ``directory``, on disk across processes (`cera.generation.prefix_cache`). Returns the cache."""
         from .generation.prefix_cache import PrefixCache
 
         self.prefix_cache = PrefixCache(self, max_bytes=max_bytes, directory=directory, max_disk_bytes=max_disk_bytes)
         return self.prefix_cache
 
     def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
-        """A batching scheduler: sessions made by it decode together (`cera.scheduler`)."""
+        """A batching scheduler: sessions made by it decode together (`cera.generation.scheduler`)."""
         from .generation.scheduler import Scheduler
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
@@ -223,7 +223,7 @@ class LoadedModel:
 
     def chat(self, system: str | None = None, tools=None, *, tool_format=None, allow_reevaluation: bool = False,
              **session_options):  # fmt: skip
-        """A chat coordinator (`cera.chat.ChatSession`) on a fresh session, with the model's
+        """A chat coordinator (`cera.chat.session.ChatSession`) on a fresh session, with the model's
         chat template; ``tools`` are OpenAI-style function specs."""
         from .chat.session import ChatSession
 
@@ -243,7 +243,7 @@ class LoadedModel:
         return session.generate(**options).text
 
     def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048):
-        """One vector per text (`cera.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
+        """One vector per text (`cera.generation.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
         unless ``normalize=False``; pooled as the file says (encoders) or by mean (decoders);
         ``pooling="none"``: a ``[n_tokens, dim]`` array per text."""
         from .generation.embedding import embed

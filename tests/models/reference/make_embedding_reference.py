@@ -6,7 +6,7 @@ Runs llama.cpp through llama-cpp-python 0.3.36 (``Llama(embedding=True)``, 2 thr
 n_ctx 2048, the file's own pooling) and writes ``embeddings/<name>.json``: the texts,
 llama.cpp's token ids for each, and its L2-normalised embedding of each (``Llama.embed``
 with ``normalize=True``), rounded to 7 decimals. Models: the real nomic-embed-text v1.5
-F16 file (fetched through ``cera.bundles``) and the tiny random-weight encoders in tiny/.
+F16 file (fetched through ``cera.sources.bundles``) and the tiny random-weight encoders in tiny/.
 """
 
 from __future__ import annotations

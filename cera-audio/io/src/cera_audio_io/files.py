@@ -3,8 +3,8 @@
 Files are decoded by libsndfile (through `soundfile`): WAV, FLAC, Ogg Vorbis, Opus, AIFF,
 CAF, and MP3 where the libsndfile is 1.1 or newer. Multi-channel audio is downmixed to
 mono by averaging the channels (`cera.audio.pcm.downmix`), then resampled to the
-component's rate with libsoxr (through `soxr`, quality "HQ"). Both libraries come with
-the ``audio`` extra of cera-core: ``pip install 'cera-core[audio]'``.
+component's rate with libsoxr (through `soxr`, quality "HQ"). Both libraries are
+dependencies of this distribution, cera-audio-io.
 
 Every problem is an `AudioError` naming the file: not there, not audio, empty or a single
 sample, NaN or infinite samples, or a sample rate that would need resampling when the
@@ -50,7 +50,7 @@ def _soundfile():
         import soundfile
     except ImportError as e:
         raise AudioError(
-            "reading audio files needs the `soundfile` package: pip install 'cera-core[audio]'"
+            "reading audio files needs the `soundfile` package: pip install cera-audio-io"
         ) from e
     except OSError as e:  # the wheel's bundled libsndfile (or the system one) failed to load
         raise AudioError(f"soundfile is installed but libsndfile could not be loaded: {e}") from e
@@ -65,7 +65,7 @@ def resample(samples: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
         import soxr
     except ImportError as e:
         raise AudioError(
-            f"resampling {from_rate} Hz to {to_rate} Hz needs the `soxr` package: pip install 'cera-core[audio]'"
+            f"resampling {from_rate} Hz to {to_rate} Hz needs the `soxr` package: pip install cera-audio-io"
         ) from e
     out = soxr.resample(samples, from_rate, to_rate, quality=RESAMPLE_QUALITY)
     return np.ascontiguousarray(out, dtype=np.float32)
@@ -143,7 +143,7 @@ def _soxr(from_rate: int, to_rate: int):
         import soxr
     except ImportError as e:
         raise AudioError(
-            f"resampling {from_rate} Hz to {to_rate} Hz needs the `soxr` package: pip install 'cera-core[audio]'"
+            f"resampling {from_rate} Hz to {to_rate} Hz needs the `soxr` package: pip install cera-audio-io"
         ) from e
     return soxr
 

@@ -13,7 +13,7 @@ Two `cera.model.Model`s share one file's weights and one state declaration:
 
 `WhisperModel` loads both from a GGUF file made by `cera convert whisper`, picks a
 backend (the CPU backend's C plans by default), uploads the weights once, and keeps a
-`cera.runtime.Runner` per graph family. States hold ``n_slots`` sequences (beams).
+`cera.generation.runtime.Runner` per graph family. States hold ``n_slots`` sequences (beams).
 """
 
 from __future__ import annotations

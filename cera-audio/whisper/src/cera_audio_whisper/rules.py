@@ -1,4 +1,4 @@
-"""Whisper's decoding rules as processors of cera's sampling chain (`cera.sampling.Processor`).
+"""Whisper's decoding rules as processors of cera's sampling chain (`cera.generation.sampling.Processor`).
 
 Each looks at one hypothesis's logits over the whole vocabulary and masks what Whisper
 forbids there; ``history`` is the tokens sampled so far after the prompt. Together, in

@@ -2,7 +2,7 @@
 
 pp N: evaluate N random tokens in one batch on a fresh session. tg N: decode N tokens one
 at a time after a single start token. With ``--parallel P``, tg runs P independent
-sequences at once through a batching scheduler (`cera.scheduler`) and reports their
+sequences at once through a batching scheduler (`cera.generation.scheduler`) and reports their
 aggregate decode tokens/s (each sequence's tokens are the ones it would decode alone).
 Each test runs once to warm up, then `--reps` times; the median tok/s and the standard
 deviation are reported.

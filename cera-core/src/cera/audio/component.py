@@ -33,7 +33,7 @@ class StreamingAudioComponent(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def from_gguf(cls, gguf, sample_rate: int | None = None, **options: Any) -> StreamingAudioComponent:
-        """Build the component from an open `cera.gguf.GGUFFile` (None: the file's first rate)."""
+        """Build the component from an open `cera.formats.gguf.GGUFFile` (None: the file's first rate)."""
 
     @abc.abstractmethod
     def reset(self) -> None:

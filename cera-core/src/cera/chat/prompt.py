@@ -2,8 +2,8 @@
 template, tokenized, and the per-turn pieces tool calling adds: the call format, the
 grammar for ``tool_choice``, and the splitter that reads the reply.
 
-`cera.chat.ChatSession` keeps one across a conversation; the HTTP server makes one per
-request. Templates differ in what they render themselves (`cera.template_profile`): where
+`cera.chat.session.ChatSession` keeps one across a conversation; the HTTP server makes one per
+request. Templates differ in what they render themselves (`cera.text.template_profile`): where
 a template lists no tools, cera describes them in the system message and reads the reply
 in the generic JSON format; where it has no ``tool`` role, results go in as user messages.
 """

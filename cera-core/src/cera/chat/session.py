@@ -24,7 +24,7 @@ the prompt ready for a retry. Recovery from anything: `restore` a checkpoint, `r
 
 Each turn evaluates only what the new messages add: the session keeps the reply as the
 model wrote it, and the coordinator appends the template's end of turn, the new messages
-and the next generation prompt, as found by rendering (`cera.template_profile`). Replies
+and the next generation prompt, as found by rendering (`cera.text.template_profile`). Replies
 are split as they stream (`cera.tools.ReplySplitter`): text deltas never carry call markup;
 calls arrive as `ToolCallEvent`s, and a call that does not parse as a `ToolCallFailed`
 (and in `TurnResult.parse_failures`), never as an exception.
@@ -103,12 +103,12 @@ class TurnEnd:
 
 @attrs.frozen
 class ChatCheckpoint:
-    session: object  # cera.session.Checkpoint
+    session: object  # cera.generation.session.Checkpoint
     state: dict
 
 
 class ChatSession:
-    """A conversation on a `cera.session.Session` (see the module docstring)."""
+    """A conversation on a `cera.generation.session.Session` (see the module docstring)."""
 
     def __init__(self, session, system: str | None = None, tools=None, *, template=None, tool_format=None,
                  allow_reevaluation: bool = False):  # fmt: skip

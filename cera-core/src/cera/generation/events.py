@@ -1,6 +1,6 @@
 """What a generation yields: one typed event per token, then the end.
 
-`cera.session.Session.events` is the one generation loop; `generate` (with a sink),
+`cera.generation.session.Session.events` is the one generation loop; `generate` (with a sink),
 `stream` (text chunks), the CLI, the chat coordinator and the server are adapters over
 these events.
 """

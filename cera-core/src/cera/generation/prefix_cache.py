@@ -5,7 +5,7 @@ Two tiers, both keyed by the exact token prefix:
 
 - **warm**, in memory, shared by the sessions of a loaded model: state snapshots up to a
   byte budget, the least recently used evicted first;
-- **cold**, optional, on disk: one checkpoint file per prefix (`cera.checkpoint`'s format:
+- **cold**, optional, on disk: one checkpoint file per prefix (`cera.formats.checkpoint`'s format:
   checksummed, written atomically) under ``directory/<model fingerprint>/``, named by the
   prefix's length and hash, up to a size cap (the least recently used files go first).
   Several processes may share the directory: files appear by rename, a file removed under

@@ -84,7 +84,7 @@ class Runner:
     def forward(self, state, steps: list[SeqStep], outputs: Outputs, exact_rows: bool = False,
                 prompt_rows: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
         """Evaluate each sequence's tokens in its slot, as one batch (``exact_rows`` and
-        ``prompt_rows``: see `cera.graph.Layout`)."""
+        ``prompt_rows``: see `cera.graph.builder.Layout`)."""
         if not steps:
             raise SessionError("a forward pass needs at least one sequence")
         lens = (len(steps[0].tokens),) if len(steps) == 1 else tuple(len(s.tokens) for s in steps)

@@ -13,7 +13,7 @@ unchanged conversation re-evaluates nothing. A model whose state cannot be rewou
 returns to the latest snapshot before the point and re-evaluates from there.
 
 `events` is the generation loop; `generate` (a sink and a summary) and `stream` (text
-chunks) are adapters over it. A session evaluates alone, or through a `cera.scheduler.
+chunks) are adapters over it. A session evaluates alone, or through a `cera.generation.scheduler.
 Scheduler` that batches the decode steps of many sessions into one forward pass.
 """
 
@@ -95,7 +95,7 @@ CANCEL_MIN_CHUNK = 128
 
 @attrs.define(eq=False)
 class DecodeStep:
-    """What a session generating in lockstep (`cera.scheduler.Scheduler.generate_many`)
+    """What a session generating in lockstep (`cera.generation.scheduler.Scheduler.generate_many`)
     yields instead of evaluating its next token itself: the driver evaluates the token
     together with the other sequences' and sets ``done``; left False, the step was
     cancelled. Never seen outside the scheduler."""
@@ -131,7 +131,7 @@ class Session:
         self.last: dict | None = None  # what the last evaluation returned for its last position
         self.n_evaluated = 0  # tokens run through the model over the session's life
         self.n_shifted = 0  # tokens dropped by context shifts
-        self.prefix_cache = getattr(loaded, "prefix_cache", None)  # cera.prefix_cache (None: off)
+        self.prefix_cache = getattr(loaded, "prefix_cache", None)  # cera.generation.prefix_cache (None: off)
         self._snapshots: list[tuple[int, object]] = []  # (tokens, state snapshot) for recurrent state
         self._cancelled = False  # set by cancel() from any thread (a bool: reads and writes are atomic)
         self._lock = threading.RLock()
@@ -630,7 +630,7 @@ class Session:
             self._snapshots = []
 
     def save(self, path) -> None:
-        """Write this session's state to a checkpoint file, atomically (`cera.checkpoint`)."""
+        """Write this session's state to a checkpoint file, atomically (`cera.formats.checkpoint`)."""
         from ..formats import checkpoint
 
         with self._lock:

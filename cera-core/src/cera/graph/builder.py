@@ -1,13 +1,13 @@
 """The backend-neutral graph: what a family's forward pass builds.
 
-A family writes its forward pass with the op vocabulary (`cera.ops`) as method calls on a
+A family writes its forward pass with the op vocabulary (`cera.graph.ops`) as method calls on a
 `GraphBuilder`; each call checks shapes with the op table and adds one `Node`. Nothing
 is computed: the result is a `Graph` with declared inputs (token ids, positions, and the
 sequence slots the runtime fills in) and declared outputs (logits, argmax, top-k, hidden
 states, ... as the caller asked, see `Outputs`). Backends compile a graph once per shape
 class (`Layout` and `Outputs`) and run it for every step of that shape; the core does
 what every backend would otherwise repeat: validation, dead-code removal, liveness and
-buffer planning, fusion (`cera.planning`), and an eager interpreter (`run_eager`).
+buffer planning, fusion (`cera.graph.planning`), and an eager interpreter (`run_eager`).
 
 A batch holds one or more sequences, each a run of consecutive rows (`Layout`): a decode
 step of four sessions is four sequences of one token; a prompt is one sequence of many.
@@ -243,7 +243,7 @@ class Graph:
 
 
 class GraphBuilder:
-    """Records a forward pass. Methods mirror `cera.ops` (one node per call) and return
+    """Records a forward pass. Methods mirror `cera.graph.ops` (one node per call) and return
     `Tensor`s; shapes are checked as the graph is built, so a family's mistake shows as a
     `ShapeError` naming the op, at the line that made it.
 

@@ -3,7 +3,7 @@
 Every op a family may use is one `OpDef` here: its name, its arguments (tensors, weights,
 state), its attributes, the rule that gives its output shape (and refuses inputs that do
 not fit), and a numpy reference of what it computes. Everything else comes from this
-table: the `cera.graph.GraphBuilder` methods check shapes with it, the reference backend
+table: the `cera.graph.builder.GraphBuilder` methods check shapes with it, the reference backend
 (`cera.testing.reference`) runs the references, the conformance suite tests every backend
 op by op against them, and `cera plugins` / `cera inspect` list the vocabulary from it.
 
@@ -17,7 +17,7 @@ Conventions (all backends):
 - Ops that touch per-sequence state (`attention`, `conv1d_causal`, `ssm_scan`,
   `cross_attention`, `store_cross`) get a handle to a declared piece of state
   (`cera.state`), never a bare layer number; the rows of a batch are grouped by sequence
-  (`cera.graph.Layout`), and each sequence has its own slot of that state.
+  (`cera.graph.builder.Layout`), and each sequence has its own slot of that state.
 
 The references are written for clarity, in float64 where sums are long, from the
 definitions in llama.cpp / ggml and the papers; they are slow on purpose.

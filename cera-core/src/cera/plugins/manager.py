@@ -16,7 +16,7 @@ Names an application already holds (the CLI's built-in commands) can be reserved
 registered by two plugins is a conflict, resolved the same way whatever order the
 installer or the file system lists plugins in: the distributions of this repository
 (`FIRST_PARTY`) load first and own every name they register, and own the backend and
-architecture names of `cera.distributions` even when they are not installed; the other
+architecture names of `cera.plugins.distributions` even when they are not installed; the other
 plugins load after them, sorted by name, and the first to register a free name keeps it.
 A plugin that claims a taken or first-party name is refused, with the reason, and
 registers nothing. Someone who really wants to replace a backend (or any other name)
@@ -461,7 +461,7 @@ class PluginManager:
         spec = self.backends.get(name)
         if spec is None:
             have = ", ".join(sorted(self.backends)) or "none"
-            # never an install command built from the name typed: see cera.distributions
+            # never an install command built from the name typed: see cera.plugins.distributions
             raise BackendUnavailable(
                 f"no backend named {name!r} is installed (installed: {have}); "
                 f"{backend_hint(name, plugins_disabled=self.allow == set())}"
@@ -492,14 +492,14 @@ def get_manager(timeout: float | None = None, third_party_timeout: float | None 
         # A plugin asked for the manager while being imported (or from a hook or probe).
         # Waiting for the lock would wait for itself; loading again would recurse.
         raise PluginError(
-            "cera.plugins.get_manager() was called while plugins are loading, from a plugin's "
+            "cera.plugins.manager.get_manager() was called while plugins are loading, from a plugin's "
             "import or registration hook; plugins must not look up other plugins at import time"
         )
     with _lock:
         if _manager is None:
             if _loading:
                 raise PluginError(
-                    "cera.plugins.get_manager() was called while plugins are loading, from a plugin's "
+                    "cera.plugins.manager.get_manager() was called while plugins are loading, from a plugin's "
                     "import or registration hook; plugins must not look up other plugins at import time"
                 )
             _loading = True

@@ -60,7 +60,7 @@ class BackendSpec:
     priority: int = 0
     description: str = ""
     available: Callable[[], str | None] | None = None
-    # A registered name with no implementation yet (`cera.placeholder`): listed by `cera
+    # A registered name with no implementation yet (`cera.plugins.placeholder`): listed by `cera
     # plugins`, never announced as "passed over" when another backend runs a model.
     placeholder: bool = False
 

@@ -4,7 +4,7 @@ The output is what llama.cpp's ``convert_hf_to_gguf.py --outtype f32`` followed 
 ``llama-quantize`` makes (tested against both on tiny llama, qwen2, qwen3, smollm3,
 granite, olmo2, phi2 and starcoder2 models): the same metadata keys and values, the same tensors with the same shapes, types
 and order, and the same bytes for every type cera writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
-Q5_0, Q5_1, Q6_K and the Q5_K/Q4_K/Q3_K/Q2_K mixtures; `cera.convert.quants`).
+Q5_0, Q5_1, Q6_K and the Q5_K/Q4_K/Q3_K/Q2_K mixtures; `cera.sources.quants`).
 
 Streaming: each tensor is read from its shard on its own (a positioned read of exactly its
 bytes, never the whole shard), turned to float32 and quantized a block of rows at a time,

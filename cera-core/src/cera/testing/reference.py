@@ -1,7 +1,7 @@
-"""The reference backend: every op of `cera.ops` run by its numpy reference.
+"""The reference backend: every op of `cera.graph.ops` run by its numpy reference.
 
 Small, slow and obviously correct: weights are dequantized to float32 (by the `gguf`
-package, the format's own reference), graphs run node by node (`cera.graph.run_eager`),
+package, the format's own reference), graphs run node by node (`cera.graph.builder.run_eager`),
 state lives in numpy (`cera.state.HostState`). It is the yardstick of the conformance
 suite, and it runs whole models: on the tiny test models it reproduces the stored
 Hugging Face logits (see tests/core/test_reference_backend.py for the tolerance).

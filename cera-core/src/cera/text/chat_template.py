@@ -9,7 +9,7 @@ real templates call: `raise_exception`, `strftime_now`, a `tojson` that writes J
 underscore names. Templates see only plain JSON data (the messages are copied), plus
 `bos_token`/`eos_token` (and `unk_token`/`pad_token`) from the file's vocabulary.
 
-Templates are untrusted input. They run in `cera.template_sandbox`: jinja2's immutable
+Templates are untrusted input. They run in `cera.text.template_sandbox`: jinja2's immutable
 sandbox (anything that reaches for Python internals stops the render with a
 `TemplateError`, imports and includes have no loader) with budgets, stated in
 `TemplateBudget`, for compilation (source size, nesting, time) and for each render (time,

@@ -7,7 +7,7 @@ while they stream), and grammars that hold calls to the declared tools.
     reply.calls, reply.content, reply.failures
 
 Each format is one small module (markers, parser, renderer, grammar); `FORMATS` is the
-table, in the order detection tries them. The chat coordinator (`cera.chat.ChatSession`)
+table, in the order detection tries them. The chat coordinator (`cera.chat.session.ChatSession`)
 renders the tools through the model's own template, splits replies as they stream, and
 builds the constraint for ``tool_choice`` with `call_constraint`.
 """

@@ -7,7 +7,7 @@ Attention sees every token of its own text (no cache: each text is one pass). `b
 projects with biases and uses a GELU feed-forward (tanh approximation, as ggml_gelu);
 `nomic-bert` rotates queries and keys (NeoX RoPE over the whole head), has no biases and a
 SwiGLU feed-forward. The head emits the last hidden states (no logits); the pooling the
-file asks for (`pooling_type`) is the model's `pooling`, which `cera.embedding` applies.
+file asks for (`pooling_type`) is the model's `pooling`, which `cera.generation.embedding` applies.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, gguf_file) -> Tokenizer:
-        """Build from a `cera.gguf.GGUFFile` (or anything with a `.metadata` dict)."""
+        """Build from a `cera.formats.gguf.GGUFFile` (or anything with a `.metadata` dict)."""
         where = str(getattr(gguf_file, "path", "the model file"))
         return cls(load_vocab(gguf_file.metadata, where))
 
