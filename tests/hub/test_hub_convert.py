@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 import tiny_hf
 
-from cera.sources import hub as H
 from cera.sources import resolve
 from cera.sources.convert import ConversionError, convert_folder, quantize_gguf
 from cera.errors import ModelNotFound

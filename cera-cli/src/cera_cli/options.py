@@ -180,7 +180,7 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
     if console.verbose:
         _explain_placeholders(loaded, console)
         console.detail(
-            f"cera: {path} ({loaded.architecture}, family {loaded.family}); resolved in {t1 - t0:.2f} s, "
+            f"cera: {local.path} ({loaded.architecture}, family {loaded.family}); resolved in {t1 - t0:.2f} s, "
             f"loaded in {t2 - t1:.2f} s on backend {loaded.backend.name}"
         )
     if n_gpu_layers is not None:
