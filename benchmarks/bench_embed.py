@@ -40,9 +40,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import cera
-    from cera.hub import resolve
+    from cera.sources import resolve
 
-    path = str(resolve(args.model, quiet=True))
+    path = str(resolve(args.model, quiet=True).path)
     texts = make_texts(args.texts)
     loaded = cera.load(path, device="cpu", threads=args.threads, quiet=True)
     engines = {"cera": lambda: loaded.embed(texts)}

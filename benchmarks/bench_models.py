@@ -400,9 +400,9 @@ def bench_model(source: str, args, read_bw: dict | None, log) -> dict:
     from bench_models_engines import CeraEngine, LlamaCppEngine
     from bench_models_memory import decode_weight_bytes
 
-    from cera import hub
+    from cera.sources import resolve
 
-    path = hub.resolve(source, quiet=True)
+    path = resolve(source, quiet=True).path
     log(f"\n== {source}: {path}")
     cera_engine = CeraEngine(str(path), args.threads, device=args.device)
     llama_engine = LlamaCppEngine(str(path), args.threads, gpu=args.device != "cpu")

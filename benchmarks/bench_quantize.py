@@ -1,4 +1,4 @@
-"""Quantizer throughput: cera.convert.quants (numpy, what `cera quantize` and Hub
+"""Quantizer throughput: cera.sources.quants (numpy, what `cera quantize` and Hub
 conversions run) against ggml's own quantizer (ggml_quantize_chunk in the libggml-base that
 llama-cpp-python ships, one thread, what llama-quantize runs per thread), on the same
 float32 matrix, checking the bytes are equal as it goes.
@@ -21,7 +21,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
 
-from cera.convert.quants import quantize
+from cera.sources.quants import quantize
 
 TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 

@@ -208,7 +208,7 @@ def run_clients(url: str, n_clients: int, per_client: int, max_tokens: int, text
 def model_path(name: str) -> str:
     if Path(name).exists():
         return str(Path(name).resolve())
-    from cera import bundles
+    from cera.sources import bundles
 
     return str(bundles.fetch_file(name, quiet=False))
 

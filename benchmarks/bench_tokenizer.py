@@ -61,7 +61,7 @@ def main() -> None:
 
     import llama_cpp
 
-    from cera.hub import resolve
+    from cera.sources import resolve
 
     text = make_text(args.kib * 1024)
     data = text.encode()
@@ -71,14 +71,14 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for source in args.model or DEFAULT_MODELS:
-        bench_model(resolve(source, quiet=True), text, args.repeat)
+        bench_model(resolve(source, quiet=True).path, text, args.repeat)
 
 
 def bench_model(path, text: str, repeat: int) -> None:
     import llama_cpp
 
-    from cera.gguf import GGUFFile
-    from cera.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.text.tokenizer import Tokenizer
 
     data = text.encode()
     mib = len(data) / 2**20

@@ -76,8 +76,9 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="GGUF (default: the cached default model)")
     args = parser.parse_args()
 
-    from cera import bundles
-    from cera.audio import load_vad, read_audio
+    from cera.sources import bundles
+    from cera.audio import load_vad
+    from cera_audio_io import read_audio
     from cera_audio_vad.default import default_model_path
 
     onnx_path = str(bundles.fetch_file("silero-vad", quiet=True))

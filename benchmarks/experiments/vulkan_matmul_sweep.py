@@ -58,8 +58,8 @@ class Product:
     """One shape's weights on the device, compiled once per variant."""
 
     def __init__(self, backend, type_name: str, K: int, N: int, rows: int, rng, chain: int = 1):
-        from cera.gguf import GGUFFile
-        from cera.graph import Layout, WeightRef
+        from cera.formats.gguf import GGUFFile
+        from cera.graph.builder import Layout, WeightRef
         from cera.state import StateSpec
         from cera.testing import conformance
 

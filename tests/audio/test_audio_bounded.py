@@ -15,10 +15,11 @@ import textwrap
 import numpy as np
 import pytest
 
-soundfile = pytest.importorskip("soundfile", reason="soundfile is not installed (pip install 'cera-core[audio]')")
-soxr = pytest.importorskip("soxr", reason="soxr is not installed (pip install 'cera-core[audio]')")
+soundfile = pytest.importorskip("soundfile", reason="soundfile is not installed (pip install cera-audio-io)")
+soxr = pytest.importorskip("soxr", reason="soxr is not installed (pip install cera-audio-io)")
 
-from cera.audio import downmix, open_audio, read_audio  # noqa: E402
+from cera.audio import downmix
+from cera_audio_io import open_audio, read_audio  # noqa: E402
 from cera.errors import AudioError  # noqa: E402
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cera.audio import as_pcm, downmix, read_audio
+from cera.audio import as_pcm, downmix
+from cera_audio_io import read_audio
 from cera.errors import AudioError
 
-sf = pytest.importorskip("soundfile", reason="soundfile is not installed (pip install 'cera-core[audio]')")
+sf = pytest.importorskip("soundfile", reason="soundfile is not installed (pip install cera-audio-io)")
 
 
 def _write(path, data, rate, subtype=None):

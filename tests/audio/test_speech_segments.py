@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from vad_cases import CLIP_PARAMS, cera_params, q_digest, random_cases, silero_segments
 
-from cera.audio import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, read_audio, speech_segments
+from cera.audio import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, speech_segments
+from cera_audio_io import read_audio
 from cera.errors import AudioError
 
 DATA = Path(__file__).resolve().parent / "data"  # the folder tests/audio/conftest.py names too

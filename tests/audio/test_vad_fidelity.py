@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from ort_peer import ort_probabilities
 
-from cera.audio import read_audio, resample
+from cera_audio_io import read_audio, resample
 
 DATA = Path(__file__).resolve().parent / "data"  # the folder tests/audio/conftest.py names too
 

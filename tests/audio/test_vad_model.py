@@ -11,7 +11,8 @@ import pytest
 from gguf_edit import DROP, GGMLQuantizationType, rewrite
 from ort_peer import ort_probabilities
 
-from cera.audio import load_vad, read_audio
+from cera.audio import load_vad
+from cera_audio_io import read_audio
 from cera.errors import AudioError, InvalidModelFile, ModelConfigError
 
 DATA = Path(__file__).resolve().parent / "data"  # the folder tests/audio/conftest.py names too
@@ -172,7 +173,7 @@ def test_f16_weights_load(tmp_path, silero_gguf, ort_session):
 
 
 def test_plugin_registers_component_and_commands():
-    from cera.plugins import PluginManager
+    from cera.plugins.manager import PluginManager
 
     manager = PluginManager(allow={"vad"})
     manager.load_entry_points()
@@ -188,7 +189,7 @@ def test_plugin_registers_component_and_commands():
 def test_plugin_module_is_cheap():
     code = (
         "import sys, cera_audio_vad.plugin as p\n"
-        "from cera.plugins import PluginManager\n"
+        "from cera.plugins.manager import PluginManager\n"
         "m = PluginManager(allow=set()); m.register_plugin(p, 'vad')\n"
         "heavy = [x for x in ('numpy', 'onnx', 'soundfile', 'soxr', 'gguf', 'cera_audio_vad.silero') if x in sys.modules]\n"
         "print(','.join(heavy))\n"
@@ -198,7 +199,7 @@ def test_plugin_module_is_cheap():
 
 
 def test_default_model_is_converted_once_and_checked(tmp_path, monkeypatch, silero_onnx_path):
-    from cera import bundles
+    from cera.sources import bundles
     from cera_audio_vad import convert as convert_module
     from cera_audio_vad import default
 

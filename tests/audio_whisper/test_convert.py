@@ -11,9 +11,9 @@ import pytest
 from cera_audio_whisper.convert import convert
 from cera_audio_whisper.ct2 import SourceModelError
 
-from cera import bundles
-from cera.gguf import GGUFFile
-from cera.tokenizer import Tokenizer
+from cera.sources import bundles
+from cera.formats.gguf import GGUFFile
+from cera.text.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -108,7 +108,7 @@ def test_q8_0_transcript_close_to_float(tiny_q8, reference):
 def test_greedy_equal_live_faster_whisper(tiny_f32):
     from faster_whisper import WhisperModel
 
-    from cera import bundles
+    from cera.sources import bundles
 
     fw = WhisperModel(str(bundles.fetch("faster-whisper-tiny.en", quiet=True)), device="cpu", compute_type="float32", cpu_threads=2)
     for name in ("question", "slow"):

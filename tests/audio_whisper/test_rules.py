@@ -8,7 +8,7 @@ import pytest
 from cera_audio_whisper.rules import SuppressBlank, SuppressTokens, TimestampRules, non_speech_tokens
 from cera_audio_whisper.transcribe import compression_ratio, split_segments
 
-from cera.sampling import Candidates
+from cera.generation.sampling import Candidates
 
 EOT, NO_TS, TS = 10, 11, 12  # a vocabulary of 10 text tokens, end, no-timestamps, 8 timestamps
 V = 20

@@ -34,7 +34,7 @@ def test_plugin_registers_the_backend():
         "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_S", "IQ1_M",
     }  # fmt: skip
     assert spec.unavailable_reason() is None
-    from cera.registry import load_factory
+    from cera.plugins.registry import load_factory
     from cera_backend_cpu.backend import CpuBackend
 
     assert load_factory(spec.factory) is CpuBackend
@@ -126,7 +126,7 @@ def _gguf_with(tmp_path, tensors):
 def test_unsupported_type_names_tensor_type_and_backend(be, tmp_path):
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType.TQ1_0]
     raw = np.zeros((4, 2 * ts), np.uint8)  # 4 rows of 2 blocks: ne = (512, 4); ternary types are not served
@@ -161,7 +161,7 @@ def test_bad_shapes_and_ids_are_clear_errors(be):
 
 
 def test_weights_stay_memory_mapped(be, smollm2_path):
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     f = GGUFFile(smollm2_path)
     w = be.upload(f, "blk.0.ffn_up.weight")

@@ -67,7 +67,7 @@ def test_fused_plans_are_bit_identical_to_step_by_step_on_every_family(path):
 
 
 def test_a_decode_step_is_one_c_call(smollm2_path):
-    from cera.graph import ARGMAX, Layout
+    from cera.graph.builder import ARGMAX, Layout
 
     loaded = _load(smollm2_path)
     state = loaded.runner.new_state(64)
@@ -131,7 +131,7 @@ def test_one_compiled_graph_serves_many_states_and_stays_right_after_edits(smoll
 def test_host_ops_run_between_c_segments_and_agree_with_the_reference():
     """An op without a C kernel (softmax here) runs on the host between C segments."""
     import cera
-    from cera.graph import Layout, Outputs
+    from cera.graph.builder import Layout, Outputs
     from cera.model import Weights
     from cera.testing.reference import ReferenceBackend
 
@@ -168,7 +168,7 @@ def test_host_ops_run_between_c_segments_and_agree_with_the_reference():
 def test_a_token_outside_the_table_is_a_cera_error_in_a_compiled_step():
     from cera.backend import StepInputs
     from cera.errors import CeraError
-    from cera.graph import ARGMAX, Layout
+    from cera.graph.builder import ARGMAX, Layout
 
     loaded = _load(next(p for p in TINY if "mistral" in p.stem))
     state = loaded.runner.new_state(16)
@@ -199,8 +199,8 @@ def test_sessions_on_two_threads_share_compiled_graphs(smollm2_path):
 
 
 def test_cancel_still_stops_generation_between_tokens(smollm2_path):
-    from cera.session import GenerateOptions
-    from cera.sink import FinishReason, Sink
+    from cera.generation.session import GenerateOptions
+    from cera.generation.sink import FinishReason, Sink
 
     loaded = _load(smollm2_path)
     s = loaded.new_session(n_ctx=128)
@@ -227,8 +227,8 @@ def test_cancel_still_stops_generation_between_tokens(smollm2_path):
 def test_arena_never_overlaps_tensors_that_one_step_uses(smollm2_path):
     """Buffers share arena memory only when their lives do not overlap: check every
     step's tensors (all the nodes of a fused step) against each other."""
-    from cera.graph import LAST_LOGITS, Layout
-    from cera.planning import arena_layout, placements, plan_steps
+    from cera.graph.builder import LAST_LOGITS, Layout
+    from cera.graph.planning import arena_layout, placements, plan_steps
 
     loaded = _load(smollm2_path)
     graph = loaded.model.build(Layout((5,)), LAST_LOGITS, n_ctx=16)

@@ -45,7 +45,7 @@ def test_tiny_family(backend, path):
 
 
 def test_every_op_of_the_table_has_a_case():
-    from cera.ops import names
+    from cera.graph.ops import names
 
     # reshape, copy, take and store_cross are exercised inside the slice, top_k and cross cases
     covered = {c.op for c in conformance.op_cases()} | {"embedding", "reshape", "copy", "take", "store_cross"}

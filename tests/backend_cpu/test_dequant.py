@@ -85,7 +85,7 @@ def test_f32_to_f16_rounds_like_numpy():
 
 
 def _check_file(be, path, rows_per_tensor=6, tensors_per_type=3):
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     f = GGUFFile(path)
     by_type: dict[str, list] = {}
@@ -129,7 +129,7 @@ def test_real_qwen05(be, qwen05_path):
 
 
 def test_embedding_rows_exact(be, smollm2_path):
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     f = GGUFFile(smollm2_path)
     table = be.upload(f, "token_embd.weight")

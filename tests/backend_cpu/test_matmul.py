@@ -177,7 +177,7 @@ def test_real_weight_product(be, gemma3_path):
     """A real Q4_K matrix of gemma-3, within its derived bound."""
     from gguf.quants import dequantize
 
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     f = GGUFFile(gemma3_path)
     name = "blk.0.attn_output.weight"

@@ -12,7 +12,7 @@ from cpu_reference import U16, U, attention, gelu_erf, gelu_tanh, layer_norm, rm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cera.ops import AttentionSpec, RopeSpec
+from cera.graph.ops import AttentionSpec, RopeSpec
 from cera.state import AttentionKV, HostState, StateSpec
 
 OPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

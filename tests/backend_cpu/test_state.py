@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cera.errors import ContextFull, SessionError, UnsupportedOperation
-from cera.ops import AttentionSpec, RopeSpec
+from cera.graph.ops import AttentionSpec, RopeSpec
 from cera.state import AttentionKV, HostState, ShortConv, StateNotRewindable, StateSpec
 
 SPEC = AttentionSpec(scale=1.0)
@@ -205,7 +205,7 @@ def test_shift_drops_a_span_and_renumbers_the_rest(be):
     assert state.pos[0, :3].tolist() == [0, 1, 2]
     np.testing.assert_allclose(_step(be, state, [3], [8.0]), [(1 + 5 + 6 + 8) / 4])
     # keys are rotated back by the shift: a key rotated at position 5 now reads as at 2
-    from cera.ops import rotate
+    from cera.graph.ops import rotate
 
     k5 = np.array([[[1.0, 0.5]]])
     state2 = HostState(spec, 16, kv_type="f32")

@@ -1,5 +1,5 @@
 """The C top_k and take (the read-back of a sampler's candidates) against the op table's
-reference (`cera.ops`: a stable sort of -x): the same ids in the same order on ties, signed
+reference (`cera.graph.ops`: a stable sort of -x): the same ids in the same order on ties, signed
 zeros, infinities and NaN, for every k; and take's values are the logits at those ids."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cera.ops import take, top_k
+from cera.graph.ops import take, top_k
 
 native = pytest.importorskip("cera_backend_cpu._native")
 ffi, lib = native.ffi, native.lib

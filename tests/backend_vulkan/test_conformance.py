@@ -181,8 +181,8 @@ def test_row_kernels(case, kernel):
 def test_tiny_family(vulkan, path, row_kernel):
     from cera.engine import model_ops, read_model
     from cera.errors import CeraError
-    from cera.gguf import GGUFFile
-    from cera.plugins import get_manager
+    from cera.formats.gguf import GGUFFile
+    from cera.plugins.manager import get_manager
 
     try:
         with GGUFFile(path) as g:
@@ -376,7 +376,7 @@ def _f16_attention_cases():
     around a ring."""
     import attrs
 
-    from cera.graph import AttentionSpec
+    from cera.graph.builder import AttentionSpec
 
     base = next(c for c in _cases() if c.name == "attention[f16]")
     out = []

@@ -16,8 +16,8 @@ TINY = Path(__file__).resolve().parent.parent / "models" / "reference" / "tiny"
 
 def _decode_labels(name: str) -> collections.Counter:
     import cera
-    from cera.graph import ARGMAX, Layout
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ARGMAX, Layout
+    from cera.generation.runtime import SeqStep
 
     m = cera.load(TINY / f"{name}.gguf", device="vulkan", quiet=True)
     st = m.runner.new_state(64)
@@ -84,8 +84,8 @@ def test_sandwich_adds_in_the_unit_kernel(ggml_type, tmp_path, monkeypatch):
     assert got <= 1.5 * want, (got, want)
 
     import cera
-    from cera.graph import ARGMAX, Layout
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ARGMAX, Layout
+    from cera.generation.runtime import SeqStep
 
     m = cera.load(path, device="vulkan", quiet=True)
     st = m.runner.new_state(64)
@@ -105,8 +105,8 @@ def _decode_logits(name: str, steps: int) -> tuple[list, collections.Counter]:
     import numpy as np
 
     import cera
-    from cera.graph import LAST_LOGITS, Layout
-    from cera.runtime import SeqStep
+    from cera.graph.builder import LAST_LOGITS, Layout
+    from cera.generation.runtime import SeqStep
 
     m = cera.load(TINY / f"{name}.gguf", device="vulkan", quiet=True)
     st = m.runner.new_state(512, n_slots=2)

@@ -1,5 +1,5 @@
 """Greedy decoding on the Vulkan backend against the CPU backend, on real files (SmolLM2
-and Gemma 3, fetched through cera.bundles).
+and Gemma 3, fetched through cera.sources.bundles).
 
 The two backends round differently: the CPU quantizes activations to 8 bits for
 quantized products and accumulates attention's values in f16, as llama.cpp does; the GPU
@@ -62,8 +62,8 @@ def _cpu_greedy(model, ids, n):
 
 
 def _check_continuation(path, n):
-    from cera.graph import ARGMAX
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ARGMAX
+    from cera.generation.runtime import SeqStep
 
     cpu, vk = _load(path, "cpu"), _load(path, "vulkan")
     try:
@@ -100,8 +100,8 @@ def _check_continuation(path, n):
 
 
 def _check_forced(path, n, prompt=PROMPT):
-    from cera.graph import ALL_LOGITS
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ALL_LOGITS
+    from cera.generation.runtime import SeqStep
 
     cpu, vk = _load(path, "cpu"), _load(path, "vulkan")
     try:
@@ -181,8 +181,8 @@ def test_logits_on_other_tensor_types_match_the_reference(type_name):
     import sys
     from pathlib import Path
 
-    from cera.graph import ALL_LOGITS
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ALL_LOGITS
+    from cera.generation.runtime import SeqStep
     from cera.testing.reference import load as reference_load
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))

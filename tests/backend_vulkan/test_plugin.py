@@ -13,7 +13,7 @@ from .conftest import WHY_NOT, needs_vulkan
 
 
 def test_entry_point_and_registration():
-    from cera.plugins import PluginManager
+    from cera.plugins.manager import PluginManager
 
     eps = [ep for ep in metadata.distribution("cera-backend-vulkan").entry_points if ep.group == "cera"]
     assert [(ep.name, ep.value) for ep in eps] == [("vulkan", "cera_backend_vulkan.plugin")]
@@ -29,7 +29,7 @@ def test_entry_point_and_registration():
 
 
 def test_every_declared_op_is_in_the_op_table():
-    from cera.ops import names
+    from cera.graph.ops import names
     from cera_backend_vulkan.capabilities import OPS
 
     assert set(OPS) <= set(names())
@@ -77,7 +77,7 @@ def test_a_missing_tensor_type_is_refused_by_name(tmp_path):
     from gguf import GGMLQuantizationType, GGUFWriter
 
     from cera.errors import UnsupportedTensorType
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
     from cera_backend_vulkan.backend import VulkanBackend
     from cera_backend_vulkan.capabilities import TENSOR_TYPES
 

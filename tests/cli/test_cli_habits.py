@@ -56,7 +56,7 @@ def test_greedy_runs_say_greedy_instead_of_a_seed(smollm2_path):
 
 
 def test_placeholder_backends_are_not_announced_on_every_run(smollm2_path):
-    from cera.plugins import get_manager
+    from cera.plugins.manager import get_manager
 
     placeholders = [n for n, s in get_manager().backends.items() if s.placeholder]
     if not placeholders:
@@ -111,11 +111,11 @@ def test_no_plugins_stands_before_or_after_the_command(smollm2_path, where):
 
 
 def test_every_registered_architecture_has_its_distribution_in_the_hint_table():
-    """The install hints (cera.distributions.FAMILIES) must know every architecture the
+    """The install hints (cera.plugins.distributions.FAMILIES) must know every architecture the
     installed families register, or a file of that architecture under --no-plugins (or with
     its family missing) is told "no distribution of cera serves it yet"."""
-    from cera.distributions import FAMILIES
-    from cera.plugins import PluginManager
+    from cera.plugins.distributions import FAMILIES
+    from cera.plugins.manager import PluginManager
 
     m = PluginManager()
     m.load_entry_points()
@@ -126,7 +126,7 @@ def test_every_registered_architecture_has_its_distribution_in_the_hint_table():
         dist = next((r.distribution for r in m.records if r.name == plugin), None)
         if dist and dist.startswith("cera-model-") and FAMILIES.get(arch) != dist:
             missing[arch] = dist
-    assert not missing, f"add to cera.distributions.FAMILIES: {missing}"
+    assert not missing, f"add to cera.plugins.distributions.FAMILIES: {missing}"
 
 
 def test_a_vad_gguf_under_run_says_it_is_a_vad(silero_gguf_path):

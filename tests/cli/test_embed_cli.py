@@ -15,7 +15,7 @@ from cera_cli.main import cli
 
 @pytest.fixture(scope="module")
 def nomic_path():
-    from cera import bundles
+    from cera.sources import bundles
 
     return str(bundles.fetch_file("nomic-embed-text-v1.5-f16", quiet=True))
 

@@ -83,11 +83,11 @@ def test_bench_parallel_reports_the_aggregate_of_sequences_decoding_together(smo
 
 
 def test_generation_flags_come_from_the_options_type():
-    """`cera run --help` lists every flagged field of cera.options.GenerateOptions, with
+    """`cera run --help` lists every flagged field of cera.generation.options.GenerateOptions, with
     its help: one definition for the API and the CLI."""
     import attrs
 
-    from cera.options import GenerateOptions
+    from cera.generation.options import GenerateOptions
 
     r = cera("run", "--help")
     assert r.returncode == 0, r.stderr

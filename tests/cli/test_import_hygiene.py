@@ -47,7 +47,7 @@ except SystemExit as e:
     code = e.code
 files = {name: getattr(m, "__file__", None) for name, m in sorted(sys.modules.items())}
 # Taken after the snapshot: which modules the registered factory strings name.
-from cera.plugins import get_manager
+from cera.plugins.manager import get_manager
 m = get_manager()
 decls = [*m.backends.values(), *m.families.values(), *m.audio.values()]
 factories = sorted({d.factory.partition(":")[0] for d in decls})
@@ -72,7 +72,15 @@ HEAVY = {
     "llama_cpp",
 }
 # Core modules that only loading or running a model needs.
-HEAVY_CORE = {"cera.gguf", "cera.backend", "cera.model", "cera.layers", "cera.engine", "cera.session", "cera.tokenizer"}
+HEAVY_CORE = {
+    "cera.formats.gguf",
+    "cera.backend",
+    "cera.model",
+    "cera.blocks.layers",
+    "cera.engine",
+    "cera.generation.session",
+    "cera.text.tokenizer",
+}
 
 
 def violations(snapshot: dict, allow_numpy: bool = False) -> list[str]:
@@ -151,7 +159,7 @@ def test_inspect_imports_the_family_but_no_backend_code(example_site, tmp_path):
     model = write_tiny_gguf(tmp_path / "tiny.gguf")
     code, snapshot = modules_after(["inspect", "-m", str(model), "--json"], example_site, tmp_path)
     assert code in (0, None)
-    assert "cera.gguf" in snapshot["modules"]
+    assert "cera.formats.gguf" in snapshot["modules"]
     assert "cera_model_example.model" in snapshot["modules"]  # the family, for its graph's ops
     family = {"cera_model_example.model"}
     bad = [v for v in violations(snapshot, allow_numpy=True) if v.split(" ")[0] not in family]

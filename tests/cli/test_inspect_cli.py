@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGUFReader
 
-from cera import plugins
-from cera.plugins import PluginManager
+from cera.plugins import manager as plugins
+from cera.plugins.manager import PluginManager
 from cera_cli.main import cli
 
 HEADER = "import cera\nCERA_PLUGIN_API = '>=2,<3'\n"

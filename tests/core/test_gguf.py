@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.quants import quantize
 
 from cera.errors import InvalidModelFile, ModelNotFound
-from cera.gguf import GGUFFile
+from cera.formats.gguf import GGUFFile
 
 # -- a byte-level GGUF encoder (from the spec), for files that lie ------------------------
 

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cera.errors import InvalidModelFile
-from cera.gguf import GGUFFile
+from cera.formats.gguf import GGUFFile
 
 SMOLLM2_PREFIX = 256 * 1024
 MEMORY_FACTOR = 16  # peak allocation allowed per byte of file ...

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import cera
 from cera.errors import GrammarError
 from cera.grammar import Constraint, GrammarProcessor, Trigger, gbnf
-from cera.sink import FinishReason
+from cera.generation.sink import FinishReason
 
 DATA = Path(__file__).parent / "data" / "llama_cpp_grammar"
 GRAMMARS = sorted(DATA.glob("*.gbnf"))
@@ -148,7 +148,7 @@ def test_no_root_is_an_error():
 
 
 def test_bad_grammar_fails_when_options_are_made():
-    from cera.options import GenerateOptions
+    from cera.generation.options import GenerateOptions
 
     with pytest.raises(GrammarError, match="line 1, column 14"):
         GenerateOptions(grammar='root ::= "abc')

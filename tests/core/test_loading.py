@@ -19,7 +19,7 @@ from tiny_llama import write_llama  # noqa: E402
 
 import cera  # noqa: E402
 from cera.errors import BackendUnavailable, InvalidOptions, ModelConfigError  # noqa: E402
-from cera.plugins import PluginManager  # noqa: E402
+from cera.plugins.manager import PluginManager  # noqa: E402
 
 
 def _manager_with(*plugins) -> PluginManager:
@@ -55,7 +55,7 @@ def test_a_tensor_the_family_does_not_know_is_refused_by_name(tmp_path):
 
 
 def test_auto_passes_over_a_backend_that_lacks_an_op_and_says_why(tmp_path):
-    from cera.ops import names
+    from cera.graph.ops import names
 
     path = write_llama(tmp_path / "m.gguf")
     lacking = tuple(o for o in names() if o != "attention")
@@ -69,7 +69,7 @@ def test_auto_passes_over_a_backend_that_lacks_an_op_and_says_why(tmp_path):
 
 
 def test_inspect_gives_the_same_answer_as_the_loader(tmp_path):
-    from cera.ops import names
+    from cera.graph.ops import names
     from cera_cli.commands.inspect import inspect_report
 
     path = write_llama(tmp_path / "m.gguf")
@@ -97,7 +97,7 @@ def test_a_model_larger_than_the_memory_limit_is_refused_with_sizes(tmp_path):
 
 
 def test_config_is_pure_and_refuses_unknown_keys(tmp_path):
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
     from cera_model_llama.llama import LlamaModel
 
     path = write_llama(tmp_path / "k.gguf", extra={"llama.rope.mystery": 1.5})

@@ -17,8 +17,8 @@ import pytest
 import tomllib
 
 import cera
-from cera import plugins, registry
-from cera.plugins import FIRST_PARTY, PluginManager
+from cera.plugins import manager as plugins, registry
+from cera.plugins.manager import FIRST_PARTY, PluginManager
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "import cera\nCERA_PLUGIN_API = '>=2,<3'\n"
@@ -69,7 +69,7 @@ def manager_in_subprocess(sites, code: str, append: bool = False, **env_extra) -
     full = (
         "import json, sys\n"
         + paths
-        + "from cera.plugins import get_manager\nm = get_manager()\n"
+        + "from cera.plugins.manager import get_manager\nm = get_manager()\n"
         + code
         + "\nprint(json.dumps(out))"
     )
@@ -503,7 +503,7 @@ def test_cera_inspect_and_plugins_finish_with_a_hanging_probe_installed(tmp_path
     args = ["inspect", "-m", str(model)] if command == "inspect" else ["plugins"]
     env = {k: v for k, v in os.environ.items() if k not in ("CERA_PLUGINS", "CERA_PLUGIN_OVERRIDES")}
     env["PYTHONPATH"] = str(site)
-    code = "import sys\nfrom cera import registry\nregistry.PROBE_TIMEOUT_S = 0.5\nfrom cera_cli.main import main\nmain()\n"
+    code = "import sys\nfrom cera.plugins import registry\nregistry.PROBE_TIMEOUT_S = 0.5\nfrom cera_cli.main import main\nmain()\n"
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=100)
     elapsed = time.monotonic() - t0

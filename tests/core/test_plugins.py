@@ -18,10 +18,10 @@ import click
 import pytest
 
 import cera
-from cera import plugins
+from cera.plugins import manager as plugins
 from cera.errors import BackendUnavailable, PluginError, UnsupportedArchitecture
-from cera.plugins import PluginManager, PluginRecord
-from cera.registry import AudioComponent, BackendSpec, ModelFamily, load_factory
+from cera.plugins.manager import PluginManager, PluginRecord
+from cera.plugins.registry import AudioComponent, BackendSpec, ModelFamily, load_factory
 
 HEADER = "import cera\nCERA_PLUGIN_API = '>=2,<3'\n"
 
@@ -402,12 +402,12 @@ def test_get_manager_called_from_a_plugin_import_does_not_hang(tmp_path):
         "tp-reentrant",
         "1",
         {"tp-reentrant": "tp_reentrant"},
-        {"tp_reentrant": HEADER + "from cera.plugins import get_manager\nget_manager()\n"},
+        {"tp_reentrant": HEADER + "from cera.plugins.manager import get_manager\nget_manager()\n"},
     )
     write_dist(site, "tp-good", "1", {"tp-good": "tp_good"}, {"tp_good": GOOD})
     code = (
         f"import sys; sys.path.insert(0, {str(site)!r})\n"
-        "from cera.plugins import get_manager\n"
+        "from cera.plugins.manager import get_manager\n"
         "m = get_manager()\n"
         "for r in m.records:\n"
         "    if r.name.startswith('tp-'): print(r.name, r.status, r.error)\n"

@@ -13,8 +13,8 @@ from importlib import metadata
 import pytest
 
 from cera.errors import BackendUnavailable
-from cera.plugins import PluginManager
-from cera.registry import load_factory
+from cera.plugins.manager import PluginManager
+from cera.plugins.registry import load_factory
 
 STUBS = ["metal", "hexagon"]  # vulkan is implemented: tests/backend_vulkan/test_plugin.py
 

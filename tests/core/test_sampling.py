@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cera.sampling import Sampler, SamplingOptions, apply_repeat_penalty
+from cera.generation.sampling import Sampler, SamplingOptions, apply_repeat_penalty
 
 
 def draws(options, logits, n=4000, history=()):
@@ -97,7 +97,7 @@ def test_bad_options_are_rejected(kw):
 
 
 def test_presence_and_frequency_penalties_subtract_as_openai_defines():
-    from cera.sampling import Candidates, Penalties
+    from cera.generation.sampling import Candidates, Penalties
 
     logits = np.array([1.0, 1.0, 1.0, 1.0], dtype=np.float32)
     c = Candidates(logits=logits.copy())
@@ -106,7 +106,7 @@ def test_presence_and_frequency_penalties_subtract_as_openai_defines():
 
 
 def test_what_the_chain_needs_from_the_device():
-    from cera.sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K
+    from cera.generation.sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K
 
     assert Sampler(SamplingOptions(temperature=0)).needs() == (NEEDS_ARGMAX, 0)
     assert Sampler(SamplingOptions(temperature=0.7, top_k=20)).needs() == (NEEDS_TOP_K, 20)
@@ -123,8 +123,8 @@ def test_banned_tokens_from_a_top_k_read_back_choose_what_the_full_logits_choose
     top_k returns, pick exactly what they pick from all logits: the banned tokens on top,
     ties for greedy (the lower id wins, as argmax), every draw of a seeded sampler (no ties
     at the cut there: the full-logits top-k takes any of tied tokens, as llama.cpp's)."""
-    from cera.ops import top_k
-    from cera.sampling import Candidates
+    from cera.graph.ops import top_k
+    from cera.generation.sampling import Candidates
 
     rng = np.random.default_rng(5)
     for trial in range(200):
@@ -145,7 +145,7 @@ def test_banned_tokens_from_a_top_k_read_back_choose_what_the_full_logits_choose
 def test_the_device_top_k_gives_the_draws_of_the_full_logits():
     """Sampling from the top k ids and values a graph returns draws exactly what sampling
     from all logits draws (same seed, no ties at the cut)."""
-    from cera.sampling import Candidates
+    from cera.generation.sampling import Candidates
 
     rng = np.random.default_rng(7)
     logits = rng.standard_normal(500).astype(np.float32) * 3
@@ -160,7 +160,7 @@ def test_the_device_top_k_gives_the_draws_of_the_full_logits():
 
 def test_a_mask_processor_plugs_into_the_chain():
     """A grammar is one more processor: it masks logits and hears which token was chosen."""
-    from cera.sampling import Processor
+    from cera.generation.sampling import Processor
 
     class OnlyEven(Processor):
         def __init__(self):
@@ -182,7 +182,7 @@ def test_a_mask_processor_plugs_into_the_chain():
 
 def test_log_probabilities_of_the_chosen_tokens(smollm2_path):
     import cera
-    from cera.sampling import log_softmax_at
+    from cera.generation.sampling import log_softmax_at
 
     m = cera.load(str(smollm2_path), device="cpu", threads=2, quiet=True)
     s = m.new_session(n_ctx=64)

@@ -1,6 +1,6 @@
 """The stop-string matcher holds back text that may start a stop string, and cuts at it."""
 
-from cera.session import _StopStrings
+from cera.generation.session import _StopStrings
 
 
 def run(stops, chunks):

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from cera.chat_template import ChatTemplate
+from cera.text.chat_template import ChatTemplate
 from cera.errors import TemplateError
-from cera.template_sandbox import TemplateBudget
+from cera.text.template_budget import TemplateBudget
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 QUICK = TemplateBudget(seconds=0.5)  # keeps the time-budget cases short
@@ -48,8 +48,8 @@ def test_time_budget(src):
 
 def test_the_watchdog_stops_time_spent_outside_the_template_code(monkeypatch):
     """A filter's own Python loop has no checkpoint inside: the watchdog interrupts it."""
-    import cera.chat_template as ct
-    import cera.template_sandbox as ts
+    import cera.text.chat_template as ct
+    import cera.text.template_sandbox as ts
 
     def slow(value):
         while True:
@@ -143,9 +143,9 @@ def test_memory_error_under_a_memory_cap_is_a_template_error():
     code = textwrap.dedent(
         """
         import resource
-        from cera.chat_template import ChatTemplate
+        from cera.text.chat_template import ChatTemplate
         from cera.errors import TemplateError
-        from cera.template_sandbox import TemplateBudget
+        from cera.text.template_budget import TemplateBudget
         t = ChatTemplate("{{ 'x' * 4000000000 }}", budget=TemplateBudget(max_output=10**12, max_produced=10**13))
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, hard))

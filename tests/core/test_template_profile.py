@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from cera.chat_template import ChatTemplate
-from cera.template_profile import TemplateProfileError, profile
+from cera.text.chat_template import ChatTemplate
+from cera.text.template_profile import TemplateProfileError, profile
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"

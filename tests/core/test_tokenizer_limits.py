@@ -15,8 +15,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from cera.gguf import GGUFFile
-from cera.tokenizer import Tokenizer
+from cera.formats.gguf import GGUFFile
+from cera.text.tokenizer import Tokenizer
 
 LINEAR_RATIO = 8.0  # CPU time for 4x the text, over the time for 1x
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cera.gguf import GGUFFile
-from cera.tokenizer import Tokenizer
+from cera.formats.gguf import GGUFFile
+from cera.text.tokenizer import Tokenizer
 
 DATA = Path(__file__).parent / "data" / "tokenizer"
 REFERENCE = json.loads((DATA / "llama_cpp_reference.json").read_text())

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cera.errors import TokenizerError
-from cera.gguf import GGUFFile
-from cera.tokenizer import Tokenizer, hashorder
-from cera.tokenizer import unicode as uc
+from cera.formats.gguf import GGUFFile
+from cera.text.tokenizer import Tokenizer, hashorder
+from cera.text.tokenizer import unicode as uc
 
 MAJOR = {"N": uc.NUMBER, "L": uc.LETTER, "Z": uc.SEPARATOR, "M": uc.MARK, "P": uc.PUNCTUATION, "S": uc.SYMBOL,
          "C": uc.CONTROL}

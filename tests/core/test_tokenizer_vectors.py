@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from cera.errors import TokenizerError
-from cera.gguf import GGUFFile
-from cera.tokenizer import Tokenizer
+from cera.formats.gguf import GGUFFile
+from cera.text.tokenizer import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "tokenizer"))
 from reference_check import check_against_record  # noqa: E402

@@ -316,8 +316,8 @@ def test_format_detection(template, arch, name):
 @pytest.fixture(scope="module")
 def qwen_tokenizer(qwen05_path):
     """Qwen2.5's vocabulary, where <tool_call> and </tool_call> are tokens of their own."""
-    from cera.gguf import GGUFFile
-    from cera.tokenizer.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.text.tokenizer.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf(GGUFFile(qwen05_path))
 
@@ -325,8 +325,8 @@ def qwen_tokenizer(qwen05_path):
 @pytest.fixture(scope="module")
 def old_qwen_tokenizer(llama_vocab_dir):
     """Qwen 2's vocabulary (llama.cpp's test file), which has no tool-call tokens."""
-    from cera.gguf import GGUFFile
-    from cera.tokenizer.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.text.tokenizer.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf(GGUFFile(llama_vocab_dir / "ggml-vocab-qwen2.gguf"))
 

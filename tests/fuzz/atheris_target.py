@@ -47,8 +47,8 @@ def _vocab_files() -> list[Path]:
 
 def gguf_target():
     from cera.errors import CeraError, InvalidModelFile, ModelNotFound
-    from cera.gguf import GGUFFile
-    from cera.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.text.tokenizer import Tokenizer
 
     scratch = Path(tempfile.mkdtemp(prefix="cera-atheris-")) / "input.gguf"
 
@@ -76,8 +76,8 @@ def tokenizer_target():
     import atheris
 
     from cera.errors import CeraError
-    from cera.gguf import GGUFFile
-    from cera.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.text.tokenizer import Tokenizer
 
     tokenizers = []
     for path in _vocab_files():
@@ -107,9 +107,9 @@ def tokenizer_target():
 
 
 def template_target():
-    from cera.chat_template import ChatTemplate
+    from cera.text.chat_template import ChatTemplate
     from cera.errors import TemplateError
-    from cera.template_sandbox import TemplateBudget
+    from cera.text.template_budget import TemplateBudget
 
     budget = TemplateBudget(seconds=0.2, compile_seconds=1.0)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
@@ -152,11 +152,11 @@ def main() -> None:
         sys.exit("atheris is not installed: pip install atheris")
     name = sys.argv.pop(1)
     test_one = TARGETS[name]()  # imports what the target runs, lazily imported modules included
-    import cera.tokenizer.bpe  # noqa: F401
-    import cera.tokenizer.pretokenize  # noqa: F401
-    import cera.tokenizer.spm  # noqa: F401
-    import cera.tokenizer.ugm  # noqa: F401
-    import cera.tokenizer.wpm  # noqa: F401
+    import cera.text.tokenizer.bpe  # noqa: F401
+    import cera.text.tokenizer.pretokenize  # noqa: F401
+    import cera.text.tokenizer.spm  # noqa: F401
+    import cera.text.tokenizer.ugm  # noqa: F401
+    import cera.text.tokenizer.wpm  # noqa: F401
 
     atheris.instrument_all()  # coverage of everything loaded now: cera, and jinja2 for templates
     atheris.Setup(sys.argv, test_one)

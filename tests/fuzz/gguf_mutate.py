@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from cera.gguf import GGUFFile
+from cera.formats.gguf import GGUFFile
 
 T = GGUFValueType
 _SCALAR_FMT = {

@@ -43,9 +43,9 @@ def test_generated_templates(request, pool):
 def test_the_generator_makes_templates_that_do_render(n):
     """A guard on the generator itself: some of its templates must render, or the fuzzing
     would only ever test the error paths."""
-    from cera.chat_template import ChatTemplate
+    from cera.text.chat_template import ChatTemplate
     from cera.errors import TemplateError
-    from cera.template_sandbox import TemplateBudget
+    from cera.text.template_budget import TemplateBudget
 
     rendered = 0
     for k in range(60):

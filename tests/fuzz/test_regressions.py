@@ -21,7 +21,7 @@ from harness import REPO
 
 import cera
 from cera.errors import CeraError, InvalidModelFile, ModelConfigError
-from cera.sink import CollectingSink, FinishReason
+from cera.generation.sink import CollectingSink, FinishReason
 
 TINY = REPO / "tests" / "models" / "reference" / "tiny"
 SEED = TINY / "tiny-mistral.gguf"  # llama: 3 layers, 64 wide, 4 heads (2 KV) of 16, vocabulary 512
@@ -158,7 +158,7 @@ def test_corrupted_weights_end_generation_with_an_error_naming_the_step(tmp_path
 def test_non_finite_logits_later_in_greedy_decoding(tmp_path, monkeypatch):
     """Greedy decoding reads back one integer; the periodic look at the logits finds a model
     that turns to NaN later on."""
-    from cera import session as session_module
+    from cera.generation import session as session_module
 
     m = cera.load(SEED, device="cpu", threads=1)
     try:
@@ -216,7 +216,7 @@ def test_a_tensor_of_no_dimensions_is_one_element(tmp_path):
     next(t for t in doc.tensors if t.name == "blk.0.attn_norm.weight").dims = []
     path = tmp_path / "v.gguf"
     path.write_bytes(serialize(doc)[0])
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     with GGUFFile(path) as g:
         assert g.tensors["blk.0.attn_norm.weight"].shape == (1,)

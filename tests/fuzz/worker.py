@@ -49,18 +49,19 @@ def _prepare() -> None:
     import numpy  # noqa: F401
 
     import cera
-    import cera.chat_template  # noqa: F401
+    import cera.text.chat_template  # noqa: F401
     import cera.engine  # noqa: F401
-    import cera.session  # noqa: F401
-    from cera.plugins import get_manager
+    import cera.generation.session  # noqa: F401
+    from cera.plugins.manager import get_manager
+    from cera.plugins.registry import load_factory
 
     m = get_manager()
     for spec in m.backends.values():  # the kernels' modules, so children need not import them
         if spec.name == "cpu":
-            cera.registry.load_factory(spec.factory)
+            load_factory(spec.factory)
     for fam in m.families.values():
         try:
-            cera.registry.load_factory(fam.factory)
+            load_factory(fam.factory)
         except Exception:  # noqa: BLE001 - a family that cannot import is the case's business
             pass
     try:
@@ -83,7 +84,7 @@ def _memory_error_in(e: BaseException | None) -> bool:
 
 
 def _gguf(case: dict) -> str:
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     path = case["path"]
     mode = case.get("mode", "open")
@@ -94,7 +95,7 @@ def _gguf(case: dict) -> str:
             _ = g.architecture
         return "opened"
     if mode == "inspect":
-        from cera.plugins import get_manager
+        from cera.plugins.manager import get_manager
         from cera_cli.commands.inspect import inspect_report
 
         inspect_report(path, get_manager())
@@ -121,8 +122,8 @@ def _gguf(case: dict) -> str:
 
 
 def _template(case: dict) -> str:
-    from cera.chat_template import ChatTemplate
-    from cera.template_sandbox import TemplateBudget
+    from cera.text.chat_template import ChatTemplate
+    from cera.text.template_budget import TemplateBudget
 
     budget = TemplateBudget(seconds=case.get("budget_s", 0.5), compile_seconds=case.get("budget_s", 0.5) * 4)
     out = ChatTemplate(case["source"], budget=budget).render(case.get("messages", MESSAGES), **case.get("extra", {}))
@@ -132,8 +133,8 @@ def _template(case: dict) -> str:
 
 
 def _tokenize(case: dict) -> str:
-    from cera.gguf import GGUFFile
-    from cera.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.text.tokenizer import Tokenizer
 
     with GGUFFile(case["path"]) as g:
         tok = Tokenizer.from_gguf(g)

@@ -1,11 +1,11 @@
-"""Fixtures of the hub tests: a local Hub server (cera.testing.hub_server) that
+"""Fixtures of the hub tests: a local Hub server (hub_server.py, beside this file) that
 ``HF_ENDPOINT`` points at, an empty Hugging Face cache per test, and no token."""
 
 from __future__ import annotations
 
 import pytest
 
-from cera.testing.hub_server import HubServer
+from hub_server import HubServer
 
 
 @pytest.fixture

@@ -114,7 +114,7 @@ def test_bundle_manifest(hub, smollm_repo, smollm2_path):
     assert rc == 0, err
     rc, out_l, err = cera("run", "-m", str(smollm2_path), *RUN)
     assert out_b == out_l
-    from cera import bundles
+    from cera.sources import bundles
 
     files = bundles.fetch_bundle("bundle:SmolLM2-135M:Q4_1", quiet=True)
     assert files.companions["multimodal_projector"].read_bytes() == b"GGUF-projector-stand-in"
@@ -133,14 +133,14 @@ def test_cera_quantize(tmp_path):
     tiny_hf.write_repo(src)
     rc, out, err = cera("quantize", str(src), str(tmp_path / "tiny-Q4_0.gguf"), "--type", "Q4_0", "-q")
     assert rc == 0, err
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     with GGUFFile(tmp_path / "tiny-Q4_0.gguf") as g:
         got = [hashlib.sha256(bytes(g.tensor_data(n))).hexdigest() for n in g.tensors]
     assert got == [t["sha256"] for t in ref["types"]["Q4_0"]["tensors"]]
     rc, out, err = cera("quantize", str(src), str(tmp_path / "x.gguf"), "--type", "Q3_K_XL")
     assert rc == 1 and "cera converts to F32, F16" in err and not (tmp_path / "x.gguf").exists()
-    from cera.convert import QUANT_TYPES
+    from cera.sources.convert import QUANT_TYPES
 
     rc, out, err = cera("quantize", "--help")  # the help's list is a literal (no numpy at --help): same types
     assert rc == 0 and all(t in " ".join(out.split()) for t in QUANT_TYPES), out

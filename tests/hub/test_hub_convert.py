@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 import tiny_hf
 
-from cera import hub as H
-from cera.convert import ConversionError, convert_folder, quantize_gguf
+from cera.sources import resolve
+from cera.sources.convert import ConversionError, convert_folder, quantize_gguf
 from cera.errors import ModelNotFound
-from cera.gguf import GGUFFile
+from cera.formats.gguf import GGUFFile
 
 REFS = {a: json.loads((Path(__file__).parent / "reference" / f"tiny-{a}.json").read_text()) for a in tiny_hf.ARCHS}
 REF = REFS["llama"]
@@ -32,6 +32,11 @@ TYPES = list(REF["types"])
 # llama: every type; the other architectures (their own tensors and keys): a type of each kind
 CASES = [("llama", q) for q in TYPES] + [(a, q) for a in ("qwen2", "qwen3", "smollm3", "granite", "olmo2", "phi2", "starcoder2")
                                         for q in ("F32", "Q4_0", "Q6_K", "Q4_K_M", "Q3_K_M", "Q2_K")]
+
+
+def local_path(source, **kw):
+    """The GGUF file a source resolves to."""
+    return resolve(source, **kw).path
 
 
 def _plain(v):
@@ -131,7 +136,7 @@ def test_search_lowers_the_weighted_error_against_round_to_nearest(repo):
     from gguf import GGMLQuantizationType as T
     from gguf.quants import dequantize
 
-    from cera.convert.quants import quantize
+    from cera.sources.quants import quantize
 
     w = tiny_hf.weights()["model.layers.0.mlp.down_proj.weight"]
     x = (w.astype(np.uint32) << 16).view(np.float32)
@@ -147,25 +152,25 @@ def test_hub_repo_converts_once_per_revision(hub, capfd):
     files = tiny_hf.write_repo(Path(os.environ["CERA_CACHE_DIR"]).parent / "src")
     c1 = hub.add_commit("org/tiny-llama", files)
     with pytest.raises(ModelNotFound, match=r"no GGUF file but a SafeTensors model.*org/tiny-llama:Q8_0"):
-        H.resolve("org/tiny-llama")
-    path = H.resolve("org/tiny-llama:Q8_0")
+        local_path("org/tiny-llama")
+    path = local_path("org/tiny-llama:Q8_0")
     assert c1 in str(path) and path.name.endswith("-Q8_0-search-v1.gguf")
     assert describe(path)["tensors"] == REF["types"]["Q8_0"]["tensors"]
     err = capfd.readouterr().err
     assert "converting org/tiny-llama" in err and "model-00001-of-00002.safetensors" in err
     # cached: the same file, nothing fetched or converted again
     n, mtime = len(hub.requests("cdn")) + len(hub.requests("resolve")), path.stat().st_mtime_ns
-    assert H.resolve("org/tiny-llama:Q8_0") == path and path.stat().st_mtime_ns == mtime
+    assert local_path("org/tiny-llama:Q8_0") == path and path.stat().st_mtime_ns == mtime
     assert len(hub.requests("cdn")) + len(hub.requests("resolve")) == n
     # a new revision: a new entry
     c2 = hub.add_commit("org/tiny-llama", {"README.md": b"# tiny llama, revised\n"}, parent=True)
-    path2 = H.resolve("org/tiny-llama:Q8_0")
+    path2 = local_path("org/tiny-llama:Q8_0")
     assert c2 in str(path2) and path2 != path and path.exists()
     n = len(hub.requests())
-    assert H.resolve(f"org/tiny-llama@{c1}:Q8_0") == path
+    assert local_path(f"org/tiny-llama@{c1}:Q8_0") == path
     assert len(hub.requests()) == n  # a cached commit's conversion: no request at all
     with pytest.raises(ModelNotFound, match="cera converts to F32, F16"):
-        H.resolve("org/tiny-llama:IQ2_XXS")
+        local_path("org/tiny-llama:IQ2_XXS")
 
 
 def test_cera_run_converts_and_generates(hub, tmp_path):
@@ -180,7 +185,7 @@ def test_cera_run_converts_and_generates(hub, tmp_path):
     assert "converting org/tiny-llama" in err
     import cera
 
-    path = H.resolve("org/tiny-llama:Q4_0", quiet=True)
+    path = local_path("org/tiny-llama:Q4_0", quiet=True)
     with cera.load(path, device="cpu", threads=2, quiet=True) as model:
         want = model.generate(REF["prompt"], max_tokens=4, temperature=0)
     assert proc.stdout.decode("utf-8", "replace")[:-1] == want  # run ends the text with a newline
@@ -225,7 +230,7 @@ def test_a_full_disk_is_said_and_leaves_nothing(repo, tmp_path, monkeypatch):
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (600_000, 600_000))
-        from cera.convert import ConversionError, convert_folder
+        from cera.sources.convert import ConversionError, convert_folder
         try:
             convert_folder({str(repo)!r}, {str(tmp_path / "y.gguf")!r}, "Q8_0")
         except ConversionError as e:
@@ -270,7 +275,8 @@ CONVERT_MEASURED = r"""
 import json, re, sys
 from pathlib import Path
 import numpy as np
-from cera.convert import MEMORY_BOUND_BYTES, convert_folder, quants, read_safetensors_index
+from cera.sources import quants
+from cera.sources.convert import MEMORY_BOUND_BYTES, convert_folder, read_safetensors_index
 import gguf.quants
 # VmHWM is this process image's peak; ru_maxrss would carry the forking pytest worker's
 # peak across exec and hide the rise
@@ -290,7 +296,7 @@ def test_memory_stays_below_the_largest_tensor_plus_a_bound(tmp_path, qtype):
     """Peak memory of a conversion, in a fresh process: the rise of the peak RSS over the
     peak after imports stays below the largest tensor in its source dtype (32 MiB here,
     of a 2 x 32 MiB + 44 MiB bf16 model in two shards) plus the stated bound,
-    cera.convert.MEMORY_BOUND_BYTES."""
+    cera.sources.convert.MEMORY_BOUND_BYTES."""
     src = tmp_path / "big"
     subprocess.run([sys.executable, "-c", MAKE_BIG, str(src), str(Path(__file__).parent)], check=True, timeout=300)
     proc = subprocess.run([sys.executable, "-c", CONVERT_MEASURED, str(src), qtype], capture_output=True, text=True,

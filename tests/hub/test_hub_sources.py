@@ -19,12 +19,18 @@ from pathlib import Path
 
 import pytest
 
-from cera import hub as H
+from cera.sources import hub as H
+from cera.sources import resolve
 from cera.errors import CeraError, DownloadError, ModelNotFound
 
 pytest.importorskip("huggingface_hub")
 
 TOKEN = "hf_cera_test_secret_0123456789"
+
+
+def local_path(source, **kw):
+    """The GGUF file a source resolves to."""
+    return resolve(source, **kw).path
 
 
 def blob(n: int, seed: int) -> bytes:
@@ -111,7 +117,7 @@ def test_download_shares_the_huggingface_hub_cache(hub, capfd):
 
     data = blob(3 << 20, 1)
     commit = hub.add_commit("org/tiny-GGUF", {"tiny-Q4_0.gguf": data, "tiny-Q8_0.gguf": blob(1000, 2), "README.md": b"# tiny\n"})
-    path = H.resolve("org/tiny-GGUF:Q4_0")
+    path = local_path("org/tiny-GGUF:Q4_0")
     assert sha(path.read_bytes()) == sha(data)
     cache = os.environ["HF_HUB_CACHE"]
     # huggingface_hub finds the file where we put it, by revision and by commit, without network
@@ -123,14 +129,14 @@ def test_download_shares_the_huggingface_hub_cache(hub, capfd):
     assert "tiny-Q4_0.gguf" in err and "100%" in err and out == ""
     # a second resolve asks the API once and downloads nothing
     n_cdn = len(hub.requests("cdn"))
-    assert H.resolve("org/tiny-GGUF:Q4_0") == path
+    assert local_path("org/tiny-GGUF:Q4_0") == path
     assert len(hub.requests("cdn")) == n_cdn
     assert cache_leftovers(Path(cache)) == []
 
 
 def test_quiet_has_no_progress_bar(hub, capfd):
     hub.add_commit("org/q", {"q-Q4_0.gguf": blob(2000, 3)})
-    H.resolve("org/q", quiet=True)
+    local_path("org/q", quiet=True)
     assert capfd.readouterr().err == ""
 
 
@@ -141,7 +147,7 @@ def test_files_downloaded_by_huggingface_hub_are_used(hub):
     hub.add_commit("org/pre", {"pre-Q8_0.gguf": data})
     theirs = hf_hub_download("org/pre", "pre-Q8_0.gguf", cache_dir=os.environ["HF_HUB_CACHE"], endpoint=hub.url)
     n_cdn = len(hub.requests("cdn"))
-    assert str(H.resolve("org/pre:Q8_0")) == theirs
+    assert str(local_path("org/pre:Q8_0")) == theirs
     assert len(hub.requests("cdn")) == n_cdn  # no second copy, no second download
 
 
@@ -150,26 +156,26 @@ def test_revisions_branches_tags_commits(hub):
     c1 = hub.add_commit("org/rev", {"rev-Q4_0.gguf": v1}, tags=["v1"])
     c2 = hub.add_commit("org/rev", {"rev-Q4_0.gguf": v2}, branch="main")
     hub.add_commit("org/rev", {"rev-Q4_0.gguf": v1, "rev-Q8_0.gguf": v2}, branch="dev")
-    assert H.resolve("org/rev").read_bytes() == v2
-    assert H.resolve("org/rev@v1").read_bytes() == v1
-    assert H.resolve(f"org/rev@{c1}").read_bytes() == v1
-    assert H.resolve("org/rev@dev:Q8_0").read_bytes() == v2
-    assert H.resolve("org/rev", revision="v1").read_bytes() == v1
+    assert local_path("org/rev").read_bytes() == v2
+    assert local_path("org/rev@v1").read_bytes() == v1
+    assert local_path(f"org/rev@{c1}").read_bytes() == v1
+    assert local_path("org/rev@dev:Q8_0").read_bytes() == v2
+    assert local_path("org/rev", revision="v1").read_bytes() == v1
     refs = H.repo_cache_dir("org/rev") / "refs"
     assert (refs / "main").read_text() == c2 and (refs / "v1").read_text() == c1
     with pytest.raises(ModelNotFound, match="no revision 'nope'"):
-        H.resolve("org/rev@nope")
+        local_path("org/rev@nope")
 
 
 def test_split_gguf_downloads_every_part_and_loads(hub, tmp_path, smollm2_path):
     from split_gguf import write_split
 
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     parts = write_split(smollm2_path, tmp_path / "split" / "SmolLM2-135M-Instruct-Q4_1", 100)
     assert len(parts) == 3
     hub.add_commit("org/split-GGUF", {p.name: p for p in parts})
-    first = H.resolve("org/split-GGUF:Q4_1", quiet=True)
+    first = local_path("org/split-GGUF:Q4_1", quiet=True)
     assert first.name == parts[0].name
     for p in parts:
         assert sha((first.parent / p.name).read_bytes()) == sha(p.read_bytes())
@@ -187,14 +193,14 @@ def test_private_repo_needs_the_token_and_never_shows_it(hub, monkeypatch, capfd
     data = blob(6000, 7)
     hub.add_commit("org/private-GGUF", {"p-Q4_0.gguf": data}, private=True, token=TOKEN)
     with pytest.raises(ModelNotFound) as e:
-        H.resolve("org/private-GGUF")
+        local_path("org/private-GGUF")
     assert "hf auth login" in str(e.value) and "HF_TOKEN" in str(e.value)
     monkeypatch.setenv("HF_TOKEN", "hf_wrong_" + TOKEN[::-1])
     with pytest.raises(ModelNotFound) as e:
-        H.resolve("org/private-GGUF")
+        local_path("org/private-GGUF")
     assert "token" in str(e.value) and TOKEN[::-1] not in str(e.value)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert H.resolve("org/private-GGUF").read_bytes() == data
+    assert local_path("org/private-GGUF").read_bytes() == data
     # the token went to the Hub's API and resolve URLs, never to the storage host
     log = hub.requests()
     assert any(r["authorization"] == f"Bearer {TOKEN}" for r in log if r["kind"] == "resolve")
@@ -211,7 +217,7 @@ def test_token_from_hf_login_file(hub, monkeypatch):
     (home / "token").write_text(TOKEN)  # what `hf auth login` writes
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
     hub.add_commit("org/p2", {"p2-Q4_0.gguf": blob(100, 8)}, private=True, token=TOKEN)
-    assert H.resolve("org/p2").exists()
+    assert local_path("org/p2").exists()
 
 
 # -- failures ----------------------------------------------------------------------------
@@ -219,10 +225,10 @@ def test_token_from_hf_login_file(hub, monkeypatch):
 
 def test_unknown_repo_and_file(hub):
     with pytest.raises(ModelNotFound, match=r"'org/none' was not found .*HTTP 404"):
-        H.resolve("org/none")
+        local_path("org/none")
     hub.add_commit("org/readme-only", {"README.md": b"nothing here"})
     with pytest.raises(ModelNotFound, match="no .gguf file and no SafeTensors"):
-        H.resolve("org/readme-only")
+        local_path("org/readme-only")
 
 
 def free_port() -> int:
@@ -238,7 +244,7 @@ def test_unreachable_hub_fails_fast_with_a_hint(monkeypatch, tmp_path):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     t0 = time.monotonic()
     with pytest.raises(DownloadError) as e:
-        H.resolve("org/anything:Q4_0")
+        local_path("org/anything:Q4_0")
     assert time.monotonic() - t0 < 5
     msg = str(e.value)
     assert "cannot reach the Hugging Face Hub" in msg and "HF_HUB_OFFLINE=1" in msg and "local .gguf file" in msg
@@ -269,7 +275,7 @@ def test_a_hub_that_never_answers_fails_within_seconds(tmp_path):
         env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{sink.getsockname()[1]}", "CERA_HUB_TIMEOUT": "1",
                "HF_HUB_CACHE": str(tmp_path / "hf-cache"), "HF_HOME": str(tmp_path / "hf-home")}  # fmt: skip
         env.pop("HF_HUB_OFFLINE", None)
-        script = "from cera import hub\ntry:\n    hub.resolve('org/anything:Q4_0')\nexcept Exception as e:\n    print(type(e).__name__, e)"
+        script = "from cera.sources import resolve\ntry:\n    resolve('org/anything:Q4_0')\nexcept Exception as e:\n    print(type(e).__name__, e)"
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
         for conn in held:
             conn.close()
@@ -281,28 +287,28 @@ def test_a_hub_that_never_answers_fails_within_seconds(tmp_path):
 def test_offline_uses_the_cache_only(hub, monkeypatch):
     data = blob(7000, 9)
     hub.add_commit("org/off-GGUF", {"off-Q4_0.gguf": data, "off-Q8_0.gguf": blob(10, 1)})
-    online = H.resolve("org/off-GGUF:Q4_0")
+    online = local_path("org/off-GGUF:Q4_0")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     n = len(hub.requests())
-    assert H.resolve("org/off-GGUF:Q4_0") == online
+    assert local_path("org/off-GGUF:Q4_0") == online
     assert len(hub.requests()) == n  # not one request
     with pytest.raises(ModelNotFound, match=r"no Q8_0 model file; it has: Q4_0 .*HF_HUB_OFFLINE is set: only files in the cache"):
-        H.resolve("org/off-GGUF:Q8_0")  # never fetched, so unknown offline
+        local_path("org/off-GGUF:Q8_0")  # never fetched, so unknown offline
     with pytest.raises(ModelNotFound, match="not in the Hugging Face cache"):
-        H.resolve("org/never-fetched")
+        local_path("org/never-fetched")
     # the unreachable-hub error says when the cache has the repo
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     with pytest.raises(DownloadError, match="the cache has org/off-GGUF@main: HF_HUB_OFFLINE=1 uses it"):
-        H.resolve("org/off-GGUF:Q4_0")
+        local_path("org/off-GGUF:Q4_0")
 
 
 def test_offline_resolution_does_not_import_huggingface_hub(hub):
     """Offline, the cache is all there is: nothing imports huggingface_hub (half a second)
     or looks up a token."""
     hub.add_commit("org/imp-GGUF", {"imp-Q4_0.gguf": blob(3000, 15)})
-    online = H.resolve("org/imp-GGUF:Q4_0", quiet=True)
-    script = "import sys; from cera import hub; print(hub.resolve('org/imp-GGUF:Q4_0')); print('huggingface_hub' in sys.modules)"
+    online = local_path("org/imp-GGUF:Q4_0", quiet=True)
+    script = "import sys; from cera.sources import resolve; print(resolve('org/imp-GGUF:Q4_0').path); print('huggingface_hub' in sys.modules)"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -314,26 +320,26 @@ def test_a_cached_commit_asks_the_hub_nothing(hub):
     without a request; a quant it lacks in the cache, or a branch, still asks the Hub."""
     q4, q8 = blob(4000, 16), blob(4000, 17)
     commit = hub.add_commit("org/pin-GGUF", {"pin-Q4_0.gguf": q4, "pin-Q8_0.gguf": q8})
-    path = H.resolve(f"org/pin-GGUF@{commit}:Q4_0", quiet=True)
+    path = local_path(f"org/pin-GGUF@{commit}:Q4_0", quiet=True)
     n = len(hub.requests())
-    assert H.resolve(f"org/pin-GGUF@{commit}:Q4_0", quiet=True) == path
-    assert H.resolve("org/pin-GGUF:Q4_0", quiet=True, revision=commit) == path
+    assert local_path(f"org/pin-GGUF@{commit}:Q4_0", quiet=True) == path
+    assert local_path("org/pin-GGUF:Q4_0", quiet=True, revision=commit) == path
     assert len(hub.requests()) == n
-    assert H.resolve(f"org/pin-GGUF@{commit}:Q8_0", quiet=True).read_bytes() == q8  # not cached yet: fetched
+    assert local_path(f"org/pin-GGUF@{commit}:Q8_0", quiet=True).read_bytes() == q8  # not cached yet: fetched
     assert len(hub.requests()) > n
     n = len(hub.requests())
-    assert H.resolve("org/pin-GGUF:Q4_0", quiet=True) == path  # a branch can move: asked
+    assert local_path("org/pin-GGUF:Q4_0", quiet=True) == path  # a branch can move: asked
     assert len(hub.requests()) > n
     # a blob deleted from under the snapshot is fetched again, not returned broken
     path.resolve().unlink()
-    assert H.resolve(f"org/pin-GGUF@{commit}:Q4_0", quiet=True).read_bytes() == q4
+    assert local_path(f"org/pin-GGUF@{commit}:Q4_0", quiet=True).read_bytes() == q4
 
 
 def test_cut_connection_resumes_in_the_same_run(hub):
     data = blob(2_500_000, 10)
     hub.add_commit("org/cut", {"cut-Q4_0.gguf": data})
     hub.fault("org/cut", "cut-Q4_0.gguf", cut_after=1_000_000, times=1)
-    path = H.resolve("org/cut", quiet=True)
+    path = local_path("org/cut", quiet=True)
     assert sha(path.read_bytes()) == sha(data)
     assert [r["range"] for r in hub.requests("cdn")] == [None, "bytes=1000000-"]
 
@@ -343,7 +349,7 @@ def test_truncated_download_keeps_the_partial_file_and_the_next_run_resumes(hub)
     hub.add_commit("org/trunc", {"trunc-Q4_0.gguf": data})
     hub.fault("org/trunc", "trunc-Q4_0.gguf", cut_after=700_000)  # every time
     with pytest.raises(DownloadError) as e:
-        H.resolve("org/trunc", quiet=True)
+        local_path("org/trunc", quiet=True)
     msg = str(e.value)
     assert "org/trunc/trunc-Q4_0.gguf" in msg and "cut off" in msg and "resumes" in msg
     storage = H.repo_cache_dir("org/trunc")
@@ -351,7 +357,7 @@ def test_truncated_download_keeps_the_partial_file_and_the_next_run_resumes(hub)
     assert partial.stat().st_size == 700_000
     assert not (storage / "blobs" / sha(data)).exists() and not (storage / "snapshots").exists()
     del hub.faults[("org/trunc", "trunc-Q4_0.gguf")]
-    path = H.resolve("org/trunc", quiet=True)
+    path = local_path("org/trunc", quiet=True)
     assert sha(path.read_bytes()) == sha(data)
     assert hub.requests("cdn")[-1]["range"] == "bytes=700000-"
     assert not partial.exists()
@@ -362,7 +368,7 @@ def test_wrong_checksum_deletes_the_file(hub):
     hub.add_commit("org/bad", {"bad-Q4_0.gguf": data, "config.json": b"{}"})
     hub.fault("org/bad", "bad-Q4_0.gguf", corrupt=True)
     with pytest.raises(DownloadError) as e:
-        H.resolve("org/bad", quiet=True)
+        local_path("org/bad", quiet=True)
     msg = str(e.value)
     assert f"does not match the Hub's {sha(data)}" in msg and "deleted" in msg and "bad-Q4_0.gguf" in msg
     root = Path(os.environ["HF_HUB_CACHE"])
@@ -378,7 +384,7 @@ def test_not_enough_disk_space_is_said_before_downloading(hub, monkeypatch):
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
     with pytest.raises(DownloadError, match=r"big-Q4_0.gguf needs 48.8 KiB more, but .* has only 1000 B free"):
-        H.resolve("org/big", quiet=True)
+        local_path("org/big", quiet=True)
     assert hub.requests("cdn") == []
 
 
@@ -390,10 +396,10 @@ def test_disk_filling_up_mid_download(hub, tmp_path):
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1_500_000, 1_500_000))
-        from cera import hub
+        from cera.sources import resolve
         from cera.errors import DownloadError
         try:
-            hub.resolve("org/full", quiet=True)
+            resolve("org/full", quiet=True)
         except DownloadError as e:
             print(e)
             sys.exit(3)
@@ -410,4 +416,4 @@ def test_disk_filling_up_mid_download(hub, tmp_path):
 def test_errors_are_cera_errors(hub):
     for source in ("org/none", "org/none@v9:Q4_0"):
         with pytest.raises(CeraError):
-            H.resolve(source)
+            local_path(source)

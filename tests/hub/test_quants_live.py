@@ -1,4 +1,4 @@
-"""cera.convert.quants against ggml's own quantizer (ggml_quantize_chunk in the libggml-base
+"""cera.sources.quants against ggml's own quantizer (ggml_quantize_chunk in the libggml-base
 that llama-cpp-python ships), byte for byte, on rows with awkward content: zeros, constants,
 one spike, tiny and huge magnitudes. Skipped where llama-cpp-python is not installed."""
 
@@ -13,7 +13,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
 
-from cera.convert.quants import quantize
+from cera.sources.quants import quantize
 
 pytestmark = pytest.mark.peer
 

@@ -1,7 +1,7 @@
 """A hybrid test family: short-convolution layers and attention layers (LFM2's shape),
 with random weights, for tests of state that is not a KV cache.
 
-The family is the core decoder with a mixer per layer (`cera.decoder`): the file says
+The family is the core decoder with a mixer per layer (`cera.blocks.decoder`): the file says
 which layers attend by their KV head count (0: a short convolution), as LFM2 files do.
 The vocabulary is GPT-2's 256 byte tokens without merges plus ChatML's special tokens,
 so any text round-trips through the tokenizer exactly (a chat re-renders its history and
@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 from gguf import GGUFWriter
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
 
 ARCH = "cera-hybrid-test"
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")

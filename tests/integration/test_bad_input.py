@@ -12,7 +12,7 @@ import pytest
 
 import cera
 from cera.errors import CeraError
-from cera.sink import CollectingSink, FinishReason
+from cera.generation.sink import CollectingSink, FinishReason
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,7 @@ def test_tokenizer_and_template_misuse(loaded):
 
 
 def test_sampler_misuse():
-    from cera.sampling import Sampler, SamplingOptions
+    from cera.generation.sampling import Sampler, SamplingOptions
 
     _raises_cera(lambda: SamplingOptions(top_k=-2), "top_k")
     s = Sampler(SamplingOptions(temperature=1.0, seed=1))

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import cera
-from cera.graph import ALL_LOGITS, Layout
-from cera.runtime import SeqStep
+from cera.graph.builder import ALL_LOGITS, Layout
+from cera.generation.runtime import SeqStep
 
 
 def _prompts(loaded, n: int, length: int = 12, seed: int = 0) -> list[list[int]]:

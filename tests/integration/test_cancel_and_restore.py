@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import cera
-from cera import session as session_module
+from cera.generation import session as session_module
 from cera.errors import SessionError
-from cera.sink import FinishReason
+from cera.generation.sink import FinishReason
 
 TINY = Path(__file__).resolve().parents[1] / "models" / "reference" / "tiny" / "tiny-mistral.gguf"
 

@@ -1,4 +1,4 @@
-"""Checkpoint files (cera.checkpoint): saved atomically, checked on load, and continuing
+"""Checkpoint files (cera.formats.checkpoint): saved atomically, checked on load, and continuing
 from one gives exactly the tokens of an uninterrupted run."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cera
-from cera.checkpoint import CheckpointError
+from cera.formats.checkpoint import CheckpointError
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_a_crash_during_a_second_save_leaves_the_first_intact(loaded, smollm2_pa
         # another process continues the session and dies while saving over the checkpoint
         code = textwrap.dedent(f"""
             import cera
-            from cera import checkpoint
+            from cera.formats import checkpoint
             m = cera.load({str(smollm2_path)!r}, device="cpu", threads=1, quiet=True)
             s = m.new_session(n_ctx=256)
             s.load({str(target)!r})
@@ -103,7 +103,7 @@ def test_damaged_foreign_and_mismatched_checkpoints_are_refused_cleanly(loaded, 
 
 
 def test_a_chat_checkpoint_keeps_the_messages(loaded, tmp_path):
-    from cera.chat import Chat
+    from cera.chat.session import Chat
 
     chat = loaded.chat(system="Be brief.")
     chat.send("Name a colour.", max_tokens=8, temperature=0)

@@ -28,8 +28,8 @@ import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from cera.plugins import PluginManager, get_manager
-from cera.registry import load_factory
+from cera.plugins.manager import PluginManager, get_manager
+from cera.plugins.registry import load_factory
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "cera-model-example"
@@ -185,7 +185,7 @@ def example_modules(installed):
 
 def test_config_is_read_from_the_files_metadata(example_modules, tmp_path):
     from cera.errors import ModelConfigError
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     path = example_modules.tiny.write_tiny_gguf(tmp_path / "t.gguf", n_embd=96, n_head=6, n_head_kv=3, n_layer=3, n_ff=64)
     with GGUFFile(path) as g:
@@ -271,10 +271,10 @@ def cpu_backend():
 
 
 def test_example_model_matches_a_direct_numpy_computation(example_modules, cpu_backend, tmp_path):
-    from cera.gguf import GGUFFile
-    from cera.graph import ALL_LOGITS
+    from cera.formats.gguf import GGUFFile
+    from cera.graph.builder import ALL_LOGITS
     from cera.model import Weights
-    from cera.runtime import Runner, SeqStep
+    from cera.generation.runtime import Runner, SeqStep
     from cera.testing.reference import ReferenceBackend
 
     path = example_modules.tiny.write_tiny_gguf(tmp_path / "tiny.gguf", seed=3)

@@ -15,8 +15,8 @@ import pytest
 from hybrid_family import register, write_hybrid
 
 import cera
-from cera.chat import Chat
-from cera.plugins import PluginManager
+from cera.chat.session import Chat
+from cera.plugins.manager import PluginManager
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,8 @@ def test_a_rewind_restores_the_prompt_snapshot_and_re_evaluates(hybrid):
 
 
 def test_the_cpu_backend_agrees_with_the_reference_backend(hybrid):
-    from cera.graph import ALL_LOGITS
-    from cera.runtime import Runner, SeqStep
+    from cera.graph.builder import ALL_LOGITS
+    from cera.generation.runtime import Runner, SeqStep
     from cera.testing.reference import ReferenceBackend
 
     ref = ReferenceBackend()

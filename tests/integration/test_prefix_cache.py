@@ -1,4 +1,4 @@
-"""The prefix cache (cera.prefix_cache): a hit evaluates only the rest of the prompt and
+"""The prefix cache (cera.generation.prefix_cache): a hit evaluates only the rest of the prompt and
 gives the tokens a miss gives; the disk tier survives the process and ignores damage."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 
 import cera
 from cera.errors import ContextFull, SessionError
-from cera.sink import CollectingSink, FinishReason, Sink
+from cera.generation.sink import CollectingSink, FinishReason, Sink
 
 REF = Path(__file__).parents[1] / "models" / "reference" / "data" / "smollm2-135m-instruct-q4_1.json"
 PROMPT = "The capital of France is Paris. The capital of Germany is"

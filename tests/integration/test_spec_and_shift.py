@@ -7,7 +7,7 @@ import pytest
 
 import cera
 from cera.errors import InvalidOptions
-from cera.sink import FinishReason
+from cera.generation.sink import FinishReason
 
 CODE = '''def fibonacci(n):
     if n < 2:

@@ -15,10 +15,10 @@ import pytest
 from llama_arithmetic import skip_unless_llama_cpp_arithmetic
 
 import cera
-from cera.chat import ChatSession, Phase, PhaseError, TurnEnd
-from cera.chat_template import ChatTemplate
+from cera.chat.session import ChatSession, Phase, PhaseError, TurnEnd
+from cera.text.chat_template import ChatTemplate
 from cera.grammar import Constraint
-from cera.sink import FinishReason
+from cera.generation.sink import FinishReason
 from cera.tools import TextDelta, ToolCallEvent, ToolError
 
 WEATHER = {

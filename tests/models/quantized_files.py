@@ -98,7 +98,7 @@ def make(name: str, dest: Path | None = None) -> Path:
     from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
     from gguf.quants import dequantize
 
-    from cera.bundles import fetch_file
+    from cera.sources.bundles import fetch_file
 
     weights, embd = FILES[name]
     path = dest or cache_dir() / f"smollm2-135m-{name.lower()}.gguf"

@@ -27,7 +27,7 @@ MIN_COSINE = 0.9999
 
 @pytest.fixture(scope="module")
 def nomic():
-    from cera import bundles
+    from cera.sources import bundles
 
     path = bundles.fetch_file("nomic-embed-text-v1.5-f16", quiet=True)
     with cera.load(str(path), device="cpu", threads=2, quiet=True) as loaded:
@@ -40,7 +40,7 @@ def record():
 
 
 def test_the_file_is_the_one_the_reference_was_made_on(nomic, record):
-    from cera.bundles import sha256_file
+    from cera.sources.bundles import sha256_file
 
     assert sha256_file(nomic.path) == record["model"]["sha256"]
     assert nomic.family == "nomic-bert" and nomic.model.pooling == "mean"

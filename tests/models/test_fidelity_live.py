@@ -30,7 +30,7 @@ def record():
 
 @pytest.fixture(scope="module")
 def path():
-    from cera import bundles
+    from cera.sources import bundles
 
     return bundles.fetch_file(NAME, quiet=True)
 

@@ -7,7 +7,7 @@ RoPE (ggml's rotation as GCC contracts it into fused multiply-adds) and GeGLU (g
 GELU table, built with the same contraction). On x86 with AVX-512, as the llama.cpp build.
 llama.cpp runs Gemma 3 (Q5_0, Q8_0, Q4_K and Q6_K weights, NeoX RoPE, GeGLU) through its
 graph callback; cera's CPU backend applies each op to the tensors llama.cpp fed it, the
-way it runs a model's ops: a one-op graph (cera.graph.GraphBuilder, the tensor a declared
+way it runs a model's ops: a one-op graph (cera.graph.builder.GraphBuilder, the tensor a declared
 input, the layer's RoPE from the model's `layer_rope`, the weight the model's file tensor)
 compiled by the backend, run as a fused C plan and step by step (CERA_CPU_PLANS=0), each
 compared. Skipped without llama-cpp-python; slow (the Gemma file).
@@ -37,7 +37,7 @@ STEPS = [5000, 6000]
 @pytest.fixture(scope="module")
 def runs():
     """(cera's loaded model, [(positions, llama.cpp's tensors) per evaluation])."""
-    from cera import bundles
+    from cera.sources import bundles
 
     path = bundles.fetch_file(NAME, quiet=True)
     loaded = cera.load(path, device="cpu", threads=2)
@@ -65,7 +65,7 @@ def _run_op(loaded, positions, inputs, build):
     plan (the default) and step by step, unfused (as with CERA_CPU_PLANS=0). Returns
     both outputs, by mode."""
     from cera.backend import StepInputs
-    from cera.graph import GraphBuilder, Layout, Outputs
+    from cera.graph.builder import GraphBuilder, Layout, Outputs
 
     n = len(positions)
     g = GraphBuilder(Layout((n,)), Outputs())

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import cera
-from cera.chat import Chat
+from cera.chat.session import Chat
 from cera.errors import ModelConfigError
 
 TINY = Path(__file__).parent / "reference" / "tiny"

@@ -148,7 +148,7 @@ def test_health_reports_a_failed_load():
 
 
 def test_embeddings_from_an_embedding_model_match_llama_cpp():
-    from cera import bundles
+    from cera.sources import bundles
 
     record = json.loads(EMBED_REF.read_text())
     cases = record["cases"]

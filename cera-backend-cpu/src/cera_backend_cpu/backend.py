@@ -35,7 +35,7 @@ from cera.errors import (
     UnsupportedOperation,
     UnsupportedTensorType,
 )
-from cera.ops import names as op_names
+from cera.graph.ops import names as op_names
 from cera.state import KV_CODES, HostState, kv_row_shape
 
 from ._native import best_variant, compiled_variants, cpu_features, ffi, lib
@@ -506,4 +506,4 @@ class CpuBackend(Backend):
             ffi.release(ctx)
 
 
-assert set(OPS) <= set(op_names()), "capabilities.OPS names ops that cera.ops does not have"
+assert set(OPS) <= set(op_names()), "capabilities.OPS names ops that cera.graph.ops does not have"

@@ -30,7 +30,7 @@ TENSOR_TYPES = (
     "IQ1_S",
 )
 
-# The ops of cera.ops this backend implements: in C, or on the host between C segments
+# The ops of cera.graph.ops this backend implements: in C, or on the host between C segments
 # (compile.py says which). A test checks this list against the op table.
 OPS = (
     "embedding",

@@ -1,6 +1,6 @@
 """The CPU backend's compiler: a graph becomes a C execution plan over one arena.
 
-The core has planned the graph (`cera.planning`): which tensors are views of others,
+The core has planned the graph (`cera.graph.planning`): which tensors are views of others,
 which nodes run together as one step (products of one input with their glu or residual
 epilogue), and where each buffer sits in an arena (buffers whose lives do not overlap
 share memory). Here every step becomes one op of a C plan (csrc/plan.c) with resolved
@@ -23,9 +23,9 @@ import numpy as np
 
 from cera.backend import Executable, StepInputs
 from cera.errors import CeraError, SessionError, ShapeError
-from cera.graph import Graph, Tensor, WeightRef
-from cera.ops import OPS, RunContext
-from cera.planning import ALIGN, Step, arena_layout, is_view, placements, plan_steps
+from cera.graph.builder import Graph, Tensor, WeightRef
+from cera.graph.ops import OPS, RunContext
+from cera.graph.planning import ALIGN, Step, arena_layout, is_view, placements, plan_steps
 from cera.state import KV_CODES, HostState
 
 from ._native import ffi, lib

@@ -1,10 +1,10 @@
 """The cera plugin module of cera-backend-hexagon: registers the backend name `hexagon`, with
-the honest reason it cannot run (it is not implemented yet). See `cera.placeholder`."""
+the honest reason it cannot run (it is not implemented yet). See `cera.plugins.placeholder`."""
 
 from __future__ import annotations
 
 import cera
-from cera.placeholder import placeholder_spec
+from cera.plugins.placeholder import placeholder_spec
 
 CERA_PLUGIN_API = ">=2,<3"
 

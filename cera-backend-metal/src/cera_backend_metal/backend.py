@@ -1,6 +1,6 @@
-"""The factory named by the `metal` BackendSpec: it refuses, naming the reason (`cera.placeholder`)."""
+"""The factory named by the `metal` BackendSpec: it refuses, naming the reason (`cera.plugins.placeholder`)."""
 
-from cera.placeholder import PlaceholderBackend
+from cera.plugins.placeholder import PlaceholderBackend
 
 
 class MetalBackend(PlaceholderBackend):

@@ -7,11 +7,11 @@ TENSOR_TYPES = (
     "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
 )  # fmt: skip
 
-# The ops of cera.ops with a kernel here: everything the dense decoder families use, the
+# The ops of cera.graph.ops with a kernel here: everything the dense decoder families use, the
 # hybrid and mixture-of-experts families' short convolution, Mamba-2 scan (their state in
 # device buffers per layer) and experts, and the encoder-decoder families' (Whisper's)
 # full convolution and cross-attention over a memory in device buffers per layer. That is
-# every op of cera.ops.
+# every op of cera.graph.ops.
 OPS = (
     "embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "attention_full", "unary", "glu",
     "add", "mul", "scale", "softcap", "softmax", "argmax", "top_k", "take", "concat", "rows", "seq_mean",

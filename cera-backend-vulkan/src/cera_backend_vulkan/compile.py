@@ -1,6 +1,6 @@
 """The Vulkan backend's compiler: a graph becomes a fixed list of dispatches.
 
-The core has planned the graph (`cera.planning`): views, steps (products of one input
+The core has planned the graph (`cera.graph.planning`): views, steps (products of one input
 with their glu or residual epilogue), and an arena layout. Here:
 
 - one device buffer, the *arena*, holds the per-run inputs (token ids, positions, the
@@ -32,8 +32,8 @@ import numpy as np
 
 from cera.backend import Executable, StepInputs
 from cera.errors import ContextFull, SessionError, ShapeError, UnsupportedOperation
-from cera.graph import Graph, Tensor, WeightRef
-from cera.planning import Step, arena_layout, placements, plan_steps
+from cera.graph.builder import Graph, Tensor, WeightRef
+from cera.graph.planning import Step, arena_layout, placements, plan_steps
 
 from . import record, wgsl
 

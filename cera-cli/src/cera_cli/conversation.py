@@ -1,4 +1,4 @@
-"""What the commands need of a conversation (`cera.chat.ChatSession`), in one place."""
+"""What the commands need of a conversation (`cera.chat.session.ChatSession`), in one place."""
 
 from __future__ import annotations
 

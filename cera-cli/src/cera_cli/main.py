@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from cera import plugins as _plugins
+from cera.plugins import manager as _plugins
 
 # name -> "module:attr" of a click command; imported only when the command runs or shows help.
 BUILTIN_COMMANDS = {
@@ -160,7 +160,7 @@ def _print_versions(ctx, param, value):
     core, the CLI, each plugin's): what a bug report needs. Reads metadata only."""
     if not value or ctx.resilient_parsing:
         return
-    from cera.distributions import all_installed, installed_version
+    from cera.plugins.distributions import all_installed, installed_version
 
     click.echo(f"cera {installed_version('cera-cli') or '?'}")
     for name, version in all_installed():

@@ -65,7 +65,7 @@ def _stops(ctx, param, value):
 
 
 # Click types and checks of the generation options whose values have a range; flags,
-# defaults and help come from `cera.options.GenerateOptions` itself (one definition for
+# defaults and help come from `cera.generation.options.GenerateOptions` itself (one definition for
 # the API and the CLI).
 _CLICK_TYPES = {
     "max_tokens": int,
@@ -86,16 +86,16 @@ _CALLBACKS = {"max_tokens": _max_tokens, "stop": _stops}
 
 
 def _generate_fields():
-    # cera.options imports only attrs and the sampling module: cheap enough for --help
+    # cera.generation.options imports only attrs and the sampling module: cheap enough for --help
     import attrs
 
-    from cera.options import GenerateOptions
+    from cera.generation.options import GenerateOptions
 
     return [f for f in attrs.fields(GenerateOptions) if f.metadata.get("flag")]
 
 
 def sampling_options(func):
-    """The generation options, built from `cera.options.GenerateOptions`'s fields."""
+    """The generation options, built from `cera.generation.options.GenerateOptions`'s fields."""
     for field in reversed(_generate_fields()):
         flags = field.metadata["flag"].split("/")
         help_text = field.metadata["help"]
@@ -115,7 +115,7 @@ def sampling_options(func):
 def generate_options(kw: dict):
     """Pop the generation options out of a command's keyword arguments. A random seed
     (none given, or -1) is drawn here, so that the run can print it and be repeated."""
-    from cera.options import GenerateOptions
+    from cera.generation.options import GenerateOptions
 
     values = {f.name: kw.pop(f.name) for f in _generate_fields()}
     if values.get("spec") and values.get("temperature", 0) > 0:
@@ -155,7 +155,7 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
     """Resolve and load a model for a command, saying on stderr what matters: backends
     passed over (placeholders only with --verbose: `cera plugins` lists them), -ngl."""
     import cera
-    from cera import bundles, hub
+    from cera.sources import bundles, resolve
     from cera.errors import ModelNotFound
 
     console = console or Console()
@@ -170,9 +170,9 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
             f"`cera models --kind llm` lists the language models"
         )
     t0 = time.perf_counter()
-    path = hub.resolve(source, quiet=console.quiet)
+    local = resolve(source, quiet=console.quiet)
     t1 = time.perf_counter()
-    loaded = cera.load(path, device=device, threads=threads, quiet=console.quiet)
+    loaded = cera.load(local, device=device, threads=threads, quiet=console.quiet)
     t2 = time.perf_counter()
     console.timings.update(resolve=t1 - t0, load=t2 - t1)
     if loaded.backend_notes:
@@ -180,7 +180,7 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
     if console.verbose:
         _explain_placeholders(loaded, console)
         console.detail(
-            f"cera: {path} ({loaded.architecture}, family {loaded.family}); resolved in {t1 - t0:.2f} s, "
+            f"cera: {local.path} ({loaded.architecture}, family {loaded.family}); resolved in {t1 - t0:.2f} s, "
             f"loaded in {t2 - t1:.2f} s on backend {loaded.backend.name}"
         )
     if n_gpu_layers is not None:
@@ -201,7 +201,7 @@ def _exists(source: str) -> bool:
 
 
 def _explain_placeholders(loaded, console: Console) -> None:
-    from cera.plugins import get_manager
+    from cera.plugins.manager import get_manager
 
     manager = get_manager()
     for name, spec in sorted(manager.backends.items()):
@@ -234,7 +234,7 @@ def echo_err(msg: str) -> None:
 
 def model_source(model: str | None, hf: str | None, quant: str | None, revision: str | None,
                  bundle_id: str | None) -> str | None:  # fmt: skip
-    """One source string in `cera.hub.resolve`'s syntax from -m and --hf/--quant/--revision/--bundle-id."""
+    """One source string in `cera.sources.resolve`'s syntax from -m and --hf/--quant/--revision/--bundle-id."""
     given = [o for o, v in (("-m", model), ("--hf", hf), ("--bundle-id", bundle_id)) if v]
     if len(given) > 1:
         raise click.UsageError(f"give one of {', '.join(given)}")
@@ -247,7 +247,7 @@ def model_source(model: str | None, hf: str | None, quant: str | None, revision:
         return source
     if source is None:
         raise click.UsageError("--quant and --revision need a model: -m ORG/REPO, --hf ORG/REPO or --bundle-id NAME")
-    from cera.hub import HubSource, parse_source
+    from cera.sources.hub import HubSource, parse_source
 
     parsed = parse_source(source)
     if parsed is None:

@@ -83,7 +83,7 @@ def load_tools(value: str):
 def run_turn(conversation, text: str, options, tool_choice: str, constrain: bool) -> object:
     """`cera run --tools`: one turn; the text to stderr as it comes, the calls' JSON array
     to stdout at the end. Returns the turn's result."""
-    from cera.chat import TurnEnd
+    from cera.chat.session import TurnEnd
     from cera.tools import TextDelta, ToolCallFailed
 
     conversation.ingest(text)

@@ -1,13 +1,19 @@
 """cera: a GGUF inference engine for LLMs and speech, built from plugins.
 
-The core defines the interfaces (Backend, Model, Session, Sink), reads GGUF files,
+The core defines the interfaces (`Model`, `Backend`, `Session`, `Sink`), reads GGUF files,
 tokenizes, and discovers plugins (model families, backends, audio components, CLI
-commands) through the ``cera`` entry-point group. Heavy modules load lazily: importing
-``cera`` imports no backend and no model family.
+commands) through the ``cera`` entry-point group. The names below are the stable public
+API; the modules behind them live in rooms by concept (``cera.graph``, ``cera.blocks``,
+``cera.plugins``, ``cera.sources``, ``cera.formats``, ``cera.text``, ``cera.generation``,
+``cera.chat``, ``cera.grammar``, ``cera.tools``, ``cera.audio``, ``cera.testing``).
+
+Heavy modules load lazily: importing ``cera`` imports no backend, no model family and no
+numpy; a name such as ``cera.Session`` imports its module on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 from importlib import metadata as _metadata
 
 from .errors import (
@@ -16,11 +22,14 @@ from .errors import (
     CeraError,
     ContextFull,
     DownloadError,
+    GenerationError,
     GrammarError,
     InvalidModelFile,
+    InvalidOptions,
     ModelConfigError,
     ModelNotFound,
     PluginError,
+    ResourceExhausted,
     SessionError,
     ShapeError,
     TemplateError,
@@ -29,9 +38,9 @@ from .errors import (
     UnsupportedOperation,
     UnsupportedTensorType,
 )
-from .hookspecs import hookimpl
-from .plugins import ENTRY_POINT_GROUP, PLUGIN_API_VERSION
-from .registry import AudioComponent, BackendSpec, ModelFamily
+from .plugins.hookspecs import hookimpl
+from .plugins.manager import ENTRY_POINT_GROUP, PLUGIN_API_VERSION
+from .plugins.registry import AudioComponent, BackendSpec, ModelFamily
 
 try:
     __version__ = _metadata.version("cera-core")
@@ -46,6 +55,73 @@ def load(source, device: str = "auto", **options):
     return _load(source, device=device, **options)
 
 
+# Public names whose modules are imported on first use: name -> module.
+_LAZY = {
+    # the four interfaces, and what they are made of
+    "Model": "cera.model",
+    "Weights": "cera.model",
+    "Backend": "cera.backend",
+    "BackendOptions": "cera.backend",
+    "DeviceInfo": "cera.backend",
+    "Executable": "cera.backend",
+    "StepInputs": "cera.backend",
+    "Weight": "cera.backend",
+    "Session": "cera.generation.session",
+    "Sink": "cera.generation.sink",
+    "CollectingSink": "cera.generation.sink",
+    "FinishReason": "cera.generation.sink",
+    # the graph a family builds, and the state it declares
+    "Graph": "cera.graph.builder",
+    "GraphBuilder": "cera.graph.builder",
+    "Layout": "cera.graph.builder",
+    "Outputs": "cera.graph.builder",
+    "Tensor": "cera.graph.builder",
+    "WeightRef": "cera.graph.builder",
+    "OPS": "cera.graph.ops",
+    "AttentionSpec": "cera.graph.ops",
+    "RopeSpec": "cera.graph.ops",
+    "StateSpec": "cera.state",
+    "StateRef": "cera.state",
+    "AttentionKV": "cera.state",
+    "ShortConv": "cera.state",
+    "SSMState": "cera.state",
+    "CrossKV": "cera.state",
+    "HostState": "cera.state",
+    # the shared blocks families are made of
+    "HParams": "cera.blocks.hparams",
+    "DecoderConfig": "cera.blocks.decoder",
+    "DecoderModel": "cera.blocks.decoder",
+    # loading and running
+    "LoadedModel": "cera.engine",
+    "LocalModel": "cera.sources.resolver",
+    "GGUFFile": "cera.formats.gguf",
+    "Tokenizer": "cera.text.tokenizer",
+    "ChatTemplate": "cera.text.chat_template",
+    "GenerateOptions": "cera.generation.options",
+    "SamplingOptions": "cera.generation.sampling",
+    "Processor": "cera.generation.sampling",
+    "Candidates": "cera.generation.sampling",
+    "TokenEvent": "cera.generation.events",
+    "EndEvent": "cera.generation.events",
+    "GenerationSummary": "cera.generation.events",
+    "Scheduler": "cera.generation.scheduler",
+    "ChatSession": "cera.chat.session",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cera' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "AudioComponent",
     "AudioError",
@@ -55,13 +131,16 @@ __all__ = [
     "ContextFull",
     "DownloadError",
     "ENTRY_POINT_GROUP",
+    "GenerationError",
     "GrammarError",
     "InvalidModelFile",
+    "InvalidOptions",
     "ModelConfigError",
     "ModelFamily",
     "ModelNotFound",
     "PLUGIN_API_VERSION",
     "PluginError",
+    "ResourceExhausted",
     "SessionError",
     "ShapeError",
     "TemplateError",
@@ -72,4 +151,5 @@ __all__ = [
     "__version__",
     "hookimpl",
     "load",
+    *sorted(_LAZY),
 ]

@@ -1,7 +1,7 @@
 """The Backend interface: a device that compiles graphs and runs them.
 
 A model family never touches device memory and never calls a backend: it builds a graph
-(`cera.graph`) with the op vocabulary of `cera.ops`. A backend
+(`cera.graph.builder`) with the op vocabulary of `cera.graph.ops`. A backend
 
 - says whether it can run here (`probe`) and what it serves (`tensor_types`, `ops`);
 - uploads weights (`upload`), which stay in their GGUF block form wherever it has a kernel;
@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 
 from .errors import UnsupportedOperation, UnsupportedTensorType
-from .ops import OPS, AttentionSpec, RopeSpec  # noqa: F401 - re-exported: families import them from here too
+from .graph.ops import OPS, AttentionSpec, RopeSpec  # noqa: F401 - re-exported: families import them from here too
 from .state import HostState, StateSpec
 
 
@@ -103,7 +103,7 @@ class Backend(ABC):
 
     @abstractmethod
     def upload(self, gguf, name: str) -> Weight:
-        """Make tensor ``name`` of a `cera.gguf.GGUFFile` available to compiled graphs.
+        """Make tensor ``name`` of a `cera.formats.gguf.GGUFFile` available to compiled graphs.
 
         Raises `cera.errors.UnsupportedTensorType` naming the tensor, its type and this
         backend when there is no kernel for the type."""

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import attrs
 
-from . import hub
-from .backend import Backend, BackendOptions
+from . import sources
+from .backend import Backend, BackendOptions, DeviceInfo
 from .errors import (
     BackendUnavailable,
     CeraError,
@@ -31,11 +31,11 @@ from .errors import (
     UnsupportedOperation,
     UnsupportedTensorType,
 )
-from .gguf import GGUFFile
-from .graph import LAST_LOGITS, Layout, Outputs
+from .formats.gguf import GGUFFile
+from .graph.builder import LAST_LOGITS, Layout, Outputs
 from .model import Weights
-from .plugins import PluginManager, get_manager
-from .registry import BackendSpec, load_factory
+from .plugins.manager import PluginManager, get_manager
+from .plugins.registry import BackendSpec, load_factory
 from .state import estimate_bytes
 
 DEFAULT_N_CTX = 4096
@@ -71,14 +71,9 @@ def admission(spec: BackendSpec, gguf: GGUFFile, ops: set[str] | None = None) ->
     return None
 
 
-def memory_check(backend: Backend, gguf: GGUFFile, model, n_ctx: int) -> str | None:
-    """None if the weights and a default session's state fit the backend's memory."""
-    try:
-        info = backend.probe()
-    except CeraError as e:
-        return str(e)
-    if not info.usable:
-        return info.reason or "probe reports it unusable"
+def memory_check(info: DeviceInfo, gguf: GGUFFile, model, n_ctx: int) -> str | None:
+    """None if the weights and a default session's state fit the memory a backend's probe
+    reports (``info``)."""
     if info.memory_bytes is None:
         return None
     need = sum(t.nbytes for t in gguf.tensors.values()) + estimate_bytes(model.state, n_ctx)
@@ -116,7 +111,7 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
     else:
         candidates = sorted(manager.backends.values(), key=lambda s: (-s.priority, s.name))
         if not candidates:
-            from .distributions import no_backend_hint
+            from .plugins.distributions import no_backend_hint
 
             raise BackendUnavailable(f"no backend is loaded; {no_backend_hint(manager.allow == set())}")
     if ops is None and model is not None:
@@ -132,18 +127,18 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
                 factory = load_factory(spec.factory)
                 opts = backend_options(spec, getattr(factory, "options_type", BackendOptions), options)
                 backend = factory(**opts)
-                if ops is not None:
-                    missing = backend.missing_ops(ops)
-                    if missing:
-                        reason = f"lacks ops {', '.join(missing)} that this model uses"
-                if reason is None and model is not None:
-                    reason = memory_check(backend, gguf, model, n_ctx)
-                elif reason is None:
+                # admission checked the ops against what the backend registered; the probe
+                # runs once per candidate (a GPU's may query the device)
+                try:
                     info = backend.probe()
-                    if not info.usable:
-                        reason = info.reason or "probe reports it unusable"
-                if reason is None and not explicit and backend.probe().software:
-                    reason = f"{backend.probe().device} computes on the CPU (software emulation); ask for it by name to use it"
+                except CeraError as e:
+                    info, reason = None, str(e)
+                if info is not None and not info.usable:
+                    reason = info.reason or "probe reports it unusable"
+                elif info is not None and model is not None:
+                    reason = memory_check(info, gguf, model, n_ctx)
+                if reason is None and not explicit and info.software:
+                    reason = f"{info.device} computes on the CPU (software emulation); ask for it by name to use it"
                     software = True
             except InvalidOptions:
                 raise
@@ -171,9 +166,9 @@ class LoadedModel:
 
     def __init__(self, path: Path, gguf: GGUFFile, model, backend: Backend, family: str, backend_notes: list[str],
                  weights: dict):  # fmt: skip
-        from .chat_template import ChatTemplate
-        from .runtime import Runner
-        from .tokenizer import Tokenizer
+        from .text.chat_template import ChatTemplate
+        from .generation.runtime import Runner
+        from .text.tokenizer import Tokenizer
 
         self.path = path
         self.gguf = gguf
@@ -205,7 +200,7 @@ class LoadedModel:
         """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096;
         ``swa_full`` gives sliding-window layers whole-context caches (the same results,
         more memory)."""
-        from .session import Session
+        from .generation.session import Session
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
         return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
@@ -213,24 +208,24 @@ class LoadedModel:
     def enable_prefix_cache(self, max_bytes: int = 512 * 2**20, directory=None, max_disk_bytes: int = 4 * 2**30):
         """Keep evaluated prompts so sessions whose prompt starts the same evaluate only the
         rest: in memory (``max_bytes``, shared by this model's sessions) and, with a
-        ``directory``, on disk across processes (`cera.prefix_cache`). Returns the cache."""
-        from .prefix_cache import PrefixCache
+        ``directory``, on disk across processes (`cera.generation.prefix_cache`). Returns the cache."""
+        from .generation.prefix_cache import PrefixCache
 
         self.prefix_cache = PrefixCache(self, max_bytes=max_bytes, directory=directory, max_disk_bytes=max_disk_bytes)
         return self.prefix_cache
 
     def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
-        """A batching scheduler: sessions made by it decode together (`cera.scheduler`)."""
-        from .scheduler import Scheduler
+        """A batching scheduler: sessions made by it decode together (`cera.generation.scheduler`)."""
+        from .generation.scheduler import Scheduler
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
         return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch)
 
     def chat(self, system: str | None = None, tools=None, *, tool_format=None, allow_reevaluation: bool = False,
              **session_options):  # fmt: skip
-        """A chat coordinator (`cera.chat.ChatSession`) on a fresh session, with the model's
+        """A chat coordinator (`cera.chat.session.ChatSession`) on a fresh session, with the model's
         chat template; ``tools`` are OpenAI-style function specs."""
-        from .chat import ChatSession
+        from .chat.session import ChatSession
 
         return ChatSession(self.new_session(**session_options), system=system, tools=tools, tool_format=tool_format,
                            allow_reevaluation=allow_reevaluation)  # fmt: skip
@@ -248,10 +243,10 @@ class LoadedModel:
         return session.generate(**options).text
 
     def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048):
-        """One vector per text (`cera.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
+        """One vector per text (`cera.generation.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
         unless ``normalize=False``; pooled as the file says (encoders) or by mean (decoders);
         ``pooling="none"``: a ``[n_tokens, dim]`` array per text."""
-        from .embedding import embed
+        from .generation.embedding import embed
 
         return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens)
 
@@ -271,6 +266,13 @@ class LoadedModel:
 
 def read_model(gguf: GGUFFile, manager: PluginManager):
     """Steps 1 and 2: the family, its config, and the model bound to tensor references."""
+    family, model, weights, _ = _read_model(gguf, manager)
+    return family, model, weights
+
+
+def _read_model(gguf: GGUFFile, manager: PluginManager):
+    """`read_model`, and the ops of the model's graphs (built once, for the shape check and
+    for admission)."""
     family = manager.family_for(gguf.architecture)
     model_cls = load_factory(family.factory)
     read_config = getattr(model_cls, "read_config", None)
@@ -286,9 +288,9 @@ def read_model(gguf: GGUFFile, manager: PluginManager):
     # Every op's shapes, checked now on symbolic graphs (no weight is read): hyperparameters
     # that do not fit each other or the tensors are refused at load, naming them, instead of
     # failing at the first token.
-    _family_step(gguf, family, "building its graphs", model_ops, model)
+    ops = _family_step(gguf, family, "building its graphs", model_ops, model)
     check_vocabulary(gguf, model)
-    return family, model, weights
+    return family, model, weights, ops
 
 
 def check_vocabulary(gguf: GGUFFile, model) -> None:
@@ -356,14 +358,16 @@ def load(
     manager: PluginManager | None = None,
     **backend_options,
 ) -> LoadedModel:
-    """Load a model from a path, a bundle name or a Hugging Face repo (see `cera.hub`).
-    ``threads`` and other keywords are backend options (`Backend.options_type`)."""
-    path = hub.resolve(source, quiet=quiet)
+    """Load a model from a path, a bundle name, a Hugging Face repo or a resolved
+    `cera.sources.LocalModel` (see `cera.sources.resolve`). ``threads`` and other keywords
+    are backend options (`Backend.options_type`)."""
+    path = sources.resolve(source, quiet=quiet).path
     gguf = GGUFFile(path)
     try:
         manager = manager or get_manager()
-        family, model, weights = read_model(gguf, manager)
-        backend, notes = choose_backend(gguf, device, manager, model=model, threads=threads, **backend_options)
+        family, model, weights, ops = _read_model(gguf, manager)
+        backend, notes = choose_backend(gguf, device, manager, model=model, ops=ops, threads=threads,
+                                        **backend_options)  # fmt: skip
         try:
             uploaded = {name: backend.upload(gguf, name) for name in sorted(weights.used)}
         except BaseException:

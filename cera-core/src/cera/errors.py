@@ -42,7 +42,7 @@ class UnsupportedArchitecture(CeraError):
     """No installed model family serves a GGUF `general.architecture`."""
 
     def __init__(self, architecture: str, installed: dict[str, str] | None = None, plugins_disabled: bool = False):
-        from .distributions import architecture_hint
+        from .plugins.distributions import architecture_hint
 
         self.architecture = architecture
         self.installed = installed or {}

@@ -3,13 +3,13 @@
 A family is three things, each a step of loading (`cera.engine`):
 
 1. `read_config` (a classmethod, pure): the file's `{arch}.*` metadata to a config; every
-   key is understood or refused (`cera.hparams.HParams`).
+   key is understood or refused (`cera.blocks.hparams.HParams`).
 2. `__init__(config, weights)`: bind the tensors by name (`Weights` hands out graph
    references and records what was asked for; a tensor of the file that the family never
    asks for is refused, naming it) and declare per-layer state (`self.state`, a
    `cera.state.StateSpec`).
 3. `forward(g)`: the forward pass, written with the op vocabulary on a
-   `cera.graph.GraphBuilder`, ending in the head (`emit_logits` / `emit_hidden`).
+   `cera.graph.builder.GraphBuilder`, ending in the head (`emit_logits` / `emit_hidden`).
 
 A family never imports a backend and never touches weight bytes (except small host
 tables such as RoPE frequency factors, read with `Weights.host`).
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidModelFile, ModelConfigError
-from .graph import Graph, GraphBuilder, Layout, Outputs, WeightRef
+from .graph.builder import Graph, GraphBuilder, Layout, Outputs, WeightRef
 from .state import StateSpec
 
 

@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 
 from .errors import ContextFull, ResourceExhausted, SessionError, UnsupportedOperation
-from .ops import RopeSpec, rotate
+from .graph.ops import RopeSpec, rotate
 
 KV_TYPES = {"f16": np.float16, "f32": np.float32, "q8_0": np.uint8}
 KV_CODES = {"f32": 0, "f16": 1, "q8_0": 2}  # what kernels are told

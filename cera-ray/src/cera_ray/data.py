@@ -53,7 +53,7 @@ class Generate:
 
     def __init__(self, spec=None, *, prompt_column: str = "prompt", output_column: str = "generated_text",
                  chat: bool = False, system: str | None = None, on_error: str = "raise", **options):  # fmt: skip
-        from cera.options import make_options
+        from cera.generation.options import make_options
 
         if on_error not in ("raise", "record"):
             raise RayConfigError(f"on_error must be 'raise' or 'record', got {on_error!r}")
@@ -70,7 +70,7 @@ class Generate:
         if isinstance(value, np.ndarray):
             value = value.tolist()
         if self.chat:
-            from cera.chat_prompt import ChatPrompt
+            from cera.chat.prompt import ChatPrompt
 
             messages = [{"role": "user", "content": value}] if isinstance(value, str) else value
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):

@@ -49,7 +49,7 @@ class ModelSpec:
     def load(self):
         """Load the model in this process (a worker), quietly."""
         import cera
-        from cera import bundles
+        from cera.sources import bundles
 
         return cera.load(self.model or bundles.DEFAULT_MODEL, device=self.device, threads=self.threads, quiet=True)
 

@@ -3,7 +3,7 @@
 Starlette (a small, well-kept ASGI toolkit: routing, requests, streaming responses, no
 validation layer to fight for OpenAI's error shapes) served by uvicorn.
 
-Each request for text gets a session of the model's `cera.scheduler.Scheduler` (one state
+Each request for text gets a session of the model's `cera.generation.scheduler.Scheduler` (one state
 slot per sequence, ``--parallel`` slots). Its generation runs in a worker thread; the
 scheduler puts the decode steps of all running sequences into one forward pass, and a
 sequence joins or leaves between steps. Events cross to the event loop through an asyncio
@@ -87,7 +87,7 @@ class Server:
 
     def load(self) -> None:
         import cera
-        from cera import bundles
+        from cera.sources import bundles
 
         try:
             loaded = self.config.loaded
@@ -165,7 +165,7 @@ def generation_options(data: dict, n_prompt: int, n_ctx: int):
     """OpenAI's sampling fields as cera's GenerateOptions (OpenAI's defaults: temperature 1,
     top_p 1, no top-k or min-p cut)."""
     from cera.errors import CeraError
-    from cera.options import GenerateOptions
+    from cera.generation.options import GenerateOptions
 
     max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
     if max_tokens is not None:
@@ -218,8 +218,8 @@ def generation_options(data: dict, n_prompt: int, n_ctx: int):
 
 def chat_prompt(loaded, data: dict):
     """The request's messages (and tools) as prompt tokens, through the model's chat
-    template (`cera.chat_prompt`); returns (tokens, the ChatPrompt)."""
-    from cera.chat_prompt import ChatPrompt, message
+    template (`cera.chat.prompt`); returns (tokens, the ChatPrompt)."""
+    from cera.chat.prompt import ChatPrompt, message
     from cera.errors import CeraError
     from cera.tools import ToolError
 

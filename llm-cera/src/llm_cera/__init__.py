@@ -63,7 +63,7 @@ def _paths_in_argv() -> list[str]:
 
 @llm.hookimpl
 def register_models(register):
-    from cera import bundles
+    from cera.sources import bundles
 
     seen = set()
 
@@ -115,7 +115,7 @@ def register_commands(cli):
     @cera_group.command(name="models")
     def models_cmd():
         "List the cera models llm can use."
-        from cera import bundles
+        from cera.sources import bundles
 
         for e in bundles.listing("llm"):
             click.echo(f"{PREFIX}{e.name}  ({'cached' if e.cached else 'fetched on first use'})")
@@ -126,12 +126,13 @@ def register_commands(cli):
 def _load(source: str):
     """The cera model for a source, loaded once per process."""
     import cera
-    from cera import hub
+    from cera.sources import resolve
 
     with _load_lock:
-        path = str(hub.resolve(source, quiet=True))
+        local = resolve(source, quiet=True)
+        path = str(local.path)
         if path not in _loaded:
-            _loaded[path] = cera.load(path, quiet=True)
+            _loaded[path] = cera.load(local, quiet=True)
         return _loaded[path]
 
 
@@ -217,7 +218,7 @@ class CeraModel(llm.Model):
 
     def _chat(self, key, n_ctx):
         """The chat (session) of a conversation: kept between turns, least recent dropped."""
-        from cera.chat import Chat
+        from cera.chat.session import Chat
 
         chat = self._sessions.get(key)
         if chat is not None and (n_ctx is None or chat.session.n_ctx == n_ctx):
@@ -249,7 +250,7 @@ class CeraModel(llm.Model):
         import secrets
 
         from cera.errors import CeraError
-        from cera.options import GenerateOptions
+        from cera.generation.options import GenerateOptions
 
         o = prompt.options
         values = {
@@ -268,7 +269,7 @@ class CeraModel(llm.Model):
         messages = self._messages(prompt, conversation)
         if not messages or messages[-1]["role"] not in ("user", "tool"):
             raise llm.ModelError("cera needs a user message (or tool results) to answer")
-        from cera.chat import TurnEnd
+        from cera.chat.session import TurnEnd
         from cera.tools import TextDelta, ToolCallEvent, ToolCallFailed
 
         result, failures = None, []

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from cera import bundles
+from cera.sources import bundles
 
 HERE = Path(__file__).resolve().parent
 CLIPS = ["fox", "numbers", "question", "slow", "long", "silence"]

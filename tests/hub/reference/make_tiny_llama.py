@@ -201,7 +201,7 @@ def _value(v):
 
 
 def describe(path: Path) -> dict:
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     with GGUFFile(path) as g:
         meta = {k: _value(v) for k, v in g.metadata.items()}
@@ -265,7 +265,7 @@ def stage_add(work: Path, arch: str, types: list[str]) -> None:
 
     import llama_cpp
 
-    from cera.convert import convert_folder
+    from cera.sources.convert import convert_folder
 
     result = json.loads(out_path(arch).read_text())
     src = work / f"tiny-{arch}-hf"

@@ -32,7 +32,7 @@ CANDIDATES = [
 
 
 def main() -> int:
-    from cera import bundles
+    from cera.sources import bundles
 
     name = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-coder-1.5b-instruct-q4_k_m"
     model = LlamaCppModel(bundles.fetch_file(name, quiet=True), ContextSettings(n_ctx=256))

@@ -13,7 +13,7 @@ whose results differ stands out.
 
 Needs llama-cpp-python (as built for the reference, see README.md). The cera side maps
 its ops to llama.cpp's tensor names by the op order of the decoder layers in
-cera.layers (norm, q/k/v, q/k norm, rope, attention, out, post norms, adds), which fits
+cera.blocks.layers (norm, q/k/v, q/k norm, rope, attention, out, post norms, adds), which fits
 the llama, qwen and gemma families; other families may need their own map.
 """
 

@@ -6,7 +6,7 @@ Runs llama.cpp through llama-cpp-python 0.3.36 (``Llama(embedding=True)``, 2 thr
 n_ctx 2048, the file's own pooling) and writes ``embeddings/<name>.json``: the texts,
 llama.cpp's token ids for each, and its L2-normalised embedding of each (``Llama.embed``
 with ``normalize=True``), rounded to 7 decimals. Models: the real nomic-embed-text v1.5
-F16 file (fetched through ``cera.bundles``) and the tiny random-weight encoders in tiny/.
+F16 file (fetched through ``cera.sources.bundles``) and the tiny random-weight encoders in tiny/.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ TEXTS = [
 def sources(only: set[str] | None) -> list[tuple[str, Path]]:
     out = []
     if not only or "nomic-embed-text-v1.5-f16" in only:
-        from cera import bundles
+        from cera.sources import bundles
 
         out.append(("nomic-embed-text-v1.5-f16", Path(bundles.fetch_file("nomic-embed-text-v1.5-f16", quiet=True))))
     for path in sorted((HERE / "tiny").glob("tiny-*bert*.gguf")):

@@ -4,7 +4,7 @@
     python tests/models/reference/make_reference.py --out ... --only smollm2-135m-instruct-q4_1
 
 Runs with llama-cpp-python 0.3.36 (the /work/venv). Real models come from
-``cera.bundles``; tiny random-weight models from ``tiny/*.gguf`` beside this file (made by
+``cera.sources.bundles``; tiny random-weight models from ``tiny/*.gguf`` beside this file (made by
 make_tiny_models.py). One JSON file per model; README.md describes every field.
 """
 
@@ -175,7 +175,7 @@ def build_cases(name: str, model: LlamaCppModel, tiny: bool) -> list[dict]:
 def model_sources(args) -> list[tuple[str, Path, bool]]:
     out = []
     if not args.tiny_only:
-        from cera import bundles
+        from cera.sources import bundles
 
         for name in REAL_MODELS:
             out.append((name, Path(bundles.fetch_file(name, quiet=True)), False))

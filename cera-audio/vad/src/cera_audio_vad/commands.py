@@ -106,7 +106,8 @@ def vad_command(
     """Detect speech in an audio file (Silero VAD); prints start and end seconds per segment."""
     import numpy as np
 
-    from cera.audio import SegmentParams, open_audio
+    from cera.audio import SegmentParams
+    from cera_audio_io import open_audio
     from cera.errors import AudioError
 
     given = {
@@ -210,7 +211,7 @@ def vad_convert_command(output, onnx_path):
     from .convert import convert
 
     if onnx_path is None:
-        from cera import bundles
+        from cera.sources import bundles
 
         onnx_path = bundles.fetch_file("silero-vad")
     click.echo(str(convert(onnx_path, output)))

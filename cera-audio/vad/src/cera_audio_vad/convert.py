@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import cera
-from cera.bundles import sha256_file
+from cera.sources.bundles import sha256_file
 from cera.errors import CeraError
 
 ARCHITECTURE = "silero-vad"

@@ -1,7 +1,7 @@
 """The default VAD model: Silero VAD converted from the silero-vad package, cached.
 
 On first use the official ONNX file is fetched (bundle ``silero-vad``: the silero-vad
-package from PyPI, SHA-256 checked, see `cera.bundles`), converted to GGUF and written to
+package from PyPI, SHA-256 checked, see `cera.sources.bundles`), converted to GGUF and written to
 ``<cera cache>/converted/``, atomically, beside a small JSON record of its SHA-256. Later
 uses check the file against that record and convert again if it does not match (a
 damaged or half-copied file is never used).
@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cera import bundles
-from cera.bundles import sha256_file
+from cera.sources import bundles
+from cera.sources.bundles import sha256_file
 
 BUNDLE = "silero-vad"
 FILE_NAME = "silero-vad-6.2.3.gguf"

@@ -44,8 +44,8 @@ import numpy as np
 
 from cera.audio.vad import VoiceActivityDetector
 from cera.errors import AudioError, InvalidModelFile, ModelConfigError
-from cera.gguf import GGUFFile
-from cera.hparams import HParams
+from cera.formats.gguf import GGUFFile
+from cera.blocks.hparams import HParams
 
 ARCHITECTURE = "silero-vad"
 FAMILY = "silero-vad"

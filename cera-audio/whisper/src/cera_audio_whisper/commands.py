@@ -58,7 +58,7 @@ def transcribe_command(audio_path, model, language, task, beam_size, best_of, te
     """Transcribe speech in an audio file with Whisper; prints the text (or --json segments)."""
     import time
 
-    from cera.audio import read_audio
+    from cera_audio_io import read_audio
     from cera.errors import AudioError
 
     from .transcribe import TranscribeOptions
@@ -161,7 +161,7 @@ def convert_whisper_command(src, out, out_type):
     from .default import BUNDLES
 
     if not Path(src).exists() and src in BUNDLES:
-        from cera import bundles
+        from cera.sources import bundles
 
         src = str(bundles.fetch(BUNDLES[src]))
     convert(src, out, out_type)

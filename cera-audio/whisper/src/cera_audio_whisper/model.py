@@ -13,7 +13,7 @@ Two `cera.model.Model`s share one file's weights and one state declaration:
 
 `WhisperModel` loads both from a GGUF file made by `cera convert whisper`, picks a
 backend (the CPU backend's C plans by default), uploads the weights once, and keeps a
-`cera.runtime.Runner` per graph family. States hold ``n_slots`` sequences (beams).
+`cera.generation.runtime.Runner` per graph family. States hold ``n_slots`` sequences (beams).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import numpy as np
 
 from cera.backend import StepInputs
 from cera.errors import ModelConfigError
-from cera.graph import GraphBuilder, Layout, Outputs
+from cera.graph.builder import GraphBuilder, Layout, Outputs
 from cera.model import Model, Weights
-from cera.ops import AttentionSpec
+from cera.graph.ops import AttentionSpec
 from cera.state import AttentionKV, CrossKV, StateSpec
 
 ARCH = "whisper"
@@ -241,10 +241,10 @@ class WhisperModel:
     """A Whisper GGUF bound to a backend: encode windows, decode tokens, per state slot."""
 
     def __init__(self, path: str | os.PathLike, device: str = "auto", threads: int | None = None, manager=None):
-        from cera.gguf import GGUFFile
-        from cera.plugins import get_manager
-        from cera.runtime import Runner
-        from cera.tokenizer import Tokenizer
+        from cera.formats.gguf import GGUFFile
+        from cera.plugins.manager import get_manager
+        from cera.generation.runtime import Runner
+        from cera.text.tokenizer import Tokenizer
 
         self.path = Path(path)
         self.gguf = GGUFFile(self.path)

@@ -1,4 +1,4 @@
-"""Whisper's decoding rules as processors of cera's sampling chain (`cera.sampling.Processor`).
+"""Whisper's decoding rules as processors of cera's sampling chain (`cera.generation.sampling.Processor`).
 
 Each looks at one hypothesis's logits over the whole vocabulary and masks what Whisper
 forbids there; ``history`` is the tokens sampled so far after the prompt. Together, in
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cera.sampling import Candidates, Processor
+from cera.generation.sampling import Candidates, Processor
 
 NEG = -np.inf
 

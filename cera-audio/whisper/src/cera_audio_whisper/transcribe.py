@@ -299,7 +299,7 @@ def detect_language(model, state, features: np.ndarray) -> tuple[str, float, lis
     c = model.config
     if not c.multilingual:
         return "en", 1.0, [("en", 1.0)]
-    from cera.runtime import SeqStep
+    from cera.generation.runtime import SeqStep
 
     from .decode import LOGITS, kv_reset
 

@@ -31,7 +31,7 @@ class WhisperTranscriber(Transcriber):
         from .model import WhisperModel
 
         if sample_rate not in (None, 16000):
-            raise InvalidOptions(f"Whisper runs at 16000 Hz, not {sample_rate}; resample the audio (cera.audio.read_audio does)")
+            raise InvalidOptions(f"Whisper runs at 16000 Hz, not {sample_rate}; resample the audio (cera_audio_io.read_audio does)")
         return cls(WhisperModel(gguf.path, device=device, threads=threads), cls._options(None, options))
 
     @staticmethod

@@ -8,7 +8,7 @@ from .common import ARENA_U32, GRID, HEADER, SEQ_FN
 
 
 def im2col() -> str:
-    """The columns of a full 1-D convolution (cera.ops.conv1d), a thread per value:
+    """The columns of a full 1-D convolution (cera.graph.ops.conv1d), a thread per value:
     cols[t, c * kernel + i] = x[t * stride + i - padding, c], zero outside x, so that the
     convolution is the product of cols with the weight as the file holds it ([out] rows
     of in * kernel values, c major). P: 0 out frames * in * kernel, 1 in * kernel,

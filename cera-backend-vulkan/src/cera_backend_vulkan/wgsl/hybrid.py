@@ -55,7 +55,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
-# Mixture of experts (cera.ops.moe, llama.cpp's build_moe_ffn) in four dispatches: router
+# Mixture of experts (cera.graph.ops.moe, llama.cpp's build_moe_ffn) in four dispatches: router
 # logits, routing (probabilities, top k, weights), the chosen experts' gated products, and
 # their weighted sum through the down projections. Every output is one thread's sum over
 # its row in a fixed order (no reduction across threads, no barriers), so a row of a batch

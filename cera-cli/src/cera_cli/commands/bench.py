@@ -2,7 +2,7 @@
 
 pp N: evaluate N random tokens in one batch on a fresh session. tg N: decode N tokens one
 at a time after a single start token. With ``--parallel P``, tg runs P independent
-sequences at once through a batching scheduler (`cera.scheduler`) and reports their
+sequences at once through a batching scheduler (`cera.generation.scheduler`) and reports their
 aggregate decode tokens/s (each sequence's tokens are the ones it would decode alone).
 Each test runs once to warm up, then `--reps` times; the median tok/s and the standard
 deviation are reported.
@@ -146,8 +146,8 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
 def _kernel_profile(loaded, rng, n_tokens: int = 1, depth: int = 16) -> list[dict]:
     """Per-kernel device time of one pass of ``n_tokens`` after ``depth`` tokens (1: a
     decode step; `--depth` sets it, 16 at least), from the backend's timestamp queries."""
-    from cera.graph import ARGMAX, Layout
-    from cera.runtime import SeqStep
+    from cera.graph.builder import ARGMAX, Layout
+    from cera.generation.runtime import SeqStep
 
     backend = loaded.backend
     if not hasattr(backend, "profile"):

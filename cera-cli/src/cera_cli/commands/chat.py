@@ -51,7 +51,7 @@ class LineReader:
             import readline
         except ImportError:  # Windows without pyreadline: input() still works, without history
             return
-        from cera.bundles import cache_dir
+        from cera.sources.bundles import cache_dir
 
         self.readline = readline
         self.history = cache_dir() / "chat_history"
@@ -105,7 +105,7 @@ class StopOnInterrupt:
 class ChatLoop:
     def __init__(self, loaded, session, system, options, console: Console, kv_type: str, tools=None,
                  tool_choice: str = "auto", constrain_tools: bool = False, read_line=None):  # fmt: skip
-        from cera.chat import Chat
+        from cera.chat.session import Chat
 
         self.loaded = loaded
         self.session = session
@@ -196,7 +196,7 @@ class ChatLoop:
     def tool_turns(self, text: str) -> None:
         """A message, and the replies that follow while the model calls tools: each call is
         shown and its result asked for (an empty answer, or the end of input, stops)."""
-        from cera.chat import Phase, TurnEnd
+        from cera.chat.session import Phase, TurnEnd
         from cera.tools import ReasoningDelta, TextDelta, ToolCallEvent, ToolCallFailed
 
         out = sys.stdout
@@ -251,7 +251,7 @@ class ChatLoop:
         return True
 
     def clear(self) -> None:
-        from cera.chat import Chat
+        from cera.chat.session import Chat
 
         msgs = messages_of(self.conversation)
         system = msgs[0]["content"] if msgs and msgs[0]["role"] == "system" else None
@@ -289,8 +289,8 @@ class ChatLoop:
         if not arg:
             self.console.note("cera: /load needs a file name: /load FILE")
             return
-        from cera import checkpoint
-        from cera.chat import Chat
+        from cera.formats import checkpoint
+        from cera.chat.session import Chat
         from cera.errors import CeraError
 
         path = Path(arg).expanduser()

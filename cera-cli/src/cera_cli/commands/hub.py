@@ -1,4 +1,4 @@
-"""`cera bundles list` and `cera quantize`: thin layers over `cera.bundles` and `cera.convert`."""
+"""`cera bundles list` and `cera quantize`: thin layers over `cera.sources.bundles` and `cera.sources.convert`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def bundles_list(local_only, as_json):
 
     Hub bundles come from the manifests of CERA_BUNDLES_REPO (default LiquidAI/LeapBundles);
     run one with `cera run --bundle-id ID --quant QUANT`."""
-    from cera import bundles
+    from cera.sources import bundles
 
     if local_only:
         entries, problem = [e for e in bundles.pypi_entries() if e.local] + bundles.local_manifest_entries(), None
@@ -57,7 +57,7 @@ def quantize_cmd(src, out, qtype, strategy, quiet):
     SRC is an F32/F16/BF16 GGUF file, a folder with a transformers SafeTensors model
     (config.json, tokenizer.json, *.safetensors), or a Hugging Face repo ORG/REPO[@REV]
     holding one. Tensor by tensor: memory stays near the largest tensor."""
-    from cera.convert import quantize_source
+    from cera.sources.convert import quantize_source
 
     path = quantize_source(src, out, qtype, strategy=strategy, quiet=quiet)
     if not quiet:

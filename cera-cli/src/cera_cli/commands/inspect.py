@@ -20,15 +20,15 @@ import click
 
 
 def resolve_model(source: str) -> Path:
-    """A model file from any source `cera run -m` takes (`cera.hub.resolve`: a path, a folder
+    """A model file from any source `cera run -m` takes (`cera.sources.resolve`: a path, a folder
     holding one GGUF, a bundle name, a Hugging Face repo). A file that exists is inspected
     whatever it holds: saying what is wrong with it is inspect's job."""
-    from cera import hub
+    from cera.sources import resolve
 
     path = Path(source).expanduser()
     if path.is_file():
         return path
-    return hub.resolve(source)
+    return resolve(source).path
 
 
 def _family(manager, architecture: str | None) -> tuple[dict | None, str | None]:
@@ -99,7 +99,7 @@ def _probe(manager, backends: list[dict]) -> str | None:
     """Start each backend the loader would admit and record its device (``probe``); return
     the one ``--device auto`` picks: the first admitted backend that starts, reports itself
     usable and is not a software-emulated device (as `cera.engine.choose_backend`)."""
-    from cera.registry import load_factory
+    from cera.plugins.registry import load_factory
 
     chosen = None
     for b in backends:
@@ -124,7 +124,7 @@ def _probe(manager, backends: list[dict]) -> str | None:
 def inspect_report(path: Path, manager, probe: bool = False) -> dict:
     """The JSON document of `cera inspect --json` (``probe``: with each admitted backend's
     device and the backend ``--device auto`` picks)."""
-    from cera.gguf import GGUFFile
+    from cera.formats.gguf import GGUFFile
 
     with GGUFFile(path) as g:
         meta = g.metadata
@@ -243,7 +243,7 @@ def _print_report(r: dict) -> None:
     if r.get("model_error"):
         row("model", f"cannot be built: {r['model_error']}")
     if not r["backends"]:
-        from cera.distributions import no_backend_hint
+        from cera.plugins.distributions import no_backend_hint
         from cera_cli.main import plugin_manager
 
         row("backends", f"none loaded: {no_backend_hint(plugin_manager().allow == set())}")

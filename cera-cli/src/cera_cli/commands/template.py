@@ -52,10 +52,10 @@ def template_cmd(model, messages, tools, name, generation_prompt, variables, sho
     Without a template in the file, llama.cpp's fallback is used (the tool_use variant if
     present, otherwise ChatML); a note on standard error says so.
     """
-    from cera.chat_template import ChatTemplate
+    from cera.text.chat_template import ChatTemplate
     from cera.errors import TemplateError
-    from cera.gguf import GGUFFile
-    from cera.hub import resolve
+    from cera.formats.gguf import GGUFFile
+    from cera.sources import resolve
 
     msgs = _load_json(messages, "--messages")
     tool_list = _load_json(tools, "--tools") if tools is not None else None
@@ -68,7 +68,7 @@ def template_cmd(model, messages, tools, name, generation_prompt, variables, sho
             extra[key] = json.loads(value)
         except json.JSONDecodeError:
             extra[key] = value
-    path = resolve(model)
+    path = resolve(model).path
     with GGUFFile(path) as gguf:
         tmpl = ChatTemplate.from_gguf(gguf, name=name)
     if show_source:

@@ -56,12 +56,12 @@ def tokenize_cmd(model, text, file, add_special, parse_special, as_json, ids_onl
 
     Ids match llama.cpp's llama_tokenize(text, add_special, parse_special) on the same file.
     """
-    from cera.gguf import GGUFFile
-    from cera.hub import resolve
-    from cera.tokenizer import Tokenizer
+    from cera.formats.gguf import GGUFFile
+    from cera.sources import resolve
+    from cera.text.tokenizer import Tokenizer
 
     source_text = _read_text(text, file)
-    path = resolve(model)
+    path = resolve(model).path
     with GGUFFile(path) as gguf:
         tok = Tokenizer.from_gguf(gguf)
     ids = tok.encode(source_text, add_special=add_special, parse_special=parse_special)

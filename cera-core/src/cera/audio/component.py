@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from ..errors import AudioError
-from ..registry import AudioComponent, load_factory
+from ..plugins.registry import AudioComponent, load_factory
 
 
 class StreamingAudioComponent(abc.ABC):
@@ -33,7 +33,7 @@ class StreamingAudioComponent(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def from_gguf(cls, gguf, sample_rate: int | None = None, **options: Any) -> StreamingAudioComponent:
-        """Build the component from an open `cera.gguf.GGUFFile` (None: the file's first rate)."""
+        """Build the component from an open `cera.formats.gguf.GGUFFile` (None: the file's first rate)."""
 
     @abc.abstractmethod
     def reset(self) -> None:
@@ -42,7 +42,7 @@ class StreamingAudioComponent(abc.ABC):
 
 def _registered(kind: str, manager=None) -> list[AudioComponent]:
     if manager is None:
-        from ..plugins import get_manager
+        from ..plugins.manager import get_manager
 
         manager = get_manager()
     return manager.audio_components(kind)
@@ -78,7 +78,7 @@ def load_component(
     path: str | os.PathLike, kind: str, sample_rate: int | None = None, manager=None, **options: Any
 ) -> StreamingAudioComponent:
     """Open a GGUF file and build the registered component of ``kind`` for its architecture."""
-    from ..gguf import GGUFFile
+    from ..formats.gguf import GGUFFile
 
     # Components copy what they need out of the file (into the layout they compute in), so
     # the map is closed again here; views a component keeps hold it open until collected.

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import GenerationError, GrammarError
-from ..sampling import NEEDS_LOGITS, Candidates, Processor
+from ..generation.sampling import NEEDS_LOGITS, Candidates, Processor
 from .constraint import Constraint, from_options
 
 _pool: ThreadPoolExecutor | None = None

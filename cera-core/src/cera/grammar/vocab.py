@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from ..tokenizer.vocab import ATTR_CONTROL, ATTR_UNKNOWN, ATTR_UNUSED, ATTR_USER_DEFINED
+from ..text.tokenizer.vocab import ATTR_CONTROL, ATTR_UNKNOWN, ATTR_UNUSED, ATTR_USER_DEFINED
 
 _SPECIAL_PREFIX = b"\xff"
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -48,8 +48,8 @@ import attrs
 import numpy as np
 
 from ..backend import StepInputs
-from ..graph import GraphBuilder, Layout, Outputs, WeightRef
-from ..ops import AttentionSpec, RopeSpec
+from ..graph.builder import GraphBuilder, Layout, Outputs, WeightRef
+from ..graph.ops import AttentionSpec, RopeSpec
 from ..state import AttentionKV, CrossKV, ShortConv, SSMState, StateSpec
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
@@ -162,7 +162,7 @@ def _inputs(case: OpCase, layout: Layout, rng, start: list[int], slots) -> StepI
 
 def check_op(backend, case: OpCase, seed: int = 0) -> None:
     """Run ``case`` on ``backend`` and on the reference; raise AssertionError on a mismatch."""
-    from ..gguf import GGUFFile
+    from ..formats.gguf import GGUFFile
     from .reference import ReferenceBackend
 
     rng = np.random.default_rng(seed)
@@ -439,8 +439,8 @@ def check_model(backend, path, manager=None, tokens=(1, 5, 9, 2, 7, 3, 11, 4), s
     decode steps, and compare the logits (``tolerance`` relative to the largest logit).
     Returns the largest difference seen."""
     from ..engine import LoadedModel, read_model
-    from ..gguf import GGUFFile
-    from ..plugins import get_manager
+    from ..formats.gguf import GGUFFile
+    from ..plugins.manager import get_manager
     from . import reference
 
     gguf = GGUFFile(path)

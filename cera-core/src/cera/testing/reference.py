@@ -1,7 +1,7 @@
-"""The reference backend: every op of `cera.ops` run by its numpy reference.
+"""The reference backend: every op of `cera.graph.ops` run by its numpy reference.
 
 Small, slow and obviously correct: weights are dequantized to float32 (by the `gguf`
-package, the format's own reference), graphs run node by node (`cera.graph.run_eager`),
+package, the format's own reference), graphs run node by node (`cera.graph.builder.run_eager`),
 state lives in numpy (`cera.state.HostState`). It is the yardstick of the conformance
 suite, and it runs whole models: on the tiny test models it reproduces the stored
 Hugging Face logits (see tests/core/test_reference_backend.py for the tolerance).
@@ -21,8 +21,8 @@ from gguf.quants import dequantize
 
 from ..backend import Backend, DeviceInfo, Executable, StepInputs, Weight
 from ..errors import ShapeError, UnsupportedTensorType
-from ..graph import run_eager
-from ..ops import OPS, RunContext
+from ..graph.builder import run_eager
+from ..graph.ops import OPS, RunContext
 
 
 class ReferenceWeight(Weight):
@@ -119,12 +119,12 @@ __all__ = ["ReferenceBackend", "ReferenceWeight"]
 
 def load(source, manager=None):
     """A model loaded on the reference backend (the families found as usual)."""
-    from .. import hub
     from ..engine import LoadedModel, read_model
-    from ..gguf import GGUFFile
-    from ..plugins import get_manager
+    from ..formats.gguf import GGUFFile
+    from ..plugins.manager import get_manager
+    from ..sources import resolve
 
-    path = hub.resolve(source, quiet=True)
+    path = resolve(source, quiet=True).path
     gguf = GGUFFile(path)
     try:
         family, model, weights = read_model(gguf, manager or get_manager())

@@ -7,7 +7,7 @@ while they stream), and grammars that hold calls to the declared tools.
     reply.calls, reply.content, reply.failures
 
 Each format is one small module (markers, parser, renderer, grammar); `FORMATS` is the
-table, in the order detection tries them. The chat coordinator (`cera.chat.ChatSession`)
+table, in the order detection tries them. The chat coordinator (`cera.chat.session.ChatSession`)
 renders the tools through the model's own template, splits replies as they stream, and
 builds the constraint for ``tool_choice`` with `call_constraint`.
 """
@@ -15,7 +15,8 @@ builds the constraint for ``tool_choice`` with `call_constraint`.
 from __future__ import annotations
 
 from .array import Granite, Mistral
-from .base import ParsedReply, ParseFailure, Tool, ToolCall, ToolError, ToolFormat, normalize_tools
+from .base import ParsedReply, ParseFailure, Tool, ToolCall, ToolError, normalize_tools
+from .format import ToolFormat
 from .generic import Generic
 from .hermes import Hermes
 from .llama3 import Llama3

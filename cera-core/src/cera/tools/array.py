@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import re
 
-from .base import ParseFailure, ToolFormat, call_from_object, call_object_schema, json_values, lark_json, lark_literal
+from .base import ParseFailure, call_from_object, call_object_schema, json_values, lark_json, lark_literal
+from .format import ToolFormat
 
 _ARGS = "[ARGS]"
 _NAME_ARGS = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(?:\[CALL_ID\]\s*\S+?\s*)?\[ARGS\]")

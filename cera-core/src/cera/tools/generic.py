@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from .base import ParseFailure, ToolFormat, call_from_object, call_object_schema, json_values, lark_json
+from .base import ParseFailure, call_from_object, call_object_schema, json_values, lark_json
+from .format import ToolFormat
 
 
 class Generic(ToolFormat):

@@ -15,7 +15,6 @@ import json
 
 from .base import (
     ParseFailure,
-    ToolFormat,
     call_from_object,
     call_object_schema,
     json_reply_calls,
@@ -23,6 +22,7 @@ from .base import (
     lark_json,
     lark_literal,
 )
+from .format import ToolFormat
 
 
 class Hermes(ToolFormat):

@@ -11,7 +11,6 @@ import json
 
 from .base import (
     ParseFailure,
-    ToolFormat,
     call_from_object,
     call_object_schema,
     json_reply_calls,
@@ -19,6 +18,7 @@ from .base import (
     lark_json,
     special_token_id,
 )
+from .format import ToolFormat
 
 
 class Llama3(ToolFormat):

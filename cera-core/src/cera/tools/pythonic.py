@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 import json
 
-from .base import ParseFailure, ToolFormat, call_from_object, check_call, json_values, lark_json, lark_literal
+from .base import ParseFailure, call_from_object, check_call, json_values, lark_json, lark_literal
+from .format import ToolFormat
 
 _NAMES = {"True": True, "true": True, "False": False, "false": False, "None": None, "null": None}
 

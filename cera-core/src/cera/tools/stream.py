@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
-from .base import ParsedReply, ParseFailure, Tool, ToolCall, ToolFormat
+from .base import ParsedReply, ParseFailure, Tool, ToolCall
+
+if TYPE_CHECKING:  # a format parses whole replies with a splitter: the import goes one way at run time
+    from .format import ToolFormat
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 

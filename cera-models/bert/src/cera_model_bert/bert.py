@@ -7,7 +7,7 @@ Attention sees every token of its own text (no cache: each text is one pass). `b
 projects with biases and uses a GELU feed-forward (tanh approximation, as ggml_gelu);
 `nomic-bert` rotates queries and keys (NeoX RoPE over the whole head), has no biases and a
 SwiGLU feed-forward. The head emits the last hidden states (no logits); the pooling the
-file asks for (`pooling_type`) is the model's `pooling`, which `cera.embedding` applies.
+file asks for (`pooling_type`) is the model's `pooling`, which `cera.generation.embedding` applies.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from gguf.constants import MODEL_TENSOR as T
 from gguf.constants import Keys as K
 
 from cera.errors import ModelConfigError, UnsupportedOperation
-from cera.graph import GraphBuilder
-from cera.hparams import HParams
-from cera.layers import tensor_name
+from cera.graph.builder import GraphBuilder
+from cera.blocks.hparams import HParams
+from cera.blocks.layers import tensor_name
 from cera.model import Model
-from cera.ops import AttentionSpec, RopeSpec
+from cera.graph.ops import AttentionSpec, RopeSpec
 
 # gguf's PoolingType values
 POOLINGS = {0: "none", 1: "mean", 2: "cls", 3: "last"}

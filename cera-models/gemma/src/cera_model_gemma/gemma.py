@@ -11,7 +11,7 @@ import math
 
 import attrs
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
 from cera.errors import ModelConfigError
 
 

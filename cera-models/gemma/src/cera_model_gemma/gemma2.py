@@ -18,11 +18,11 @@ import math
 
 import attrs
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config, read_sliding_windows
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config, read_sliding_windows
 from cera.errors import ModelConfigError
-from cera.hparams import HParams
-from cera.layers import read_rope
-from cera.ops import RopeSpec
+from cera.blocks.hparams import HParams
+from cera.blocks.layers import read_rope
+from cera.graph.ops import RopeSpec
 
 
 class Gemma2Model(DecoderModel):

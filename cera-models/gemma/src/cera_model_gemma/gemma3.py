@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import attrs
 
-from cera.hparams import HParams
-from cera.ops import RopeSpec
+from cera.blocks.hparams import HParams
+from cera.graph.ops import RopeSpec
 
 from .gemma2 import Gemma2Model
 

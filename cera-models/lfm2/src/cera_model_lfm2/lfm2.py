@@ -3,7 +3,7 @@
 Each layer is pre-norm: ``x + mixer(norm(x))`` then ``x + ffn(norm(x))``. The mixer is
 chosen by the file: a layer with KV heads (``attention.head_count_kv`` is an array) is
 grouped-query attention with per-head RMS norm of queries and keys and NeoX RoPE; a layer
-with none is the gated short convolution (`cera.layers.short_conv`) whose last inputs
+with none is the gated short convolution (`cera.blocks.layers.short_conv`) whose last inputs
 are carried as conv state. The final norm is the tensor llama.cpp's LFM2 files call
 ``token_embd_norm``; the output head is tied to the embedding unless ``output.weight``
 is present.
@@ -18,10 +18,10 @@ from __future__ import annotations
 import attrs
 from gguf.constants import MODEL_TENSOR as T
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
 from cera.errors import InvalidModelFile, ModelConfigError
-from cera.graph import GraphBuilder, Tensor
-from cera.layers import tensor_name
+from cera.graph.builder import GraphBuilder, Tensor
+from cera.blocks.layers import tensor_name
 
 # gguf's ExpertGatingFuncType values
 GATINGS = {1: "softmax", 2: "sigmoid"}

@@ -8,7 +8,7 @@ which the core's decoder reads.
 
 from __future__ import annotations
 
-from cera.decoder import DecoderModel
+from cera.blocks.decoder import DecoderModel
 
 
 class ExaoneModel(DecoderModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
 
 
 class GraniteModel(DecoderModel):

@@ -1,12 +1,12 @@
 """llama: pre-norm decoder, RMSNorm, RoPE (normal pairing), SwiGLU feed-forward.
 
-Everything is the core's llama-shaped decoder (`cera.decoder`): optional attention
+Everything is the core's llama-shaped decoder (`cera.blocks.decoder`): optional attention
 biases and llama3's `rope_freqs` frequency factors need no code here.
 """
 
 from __future__ import annotations
 
-from cera.decoder import DecoderModel
+from cera.blocks.decoder import DecoderModel
 
 
 class LlamaModel(DecoderModel):

@@ -6,7 +6,7 @@ for the architecture (the file has no key for it). Everything else is llama's.
 
 from __future__ import annotations
 
-from cera.decoder import DecoderModel
+from cera.blocks.decoder import DecoderModel
 
 NO_ROPE_LAYER_STEP = 4
 

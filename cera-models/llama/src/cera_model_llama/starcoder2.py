@@ -15,9 +15,9 @@ from __future__ import annotations
 from gguf.constants import MODEL_TENSOR as T
 from gguf.constants import Keys as K
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
-from cera.graph import GraphBuilder, Tensor
-from cera.layers import PlainFeedForwardWeights, tensor_name
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.graph.builder import GraphBuilder, Tensor
+from cera.blocks.layers import PlainFeedForwardWeights, tensor_name
 
 
 class Starcoder2Model(DecoderModel):

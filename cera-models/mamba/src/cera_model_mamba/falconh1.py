@@ -15,9 +15,9 @@ from __future__ import annotations
 import attrs
 from gguf.constants import MODEL_TENSOR as T
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
-from cera.graph import GraphBuilder, Tensor
-from cera.layers import AttentionWeights, self_attention, tensor_name
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.graph.builder import GraphBuilder, Tensor
+from cera.blocks.layers import AttentionWeights, self_attention, tensor_name
 
 from .mamba2 import Mamba2Weights, SSMConfig, declare_ssm_state, mamba2_mixer, read_ssm_config
 

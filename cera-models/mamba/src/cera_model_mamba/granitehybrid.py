@@ -15,10 +15,10 @@ from __future__ import annotations
 import attrs
 from gguf.constants import MODEL_TENSOR as T
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
 from cera.errors import InvalidModelFile, ModelConfigError
-from cera.graph import GraphBuilder, Tensor
-from cera.layers import FeedForwardWeights, feed_forward, self_attention, tensor_name
+from cera.graph.builder import GraphBuilder, Tensor
+from cera.blocks.layers import FeedForwardWeights, feed_forward, self_attention, tensor_name
 
 from .mamba2 import Mamba2Weights, SSMConfig, declare_ssm_state, mamba2_mixer, read_ssm_config
 

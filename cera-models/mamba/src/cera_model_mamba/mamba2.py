@@ -21,9 +21,9 @@ from gguf.constants import MODEL_TENSOR as T
 from gguf.constants import Keys as K
 
 from cera.errors import InvalidModelFile, ModelConfigError
-from cera.graph import GraphBuilder, Tensor
-from cera.hparams import HParams
-from cera.layers import tensor_name
+from cera.graph.builder import GraphBuilder, Tensor
+from cera.blocks.hparams import HParams
+from cera.blocks.layers import tensor_name
 from cera.model import Model
 from cera.state import ShortConv, SSMState
 

@@ -15,7 +15,7 @@ import math
 
 import attrs
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config, read_sliding_windows
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config, read_sliding_windows
 
 
 class Olmo2Model(DecoderModel):

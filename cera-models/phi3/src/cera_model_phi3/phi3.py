@@ -12,9 +12,9 @@ from __future__ import annotations
 import attrs
 from gguf.constants import MODEL_TENSOR
 
-from cera.decoder import DecoderConfig, DecoderModel, read_decoder_config
-from cera.layers import tensor_name
-from cera.ops import RopeSpec
+from cera.blocks.decoder import DecoderConfig, DecoderModel, read_decoder_config
+from cera.blocks.layers import tensor_name
+from cera.graph.ops import RopeSpec
 
 
 class Phi3Model(DecoderModel):

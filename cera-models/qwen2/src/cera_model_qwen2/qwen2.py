@@ -4,7 +4,7 @@ The biases need no code: the core's attention block picks up `blk.N.attn_{q,k,v}
 when the file has them. What differs from llama is the RoPE pairing.
 """
 
-from cera.decoder import DecoderModel
+from cera.blocks.decoder import DecoderModel
 
 
 class Qwen2Model(DecoderModel):

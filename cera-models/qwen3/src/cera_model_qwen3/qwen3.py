@@ -4,7 +4,7 @@ The core's attention block normalizes each head over its own dimension before Ro
 `blk.N.attn_{q,k}_norm.weight` are present; qwen3 requires them.
 """
 
-from cera.decoder import DecoderModel
+from cera.blocks.decoder import DecoderModel
 from cera.errors import InvalidModelFile
 
 

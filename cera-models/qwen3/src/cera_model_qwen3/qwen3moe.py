@@ -9,10 +9,10 @@ from __future__ import annotations
 import attrs
 from gguf.constants import MODEL_TENSOR as T
 
-from cera.decoder import DecoderConfig, read_decoder_config
+from cera.blocks.decoder import DecoderConfig, read_decoder_config
 from cera.errors import InvalidModelFile, ModelConfigError
-from cera.graph import GraphBuilder, Tensor
-from cera.layers import tensor_name
+from cera.graph.builder import GraphBuilder, Tensor
+from cera.blocks.layers import tensor_name
 
 from .qwen3 import Qwen3Model
 

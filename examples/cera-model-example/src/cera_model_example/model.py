@@ -34,10 +34,10 @@ import math
 import attrs
 
 from cera.errors import ModelConfigError
-from cera.graph import GraphBuilder
-from cera.hparams import HParams
+from cera.graph.builder import GraphBuilder
+from cera.blocks.hparams import HParams
 from cera.model import Model
-from cera.ops import AttentionSpec, RopeSpec
+from cera.graph.ops import AttentionSpec, RopeSpec
 from cera.state import AttentionKV
 
 ARCHITECTURE = "cera-example"

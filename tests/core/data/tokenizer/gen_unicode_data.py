@@ -1,4 +1,4 @@
-"""Generate cera/tokenizer/_unicode_data.py: the Unicode tables the tokenizers need.
+"""Generate cera/text/tokenizer/_unicode_data.py: the Unicode tables the tokenizers need.
 
 llama.cpp classifies code points with tables built from Unicode 15.1. Python's own
 `unicodedata` follows the interpreter's Unicode version (14.0 in 3.11, 15.1 in 3.13,
@@ -16,7 +16,7 @@ pinned to Unicode 15.1):
 
 Run:  python -m venv /tmp/ud && /tmp/ud/bin/pip install unicodedata2==15.1.0 &&
       /tmp/ud/bin/python tests/core/data/tokenizer/gen_unicode_data.py
-(from the repository root; it rewrites cera-core/src/cera/tokenizer/_unicode_data.py).
+(from the repository root; it rewrites cera-core/src/cera/text/tokenizer/_unicode_data.py).
 The lowercase table uses the running Python's str.lower for single code points; case
 pairs did not change between Unicode 14 and 15.1, and the script refuses to run on a
 Python whose Unicode is older than 14.
@@ -108,7 +108,7 @@ def main() -> None:
         fmt("NFD_FIRST", nfd, 12),
         "",
     ]
-    target = Path(__file__).resolve().parents[4] / "cera-core/src/cera/tokenizer/_unicode_data.py"
+    target = Path(__file__).resolve().parents[4] / "cera-core/src/cera/text/tokenizer/_unicode_data.py"
     target.write_text("\n".join(out))
     print(f"wrote {target}: {len(runs) // 2} runs, {len(lower) // 2} lowercase pairs, {len(nfd) // 3} NFD ranges")
 

@@ -177,7 +177,7 @@ def record(path: Path, configs: list[tuple[bool, bool]], long_text: bool) -> dic
 def main() -> int:
     import llama_cpp
 
-    from cera import bundles
+    from cera.sources import bundles
 
     result = {"llama_cpp_python": llama_cpp.__version__, "corpus": CORPUS, "models": {}, "vocabs": {}}
     for key, bundle in REAL_MODELS.items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cera.tokenizer import Tokenizer
+from cera.text.tokenizer import Tokenizer
 
 
 def check_against_record(tok: Tokenizer, rec: dict, corpus: list[str]) -> None:

@@ -1,0 +1,1 @@
+"""File formats: the GGUF reader (`gguf`) and cera's checkpoint files (`checkpoint`)."""

@@ -1,0 +1,246 @@
+"""The prefix cache: a prompt's evaluated state, kept so the next prompt that starts the same
+way evaluates only the rest.
+
+Two tiers, both keyed by the exact token prefix:
+
+- **warm**, in memory, shared by the sessions of a loaded model: state snapshots up to a
+  byte budget, the least recently used evicted first;
+- **cold**, optional, on disk: one checkpoint file per prefix (`cera.formats.checkpoint`'s format:
+  checksummed, written atomically) under ``directory/<model fingerprint>/``, named by the
+  prefix's length and hash, up to a size cap (the least recently used files go first).
+  Several processes may share the directory: files appear by rename, a file removed under
+  a reader is a miss, a damaged file is reported on stderr and ignored (and removed).
+
+A session stores its state at the end of each prompt it evaluates (`Session.evaluate`,
+`generate`) and, before evaluating, looks for the cached entry that shares the longest
+prefix with what it holds plus what is queued: on a hit it restores that state, cuts it
+back to the shared prefix (for state that can be cut: KV caches; recurrent state must
+match an entry whole) and evaluates only the rest. Since restoring gives the state the
+evaluation would have produced, a hit gives the same tokens as a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import attrs
+
+from ..errors import CeraError
+
+
+def _common(a: tuple, b: tuple) -> int:
+    """Length of the common prefix of two token tuples."""
+    n = min(len(a), len(b))
+    if not n:
+        return 0
+    import numpy as np
+
+    diff = np.nonzero(np.asarray(a[:n], np.int64) != np.asarray(b[:n], np.int64))[0]
+    return int(diff[0]) if len(diff) else n
+
+
+def prefix_key(tokens) -> str:
+    h = hashlib.sha256()
+    for t in tokens:
+        h.update(int(t).to_bytes(4, "little"))
+    return h.hexdigest()[:40]
+
+
+@attrs.define
+class Entry:
+    tokens: tuple[int, ...]
+    snapshot: object
+    last: dict | None
+    nbytes: int
+
+
+def _snapshot_bytes(snap) -> int:
+    total = snap.positions.nbytes
+    for item in snap.kv:
+        if isinstance(item, tuple):
+            total += sum(a.nbytes for a in item)
+        else:
+            total += item.nbytes
+    return total
+
+
+class PrefixCache:
+    def __init__(self, loaded, max_bytes: int = 512 * 2**20, directory=None, max_disk_bytes: int = 4 * 2**30,
+                 min_tokens: int = 64):  # fmt: skip
+        self.loaded = loaded
+        self.max_bytes = int(max_bytes)
+        self.max_disk_bytes = int(max_disk_bytes)
+        # Shorter prompts are not kept: they are cheap, and a prompt of at least this many
+        # tokens is evaluated with the prompt kernels throughout (Session.PROMPT_ROWS), which
+        # is what makes a hit compute exactly what a miss computes.
+        self.min_tokens = max(int(min_tokens), 64)
+        self._warm: OrderedDict[str, Entry] = OrderedDict()
+        self._bytes = 0
+        self._lengths: dict[int, int] = {}  # warm entry lengths -> count
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+        self.directory = None
+        if directory is not None:
+            from ..formats.checkpoint import model_fingerprint
+
+            self.directory = Path(directory).expanduser() / model_fingerprint(loaded)[:24]
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise CeraError(f"cannot use prompt cache directory {directory}: {e.strerror or e}") from None
+
+    # -- storing -----------------------------------------------------------------------------
+
+    def store(self, session) -> None:
+        """Keep the session's state (its evaluated tokens) as a cached prefix."""
+        tokens = tuple(session.tokens)
+        if len(tokens) < self.min_tokens:
+            return
+        key = prefix_key(tokens)
+        with self._lock:
+            if key in self._warm:
+                self._warm.move_to_end(key)
+                return
+        snap = session.state.snapshot(session.slot)
+        from .session import _copy
+
+        entry = Entry(tokens, snap, _copy(session.last), _snapshot_bytes(snap))
+        with self._lock:
+            self._warm[key] = entry
+            self._bytes += entry.nbytes
+            self._lengths[len(tokens)] = self._lengths.get(len(tokens), 0) + 1
+            while self._bytes > self.max_bytes and len(self._warm) > 1:
+                _, old = self._warm.popitem(last=False)
+                self._drop(old)
+            if self._bytes > self.max_bytes:  # one entry larger than the whole budget
+                _, old = self._warm.popitem(last=False)
+                self._drop(old)
+        if self.directory is not None:
+            self._store_cold(session, tokens, snap, entry.last)
+
+    def _drop(self, entry: Entry) -> None:
+        self._bytes -= entry.nbytes
+        n = len(entry.tokens)
+        self._lengths[n] -= 1
+        if not self._lengths[n]:
+            del self._lengths[n]
+
+    def _path(self, tokens) -> Path:
+        return self.directory / f"{len(tokens):08d}-{prefix_key(tokens)}.ckpt"
+
+    def _store_cold(self, session, tokens, snap, last) -> None:
+        from ..formats.checkpoint import encode_snapshot, write_atomic
+
+        path = self._path(tokens)
+        if path.exists():
+            os.utime(path)
+            return
+        try:
+            write_atomic(path, encode_snapshot(self.loaded, session.state, snap, tokens, (), last))
+        except OSError as e:
+            print(f"cera: prompt cache: cannot write {path.name}: {e.strerror or e}", file=sys.stderr)
+            return
+        self._evict_cold()
+
+    def _evict_cold(self) -> None:
+        files = []
+        for p in self.directory.glob("*.ckpt"):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime, st.st_size, p))
+        total = sum(size for _, size, _ in files)
+        for _, size, p in sorted(files):
+            if total <= self.max_disk_bytes:
+                break
+            try:
+                p.unlink()
+                total -= size
+            except OSError:
+                pass
+
+    # -- looking up ------------------------------------------------------------------------------
+
+    def lookup(self, tokens, cut: bool = True) -> tuple[Entry, int] | None:
+        """The entry sharing the longest prefix with ``tokens`` and that prefix's length,
+        or None. Without ``cut`` (state that cannot be cut back) only whole entries count."""
+        tokens = tuple(int(t) for t in tokens)
+        best: tuple[Entry, int] | None = None
+        with self._lock:
+            for key, entry in self._warm.items():
+                n = _common(entry.tokens, tokens)
+                if self._usable(entry, n, cut) and (best is None or n > best[1]):
+                    best = (entry, n, key)
+            if best is not None:
+                self._warm.move_to_end(best[2])
+                best = best[:2]
+        if self.directory is not None:
+            cold = self._lookup_cold(tokens, cut, best[1] if best else 0)
+            if cold is not None:
+                best = cold
+        if best is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return best
+
+    def _usable(self, entry: Entry, n: int, cut: bool) -> bool:
+        return n == len(entry.tokens) or (cut and n >= self.min_tokens)
+
+    def _lookup_cold(self, tokens, cut: bool, beat: int) -> tuple[Entry, int] | None:
+        from ..formats.checkpoint import CheckpointError, decode_snapshot, model_fingerprint, read, read_header
+
+        candidates = []
+        for p in self.directory.glob("*.ckpt"):
+            try:
+                n_file = int(p.name.split("-", 1)[0])
+                candidates.append((p.stat().st_mtime, n_file, p))
+            except (ValueError, OSError):
+                continue
+        best = None
+        for _, _, path in sorted(candidates, reverse=True)[:64]:  # the most recently used
+            try:
+                header = read_header(path)
+                entry_tokens = tuple(header["tokens"])
+            except (CheckpointError, KeyError, OSError, ValueError):
+                continue
+            n = _common(entry_tokens, tokens)
+            if n > beat and (n == len(entry_tokens) or (cut and n >= self.min_tokens)) and (best is None or n > best[1]):
+                best = (path, n)
+        if best is None:
+            return None
+        path, n = best
+        try:
+            header, arrays = read(path)
+            if header.get("model") != model_fingerprint(self.loaded):
+                raise CheckpointError(f"{path.name} is from another model")
+            snap, last = decode_snapshot(header, arrays, path)
+        except (CheckpointError, KeyError, ValueError) as e:
+            if path.exists():
+                print(f"cera: prompt cache: ignoring a damaged entry ({e}); removing it", file=sys.stderr)
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+            return None
+        try:
+            os.utime(path)
+        except OSError:
+            pass
+        return Entry(tuple(header["tokens"]), snap, last, 0), n
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._warm)
+
+
+__all__ = ["PrefixCache", "prefix_key"]

@@ -1,0 +1,127 @@
+"""Running forward passes of one loaded model: graphs built and compiled once per shape.
+
+A `Runner` belongs to a loaded model (one model, one backend, its uploaded weights) and
+is shared by every session of it. For each shape class (the batch `Layout`, the wanted
+`Outputs`, the state's geometry) it builds the family's graph once, has the backend
+compile it once, and keeps the executable (least recently used ones are dropped past
+``cache_size``). `forward` is one pass: reserve the sequences' cells in their state
+slots, run, keep the cells (or forget them if the pass failed).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import attrs
+import numpy as np
+
+from ..backend import StepInputs
+from ..errors import SessionError
+from ..graph.builder import Layout, Outputs
+
+
+@attrs.frozen
+class SeqStep:
+    """One sequence's part of a batch: its state slot and the tokens to evaluate there."""
+
+    slot: int
+    tokens: tuple[int, ...] = attrs.field(converter=tuple)
+    positions: tuple[int, ...] = attrs.field(converter=tuple)
+
+
+def geometry(state) -> tuple:
+    """What a compiled graph depends on about a state: its shape (fixed when it is made;
+    kept on the state, as every pass looks it up)."""
+    g = getattr(state, "_runner_geometry", None)
+    if g is None:
+        caps = tuple(sorted((i, a.shape[2]) for i, a in getattr(state, "k", {}).items()))
+        g = (state.n_ctx, state.n_slots, state.kv_type, state.n_batch, caps)
+        try:
+            state._runner_geometry = g
+        except AttributeError:  # a state with __slots__: computed each time
+            pass
+    return g
+
+
+class Runner:
+    def __init__(self, model, backend, weights: dict, cache_size: int = 24):
+        self.model = model
+        self.backend = backend
+        self.weights = weights
+        self.cache_size = cache_size
+        self._cache: OrderedDict = OrderedDict()
+        self._layouts: dict[tuple, Layout] = {}  # made once per shape: a Layout checks itself when made
+        self._lock = threading.Lock()
+        self._last: tuple | None = None  # (key, executable) of the latest pass
+        self.n_compiled = 0  # graphs compiled so far (for tests and diagnostics)
+
+    def new_state(self, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False):
+        return self.backend.new_state(self.model.state, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch,
+                                      swa_full=swa_full)  # fmt: skip
+
+    def executable(self, layout: Layout, outputs: Outputs, state):
+        key = (layout, outputs, geometry(state), self.backend.compile_key())
+        last = self._last  # decoding asks for the same graph token after token
+        if last is not None and last[0] == key:  # (its parts are the same objects: compared by identity)
+            return last[1]
+        with self._lock:
+            exe = self._cache.get(key)
+            if exe is not None:
+                self._cache.move_to_end(key)
+                self._last = (key, exe)
+                return exe
+        graph = self.model.build(layout, outputs, n_ctx=state.n_ctx)
+        exe = self.backend.compile(graph, self.weights, state)
+        with self._lock:
+            self._cache[key] = exe
+            self.n_compiled += 1
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            self._last = (key, exe)
+        return exe
+
+    def forward(self, state, steps: list[SeqStep], outputs: Outputs, exact_rows: bool = False,
+                prompt_rows: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
+        """Evaluate each sequence's tokens in its slot, as one batch (``exact_rows`` and
+        ``prompt_rows``: see `cera.graph.builder.Layout`)."""
+        if not steps:
+            raise SessionError("a forward pass needs at least one sequence")
+        lens = (len(steps[0].tokens),) if len(steps) == 1 else tuple(len(s.tokens) for s in steps)
+        shape = (lens, exact_rows, prompt_rows)
+        layout = self._layouts.get(shape)
+        if layout is None:
+            layout = Layout(shape[0], exact_rows=exact_rows, prompt_rows=prompt_rows)
+            if len(self._layouts) < 4096:
+                self._layouts[shape] = layout
+        exe = self.executable(layout, outputs, state)
+        started: list[int] = []
+        try:
+            starts = []
+            for s in steps:
+                if s.slot in started:
+                    raise SessionError(f"slot {s.slot} appears twice in one batch")
+                starts.append(state.begin(s.slot, s.positions))
+                started.append(s.slot)
+            if len(steps) == 1:  # a session's own pass: its tuples as they are
+                tokens, positions = steps[0].tokens, steps[0].positions
+            else:
+                tokens = [t for s in steps for t in s.tokens]
+                positions = [p for s in steps for p in s.positions]
+            inputs = StepInputs(
+                tokens=np.array(tokens, np.int32),
+                positions=np.array(positions, np.int32),
+                slots=np.array([s.slot for s in steps], np.int32),
+                starts=np.array(starts, np.int32),
+            )
+            out = exe.run(state, inputs)
+        except BaseException:
+            for slot in started:
+                state.rollback(slot)
+            raise
+        for slot in started:
+            state.commit(slot)
+        return out
+
+
+__all__ = ["Runner", "SeqStep", "geometry"]

@@ -1,0 +1,801 @@
+"""The op table: the one source of truth for cera's op vocabulary.
+
+Every op a family may use is one `OpDef` here: its name, its arguments (tensors, weights,
+state), its attributes, the rule that gives its output shape (and refuses inputs that do
+not fit), and a numpy reference of what it computes. Everything else comes from this
+table: the `cera.graph.builder.GraphBuilder` methods check shapes with it, the reference backend
+(`cera.testing.reference`) runs the references, the conformance suite tests every backend
+op by op against them, and `cera plugins` / `cera inspect` list the vocabulary from it.
+
+Conventions (all backends):
+
+- Activations are float32 row-major tensors, ``[n_tokens, dim]`` or ``[n_tokens, heads,
+  head_dim]``; token ids, positions and the ids `argmax`/`top_k` return are int32.
+- A weight of GGUF shape ``(ne0=in, ne1=out)`` is used as ``y = x @ W.T``: `linear` maps
+  ``[n, in] -> [n, out]``. References see weights dequantized to float32 in numpy order
+  (the reverse of GGML's).
+- Ops that touch per-sequence state (`attention`, `conv1d_causal`, `ssm_scan`,
+  `cross_attention`, `store_cross`) get a handle to a declared piece of state
+  (`cera.state`), never a bare layer number; the rows of a batch are grouped by sequence
+  (`cera.graph.builder.Layout`), and each sequence has its own slot of that state.
+
+The references are written for clarity, in float64 where sums are long, from the
+definitions in llama.cpp / ggml and the papers; they are slow on purpose.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..errors import ShapeError
+
+# -- specs shared by families and backends --------------------------------------------------
+
+
+@attrs.frozen
+class RopeSpec:
+    """How one attention layer rotates its queries and keys.
+
+    ``n_dims`` is the number of rotated dimensions at the start of each head (the rest
+    pass through). ``neox`` pairs dimension i with i + n_dims/2 (GPT-NeoX style, used by
+    qwen2, gemma, phi3, ...); otherwise i pairs with i+1 (original llama). Frequencies
+    follow llama.cpp's rope_yarn: theta_i = pos * base^(-2i/n_dims) / freq_factors[i],
+    interpolated by ``freq_scale`` (1/linear factor) with the YaRN ramp when
+    ``ext_factor`` is non-zero, and the result multiplied by ``attn_factor``.
+    """
+
+    n_dims: int
+    base: float = 10000.0
+    neox: bool = False
+    freq_scale: float = 1.0
+    freq_factors: tuple[float, ...] | None = None
+    ext_factor: float = 0.0
+    attn_factor: float = 1.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    n_ctx_orig: int = 0
+
+    def __attrs_post_init__(self):
+        # Checked here, where every family's RoPE passes: a file's values must not reach a
+        # kernel as NaN frequencies or a count that overflows its int32.
+        if not (isinstance(self.n_dims, int) and 0 <= self.n_dims < 2**31 and self.n_dims % 2 == 0):
+            raise ShapeError(f"rope: n_dims {self.n_dims} must be even and non-negative")
+        if not (math.isfinite(self.base) and self.base > 0 and math.isfinite(self.freq_scale) and self.freq_scale > 0):
+            raise ShapeError(f"rope: base {self.base} and frequency scale {self.freq_scale} must be positive numbers")
+        if not all(math.isfinite(v) for v in (self.ext_factor, self.attn_factor, self.beta_fast, self.beta_slow)):
+            raise ShapeError("rope: the YaRN factors must be finite")
+        if not 0 <= self.n_ctx_orig < 2**31:
+            raise ShapeError(f"rope: original context {self.n_ctx_orig} must be in [0, 2^31)")
+        if self.freq_factors is not None and not all(math.isfinite(v) and v != 0 for v in self.freq_factors):
+            raise ShapeError("rope: frequency factors must be finite and non-zero")
+
+
+@attrs.frozen
+class AttentionSpec:
+    """One attention layer's masking and scaling.
+
+    ``window``: sliding-window size; a key at position p_k is visible from a query at p_q
+    when ``0 <= p_q - p_k < window`` (llama.cpp's standard SWA). None: full causal.
+    ``softcap``: soft-capping of the attention logits (gemma2), applied to the scaled
+    logits: ``softcap * tanh(scale * q.k / softcap)``, as llama.cpp's flash attention does.
+    ``causal``: for attention without a cache (`attention_full`), whether a row sees only
+    rows at or before its own position (False: bidirectional, as encoders).
+    """
+
+    scale: float
+    window: int | None = None
+    softcap: float | None = None
+    causal: bool = True
+
+    def __attrs_post_init__(self):
+        if not math.isfinite(self.scale):
+            raise ShapeError(f"attention: scale {self.scale} must be a finite number")
+        if self.window is not None and not 0 < self.window < 2**31:
+            raise ShapeError(f"attention: a sliding window of {self.window} must be in [1, 2^31)")
+        if self.softcap is not None and not (math.isfinite(self.softcap) and self.softcap >= 0):
+            raise ShapeError(f"attention: soft-cap {self.softcap} must be a non-negative number")
+
+
+UNARY_KINDS = ("silu", "gelu", "gelu_erf", "relu")
+GLU_KINDS = ("swiglu", "geglu")
+MOE_GATINGS = ("softmax", "sigmoid")
+MOE_ACTIVATIONS = ("silu", "gelu")
+
+
+# -- the table ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Arg:
+    """One argument of an op: ``kind`` is "tensor" (float32 activation), "ids" (int32
+    tensor), "weight" (an uploaded weight), "operand" (a tensor or a weight, broadcast
+    over rows) or "state" (a handle to declared per-sequence state)."""
+
+    name: str
+    kind: str
+    optional: bool = False
+
+
+@attrs.frozen
+class OpDef:
+    name: str
+    args: tuple[Arg, ...]
+    attrs: tuple[str, ...]
+    shape: Callable[..., tuple[tuple[int, ...], str]]  # (input shapes..., attrs) -> (shape, dtype)
+    reference: Callable[..., np.ndarray]  # (ctx, input arrays..., attrs) -> array
+    doc: str
+    state_kind: str | None = None  # the state declaration kind a "state" argument must be
+    view: bool = False  # no computation: the output is the input seen differently
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def op(name: str, args: str, attributes: str = "", state_kind: str | None = None, view: bool = False):
+    """Register the decorated reference as op ``name``. ``args``: "x:tensor w:weight
+    b:weight?" (a trailing ? marks an optional argument); ``attributes``: names."""
+
+    parsed = []
+    for item in args.split():
+        arg_name, kind = item.split(":")
+        optional = kind.endswith("?")
+        parsed.append(Arg(arg_name, kind.rstrip("?"), optional))
+
+    def register(fn):
+        shape_fn = SHAPES[name]
+        OPS[name] = OpDef(
+            name=name,
+            args=tuple(parsed),
+            attrs=tuple(attributes.split()),
+            shape=shape_fn,
+            reference=fn,
+            doc=(fn.__doc__ or "").strip(),
+            state_kind=state_kind,
+            view=view,
+        )
+        return fn
+
+    return register
+
+
+def names() -> tuple[str, ...]:
+    """The op vocabulary, in table order."""
+    return tuple(OPS)
+
+
+# -- shape rules --------------------------------------------------------------------------
+# Each takes the input shapes (None for an absent optional input) and the attributes, and
+# returns (output shape, dtype) or raises ShapeError naming what does not fit.
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ShapeError(msg)
+
+
+def _rows_like(x, what):
+    _need(len(x) >= 1, f"{what}: expected at least a 1-D tensor, got shape {x}")
+    return x
+
+
+def _shape_embedding(table, ids, **_):
+    _need(len(table) == 2, f"embedding: the table must be 2-D, has GGML shape {table}")
+    _need(len(ids) == 1, f"embedding: ids must be 1-D, got shape {ids}")
+    return (ids[0], table[0]), "f32"
+
+
+def _shape_linear(x, w, bias=None, **_):
+    _need(len(w) == 2, f"linear: the weight has GGML shape {w}; a 2-D matrix is needed (experts go to moe)")
+    _need(len(x) >= 1 and x[-1] == w[0], f"linear: input has {x[-1] if x else '?'} features but the weight {w} takes {w[0]}")
+    if bias is not None:
+        _need(math.prod(bias) == w[1], f"linear: a bias of {math.prod(bias)} values for {w[1]} outputs")
+    return tuple(x[:-1]) + (w[1],), "f32"
+
+
+def _shape_norm(x, w=None, b=None, **_):
+    _rows_like(x, "norm")
+    for p, what in ((w, "weight"), (b, "bias")):
+        if p is not None:
+            _need(math.prod(p) == x[-1], f"norm: a {what} of {math.prod(p)} values for rows of {x[-1]}")
+    return tuple(x), "f32"
+
+
+def _shape_rope(x, positions, spec: RopeSpec, **_):
+    _need(len(x) == 3, f"rope expects [n_tokens, n_heads, head_dim], got shape {x}")
+    _need(positions == (x[0],), f"rope: {positions} positions for {x[0]} tokens")
+    _need(spec.n_dims % 2 == 0 and 0 < spec.n_dims <= x[2], f"rope: n_dims {spec.n_dims} must be even and at most the head dimension {x[2]}")
+    if spec.freq_factors is not None:
+        _need(len(spec.freq_factors) >= spec.n_dims // 2, f"rope: {len(spec.freq_factors)} freq_factors for {spec.n_dims} rotated dimensions (need n_dims/2)")
+    return tuple(x), "f32"
+
+
+def _shape_attention(q, k, v, state=None, spec=None, **_):
+    _need(len(q) == 3 and len(k) == 3 and len(v) == 3, f"attention expects 3-D q, k, v, got {q}, {k}, {v}")
+    _need(k[0] == v[0] and k[1] == v[1] and k[2] == q[2], f"attention: q {q}, k {k}, v {v} do not fit together")
+    _need(k[1] > 0 and q[1] % k[1] == 0, f"attention: {q[1]} query heads cannot be grouped onto {k[1]} KV heads")
+    return (q[0], q[1] * v[2]), "f32"
+
+
+def _shape_attention_cached(q, k, v, state, spec, **_):
+    shape, dtype = _shape_attention(q, k, v)
+    _need(q[0] == k[0], f"attention: {q[0]} query rows but {k[0]} new keys (the cache holds the rest)")
+    return shape, dtype
+
+
+def _shape_cross_attention(q, state, spec, **_):
+    _need(len(q) == 3, f"cross_attention expects q [n, heads, dim], got {q}")
+    return (q[0], None), "f32"  # width filled in by the builder from the state declaration
+
+
+def _shape_store_cross(k, v, state, **_):
+    _need(len(k) == 3 and len(v) == 3 and k[:2] == v[:2], f"store_cross: k {k} and v {v} do not fit together")
+    return (0,), "f32"
+
+
+def _shape_same(x, **_):
+    return tuple(x), "f32"
+
+
+def _shape_glu(gate, up, **_):
+    _need(tuple(gate) == tuple(up), f"glu: gate {gate} and up {up} differ")
+    return tuple(gate), "f32"
+
+
+def _shape_binary(a, b, **_):
+    try:
+        out = np.broadcast_shapes(tuple(a), tuple(b))
+    except ValueError:
+        raise ShapeError(f"elementwise op on shapes {a} and {b} that do not broadcast") from None
+    _need(tuple(out) == tuple(a), f"elementwise op: the second operand {b} may not widen the first {a}")
+    return tuple(a), "f32"
+
+
+def _shape_argmax(x, **_):
+    _rows_like(x, "argmax")
+    return tuple(x[:-1]), "i32"
+
+
+def _shape_top_k(x, k, **_):
+    _rows_like(x, "top_k")
+    _need(0 < k <= x[-1], f"top_k: k={k} of {x[-1]} values")
+    return tuple(x[:-1]) + (k,), "i32"
+
+
+def _shape_take(x, ids, **_):
+    _need(tuple(x[:-1]) == tuple(ids[:-1]), f"take: values {x} and ids {ids} have different rows")
+    return tuple(ids), "f32"
+
+
+def _shape_concat(a, b, axis=-1, **_):
+    _need(len(a) == len(b), f"concat: {a} and {b} have different ranks")
+    ax = axis % len(a)
+    _need(all(x == y for i, (x, y) in enumerate(zip(a, b, strict=True)) if i != ax), f"concat: {a} and {b} differ off axis {axis}")
+    out = list(a)
+    out[ax] = a[ax] + b[ax]
+    return tuple(out), "f32"
+
+
+def _shape_rows(x, index, **_):
+    _need(len(x) >= 1, f"rows: a 0-D tensor {x}")
+    _need(all(0 <= i < x[0] for i in index), f"rows: indices {index} outside the {x[0]} rows")
+    return (len(index),) + tuple(x[1:]), "f32"
+
+
+def _shape_seq_mean(x, groups, **_):
+    _need(len(x) == 2, f"seq_mean expects [n_tokens, dim], got {x}")
+    _need(sum(n for _, n in groups) <= x[0], f"seq_mean: groups {groups} outside {x[0]} rows")
+    return (len(groups), x[1]), "f32"
+
+
+def _shape_reshape(x, shape, **_):
+    _need(math.prod(shape) == math.prod(x), f"reshape: {x} has {math.prod(x)} values, {shape} needs {math.prod(shape)}")
+    return tuple(shape), "f32"
+
+
+def _shape_slice(x, start, length, **_):
+    _need(0 <= start and start + length <= x[-1], f"slice: [{start}, {start + length}) outside a last dimension of {x[-1]}")
+    return tuple(x[:-1]) + (length,), "f32"
+
+
+def _shape_conv1d_causal(x, w, state, **_):
+    _need(len(x) == 2, f"conv1d_causal expects [n_tokens, channels], got {x}")
+    _need(len(w) == 2 and w[1] == x[1], f"conv1d_causal: weight of GGML shape {w} for {x[1]} channels (needs [kernel, channels])")
+    return tuple(x), "f32"
+
+
+def _shape_conv1d(x, w, bias=None, stride=1, padding=0, **_):
+    _need(len(x) == 2, f"conv1d expects [n_frames, in_channels], got {x}")
+    _need(len(w) == 3 and w[1] == x[1], f"conv1d: weight of GGML shape {w} for {x[1]} input channels (needs [kernel, in, out])")
+    _need(stride >= 1 and padding >= 0, f"conv1d: stride {stride}, padding {padding}")
+    n_out = (x[0] + 2 * padding - w[0]) // stride + 1
+    _need(n_out >= 1, f"conv1d: {x[0]} frames are fewer than the kernel of {w[0]}")
+    if bias is not None:
+        _need(math.prod(bias) == w[2], f"conv1d: a bias of {math.prod(bias)} for {w[2]} output channels")
+    return (n_out, w[2]), "f32"
+
+
+def _shape_ssm_scan(x, dt, A, B, C, state, **_):
+    _need(len(x) == 3, f"ssm_scan: x must be [n, heads, head_dim], got {x}")
+    n, H, _ = x
+    _need(tuple(dt) == (n, H), f"ssm_scan: dt {dt} for x {x} (needs [n, heads])")
+    _need(math.prod(A) == H, f"ssm_scan: A has {math.prod(A)} values for {H} heads")
+    _need(len(B) == 3 and tuple(B) == tuple(C) and B[0] == n and H % B[1] == 0, f"ssm_scan: B {B} / C {C} for x {x} (need [n, groups, state_dim], heads a multiple of groups)")
+    return tuple(x), "f32"
+
+
+def _shape_moe(x, router, gate, up, down, selection_bias=None, k=1, **_):
+    _need(len(x) == 2, f"moe expects [n_tokens, dim], got {x}")
+    _need(len(router) == 2 and router[0] == x[1], f"moe: router of GGML shape {router} for inputs of {x[1]}")
+    n_expert = router[1]
+    _need(len(gate) == 3 and gate[2] == n_expert and tuple(up) == tuple(gate) and len(down) == 3 and down[2] == n_expert, f"moe: expert tensors {gate}, {up}, {down} for {n_expert} experts")
+    _need(gate[0] == x[1] and down[0] == gate[1], f"moe: expert tensors {gate}, {down} for inputs of {x[1]}")
+    _need(0 < k <= n_expert, f"moe: k={k} experts per token out of {n_expert}")
+    return (x[0], down[1]), "f32"
+
+
+SHAPES: dict[str, Callable] = {
+    "embedding": _shape_embedding,
+    "linear": _shape_linear,
+    "rms_norm": _shape_norm,
+    "layer_norm": _shape_norm,
+    "rope": _shape_rope,
+    "attention": _shape_attention_cached,
+    "attention_full": _shape_attention,
+    "cross_attention": _shape_cross_attention,
+    "store_cross": _shape_store_cross,
+    "unary": _shape_same,
+    "glu": _shape_glu,
+    "add": _shape_binary,
+    "mul": _shape_binary,
+    "scale": _shape_same,
+    "softcap": _shape_same,
+    "softmax": _shape_same,
+    "argmax": _shape_argmax,
+    "top_k": _shape_top_k,
+    "take": _shape_take,
+    "concat": _shape_concat,
+    "rows": _shape_rows,
+    "seq_mean": _shape_seq_mean,
+    "reshape": _shape_reshape,
+    "slice": _shape_slice,
+    "copy": _shape_same,
+    "conv1d_causal": _shape_conv1d_causal,
+    "conv1d": _shape_conv1d,
+    "ssm_scan": _shape_ssm_scan,
+    "moe": _shape_moe,
+}
+
+
+# -- references -----------------------------------------------------------------------------
+# ctx (a `RunContext`) carries the batch: positions, the sequence groups and their state
+# slots. Inputs arrive as numpy arrays (weights dequantized, numpy order).
+
+
+@attrs.define
+class RunContext:
+    """What a reference (or an eager kernel) sees of the pass in progress."""
+
+    positions: np.ndarray  # int32 [n_tokens]
+    groups: tuple[tuple[int, int], ...]  # per sequence: (first row, rows)
+    slots: np.ndarray  # int32 [n_seq]: the state slot of each sequence
+    starts: np.ndarray  # int32 [n_seq]: cells each sequence held before this pass
+    state: Any = None  # a cera.state.HostState (or None for stateless graphs)
+    kv_f16: bool = True
+
+
+def _f64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+@op("embedding", "table:weight ids:ids")
+def embedding(ctx, table, ids):
+    """Rows ``ids`` of an embedding table: ``[n] -> [n, dim]``."""
+    return np.asarray(table, np.float32)[np.asarray(ids, np.int64)]
+
+
+@op("linear", "x:tensor w:weight bias:weight?")
+def linear(ctx, x, w, bias=None):
+    """``x @ W.T (+ bias)``: ``[..., in] -> [..., out]``."""
+    y = _f64(x) @ _f64(w).T
+    if bias is not None:
+        y = y + _f64(bias).reshape(-1)
+    return y.astype(np.float32)
+
+
+@op("rms_norm", "x:tensor w:operand?", "eps")
+def rms_norm(ctx, x, w=None, *, eps):
+    """``x / sqrt(mean(x^2) + eps) (* w)`` over the last dimension."""
+    x = _f64(x)
+    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    if w is not None:
+        y = y * _f64(w).reshape(-1)
+    return y.astype(np.float32)
+
+
+@op("layer_norm", "x:tensor w:operand? b:operand?", "eps")
+def layer_norm(ctx, x, w=None, b=None, *, eps):
+    """``(x - mean) / sqrt(var + eps) (* w) (+ b)`` over the last dimension."""
+    x = _f64(x)
+    mean = x.mean(axis=-1, keepdims=True)
+    y = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    if w is not None:
+        y = y * _f64(w).reshape(-1)
+    if b is not None:
+        y = y + _f64(b).reshape(-1)
+    return y.astype(np.float32)
+
+
+def rope_thetas(pos: np.ndarray, spec: RopeSpec) -> tuple[np.ndarray, float]:
+    """theta[t, i] and the magnitude scale of llama.cpp's rope_yarn, in float64."""
+    n_dims = spec.n_dims
+    i = np.arange(n_dims // 2, dtype=np.float64)
+    inv = spec.base ** (-2.0 * i / n_dims)
+    ff = np.ones_like(i) if spec.freq_factors is None else np.asarray(spec.freq_factors[: n_dims // 2], np.float64)
+    extrap = np.asarray(pos, np.float64)[:, None] * inv[None, :] / ff[None, :]
+    interp = spec.freq_scale * extrap
+    mscale = 1.0
+    if spec.ext_factor != 0.0:
+
+        def corr(beta):
+            return n_dims * math.log(spec.n_ctx_orig / (beta * 2 * math.pi)) / (2 * math.log(spec.base))
+
+        low = max(0.0, math.floor(corr(spec.beta_fast)))
+        high = min(n_dims - 1.0, math.ceil(corr(spec.beta_slow)))
+        ramp = 1 - np.clip((i - low) / max(0.001, high - low), 0, 1)
+        mix = ramp * spec.ext_factor
+        theta = interp * (1 - mix) + extrap * mix
+        mscale = 1.0 + 0.1 * math.log(1.0 / spec.freq_scale)
+    else:
+        theta = interp
+    return theta, mscale
+
+
+def rotate(x: np.ndarray, pos: np.ndarray, spec: RopeSpec, unit: bool = False) -> np.ndarray:
+    """`rope` on float64 values. ``unit``: rotate only, without the magnitude scaling
+    (to move already rotated keys by a position delta after a context shift)."""
+    theta, mscale = rope_thetas(pos, spec)
+    mag = 1.0 if unit else mscale * spec.attn_factor
+    c = np.cos(theta)[:, None, :] * mag
+    s = np.sin(theta)[:, None, :] * mag
+    x = _f64(x)
+    y = x.copy()
+    n = spec.n_dims
+    if spec.neox:
+        x0, x1 = x[..., : n // 2], x[..., n // 2 : n]
+        y[..., : n // 2] = x0 * c - x1 * s
+        y[..., n // 2 : n] = x0 * s + x1 * c
+    else:
+        x0, x1 = x[..., 0:n:2], x[..., 1:n:2]
+        y[..., 0:n:2] = x0 * c - x1 * s
+        y[..., 1:n:2] = x0 * s + x1 * c
+    return y
+
+
+@op("rope", "x:tensor positions:ids", "spec")
+def rope(ctx, x, positions, *, spec):
+    """Rotary position embedding of ``x [n, heads, head_dim]`` at ``positions``."""
+    return rotate(x, positions, spec).astype(np.float32)
+
+
+def _attend(q, k, v, visible, spec: AttentionSpec) -> np.ndarray:
+    """q [n, H, dk], k [m, Hkv, dk], v [m, Hkv, dv], visible [n, m] -> [n, H * dv]."""
+    n, H, _ = q.shape
+    group = H // k.shape[1]
+    out = np.zeros((n, H, v.shape[2]))
+    for t in range(n):
+        idx = np.nonzero(visible[t])[0]
+        if not len(idx):
+            continue
+        for h in range(H):
+            g = h // group
+            s = k[idx, g] @ q[t, h] * spec.scale
+            if spec.softcap:
+                s = spec.softcap * np.tanh(s / spec.softcap)
+            e = np.exp(s - s.max())
+            out[t, h] = (e / e.sum()) @ v[idx, g]
+    return out.reshape(n, -1)
+
+
+@op("attention", "q:tensor k:tensor v:tensor state:state", "spec", state_kind="kv")
+def attention(ctx, q, k, v, state, *, spec):
+    """Store this pass's keys/values ``[n, kv_heads, dim]`` in each sequence's cache, then
+    attend each query ``[n, heads, dk]`` over the visible cells of its own sequence: a cell
+    at position p_k is visible from p_q when p_k <= p_q (and p_q - p_k < window). Query
+    heads are grouped onto KV heads (h uses KV head h // (heads / kv_heads)). Returns
+    ``[n, heads * dv]``."""
+    out = np.zeros((q.shape[0], q.shape[1] * v.shape[2]), np.float32)
+    for s, (r0, n) in enumerate(ctx.groups):
+        slot, start = int(ctx.slots[s]), int(ctx.starts[s])
+        kv = ctx.state.kv(state, slot)
+        kv.write(start, k[r0 : r0 + n], v[r0 : r0 + n])
+        cells = np.arange(max(0, start + n - kv.capacity), start + n)  # what the cache still holds
+        kc, vc = kv.read(cells)
+        cpos = ctx.state.positions(slot)[cells]
+        qpos = ctx.positions[r0 : r0 + n]
+        visible = (cpos[None, :] >= 0) & (cpos[None, :] <= qpos[:, None])
+        if spec.window:
+            visible &= qpos[:, None] - cpos[None, :] < spec.window
+        out[r0 : r0 + n] = _attend(_f64(q[r0 : r0 + n]), kc, vc, visible, spec)
+    return out
+
+
+@op("attention_full", "q:tensor k:tensor v:tensor", "spec")
+def attention_full(ctx, q, k, v, *, spec):
+    """Attention without a cache, within each sequence of the batch: every row sees the
+    rows of its own sequence (only those at or before it when ``spec.causal``). For
+    encoders (bidirectional) and for prompts that need no cache."""
+    out = np.zeros((q.shape[0], q.shape[1] * v.shape[2]), np.float32)
+    for r0, n in ctx.groups:
+        pos = ctx.positions[r0 : r0 + n]
+        visible = np.ones((n, n), bool)
+        if spec.causal:
+            visible = pos[None, :] <= pos[:, None]
+        if spec.window:
+            visible &= np.abs(pos[:, None] - pos[None, :]) < spec.window
+        out[r0 : r0 + n] = _attend(_f64(q[r0 : r0 + n]), _f64(k[r0 : r0 + n]), _f64(v[r0 : r0 + n]), visible, spec)
+    return out
+
+
+@op("store_cross", "k:tensor v:tensor state:state", state_kind="cross")
+def store_cross(ctx, k, v, state):
+    """Keep ``k``/``v`` ``[m, kv_heads, dim]`` (an encoder's output projected per decoder
+    layer) as the cross-attention memory of each sequence; returns nothing."""
+    for s, (r0, n) in enumerate(ctx.groups):
+        ctx.state.cross(state, int(ctx.slots[s])).store(k[r0 : r0 + n], v[r0 : r0 + n])
+    return np.zeros((0,), np.float32)
+
+
+@op("cross_attention", "q:tensor state:state", "spec shared", state_kind="cross")
+def cross_attention(ctx, q, state, *, spec, shared=False):
+    """Attend each query ``[n, heads, dk]`` over all of its sequence's cross-attention
+    memory (`store_cross`), unmasked. Returns ``[n, heads * dv]``. ``shared``: every
+    sequence of the batch reads the memory of the batch's first sequence (the hypotheses
+    of a beam search over one source, which need their own caches but not copies of the
+    memory)."""
+    outs = []
+    for s, (r0, n) in enumerate(ctx.groups):
+        mem = ctx.state.cross(state, int(ctx.slots[0 if shared else s]))
+        k, v = mem.read()
+        outs.append(_attend(_f64(q[r0 : r0 + n]), k, v, np.ones((n, k.shape[0]), bool), spec))
+    return np.concatenate(outs).astype(np.float32)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * x * (1 + 0.044715 * x * x)))
+
+
+def _gelu_erf(x):
+    erf = np.vectorize(math.erf)
+    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def activation(kind: str, x: np.ndarray) -> np.ndarray:
+    x = _f64(x)
+    if kind == "silu":
+        return _silu(x)
+    if kind == "gelu":
+        return _gelu_tanh(x)
+    if kind == "gelu_erf":
+        return _gelu_erf(x)
+    if kind == "relu":
+        return np.maximum(x, 0.0)
+    raise ShapeError(f"unknown activation {kind!r} (known: {', '.join(UNARY_KINDS)})")
+
+
+@op("unary", "x:tensor", "kind")
+def unary(ctx, x, *, kind):
+    """An activation elementwise: "silu", "gelu" (tanh approximation, as ggml_gelu),
+    "gelu_erf", "relu"."""
+    return activation(kind, x).astype(np.float32)
+
+
+@op("glu", "gate:tensor up:tensor", "kind")
+def glu(ctx, gate, up, *, kind):
+    """"swiglu": silu(gate) * up; "geglu": gelu(gate) * up."""
+    act = {"swiglu": "silu", "geglu": "gelu"}[kind]
+    return (activation(act, gate) * _f64(up)).astype(np.float32)
+
+
+@op("add", "a:tensor b:operand")
+def add(ctx, a, b):
+    """Elementwise sum; ``b`` may be a weight or a tensor broadcast over ``a``'s rows."""
+    return (_f64(a) + _f64(b).reshape(_operand_shape(a, b))).astype(np.float32)
+
+
+@op("mul", "a:tensor b:operand")
+def mul(ctx, a, b):
+    """Elementwise product; ``b`` may be a weight or a tensor broadcast over ``a``'s rows."""
+    return (_f64(a) * _f64(b).reshape(_operand_shape(a, b))).astype(np.float32)
+
+
+def _operand_shape(a, b):
+    b = np.asarray(b)
+    if b.ndim <= a.ndim and np.broadcast_shapes(a.shape, b.shape) == a.shape:
+        return b.shape
+    return (1,) * (a.ndim - 1) + (b.size,)  # a weight: one row broadcast
+
+
+@op("scale", "x:tensor", "s")
+def scale(ctx, x, *, s):
+    """``x * s``."""
+    return (_f64(x) * s).astype(np.float32)
+
+
+@op("softcap", "x:tensor", "cap")
+def softcap(ctx, x, *, cap):
+    """``cap * tanh(x / cap)``."""
+    return (cap * np.tanh(_f64(x) / cap)).astype(np.float32)
+
+
+@op("softmax", "x:tensor")
+def softmax(ctx, x):
+    """Softmax over the last dimension."""
+    x = _f64(x)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+@op("argmax", "x:tensor")
+def argmax(ctx, x):
+    """Index of the largest value of each row (the lowest index on a tie), int32."""
+    return np.argmax(np.asarray(x), axis=-1).astype(np.int32)
+
+
+@op("top_k", "x:tensor", "k")
+def top_k(ctx, x, *, k):
+    """Indices of the ``k`` largest values of each row, largest first (lower index first
+    on a tie), int32 ``[..., k]``."""
+    x = np.asarray(x, np.float32)
+    order = np.argsort(-x, axis=-1, kind="stable")
+    return order[..., :k].astype(np.int32)
+
+
+@op("take", "x:tensor ids:ids")
+def take(ctx, x, ids):
+    """Values of each row of ``x`` at ``ids`` (per row): ``[..., k]``."""
+    return np.take_along_axis(np.asarray(x, np.float32), np.asarray(ids, np.int64), axis=-1)
+
+
+@op("concat", "a:tensor b:tensor", "axis")
+def concat(ctx, a, b, *, axis=-1):
+    """``a`` and ``b`` joined along ``axis``."""
+    return np.concatenate([a, b], axis=axis).astype(np.float32)
+
+
+@op("rows", "x:tensor", "index")
+def rows(ctx, x, *, index):
+    """The rows ``index`` (a fixed tuple) of ``x``."""
+    return np.asarray(x)[list(index)]
+
+
+@op("seq_mean", "x:tensor", "groups")
+def seq_mean(ctx, x, *, groups):
+    """Mean of each sequence's rows: groups ((first row, rows), ...) -> ``[n_seq, dim]``."""
+    return np.stack([_f64(x[r0 : r0 + n]).mean(axis=0) for r0, n in groups]).astype(np.float32)
+
+
+@op("reshape", "x:tensor", "shape", view=True)
+def reshape(ctx, x, *, shape):
+    """The same values with another shape (row-major)."""
+    return np.asarray(x).reshape(shape)
+
+
+@op("slice", "x:tensor", "start length", view=True)
+def slice_(ctx, x, *, start, length):
+    """``x[..., start:start + length]`` (a view: consecutive rows are not adjacent)."""
+    return np.asarray(x)[..., start : start + length]
+
+
+@op("copy", "x:tensor")
+def copy(ctx, x):
+    """A contiguous copy (of a view)."""
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+@op("conv1d_causal", "x:tensor w:weight state:state", state_kind="conv")
+def conv1d_causal(ctx, x, w, state):
+    """Depthwise causal convolution over the tokens of each sequence:
+    ``y[t, c] = sum_j w[c, j] * xx[t + j, c]``, where xx is the sequence's carried last
+    ``kernel - 1`` inputs followed by ``x`` (ggml_ssm_conv); the carried inputs advance."""
+    x = _f64(x)
+    kernel = _f64(w)  # numpy shape [channels, kernel]
+    d = kernel.shape[1]
+    y = np.zeros_like(x)
+    for s, (r0, n) in enumerate(ctx.groups):
+        carried = ctx.state.conv(state, int(ctx.slots[s]))
+        xx = np.concatenate([carried.astype(np.float64), x[r0 : r0 + n]], axis=0)
+        for j in range(d):
+            y[r0 : r0 + n] += xx[j : j + n] * kernel[:, j]
+        carried[...] = xx[n:]
+    return y.astype(np.float32)
+
+
+@op("conv1d", "x:tensor w:weight bias:weight?", "stride padding")
+def conv1d(ctx, x, w, bias=None, *, stride=1, padding=0):
+    """A full 1-D convolution over frames (Whisper's front end): x ``[frames, in]``,
+    w of GGML shape ``[kernel, in, out]``; zero padding on both sides. Returns
+    ``[out_frames, out]``."""
+    x = _f64(x)
+    kernel = _f64(w)  # numpy [out, in, kernel]
+    k = kernel.shape[2]
+    xp = np.pad(x, ((padding, padding), (0, 0)))
+    n_out = (xp.shape[0] - k) // stride + 1
+    y = np.zeros((n_out, kernel.shape[0]))
+    for j in range(k):
+        y += xp[j : j + stride * n_out : stride] @ kernel[:, :, j].T
+    if bias is not None:
+        y = y + _f64(bias).reshape(-1)
+    return y.astype(np.float32)
+
+
+@op("ssm_scan", "x:tensor dt:tensor A:operand B:tensor C:tensor state:state", state_kind="ssm")
+def ssm_scan(ctx, x, dt, A, B, C, state):
+    """Mamba-2's selective scan (ggml_ssm_scan with a scalar A per head), token by token
+    within each sequence: dt' = softplus(dt); per head h, state = state * exp(dt' A_h) +
+    dt' x_h B_g^T; y_h = state C_g (g = h's group). x ``[n, heads, head_dim]``, dt
+    ``[n, heads]``, B/C ``[n, groups, state_dim]``; the state is ``[heads, head_dim,
+    state_dim]`` per sequence. D and the gate are applied by the family."""
+    x, dt, A, B, C = _f64(x), _f64(dt), _f64(A).reshape(-1), _f64(B), _f64(C)
+    H = x.shape[1]
+    G = B.shape[1]
+    hpg = H // G
+    y = np.zeros_like(x)
+    for s, (r0, n) in enumerate(ctx.groups):
+        st = ctx.state.ssm(state, int(ctx.slots[s]))
+        cur = st.astype(np.float64)
+        for t in range(r0, r0 + n):
+            d = np.where(dt[t] <= 20.0, np.log1p(np.exp(np.minimum(dt[t], 20.0))), dt[t])
+            for h in range(H):
+                g = h // hpg
+                cur[h] = cur[h] * math.exp(d[h] * A[h]) + (d[h] * x[t, h])[:, None] * B[t, g][None, :]
+                y[t, h] = cur[h] @ C[t, g]
+        st[...] = cur
+    return y.astype(np.float32)
+
+
+@op("moe", "x:tensor router:weight gate:weight up:weight down:weight selection_bias:weight?", "k gating norm_topk weight_scale activation")
+def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softmax", norm_topk=False, weight_scale=None, activation="silu"):
+    """Top-k mixture of experts, as llama.cpp's build_moe_ffn: router logits, then
+    probabilities by ``gating`` ("softmax" or "sigmoid"); experts chosen by probability
+    (plus ``selection_bias`` when given, which only chooses); the k weights renormalised
+    to sum 1 when ``norm_topk`` and multiplied by ``weight_scale``; each chosen expert's
+    gated FFN (``activation`` "silu": SwiGLU, "gelu": GeGLU) summed with its weight.
+    gate/up are GGML ``[dim, ff, experts]``, down ``[ff, dim, experts]``."""
+    x = _f64(x)
+    logits = x @ _f64(router).T
+    if gating == "softmax":
+        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs = e / e.sum(axis=-1, keepdims=True)
+    else:
+        probs = 1.0 / (1.0 + np.exp(-logits))
+    select = probs + (_f64(selection_bias).reshape(-1) if selection_bias is not None else 0.0)
+    top = np.argsort(-select, axis=-1, kind="stable")[:, :k]
+    weights = np.take_along_axis(probs, top, axis=-1)
+    if norm_topk:
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    if weight_scale is not None:
+        weights = weights * weight_scale
+    act = {"silu": "silu", "gelu": "gelu"}[activation]
+    g, u, d = _f64(gate), _f64(up), _f64(down)  # numpy [experts, ff, dim], [experts, dim, ff]
+    out = np.zeros((x.shape[0], d.shape[1]))
+    for t in range(x.shape[0]):
+        for j, e_ in enumerate(top[t]):
+            h = activation_fn(act, x[t] @ g[e_].T) * (x[t] @ u[e_].T)
+            out[t] += weights[t, j] * (h @ d[e_].T)
+    return out.astype(np.float32)
+
+
+def activation_fn(kind, x):
+    return activation(kind, x)
+
+
+__all__ = ["OPS", "OpDef", "Arg", "RopeSpec", "AttentionSpec", "RunContext", "names", "rotate", "activation"]
