@@ -1,10 +1,10 @@
 """The stop-string matcher holds back text that may start a stop string, and cuts at it."""
 
-from cera.generation.session import _StopStrings
+from cera.generation.stop_strings import StopStrings
 
 
 def run(stops, chunks):
-    m = _StopStrings(tuple(stops))
+    m = StopStrings(tuple(stops))
     out, hit = [], False
     for c in chunks:
         text, hit = m.feed(c)
@@ -29,11 +29,11 @@ def test_earliest_of_several_stop_strings_wins():
 
 
 def test_no_stop_strings_passes_text_through_unchanged():
-    m = _StopStrings(())
+    m = StopStrings(())
     assert m.feed("abc") == ("abc", False)
 
 
 def test_held_text_is_not_emitted_early():
-    m = _StopStrings(("\n\n",))
+    m = StopStrings(("\n\n",))
     assert m.feed("line\n") == ("line", False)
     assert m.feed("\n") == ("", True)

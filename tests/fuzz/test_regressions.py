@@ -158,7 +158,7 @@ def test_corrupted_weights_end_generation_with_an_error_naming_the_step(tmp_path
 def test_non_finite_logits_later_in_greedy_decoding(tmp_path, monkeypatch):
     """Greedy decoding reads back one integer; the periodic look at the logits finds a model
     that turns to NaN later on."""
-    from cera.generation import session as session_module
+    from cera.generation import decode_step
 
     m = cera.load(SEED, device="cpu", threads=1)
     try:
@@ -177,7 +177,7 @@ def test_non_finite_logits_later_in_greedy_decoding(tmp_path, monkeypatch):
         s.runner.forward = forward
         summary = s.generate(max_tokens=100, temperature=0)
         assert summary.finish_reason == FinishReason.ERROR
-        step = session_module.FINITE_CHECK_EVERY
+        step = decode_step.FINITE_CHECK_EVERY
         assert summary.error.startswith(f"the model's logits at step {step} ")
         assert len(summary.tokens) == step
     finally:

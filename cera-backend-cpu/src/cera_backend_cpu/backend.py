@@ -35,6 +35,7 @@ from cera.errors import (
     UnsupportedOperation,
     UnsupportedTensorType,
 )
+from cera.graph.ops import OPS as OP_TABLE
 from cera.graph.ops import names as op_names
 from cera.state import KV_CODES, HostState, kv_row_shape
 
@@ -43,8 +44,8 @@ from .capabilities import OPS, TENSOR_TYPES
 from .compile import CpuExecutable
 from .threads import physical_cores
 
-UNARY_OPS = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
-GLU_OPS = {"swiglu": 0, "geglu": 1}
+UNARY_OPS = OP_TABLE["unary"].codes("kind")  # activation -> the kernels' code
+GLU_OPS = OP_TABLE["glu"].codes("kind")
 
 
 @attrs.frozen

@@ -3,8 +3,8 @@
 The core has planned the graph (`cera.graph.planning`): which tensors are views of others,
 which nodes run together as one step (products of one input with their glu or residual
 epilogue), and where each buffer sits in an arena (buffers whose lives do not overlap
-share memory). Here every step becomes one op of a C plan (csrc/plan.c) with resolved
-pointers: into the arena, into the input buffers this executable owns, into the weights.
+share memory). Here every step becomes one op of a C plan (csrc/plan.c), through its op's
+lowerer (`cera_backend_cpu.lowering`), with resolved pointers: into the arena, into the input buffers this executable owns, into the weights.
 A run copies its inputs into those buffers and makes one C call, the GIL released; the
 state's arrays come in a table of pointers per run, so one executable serves every state
 of the same shape (all sessions of a loaded model).
@@ -26,35 +26,14 @@ from cera.errors import CeraError, SessionError, ShapeError
 from cera.graph.builder import Graph, Tensor, WeightRef
 from cera.graph.ops import OPS, RunContext
 from cera.graph.planning import ALIGN, Step, arena_layout, is_view, placements, plan_steps
-from cera.state import KV_CODES, HostState
+from cera.state import KV_CODES, HostState, shape_key
 
 from ._native import ffi, lib
-
-UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
-GLU_CODES = {"swiglu": 0, "geglu": 1}
-C_OPS = frozenset(
-    {"embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "unary", "glu", "add", "mul", "scale",
-     "softcap", "copy", "rows", "argmax", "top_k", "take", "conv1d", "attention_full", "cross_attention", "store_cross",
-     "conv1d_causal", "ssm_scan", "moe"}
-)  # fmt: skip
-MOE_GATING_CODES = {"softmax": 0, "sigmoid": 1}
-MOE_ACT_CODES = {"silu": 0, "gelu": 1}
+from .lowering import C_OPS, lower, takes
 
 
 def address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
-
-
-def state_geometry(state) -> tuple:
-    """What a compiled graph bakes in about a state: its shape (fixed when the state is
-    made), not its contents. Kept per state: every pass checks it."""
-    if state is None:
-        return ()
-    g = getattr(state, "_cpu_geometry", None)
-    if g is None:
-        caps = tuple((i, a.shape[2]) for i, a in sorted(state.k.items()))
-        g = state._cpu_geometry = (state.n_ctx, state.n_slots, state.kv_type, caps)
-    return g
 
 
 class StateTable:
@@ -94,7 +73,7 @@ class CpuExecutable(Executable):
         self.backend = backend
         self.graph = graph
         self.weights = weights
-        self.geometry = state_geometry(state)
+        self.geometry = shape_key(state)
         self.kv_f16 = getattr(state, "kv_type", "f16") == "f16"
         self.kv_code = KV_CODES.get(getattr(state, "kv_type", "f16"), 1)
         self.acc_f16 = bool(backend.attention_f16_accumulator)
@@ -125,14 +104,14 @@ class CpuExecutable(Executable):
         self.segments: list = []  # ("c", plan) or ("host", step)
         plan = None
         for step in steps:
-            if not eager and step.nodes[0].op in C_OPS and self._c_ready(step):
+            if not eager and takes(self, step):
                 if plan is None:
                     plan = self._new_plan()
                     self.segments.append(("c", plan))
-                self._lower(plan, step)
-            elif step.nodes[0].op in C_OPS and self._c_ready(step):
+                lower(self, plan, step)
+            elif takes(self, step):
                 p = self._new_plan()
-                self._lower(p, step)
+                lower(self, p, step)
                 self.segments.append(("c", p))
             else:
                 plan = None
@@ -196,170 +175,6 @@ class CpuExecutable(Executable):
         p = self.place[t.id]
         return len(t.shape) < 2 or t.shape[-1] == p.row_stride or np.prod(t.shape[:-1]) == 1
 
-    def _c_ready(self, step: Step) -> bool:
-        """Whether the C kernels take this step as it is (else it runs on the host)."""
-        node = step.nodes[0]
-        if node.op in ("add", "mul"):
-            a, b = node.args
-            if isinstance(b, WeightRef):
-                if b.shape[0] == a.shape[-1] and int(np.prod(b.shape)) == a.shape[-1]:
-                    return True
-                return self._broadcast_weight(a, b) is not None
-            return tuple(b.shape) == tuple(a.shape) or (b.size == a.shape[-1] and b.shape[-1] == a.shape[-1])
-        if node.op in ("rms_norm", "layer_norm"):
-            return all(not isinstance(w, Tensor) or (w.size == node.args[0].shape[-1]) for w in node.args[1:])
-        if node.op == "rows":
-            return True
-        for t in node.tensors:
-            if node.op not in ("linear", "copy") and not self._contiguous(t):
-                return False
-        return True
-
-    def _lower(self, plan, step: Step) -> None:
-        node = step.nodes[0]
-        op = node.op
-        out = node.out
-        rc = 0
-        if step.is_products:
-            rc = self._products(plan, step)
-        elif op == "embedding":
-            table, ids = node.args
-            w = self.weights[table.name]
-            dim, n_rows = w.shape
-            rc = lib.cera_plan_get_rows(
-                plan, w.type_id, w.ptr, w.row_bytes, dim, n_rows, self.ptr(ids, "int32_t *"), ids.size, self.ptr(out)
-            )
-        elif op in ("rms_norm", "layer_norm"):
-            x = node.args[0]
-            n = x.shape[-1]
-            if op == "rms_norm":
-                rc = lib.cera_plan_rms_norm(plan, self.ptr(x), x.size // n, n, self.operand(node.args[1]), node.attrs["eps"], self.ptr(out))
-            else:
-                rc = lib.cera_plan_layer_norm(
-                    plan, self.ptr(x), x.size // n, n, self.operand(node.args[1]), self.operand(node.args[2]),
-                    node.attrs["eps"], self.ptr(out),
-                )  # fmt: skip
-        elif op == "rope":
-            x, pos = node.args
-            spec = node.attrs["spec"]
-            n, heads, head_dim = x.shape
-            ff = ffi.NULL
-            if spec.freq_factors is not None:
-                arr = np.asarray(spec.freq_factors, np.float32)
-                self._keep.append(arr)
-                ff = ffi.from_buffer("float[]", arr)
-            rc = lib.cera_plan_rope(
-                plan, self.ptr(x), self.ptr(out), n, heads, head_dim, self.ptr(pos, "int32_t *"), spec.n_dims,
-                int(spec.neox), spec.base, spec.freq_scale, ff, spec.ext_factor, spec.attn_factor, spec.beta_fast,
-                spec.beta_slow, spec.n_ctx_orig,
-            )  # fmt: skip
-        elif op == "attention":
-            rc = self._attention(plan, node)
-        elif op == "unary":
-            rc = lib.cera_plan_unary(plan, UNARY_CODES[node.attrs["kind"]], self.ptr(node.args[0]), self.ptr(out), out.size)
-        elif op == "glu":
-            g, u = node.args
-            rc = lib.cera_plan_glu(plan, GLU_CODES[node.attrs["kind"]], self.ptr(g), self.ptr(u), self.ptr(out), out.size)
-        elif op in ("add", "mul"):
-            a, b = node.args
-            code = 0 if op == "add" else 1
-            if isinstance(b, Tensor) and tuple(b.shape) == tuple(a.shape):
-                rc = lib.cera_plan_binary(plan, code, self.ptr(a), self.ptr(b), 0, self.ptr(out), 1, a.size)
-            elif isinstance(b, WeightRef) and int(np.prod(b.shape)) != a.shape[-1]:
-                row = self._broadcast_weight(a, b)  # e.g. one value per head over [n, heads, dim]
-                self._keep.append(row)
-                rc = lib.cera_plan_binary(plan, code, self.ptr(a), ffi.from_buffer("float[]", row), 0, self.ptr(out),
-                                          a.shape[0], row.size)  # fmt: skip
-            else:
-                n = a.shape[-1]
-                rc = lib.cera_plan_binary(plan, code, self.ptr(a), self.operand(b), 0, self.ptr(out), a.size // n, n)
-        elif op == "scale":
-            rc = lib.cera_plan_scale(plan, self.ptr(node.args[0]), node.attrs["s"], self.ptr(out), out.size)
-        elif op == "softcap":
-            rc = lib.cera_plan_softcap(plan, self.ptr(node.args[0]), node.attrs["cap"], self.ptr(out), out.size)
-        elif op == "copy":
-            x = node.args[0]
-            rows = x.size // x.shape[-1]
-            rc = lib.cera_plan_copy_rows(plan, self.ptr(x), self.place[x.id].row_stride, rows, x.shape[-1], self.ptr(out))
-        elif op == "rows":
-            rc = self._gather(plan, node)
-        elif op in ("conv1d", "attention_full", "cross_attention", "store_cross"):
-            from .encoder import lower_encoder_op
-
-            rc = lower_encoder_op(self, plan, node)
-        elif op == "argmax":
-            x = node.args[0]
-            rc = lib.cera_plan_argmax(plan, self.ptr(x), x.size // x.shape[-1], x.shape[-1], self.ptr(out, "int32_t *"))
-        elif op == "top_k":
-            x = node.args[0]
-            rc = lib.cera_plan_top_k(plan, self.ptr(x), x.size // x.shape[-1], x.shape[-1], node.attrs["k"],
-                                     self.ptr(out, "int32_t *"))  # fmt: skip
-        elif op == "take":
-            x, ids = node.args
-            rc = lib.cera_plan_take(plan, self.ptr(x), x.size // x.shape[-1], x.shape[-1], self.ptr(ids, "int32_t *"),
-                                    ids.shape[-1], self.ptr(out))  # fmt: skip
-        elif op in ("conv1d_causal", "ssm_scan"):
-            rc = self._recurrent(plan, node)
-        elif op == "moe":
-            rc = self._moe(plan, node)
-        else:  # pragma: no cover - C_OPS and this list agree
-            raise ShapeError(f"cpu compiler: no lowering for {op}")
-        if rc != 0:
-            raise ShapeError(f"cpu compiler: the C plan refused {node!r} (error {rc})")
-
-    def _products(self, plan, step: Step) -> int:
-        """A step of products of one input (with its epilogue) as one C op."""
-        first = step.nodes[0]
-        x = first.args[0]
-        K = x.shape[-1]
-        M = x.size // K
-        members = ffi.new("cera_product[]", len(step.nodes))
-        for m, node in zip(members, step.nodes, strict=True):
-            _, wref, bias = node.args
-            w = self.weights[wref.name]
-            if len(w.shape) != 2:
-                raise ShapeError(f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed")
-            m.wtype, m.w, m.w_row_bytes, m.N = w.type_id, w.ptr, w.row_bytes, w.shape[1]
-            m.y, m.y_stride = self.ptr(node.out), w.shape[1]
-            m.bias = self.operand(bias)
-        if step.residual is not None:
-            add, k, other = step.residual
-            members[k].residual = self.ptr(other)
-            members[k].out = self.ptr(add.out)
-        glu_op, glu_out, glu_stride = -1, ffi.NULL, 0
-        if step.glu is not None:
-            glu_op = GLU_CODES[step.glu.attrs["kind"]]
-            glu_out, glu_stride = self.ptr(step.glu.out), members[0].N
-        self._keep.append(members)
-        return lib.cera_plan_products(
-            plan, self.ptr(x), self.place[x.id].row_stride, K, M, members, len(step.nodes), glu_op, glu_out,
-            glu_stride, int(self.per_row),
-        )  # fmt: skip
-
-    def _attention(self, plan, node) -> int:
-        q, k, v, ref = node.args
-        spec = node.attrs["spec"]
-        state = self._template
-        if state is None:
-            raise ShapeError("attention needs a state to compile against")
-        ki, vi = self.table_index[ref.index]
-        groups = self.graph.layout.groups
-        rows = np.array([x for g in groups for x in g], np.int64)
-        a = ffi.new("cera_attention_seqs *")
-        a.q, a.k, a.v, a.out = self.ptr(q), self.ptr(k), self.ptr(v), self.ptr(node.out)
-        a.n_heads, a.n_kv_heads, a.k_dim, a.v_dim = q.shape[1], k.shape[1], k.shape[2], v.shape[2]
-        a.capacity, a.n_ctx = state.k[ref.index].shape[2], state.n_ctx
-        a.kv_type, a.acc_f16 = self.kv_code, int(self.acc_f16)
-        a.k_index, a.v_index, a.pos_index = ki, vi, 0
-        a.n_slots = state.n_slots
-        a.q_pos = self.ptr(self.graph.inputs["positions"], "int32_t *")
-        a.scale, a.softcap, a.window = float(spec.scale), float(spec.softcap or 0.0), int(spec.window or 0)
-        a.n_seq = len(groups)
-        a.per_row = self.per_row
-        a.rows = ffi.from_buffer("int64_t[]", rows)
-        a.slots, a.starts = self._slots_p, self._starts_p
-        return lib.cera_plan_attention(plan, a)
-
     def _broadcast_weight(self, a: Tensor, b: WeightRef):
         """A weight operand that broadcasts over all but the first axis of ``a`` (Mamba-2's
         D per head, its norm weights per group), spelled out as one row of a's trailing
@@ -378,79 +193,10 @@ class CpuExecutable(Executable):
         self._keep.append(rows)
         return ffi.from_buffer("int64_t[]", rows)
 
-    def _recurrent(self, plan, node) -> int:
-        """conv1d_causal / ssm_scan: each sequence reads and advances its slot of the state."""
-        ref = node.args[-1]
-        state = self._template
-        if state is None:
-            raise ShapeError(f"{node.op} needs a state to compile against")
-        (index,) = self.table_index[ref.index]
-        if node.op == "conv1d_causal":
-            x, w, _ = node.args
-            wt = np.ascontiguousarray(self.weights[w.name].dense().T)  # [kernel, channels]
-            self._keep.append(wt)
-            a = ffi.new("cera_conv_causal_args *")
-            a.x, a.wt, a.y = self.ptr(x), ffi.from_buffer("float[]", wt), self.ptr(node.out)
-            a.channels, a.kernel = x.shape[1], wt.shape[0]
-            fn = lib.cera_plan_conv_causal
-        else:
-            x, dt, A, B, C, _ = node.args
-            a = ffi.new("cera_ssm_scan_args *")
-            a.x, a.dt, a.A, a.B, a.C, a.y = (self.ptr(x), self.ptr(dt), self.operand(A), self.ptr(B), self.ptr(C),
-                                             self.ptr(node.out))  # fmt: skip
-            a.n_heads, a.head_dim, a.n_groups, a.d_state = x.shape[1], x.shape[2], B.shape[1], B.shape[2]
-            fn = lib.cera_plan_ssm_scan
-        a.state_index, a.n_slots = index, state.n_slots
-        a.n_seq, a.rows, a.slots = self.graph.layout.n_seq, self._seq_rows(), self._slots_p
-        self._keep.append(a)
-        return fn(plan, a)
-
-    def _moe(self, plan, node) -> int:
-        x, router, gate, up, down, bias = node.args
-        attrs = node.attrs
-        ws = self.weights
-        r, g, u, d = ws[router.name], ws[gate.name], ws[up.name], ws[down.name]
-        if len(g.shape) != 3 or g.shape != u.shape or d.shape != (g.shape[1], g.shape[0], g.shape[2]):
-            raise ShapeError(f"moe: expert tensors {g.shape}, {u.shape}, {d.shape} do not fit together")
-        a = ffi.new("cera_moe_args *")
-        a.x, a.out = self.ptr(x), self.ptr(node.out)
-        a.n_tok, a.dim, a.n_ff, a.n_expert = x.size // x.shape[-1], g.shape[0], g.shape[1], g.shape[2]
-        a.router_type, a.router, a.router_row_bytes = r.type_id, r.ptr, r.row_bytes
-        a.gate_type, a.gate, a.gate_row_bytes = g.type_id, g.ptr, g.row_bytes
-        a.up_type, a.up, a.up_row_bytes = u.type_id, u.ptr, u.row_bytes
-        a.down_type, a.down, a.down_row_bytes = d.type_id, d.ptr, d.row_bytes
-        a.selection_bias = self.operand(bias)
-        a.k, a.gating, a.norm_topk = attrs["k"], MOE_GATING_CODES[attrs["gating"]], int(bool(attrs["norm_topk"]))
-        a.act, a.per_row = MOE_ACT_CODES[attrs["activation"]], int(self.per_row)
-        a.weight_scale = float(attrs["weight_scale"] or 0.0)
-        self._keep.append(a)
-        return lib.cera_plan_moe(plan, a)
-
-    def _gather(self, plan, node) -> int:
-        """rows with an index that is not one run of rows: a copy per run."""
-        x = node.args[0]
-        idx = node.attrs["index"]
-        row = x.size // x.shape[0] if x.shape[0] else 0
-        stride = self.place[x.id].row_stride if x.ndim == 2 else row
-        src, dst = self._addr(x), self._addr(node.out)
-        i = 0
-        while i < len(idx):
-            j = i + 1
-            while j < len(idx) and idx[j] == idx[j - 1] + 1:
-                j += 1
-            rc = lib.cera_plan_copy_rows(
-                plan, ffi.cast("float *", src + 4 * stride * idx[i]), stride, j - i, row,
-                ffi.cast("float *", dst + 4 * row * i),
-            )  # fmt: skip
-            if rc:
-                return rc
-            i = j
-        return 0
-
     # -- running ----------------------------------------------------------------------------------
 
     def run(self, state, inputs: StepInputs) -> dict[str, np.ndarray]:
-        g = state_geometry(state)
+        g = shape_key(state)
         if g is not self.geometry and g != self.geometry:
             raise SessionError("this compiled graph was made for a state of another shape (context, slots or cache type)")
         with self._lock:
@@ -543,4 +289,4 @@ def _run_error(rc: int, inputs: StepInputs) -> CeraError:
     return CeraError(f"the CPU backend's execution plan failed with error {rc}")
 
 
-__all__ = ["CpuExecutable", "StateTable", "is_view", "state_geometry"]
+__all__ = ["C_OPS", "CpuExecutable", "StateTable", "is_view"]

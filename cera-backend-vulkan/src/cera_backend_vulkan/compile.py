@@ -33,12 +33,11 @@ import numpy as np
 from cera.backend import Executable, StepInputs
 from cera.errors import ContextFull, SessionError, ShapeError, UnsupportedOperation
 from cera.graph.builder import Graph, Tensor, WeightRef
+from cera.graph.ops import OPS
 from cera.graph.planning import Step, arena_layout, placements, plan_steps
 
 from . import record, wgsl
 
-UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_erf": 2, "relu": 3}
-GLU_CODES = {"swiglu": 0, "geglu": 1}
 EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6}
 MAX_GRID = 65535
 # the tiled (prefill) kernels, by name (CERA_VULKAN_MATMUL): (rows x features a thread,
@@ -1123,12 +1122,12 @@ class VulkanExecutable(Executable):
     def _op_unary(self, node) -> None:
         x = node.args[0]
         self._need_contiguous(node, x)
-        self._elementwise(node, EW["unary"], x.size, self.off(x), kind=UNARY_CODES[node.attrs["kind"]])
+        self._elementwise(node, EW["unary"], x.size, self.off(x), kind=OPS["unary"].code("kind", node.attrs["kind"]))
 
     def _op_glu(self, node) -> None:
         g, u = node.args
         self._need_contiguous(node, g, u)
-        self._elementwise(node, EW["glu"], g.size, self.off(g), self.off(u), g.size, kind=GLU_CODES[node.attrs["kind"]])
+        self._elementwise(node, EW["glu"], g.size, self.off(g), self.off(u), g.size, kind=OPS["glu"].code("kind", node.attrs["kind"]))
 
     def _binary(self, node, code: int) -> None:
         a, b = node.args
@@ -1656,7 +1655,7 @@ class VulkanExecutable(Executable):
                    [M, E, k, logits, ids, wts, int(a["gating"] == "sigmoid"), b, int(bool(a["norm_topk"])),
                     f32_bits(scale)], -(-M // 64), label="moe route")  # fmt: skip
         types = (g.ggml_type, u.ggml_type)
-        act = UNARY_CODES[a["activation"]]
+        act = OPS["unary"].code("kind", a["activation"])
         self._emit(("moe_up", types), lambda: wgsl.moe_up(*types),
                    [M * k * F, F, K, xo, xs, ids, h, g.row_bytes, u.row_bytes, act, k], -(-M * k * F // 64),
                    binds=[bind_g, bind_u], read_only=(2, 3), label=f"moe experts {g.ggml_type}")  # fmt: skip

@@ -220,6 +220,24 @@ class SlotSnapshot:
     cross_len: tuple
 
 
+def shape_key(state) -> tuple:
+    """What a compiled graph depends on about a state: its shape (context, slots, cache
+    type, batch, and each KV declaration's cells), fixed when the state is made. The one
+    key the runner's cache and every backend's executables compare (kept on the state, as
+    every pass looks it up); () for no state."""
+    if state is None:
+        return ()
+    key = getattr(state, "_shape_key", None)
+    if key is None:
+        caps = tuple(sorted((i, a.shape[2]) for i, a in getattr(state, "k", {}).items()))
+        key = (state.n_ctx, state.n_slots, state.kv_type, state.n_batch, caps)
+        try:
+            state._shape_key = key
+        except AttributeError:  # a state with __slots__: computed each time
+            pass
+    return key
+
+
 class HostState:
     """Storage of a `StateSpec` for ``n_slots`` sequences of up to ``n_ctx`` cells, in
     numpy arrays that backends may hand to kernels as pointers (they never move).

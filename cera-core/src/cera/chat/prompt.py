@@ -128,6 +128,8 @@ class ChatPrompt:
             tool_format = Generic()  # cera describes the tools itself, so the model answers in its form
         self.tool_format = tool_format
         self.tools = normalize_tools(tools)
+        self._last_render: tuple[str, str] | None = None  # (what was rendered, the text)
+        self._last_encode: tuple[str, tuple[int, ...]] | None = None  # (text, its tokens)
 
     # -- rendering ---------------------------------------------------------------------------
 
@@ -154,18 +156,32 @@ class ChatPrompt:
             out.insert(0, {"role": "system", "content": text})
         return out, None
 
+    # A caller that measures a prompt (the CLI checks it fits the context) and then sends it
+    # asks for the same render and the same tokens twice: the last of each is kept, so a
+    # prompt is rendered and tokenized once.
+
     def render(self, messages, add_generation_prompt: bool = True) -> str:
         view, tools = self.view(messages)
-        return self.template.render(view, add_generation_prompt=add_generation_prompt, tools=tools)
+        key = json.dumps([view, tools, add_generation_prompt], sort_keys=True, default=repr)
+        last = self._last_render
+        if last is not None and last[0] == key:
+            return last[1]
+        text = self.template.render(view, add_generation_prompt=add_generation_prompt, tools=tools)
+        self._last_render = (key, text)
+        return text
 
     def encode(self, text: str) -> list[int]:
         """A whole rendered prompt as tokens (BOS once: the tokenizer adds it where the
         vocabulary asks, so a BOS the template wrote goes)."""
+        last = self._last_encode
+        if last is not None and last[0] == text:
+            return list(last[1])
         tok = self.tokenizer
         bos_text = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
-        if tok.add_bos and bos_text and text.startswith(bos_text):
-            text = text[len(bos_text) :]
-        return tok.encode(text, add_special=True, parse_special=True)
+        body = text[len(bos_text) :] if tok.add_bos and bos_text and text.startswith(bos_text) else text
+        ids = tok.encode(body, add_special=True, parse_special=True)
+        self._last_encode = (text, tuple(ids))
+        return ids
 
     def prompt_ids(self, messages) -> list[int]:
         return self.encode(self.render([message(m) for m in messages]))

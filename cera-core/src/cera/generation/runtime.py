@@ -2,7 +2,7 @@
 
 A `Runner` belongs to a loaded model (one model, one backend, its uploaded weights) and
 is shared by every session of it. For each shape class (the batch `Layout`, the wanted
-`Outputs`, the state's geometry) it builds the family's graph once, has the backend
+`Outputs`, the state's `cera.state.shape_key`) it builds the family's graph once, has the backend
 compile it once, and keeps the executable (least recently used ones are dropped past
 ``cache_size``). `forward` is one pass: reserve the sequences' cells in their state
 slots, run, keep the cells (or forget them if the pass failed).
@@ -19,6 +19,7 @@ import numpy as np
 from ..backend import StepInputs
 from ..errors import SessionError
 from ..graph.builder import Layout, Outputs
+from ..state import shape_key
 
 
 @attrs.frozen
@@ -28,20 +29,6 @@ class SeqStep:
     slot: int
     tokens: tuple[int, ...] = attrs.field(converter=tuple)
     positions: tuple[int, ...] = attrs.field(converter=tuple)
-
-
-def geometry(state) -> tuple:
-    """What a compiled graph depends on about a state: its shape (fixed when it is made;
-    kept on the state, as every pass looks it up)."""
-    g = getattr(state, "_runner_geometry", None)
-    if g is None:
-        caps = tuple(sorted((i, a.shape[2]) for i, a in getattr(state, "k", {}).items()))
-        g = (state.n_ctx, state.n_slots, state.kv_type, state.n_batch, caps)
-        try:
-            state._runner_geometry = g
-        except AttributeError:  # a state with __slots__: computed each time
-            pass
-    return g
 
 
 class Runner:
@@ -61,7 +48,7 @@ class Runner:
                                       swa_full=swa_full)  # fmt: skip
 
     def executable(self, layout: Layout, outputs: Outputs, state):
-        key = (layout, outputs, geometry(state), self.backend.compile_key())
+        key = (layout, outputs, shape_key(state), self.backend.compile_key())
         last = self._last  # decoding asks for the same graph token after token
         if last is not None and last[0] == key:  # (its parts are the same objects: compared by identity)
             return last[1]
@@ -124,4 +111,4 @@ class Runner:
         return out
 
 
-__all__ = ["Runner", "SeqStep", "geometry"]
+__all__ = ["Runner", "SeqStep"]

@@ -27,6 +27,7 @@ import attrs
 from ..errors import ResourceExhausted, SessionError
 from .events import EndEvent
 from ..graph.builder import Outputs
+from .lockstep import DecodeStep
 from .options import GenerateOptions, make_options
 from .runtime import SeqStep
 
@@ -164,7 +165,7 @@ class Scheduler:
         picks its token, and doing that back to back costs less than waking a thread per
         sequence and passing the interpreter between them (measured on SmolLM2, 4
         sequences, 2 cores: most of the time between steps was those hand-overs)."""
-        from .session import DecodeStep, guarded  # session imports this module's users: here, not at the top
+        from .session import guarded  # session imports this module's users: here, not at the top
 
         options = make_options(options, kw)
         if len(prompts) > self.state.n_slots:
@@ -181,7 +182,7 @@ class Scheduler:
                     s.append_text(p)
                 else:
                     s.append_tokens(p)
-            gens += [guarded(s._lockstep_events(options)) for s in sessions]
+            gens += [guarded(s.lockstep_events(options)) for s in sessions]
 
             def advance(i: int, error: BaseException | None = None) -> None:
                 """Run sequence i on to its next decode step, or to its end."""
@@ -207,14 +208,11 @@ class Scheduler:
                 for i in range(n):
                     if steps[i] is None:
                         continue
-                    if sessions[i]._cancelled:  # the step is left undone: the sequence ends as cancelled
+                    if sessions[i].cancelled:  # the step is left undone: the sequence ends as cancelled
                         advance(i)
                         continue
-                    try:
-                        rows_in.append(sessions[i]._decode_step())
-                        batch.append(i)
-                    except Exception as e:  # noqa: BLE001 - goes to that sequence (a full context, say)
-                        advance(i, e)
+                    rows_in.append(steps[i].row)
+                    batch.append(i)
                 if not batch:
                     if any(st is not None for st in steps):
                         continue
@@ -235,8 +233,7 @@ class Scheduler:
                     self.n_batches += 1
                     self.rows_per_batch.append(len(batch))
                 for i, row in zip(batch, rows, strict=True):
-                    sessions[i]._took(1, row)
-                    steps[i].done = True
+                    steps[i].finish(row)
                     advance(i)
         finally:
             for g in gens:

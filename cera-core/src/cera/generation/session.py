@@ -12,8 +12,9 @@ unchanged conversation re-evaluates nothing. A model whose state cannot be rewou
 (recurrent layers) gets a snapshot of its state at the end of each prompt; a rewind
 returns to the latest snapshot before the point and re-evaluates from there.
 
-`events` is the generation loop; `generate` (a sink and a summary) and `stream` (text
-chunks) are adapters over it. A session evaluates alone, or through a `cera.generation.scheduler.
+`events` runs the generation loop (`cera.generation.loop`: plain decoding or prompt
+lookup over one step function, the stop rules once); `generate` (a sink and a summary)
+and `stream` (text chunks) are adapters over it. A session evaluates alone, or through a `cera.generation.scheduler.
 Scheduler` that batches the decode steps of many sessions into one forward pass.
 """
 
@@ -26,12 +27,13 @@ from collections.abc import Iterator
 import attrs
 import numpy as np
 
+from .decode_step import has_output
 from ..errors import CeraError, ContextFull, GenerationError, ResourceExhausted, SessionError
 from .events import EndEvent, GenerationSummary, TokenEvent
+from .loop import generate
 from ..graph.builder import LAST_LOGITS, NONE, Outputs
 from .options import GenerateOptions, make_options
 from .runtime import SeqStep
-from .sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K, Candidates, Sampler, log_softmax_at
 from .sink import FinishReason, Sink
 from ..state import StateNotRewindable
 
@@ -46,62 +48,14 @@ class Checkpoint:
     last: dict | None
 
 
-class _StopStrings:
-    """Holds back text that could be the start of a stop string."""
-
-    def __init__(self, stops: tuple[str, ...]):
-        self.stops = [s for s in stops if s]
-        self.held = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        """Returns (text safe to emit, whether a stop string was hit)."""
-        if not self.stops:
-            return text, False
-        self.held += text
-        hits = [(self.held.find(s), s) for s in self.stops if s in self.held]
-        if hits:
-            at = min(h[0] for h in hits)
-            out, self.held = self.held[:at], ""
-            return out, True
-        keep = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(self.held)), keep, -1):
-                if self.held.endswith(s[:k]):
-                    keep = k
-                    break
-        out = self.held[: len(self.held) - keep]
-        self.held = self.held[len(self.held) - keep :]
-        return out, False
-
-    def flush(self) -> str:
-        out, self.held = self.held, ""
-        return out
-
-
-_OUTPUTS = {NEEDS_ARGMAX: Outputs(("argmax",)), NEEDS_LOGITS: LAST_LOGITS}
 PROMPT_ROWS = 64  # from this many tokens a prompt is evaluated with the prompt kernels throughout
 MAX_SNAPSHOTS = 4
-# Greedy decoding reads back one integer per token; every this many tokens it reads the
-# logits instead, so that a model computing NaN or infinities is noticed (the prompt's
-# last position, and every step of sampling, are always checked).
-FINITE_CHECK_EVERY = 16
 # A prompt evaluated for generation goes in passes sized to take about this long, so that
 # cancel() takes effect within about that time (a pass is one call into the backend that
 # nothing interrupts); never below CANCEL_MIN_CHUNK tokens, where the prompt kernels are
 # still efficient, nor above n_batch. How a prompt is cut does not change its results.
 CANCEL_LATENCY_S = 0.25
 CANCEL_MIN_CHUNK = 128
-
-
-@attrs.define(eq=False)
-class DecodeStep:
-    """What a session generating in lockstep (`cera.generation.scheduler.Scheduler.generate_many`)
-    yields instead of evaluating its next token itself: the driver evaluates the token
-    together with the other sequences' and sets ``done``; left False, the step was
-    cancelled. Never seen outside the scheduler."""
-
-    want: Outputs
-    done: bool = False
 
 
 class Session:
@@ -298,11 +252,6 @@ class Session:
         self.n_evaluated += n
         self.last = _row0(out) if out is not None else None
 
-    def _decode_step(self) -> SeqStep:
-        """The one queued token of a lockstep decode step, as the driver's batch row."""
-        self._check_room()
-        return self._seq_step(self.pending[:1])
-
     def _refresh_last(self, want: Outputs) -> None:
         """The kept output of the last position lacks what is wanted now (only an argmax
         was read back): evaluate that position again."""
@@ -387,12 +336,13 @@ class Session:
 
     def events(self, options: GenerateOptions | None = None, processors=(), **kw) -> Iterator[TokenEvent | EndEvent]:
         """Generate until a stop condition, yielding a `TokenEvent` per token and an
-        `EndEvent` last. ``processors``: extra sampling processors (a grammar, ...)."""
+        `EndEvent` last. ``processors``: extra sampling processors (a grammar, ...). The
+        loop and its strategies: `cera.generation.loop`."""
         options = make_options(options, kw)
         if self.scheduler is not None:
             self.scheduler.generating(self, True)
         try:
-            yield from self._events(options, processors)
+            yield from generate(self, options, processors)
         finally:
             # Cleared when a generation ends, not when one starts: a cancel() that comes just
             # before generate() cancels that generation instead of being lost.
@@ -400,158 +350,30 @@ class Session:
             if self.scheduler is not None:
                 self.scheduler.generating(self, False)
 
-    def _lockstep_events(self, options: GenerateOptions):
-        """`events` for `Scheduler.generate_many`: each decode step is yielded as a
-        `DecodeStep` for the driver to run with the other sequences' steps."""
+    def lockstep_events(self, options: GenerateOptions):
+        """`events` for a driver that batches the decode steps of several sessions
+        (`cera.generation.scheduler.Scheduler.generate_many`): each decode step is yielded as a
+        `cera.generation.lockstep.DecodeStep` for the driver to run with the other sequences' steps."""
         try:
-            yield from self._events(options, (), lockstep=True)
+            yield from generate(self, options, (), lockstep=True)
         finally:
             self._cancelled = False
 
-    def _events(self, options: GenerateOptions, processors, lockstep: bool = False):
-        with self._lock:
-            eog = set(self.tokenizer.eog_ids) | set(options.stop_tokens)
-            if options.ignore_eos:
-                eog = set(options.stop_tokens)
-            if options.constrained:  # a grammar, schema, JSON or regex: one more processor (cera.grammar)
-                from ..grammar import processor_for
-
-                processors = [*processors, processor_for(options, self.tokenizer, self.model.n_vocab)]
-            sampler = Sampler(options.sampling(), extra=processors, banned=self.tokenizer.eog_ids if options.ignore_eos else ())
-            needs, k = sampler.needs()
-            if options.wants_logprobs or (needs == NEEDS_TOP_K and k >= self.model.n_vocab):
-                needs, k = NEEDS_LOGITS, 0
-            want = Outputs(("top_k",), k=k) if needs == NEEDS_TOP_K else _OUTPUTS[needs]
-            detok = self.tokenizer.detokenizer()
-            stops = _StopStrings(options.stop)
-            generated: list[int] = []
-            logprobs: list[float] = []
-            text_parts: list[str] = []
-            n_prompt = len(self.pending)
-            t0 = time.perf_counter()
-            reason = None
-            stop_token = None
-            error = None
-            if self.pending:
-                # the prompt's last position always returns all logits: any sampler can start
-                if not self._evaluate(LAST_LOGITS, responsive=True):
-                    reason = FinishReason.CANCELLED
-                else:
-                    self._store_prefix()
-                self._snapshot_here()
-            elif self.last is None:
-                raise SessionError("nothing to generate from: append text or tokens first")
-            elif not _has(self.last, needs):
-                self._refresh_last(LAST_LOGITS)
-            t1 = time.perf_counter()
-            limit = options.max_tokens
-            spec = _Speculation(self, options, sampler) if options.spec else None
-            queued: list[int] = []  # accepted draft tokens: chosen and evaluated already
-            while reason is None:
-                if limit is not None and len(generated) >= limit:
-                    reason = FinishReason.LENGTH
-                    break
-                if self._cancelled:
-                    reason = FinishReason.CANCELLED
-                    break
-                if queued:  # a verified draft token: the model's own greedy choice here
-                    token = queued.pop(0)
-                    at = len(self.tokens) - len(queued) - 1  # its cell
-                else:
-                    broken = _not_finite(self.last)
-                    if broken:
-                        error = (
-                            f"the model's logits at step {len(generated)} (position {len(self.tokens) - 1}) are not "
-                            f"finite ({broken}): its weights or hyperparameters are broken"
-                        )
-                        reason = FinishReason.ERROR
-                        break
-                    history = self.tokens + self.pending
-                    token = sampler.choose(_candidates(self.last), history)
-                    at = None
-                logprob, top = _logprobs(self.last, token, options) if at is None else (None, None)
-                if token in eog:
-                    if at is not None:  # as plain decoding would hold it: the token not evaluated
-                        self._drop_cells_from(at)
-                        self.last = {"argmax": token}
-                    reason = FinishReason.STOP_TOKEN
-                    stop_token = token
-                    break
-                generated.append(token)
-                if logprob is not None:
-                    logprobs.append(logprob)
-                piece, hit = stops.feed(detok.feed(token))
-                if piece:
-                    text_parts.append(piece)
-                yield TokenEvent(token, piece, logprob, top)
-                full = len(self.tokens) + len(self.pending) + (0 if at is not None else 1) > self.n_ctx
-                if full and options.context_shift and not hit:
-                    if at is not None:
-                        self._drop_cells_from(at)
-                        queued = []
-                    self._shift_context(options.n_keep)
-                    full = False
-                    at = None
-                ends = hit or full or (limit is not None and len(generated) >= limit)
-                if at is not None:
-                    if ends:  # plain decoding leaves the last token queued, not evaluated
-                        self._drop_cells_from(at)
-                        self.pending.append(token)
-                        reason = FinishReason.STOP_STRING if hit else FinishReason.CONTEXT if full else FinishReason.LENGTH
-                        break
-                    continue
-                self.pending.append(token)
-                if hit:
-                    reason = FinishReason.STOP_STRING
-                    break
-                if any(p.finished() for p in sampler.processors):
-                    reason = FinishReason.GRAMMAR  # the grammar is complete: nothing more may follow
-                    break
-                if full:
-                    reason = FinishReason.CONTEXT
-                    break
-                if limit is not None and len(generated) >= limit:
-                    # The last token is queued, not evaluated: a follow-up call evaluates it.
-                    reason = FinishReason.LENGTH
-                    break
-                if spec is not None:
-                    queued = spec.step(limit - len(generated) if limit is not None else None)
-                    if queued is not None:
-                        continue
-                    queued = []
-                step_want = want
-                if needs != NEEDS_LOGITS and len(generated) % FINITE_CHECK_EVERY == 0:
-                    step_want = LAST_LOGITS  # the periodic look at the logits (FINITE_CHECK_EVERY)
-                if lockstep and len(self.pending) == 1:
-                    request = DecodeStep(step_want)
-                    yield request  # the driver evaluates it with the other sequences' steps
-                    if not request.done:
-                        reason = FinishReason.CANCELLED
-                elif not self._evaluate(step_want):
-                    reason = FinishReason.CANCELLED
-            tail = ""
-            if reason != FinishReason.STOP_STRING:
-                tail, _ = stops.feed(detok.flush())
-                tail += stops.flush()
-                if tail:
-                    text_parts.append(tail)
-            t2 = time.perf_counter()
-            summary = GenerationSummary(
-                tokens=generated,
-                text="".join(text_parts),
-                finish_reason=reason,
-                n_prompt_tokens=n_prompt,
-                prompt_seconds=t1 - t0,
-                generate_seconds=t2 - t1,
-                logprobs=logprobs if options.wants_logprobs else None,
-                drafted=spec.drafted if spec else 0,
-                accepted=spec.accepted if spec else 0,
-                incomplete=reason != FinishReason.GRAMMAR and any(p.incomplete() for p in sampler.processors),
-                stop_token=stop_token,
-                error=error,
-            )
-            self.last_summary = summary
-            yield EndEvent(summary, tail)
+    def _ready_to_generate(self, needs: int) -> bool:
+        """Before the first token: evaluate the queued prompt (its last position returns
+        all logits, so any sampler can start), or make sure the kept output of the last
+        position serves a sampler that ``needs`` it. False when cancelled."""
+        if self.pending:
+            ok = self._evaluate(LAST_LOGITS, responsive=True)
+            if ok:
+                self._store_prefix()
+            self._snapshot_here()
+            return ok
+        if self.last is None:
+            raise SessionError("nothing to generate from: append text or tokens first")
+        if not has_output(self.last, needs):
+            self._refresh_last(LAST_LOGITS)
+        return True
 
     def generate(self, options: GenerateOptions | None = None, sink: Sink | None = None, **kw) -> GenerationSummary:
         """Generate until a stop condition; streams to ``sink`` and returns a summary. Any
@@ -592,6 +414,11 @@ class Session:
         prompt's chunks take about CANCEL_LATENCY_S); with none running, the next one stops
         before it starts. Thread-safe."""
         self._cancelled = True
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether `cancel` was called and the generation it stops has not ended yet."""
+        return self._cancelled
 
     def reset(self) -> None:
         with self._lock:
@@ -653,74 +480,6 @@ class Session:
         return len(self.tokens)
 
 
-class _Speculation:
-    """Speculative decoding with prompt lookup: draft the tokens that followed the last
-    occurrence of the newest n-gram in the context, verify them in one pass whose every row
-    computes as a one-token step would (`Layout.exact_rows`), keep the run the model agrees
-    with. The output is the greedy output, token for token."""
-
-    def __init__(self, session: Session, options: GenerateOptions, sampler: Sampler):
-        from ..errors import InvalidOptions
-
-        if not sampler.options.greedy or sampler.masks or options.wants_logprobs:
-            raise InvalidOptions(
-                "speculative decoding (spec) gives exactly the greedy output, so it needs greedy decoding "
-                "(temperature 0) without penalties, banned tokens, grammars or log-probabilities"
-            )
-        if not session.model.state.rewindable:
-            raise InvalidOptions("speculative decoding needs state that can be rewound; this model has recurrent layers")
-        if options.spec_ngram < 1 or options.spec_k < 1:
-            raise InvalidOptions(f"spec_ngram and spec_k must be >= 1, got {options.spec_ngram} and {options.spec_k}")
-        self.s = session
-        self.ngram = options.spec_ngram
-        self.k = options.spec_k
-        self.drafted = self.accepted = 0
-
-    def draft(self, history: list[int], room: int) -> list[int]:
-        """The tokens that followed the latest earlier occurrence of history's last n-gram
-        (the longest n from spec_ngram down to 1 that occurs)."""
-        h = np.asarray(history, np.int64)
-        for n in range(min(self.ngram, len(h) - 1), 0, -1):
-            tail = h[-n:]
-            # windows of n ending before the last position, latest first
-            windows = np.lib.stride_tricks.sliding_window_view(h[:-1], n)
-            hits = np.nonzero((windows == tail).all(axis=1))[0]
-            if len(hits):
-                start = int(hits[-1]) + n
-                return h[start : start + min(self.k, room)].tolist()
-        return []
-
-    def step(self, left: int | None) -> list[int] | None:
-        """With the newest token queued: draft, verify, keep what the model agrees with.
-        Returns the accepted draft tokens (evaluated; the session's last output is the
-        model's choice after them), or None when there was nothing to draft."""
-        s = self.s
-        room = s.n_ctx - len(s.tokens) - len(s.pending) - 1
-        if left is not None:
-            room = min(room, left - 1)
-        draft = self.draft(s.tokens + s.pending, room) if room > 0 else []
-        if not draft:
-            return None
-        n_before = len(s.tokens)
-        batch = s.pending + draft
-        out = s._forward(batch, Outputs(("argmax",), rows="all"), exact_rows=True)
-        choice = [int(t) for t in out["argmax"].reshape(-1)]
-        s.tokens.extend(batch)
-        s.pending = []
-        s.n_evaluated += len(batch)
-        accepted = 0
-        while accepted < len(draft) and choice[len(s.tokens) - n_before - len(draft) - 1 + accepted] == draft[accepted]:
-            accepted += 1
-        keep = n_before + (len(batch) - len(draft)) + accepted
-        if keep < len(s.tokens):
-            s.state.truncate(s.slot, keep)
-            del s.tokens[keep:]
-        s.last = {"argmax": choice[keep - n_before - 1]}
-        self.drafted += len(draft)
-        self.accepted += accepted
-        return draft[:accepted]
-
-
 def guarded(events, sink: Sink | None = None):
     """Pass events through; on a failure tell the sink (ERROR, or CANCELLED for Ctrl-C)
     and raise a CeraError (an unexpected exception becomes a GenerationError)."""
@@ -757,52 +516,6 @@ def _row0(out: dict) -> dict:
     if "top_k_ids" in out:
         last["top_k"] = (out["top_k_ids"][-1].astype(np.int64), out["top_k_values"][-1].astype(np.float64))
     return last
-
-
-def _not_finite(last: dict | None) -> str | None:
-    """What is wrong with the logits (or top-k values) read back, or None: they are finite,
-    or only an argmax was read back."""
-    values = last.get("logits") if last else None
-    if values is None and last and "top_k" in last:
-        values = last["top_k"][1]
-    if values is None:
-        return None
-    finite = np.isfinite(values)
-    if finite.all():
-        return None
-    nan = int(np.isnan(values).sum())
-    return f"{nan} NaN and {values.size - int(finite.sum()) - nan} infinite of {values.size} values"
-
-
-def _has(last: dict, needs: int) -> bool:
-    if "logits" in last:
-        return True
-    if needs == NEEDS_ARGMAX:
-        return "argmax" in last
-    return False
-
-
-def _candidates(last: dict) -> Candidates:
-    if "logits" in last:
-        return Candidates(logits=np.array(last["logits"], np.float32, copy=True))
-    if "top_k" in last:
-        ids, vals = last["top_k"]
-        return Candidates(ids=ids.copy(), values=vals.copy())
-    token = last["argmax"]
-    return Candidates(ids=np.array([token], np.int64), values=np.zeros(1))
-
-
-def _logprobs(last: dict, token: int, options: GenerateOptions):
-    if not options.wants_logprobs or "logits" not in last:
-        return None, None
-    logits = last["logits"]
-    lp = float(log_softmax_at(logits, [token])[0])
-    top = None
-    if options.top_logprobs:
-        k = min(options.top_logprobs, logits.shape[0])
-        ids = np.argsort(-logits, kind="stable")[:k]
-        top = tuple(zip((int(i) for i in ids), (float(v) for v in log_softmax_at(logits, ids)), strict=True))
-    return lp, top
 
 
 def _copy(last: dict | None) -> dict | None:

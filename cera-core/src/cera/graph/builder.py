@@ -213,9 +213,9 @@ class Node:
 
 
 # Ops whose effect on state must happen even if nobody reads their result.
-SIDE_EFFECT_OPS = frozenset({"attention", "conv1d_causal", "ssm_scan", "store_cross"})
+SIDE_EFFECT_OPS = frozenset(name for name, d in OPS.items() if d.writes_state)
 # Ops that take a row-strided view as is; every other op gets a contiguous copy.
-STRIDED_OK = frozenset({"linear", "slice", "copy", "rows"})
+STRIDED_OK = frozenset(name for name, d in OPS.items() if d.strided)
 
 
 @attrs.define

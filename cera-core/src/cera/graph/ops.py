@@ -2,8 +2,9 @@
 
 Every op a family may use is one `OpDef` here: its name, its arguments (tensors, weights,
 state), its attributes, the rule that gives its output shape (and refuses inputs that do
-not fit), and a numpy reference of what it computes. Everything else comes from this
-table: the `cera.graph.builder.GraphBuilder` methods check shapes with it, the reference backend
+not fit), when it is a view, whether it changes state, whether it reads strided input, the
+codes of its enumerated attributes, and a numpy reference of what it computes. Everything
+else comes from this table: the `cera.graph.builder.GraphBuilder` methods check shapes with it, the reference backend
 (`cera.testing.reference`) runs the references, the conformance suite tests every backend
 op by op against them, and `cera plugins` / `cera inspect` list the vocabulary from it.
 
@@ -123,6 +124,17 @@ class Arg:
 
 @attrs.frozen
 class OpDef:
+    """One op of the vocabulary, with every property a backend or the core's planning needs.
+
+    ``view``: a predicate ``(args, attrs) -> bool`` saying when the output is its first
+    argument's values seen differently (no computation, no buffer of its own); None when
+    the op always computes. ``writes_state``: the op changes per-sequence state, so it runs
+    even when nothing reads its output. ``strided``: the op reads a row-strided view of a
+    tensor as it is (others get a contiguous copy). ``choices``: for an attribute that names
+    one of a fixed set (an activation, a gating), the set; a value's code (`code`) is its
+    position there, which is what every backend's kernels switch on, so the order is part
+    of the kernels' interface (new values go at the end)."""
+
     name: str
     args: tuple[Arg, ...]
     attrs: tuple[str, ...]
@@ -130,15 +142,36 @@ class OpDef:
     reference: Callable[..., np.ndarray]  # (ctx, input arrays..., attrs) -> array
     doc: str
     state_kind: str | None = None  # the state declaration kind a "state" argument must be
-    view: bool = False  # no computation: the output is the input seen differently
+    view: Callable[..., bool] | None = None
+    writes_state: bool = False
+    strided: bool = False
+    choices: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+
+    def is_view(self, args, attributes) -> bool:
+        """Whether a node of this op with these arguments is a view (see the class docstring)."""
+        return self.view is not None and bool(self.view(*args, **attributes))
+
+    def code(self, attr: str, value: str) -> int:
+        """The kernel code of ``value`` for the enumerated attribute ``attr``."""
+        known = self.choices[attr]
+        if value not in known:
+            raise ShapeError(f"{self.name}: {attr} {value!r} is not one of {', '.join(known)}")
+        return known.index(value)
+
+    def codes(self, attr: str) -> dict[str, int]:
+        """Every value of the enumerated attribute ``attr`` with its kernel code."""
+        return {v: i for i, v in enumerate(self.choices[attr])}
 
 
 OPS: dict[str, OpDef] = {}
 
 
-def op(name: str, args: str, attributes: str = "", state_kind: str | None = None, view: bool = False):
+def op(name: str, args: str, attributes: str = "", *, shape: Callable, state_kind: str | None = None,
+       view: Callable[..., bool] | None = None, writes_state: bool = False, strided: bool = False,
+       choices: dict[str, tuple[str, ...]] | None = None):  # fmt: skip
     """Register the decorated reference as op ``name``. ``args``: "x:tensor w:weight
-    b:weight?" (a trailing ? marks an optional argument); ``attributes``: names."""
+    b:weight?" (a trailing ? marks an optional argument); ``attributes``: names; ``shape``:
+    the shape rule; the rest as `OpDef`."""
 
     parsed = []
     for item in args.split():
@@ -147,16 +180,18 @@ def op(name: str, args: str, attributes: str = "", state_kind: str | None = None
         parsed.append(Arg(arg_name, kind.rstrip("?"), optional))
 
     def register(fn):
-        shape_fn = SHAPES[name]
         OPS[name] = OpDef(
             name=name,
             args=tuple(parsed),
             attrs=tuple(attributes.split()),
-            shape=shape_fn,
+            shape=shape,
             reference=fn,
             doc=(fn.__doc__ or "").strip(),
             state_kind=state_kind,
             view=view,
+            writes_state=writes_state,
+            strided=strided,
+            choices=dict(choices or {}),
         )
         return fn
 
@@ -338,37 +373,19 @@ def _shape_moe(x, router, gate, up, down, selection_bias=None, k=1, **_):
     return (x[0], down[1]), "f32"
 
 
-SHAPES: dict[str, Callable] = {
-    "embedding": _shape_embedding,
-    "linear": _shape_linear,
-    "rms_norm": _shape_norm,
-    "layer_norm": _shape_norm,
-    "rope": _shape_rope,
-    "attention": _shape_attention_cached,
-    "attention_full": _shape_attention,
-    "cross_attention": _shape_cross_attention,
-    "store_cross": _shape_store_cross,
-    "unary": _shape_same,
-    "glu": _shape_glu,
-    "add": _shape_binary,
-    "mul": _shape_binary,
-    "scale": _shape_same,
-    "softcap": _shape_same,
-    "softmax": _shape_same,
-    "argmax": _shape_argmax,
-    "top_k": _shape_top_k,
-    "take": _shape_take,
-    "concat": _shape_concat,
-    "rows": _shape_rows,
-    "seq_mean": _shape_seq_mean,
-    "reshape": _shape_reshape,
-    "slice": _shape_slice,
-    "copy": _shape_same,
-    "conv1d_causal": _shape_conv1d_causal,
-    "conv1d": _shape_conv1d,
-    "ssm_scan": _shape_ssm_scan,
-    "moe": _shape_moe,
-}
+
+
+# -- views --------------------------------------------------------------------------------
+# A view predicate takes the node's graph arguments and attributes.
+
+
+def _always(*_, **__) -> bool:
+    return True
+
+
+def _rows_view(x, *, index) -> bool:
+    """`rows` of one run of consecutive rows of a contiguous tensor is a view of them."""
+    return x.contiguous and all(b == a + 1 for a, b in zip(index, index[1:], strict=False))
 
 
 # -- references -----------------------------------------------------------------------------
@@ -392,13 +409,13 @@ def _f64(x):
     return np.asarray(x, dtype=np.float64)
 
 
-@op("embedding", "table:weight ids:ids")
+@op("embedding", "table:weight ids:ids", shape=_shape_embedding)
 def embedding(ctx, table, ids):
     """Rows ``ids`` of an embedding table: ``[n] -> [n, dim]``."""
     return np.asarray(table, np.float32)[np.asarray(ids, np.int64)]
 
 
-@op("linear", "x:tensor w:weight bias:weight?")
+@op("linear", "x:tensor w:weight bias:weight?", shape=_shape_linear, strided=True)
 def linear(ctx, x, w, bias=None):
     """``x @ W.T (+ bias)``: ``[..., in] -> [..., out]``."""
     y = _f64(x) @ _f64(w).T
@@ -407,7 +424,7 @@ def linear(ctx, x, w, bias=None):
     return y.astype(np.float32)
 
 
-@op("rms_norm", "x:tensor w:operand?", "eps")
+@op("rms_norm", "x:tensor w:operand?", "eps", shape=_shape_norm)
 def rms_norm(ctx, x, w=None, *, eps):
     """``x / sqrt(mean(x^2) + eps) (* w)`` over the last dimension."""
     x = _f64(x)
@@ -417,7 +434,7 @@ def rms_norm(ctx, x, w=None, *, eps):
     return y.astype(np.float32)
 
 
-@op("layer_norm", "x:tensor w:operand? b:operand?", "eps")
+@op("layer_norm", "x:tensor w:operand? b:operand?", "eps", shape=_shape_norm)
 def layer_norm(ctx, x, w=None, b=None, *, eps):
     """``(x - mean) / sqrt(var + eps) (* w) (+ b)`` over the last dimension."""
     x = _f64(x)
@@ -476,7 +493,7 @@ def rotate(x: np.ndarray, pos: np.ndarray, spec: RopeSpec, unit: bool = False) -
     return y
 
 
-@op("rope", "x:tensor positions:ids", "spec")
+@op("rope", "x:tensor positions:ids", "spec", shape=_shape_rope)
 def rope(ctx, x, positions, *, spec):
     """Rotary position embedding of ``x [n, heads, head_dim]`` at ``positions``."""
     return rotate(x, positions, spec).astype(np.float32)
@@ -501,7 +518,8 @@ def _attend(q, k, v, visible, spec: AttentionSpec) -> np.ndarray:
     return out.reshape(n, -1)
 
 
-@op("attention", "q:tensor k:tensor v:tensor state:state", "spec", state_kind="kv")
+@op("attention", "q:tensor k:tensor v:tensor state:state", "spec", state_kind="kv", writes_state=True,
+    shape=_shape_attention_cached)
 def attention(ctx, q, k, v, state, *, spec):
     """Store this pass's keys/values ``[n, kv_heads, dim]`` in each sequence's cache, then
     attend each query ``[n, heads, dk]`` over the visible cells of its own sequence: a cell
@@ -524,7 +542,7 @@ def attention(ctx, q, k, v, state, *, spec):
     return out
 
 
-@op("attention_full", "q:tensor k:tensor v:tensor", "spec")
+@op("attention_full", "q:tensor k:tensor v:tensor", "spec", shape=_shape_attention)
 def attention_full(ctx, q, k, v, *, spec):
     """Attention without a cache, within each sequence of the batch: every row sees the
     rows of its own sequence (only those at or before it when ``spec.causal``). For
@@ -541,7 +559,7 @@ def attention_full(ctx, q, k, v, *, spec):
     return out
 
 
-@op("store_cross", "k:tensor v:tensor state:state", state_kind="cross")
+@op("store_cross", "k:tensor v:tensor state:state", state_kind="cross", writes_state=True, shape=_shape_store_cross)
 def store_cross(ctx, k, v, state):
     """Keep ``k``/``v`` ``[m, kv_heads, dim]`` (an encoder's output projected per decoder
     layer) as the cross-attention memory of each sequence; returns nothing."""
@@ -550,7 +568,7 @@ def store_cross(ctx, k, v, state):
     return np.zeros((0,), np.float32)
 
 
-@op("cross_attention", "q:tensor state:state", "spec shared", state_kind="cross")
+@op("cross_attention", "q:tensor state:state", "spec shared", state_kind="cross", shape=_shape_cross_attention)
 def cross_attention(ctx, q, state, *, spec, shared=False):
     """Attend each query ``[n, heads, dk]`` over all of its sequence's cross-attention
     memory (`store_cross`), unmasked. Returns ``[n, heads * dv]``. ``shared``: every
@@ -591,27 +609,27 @@ def activation(kind: str, x: np.ndarray) -> np.ndarray:
     raise ShapeError(f"unknown activation {kind!r} (known: {', '.join(UNARY_KINDS)})")
 
 
-@op("unary", "x:tensor", "kind")
+@op("unary", "x:tensor", "kind", shape=_shape_same, choices={"kind": UNARY_KINDS})
 def unary(ctx, x, *, kind):
     """An activation elementwise: "silu", "gelu" (tanh approximation, as ggml_gelu),
     "gelu_erf", "relu"."""
     return activation(kind, x).astype(np.float32)
 
 
-@op("glu", "gate:tensor up:tensor", "kind")
+@op("glu", "gate:tensor up:tensor", "kind", shape=_shape_glu, choices={"kind": GLU_KINDS})
 def glu(ctx, gate, up, *, kind):
     """"swiglu": silu(gate) * up; "geglu": gelu(gate) * up."""
     act = {"swiglu": "silu", "geglu": "gelu"}[kind]
     return (activation(act, gate) * _f64(up)).astype(np.float32)
 
 
-@op("add", "a:tensor b:operand")
+@op("add", "a:tensor b:operand", shape=_shape_binary)
 def add(ctx, a, b):
     """Elementwise sum; ``b`` may be a weight or a tensor broadcast over ``a``'s rows."""
     return (_f64(a) + _f64(b).reshape(_operand_shape(a, b))).astype(np.float32)
 
 
-@op("mul", "a:tensor b:operand")
+@op("mul", "a:tensor b:operand", shape=_shape_binary)
 def mul(ctx, a, b):
     """Elementwise product; ``b`` may be a weight or a tensor broadcast over ``a``'s rows."""
     return (_f64(a) * _f64(b).reshape(_operand_shape(a, b))).astype(np.float32)
@@ -624,19 +642,19 @@ def _operand_shape(a, b):
     return (1,) * (a.ndim - 1) + (b.size,)  # a weight: one row broadcast
 
 
-@op("scale", "x:tensor", "s")
+@op("scale", "x:tensor", "s", shape=_shape_same)
 def scale(ctx, x, *, s):
     """``x * s``."""
     return (_f64(x) * s).astype(np.float32)
 
 
-@op("softcap", "x:tensor", "cap")
+@op("softcap", "x:tensor", "cap", shape=_shape_same)
 def softcap(ctx, x, *, cap):
     """``cap * tanh(x / cap)``."""
     return (cap * np.tanh(_f64(x) / cap)).astype(np.float32)
 
 
-@op("softmax", "x:tensor")
+@op("softmax", "x:tensor", shape=_shape_same)
 def softmax(ctx, x):
     """Softmax over the last dimension."""
     x = _f64(x)
@@ -644,13 +662,13 @@ def softmax(ctx, x):
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
-@op("argmax", "x:tensor")
+@op("argmax", "x:tensor", shape=_shape_argmax)
 def argmax(ctx, x):
     """Index of the largest value of each row (the lowest index on a tie), int32."""
     return np.argmax(np.asarray(x), axis=-1).astype(np.int32)
 
 
-@op("top_k", "x:tensor", "k")
+@op("top_k", "x:tensor", "k", shape=_shape_top_k)
 def top_k(ctx, x, *, k):
     """Indices of the ``k`` largest values of each row, largest first (lower index first
     on a tie), int32 ``[..., k]``."""
@@ -659,49 +677,49 @@ def top_k(ctx, x, *, k):
     return order[..., :k].astype(np.int32)
 
 
-@op("take", "x:tensor ids:ids")
+@op("take", "x:tensor ids:ids", shape=_shape_take)
 def take(ctx, x, ids):
     """Values of each row of ``x`` at ``ids`` (per row): ``[..., k]``."""
     return np.take_along_axis(np.asarray(x, np.float32), np.asarray(ids, np.int64), axis=-1)
 
 
-@op("concat", "a:tensor b:tensor", "axis")
+@op("concat", "a:tensor b:tensor", "axis", shape=_shape_concat)
 def concat(ctx, a, b, *, axis=-1):
     """``a`` and ``b`` joined along ``axis``."""
     return np.concatenate([a, b], axis=axis).astype(np.float32)
 
 
-@op("rows", "x:tensor", "index")
+@op("rows", "x:tensor", "index", shape=_shape_rows, view=_rows_view, strided=True)
 def rows(ctx, x, *, index):
     """The rows ``index`` (a fixed tuple) of ``x``."""
     return np.asarray(x)[list(index)]
 
 
-@op("seq_mean", "x:tensor", "groups")
+@op("seq_mean", "x:tensor", "groups", shape=_shape_seq_mean)
 def seq_mean(ctx, x, *, groups):
     """Mean of each sequence's rows: groups ((first row, rows), ...) -> ``[n_seq, dim]``."""
     return np.stack([_f64(x[r0 : r0 + n]).mean(axis=0) for r0, n in groups]).astype(np.float32)
 
 
-@op("reshape", "x:tensor", "shape", view=True)
+@op("reshape", "x:tensor", "shape", shape=_shape_reshape, view=_always)
 def reshape(ctx, x, *, shape):
     """The same values with another shape (row-major)."""
     return np.asarray(x).reshape(shape)
 
 
-@op("slice", "x:tensor", "start length", view=True)
+@op("slice", "x:tensor", "start length", shape=_shape_slice, view=_always, strided=True)
 def slice_(ctx, x, *, start, length):
     """``x[..., start:start + length]`` (a view: consecutive rows are not adjacent)."""
     return np.asarray(x)[..., start : start + length]
 
 
-@op("copy", "x:tensor")
+@op("copy", "x:tensor", shape=_shape_same, strided=True)
 def copy(ctx, x):
     """A contiguous copy (of a view)."""
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-@op("conv1d_causal", "x:tensor w:weight state:state", state_kind="conv")
+@op("conv1d_causal", "x:tensor w:weight state:state", state_kind="conv", writes_state=True, shape=_shape_conv1d_causal)
 def conv1d_causal(ctx, x, w, state):
     """Depthwise causal convolution over the tokens of each sequence:
     ``y[t, c] = sum_j w[c, j] * xx[t + j, c]``, where xx is the sequence's carried last
@@ -719,7 +737,7 @@ def conv1d_causal(ctx, x, w, state):
     return y.astype(np.float32)
 
 
-@op("conv1d", "x:tensor w:weight bias:weight?", "stride padding")
+@op("conv1d", "x:tensor w:weight bias:weight?", "stride padding", shape=_shape_conv1d)
 def conv1d(ctx, x, w, bias=None, *, stride=1, padding=0):
     """A full 1-D convolution over frames (Whisper's front end): x ``[frames, in]``,
     w of GGML shape ``[kernel, in, out]``; zero padding on both sides. Returns
@@ -737,7 +755,8 @@ def conv1d(ctx, x, w, bias=None, *, stride=1, padding=0):
     return y.astype(np.float32)
 
 
-@op("ssm_scan", "x:tensor dt:tensor A:operand B:tensor C:tensor state:state", state_kind="ssm")
+@op("ssm_scan", "x:tensor dt:tensor A:operand B:tensor C:tensor state:state", state_kind="ssm", writes_state=True,
+    shape=_shape_ssm_scan)
 def ssm_scan(ctx, x, dt, A, B, C, state):
     """Mamba-2's selective scan (ggml_ssm_scan with a scalar A per head), token by token
     within each sequence: dt' = softplus(dt); per head h, state = state * exp(dt' A_h) +
@@ -762,7 +781,9 @@ def ssm_scan(ctx, x, dt, A, B, C, state):
     return y.astype(np.float32)
 
 
-@op("moe", "x:tensor router:weight gate:weight up:weight down:weight selection_bias:weight?", "k gating norm_topk weight_scale activation")
+@op("moe", "x:tensor router:weight gate:weight up:weight down:weight selection_bias:weight?",
+    "k gating norm_topk weight_scale activation", shape=_shape_moe,
+    choices={"gating": MOE_GATINGS, "activation": MOE_ACTIVATIONS})
 def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softmax", norm_topk=False, weight_scale=None, activation="silu"):
     """Top-k mixture of experts, as llama.cpp's build_moe_ffn: router logits, then
     probabilities by ``gating`` ("softmax" or "sigmoid"); experts chosen by probability

@@ -19,6 +19,7 @@ from __future__ import annotations
 import attrs
 
 from .builder import Graph, Node, Tensor
+from .ops import OPS
 
 ALIGN = 64  # arena offsets: cache-line aligned, as SIMD loads prefer
 MAX_PRODUCTS = 8
@@ -36,13 +37,8 @@ class Placement:
 
 
 def is_view(node: Node) -> bool:
-    if node.op in ("reshape", "slice"):
-        return True
-    if node.op == "rows":
-        src = node.args[0]
-        idx = node.attrs["index"]
-        return src.contiguous and all(b == a + 1 for a, b in zip(idx, idx[1:], strict=False))
-    return False
+    """Whether the node's output is a view of its first argument (the op table says when)."""
+    return OPS[node.op].is_view(node.args, node.attrs)
 
 
 def placements(graph: Graph) -> dict[int, Placement]:
