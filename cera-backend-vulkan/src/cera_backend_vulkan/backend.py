@@ -40,6 +40,7 @@ from cera.state import HostState, kv_row_shape
 
 from . import device as gpu
 from .capabilities import KV_TYPES, OPS, TENSOR_TYPES
+from .tuning import VulkanTuning
 from .wgsl import BLOCKS
 
 
@@ -348,10 +349,9 @@ class VulkanBackend(Backend):
         # products of many rows: None chooses (tiled on GPUs, row kernels on software
         # adapters); True/False forces it (tests run the tiled kernel on lavapipe)
         self.tiled: bool | None = None
-        # products of a few rows: "workgroup-1pass" (a workgroup per 4 output features:
-        # GPUs' default) or "subgroup" (a subgroup per feature, no barriers: software
-        # adapters'), or another of compile.ROW_KERNELS; None chooses
-        # (CERA_VULKAN_ROW_KERNEL, else by the adapter)
+        # products of a few rows: one of tuning.ROW_KERNELS, over the tuning's; None
+        # chooses (CERA_VULKAN_ROW_KERNEL, else by the adapter: "unit-auto" on GPUs,
+        # "subgroup" on software adapters)
         self.row_kernel: str | None = None
         self._ctx = None
         found = gpu.adapters()
@@ -419,11 +419,20 @@ class VulkanBackend(Backend):
 
     # -- compiling -----------------------------------------------------------------------------
 
+    def tuning(self) -> VulkanTuning:
+        """The kernel variants a compile takes now: the ``CERA_VULKAN_*`` switches
+        (`VulkanTuning.from_env`), with ``row_kernel`` where one is set on the backend."""
+        t = VulkanTuning.from_env()
+        if self.row_kernel is not None and self.row_kernel != t.row_kernel:
+            t = attrs.evolve(t, row_kernel=self.row_kernel)
+        return t
+
     def compile_key(self) -> tuple:
-        return (self.device_index, self.tiled, self.row_kernel)  # ``profile`` is read by each run: no recompiling
+        # ``profile`` is read by each run: no recompiling
+        return (self.device_index, self.tiled, self.tuning())
 
     def compile(self, graph, weights, state):
-        from .compile import VulkanExecutable
+        from .compile import compile_graph
 
         self.check_ops(graph)
         bound = {}
@@ -434,7 +443,7 @@ class VulkanBackend(Backend):
             bound[name] = w
         if state is not None and not isinstance(state, VulkanState):
             raise UnsupportedOperation("backend 'vulkan' runs graphs on its own state (VulkanBackend.new_state)")
-        return VulkanExecutable(self, graph, bound, state)
+        return compile_graph(self, graph, bound, state, self.tuning())
 
     def close(self) -> None:
         pass
