@@ -47,12 +47,11 @@ def test_tiled_products(case, matmul, monkeypatch):
 
 
 def test_split_counts():
-    """The depth splits of the split kernels (compile.matmul_splits), worked out by hand
+    """The depth splits of the split kernels (kernels.matmul_splits), worked out by hand
     from their rule: below 1024 workgroups, as many spans as bring the grid to 1024, at
     most 8, each of 16 steps of 32 columns or more."""
-    from cera_backend_vulkan.compile import VulkanExecutable
+    from cera_backend_vulkan.kernels import matmul_splits as splits
 
-    splits = VulkanExecutable.matmul_splits
     assert splits(1536, 512, 8960, 4, 64) == 6  # Qwen2.5 1.5B's down: 24 x 8 = 192 groups
     assert splits(1536, 512, 1536, 4, 64) == 3  # its q and o: 48 steps, 3 spans of 16
     assert splits(256, 512, 1536, 4, 64) == 3  # its k and v: 32 groups, 48 steps
@@ -72,7 +71,7 @@ def test_split_products(t, monkeypatch):
     reference: 70 rows of 2048 values, 200 features, in four spans."""
     from cera.testing.conformance import OpCase, WeightSpec, _emb, _x
     from cera_backend_vulkan.backend import VulkanBackend
-    from cera_backend_vulkan.compile import VulkanExecutable
+    from cera_backend_vulkan.lowering import Lowering
 
     def build(g, w, s):
         y = g.linear(_x(g, 2048), w["w"], w["b"])
@@ -82,13 +81,13 @@ def test_split_products(t, monkeypatch):
                   (_emb(2048), WeightSpec("w", (200, 2048), t), WeightSpec("b", (200,), "F32"), _emb(200, "r")),
                   passes=((70,),), tolerance=conformance.TOL_WEIGHT.get(t, conformance.TOL_QUANT))  # fmt: skip
     labels = []
-    emit = VulkanExecutable._emit
+    emit = Lowering.emit
 
     def record(self, key, source, params, groups, binds=(), read_only=(), label="?"):
         labels.append(label)
         return emit(self, key, source, params, groups, binds, read_only, label)
 
-    monkeypatch.setattr(VulkanExecutable, "_emit", record)
+    monkeypatch.setattr(Lowering, "emit", record)
     monkeypatch.setenv("CERA_VULKAN_MATMUL", "4x4-split")
     b = VulkanBackend()
     b.tiled = True
@@ -305,10 +304,10 @@ def test_argmax_two_stage(case, monkeypatch):
     """The two-stage argmax of long rows (chunks, then their best) on the conformance
     case, split into chunks of 3 values."""
     from cera_backend_vulkan.backend import VulkanBackend
-    from cera_backend_vulkan.compile import VulkanExecutable
+    from cera_backend_vulkan.lowering import rows
 
-    monkeypatch.setattr(VulkanExecutable, "SELECT_SPLIT", 4)
-    monkeypatch.setattr(VulkanExecutable, "SELECT_CHUNK", 3)
+    monkeypatch.setattr(rows, "SELECT_SPLIT", 4)
+    monkeypatch.setattr(rows, "SELECT_CHUNK", 3)
     conformance.check_op(VulkanBackend(), case)
 
 
@@ -321,7 +320,8 @@ def test_argmax_two_stage_ties(n):
 
     from cera_backend_vulkan import device as gpu
     from cera_backend_vulkan import wgsl
-    from cera_backend_vulkan.compile import VulkanExecutable, grid
+    from cera_backend_vulkan.kernels import grid
+    from cera_backend_vulkan.lowering.rows import SELECT_CHUNK
 
     ctx = gpu.context(0)
     wgpu = ctx.wgpu
@@ -331,7 +331,7 @@ def test_argmax_two_stage_ties(n):
     x[1] = -1.0
     x[1, [n - 1, n // 2 + 7, 5000]] = 2.0  # ties across chunks
     x[2, :] = -7.5  # all equal: index 0
-    chunk = max(VulkanExecutable.SELECT_CHUNK, -(-n // 1024))
+    chunk = max(SELECT_CHUNK, -(-n // 1024))
     chunks = -(-n // chunk)
     scratch = rows * n
     out1, out2 = scratch + 2 * rows * chunks, scratch + 2 * rows * chunks + rows

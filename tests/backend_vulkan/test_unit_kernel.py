@@ -39,16 +39,16 @@ def _case(types: tuple[str, str, str], seq_lens: tuple[int, ...]) -> OpCase:
 
 
 def _spy_emits(monkeypatch) -> list:
-    from cera_backend_vulkan import compile as vk_compile
+    from cera_backend_vulkan.lowering import Lowering
 
     seen = []
-    emit = vk_compile.VulkanExecutable._emit
+    emit = Lowering.emit
 
     def spy(self, key, *a, **kw):
         seen.append(key)
         return emit(self, key, *a, **kw)
 
-    monkeypatch.setattr(vk_compile.VulkanExecutable, "_emit", spy)
+    monkeypatch.setattr(Lowering, "emit", spy)
     return seen
 
 

@@ -1,4 +1,4 @@
-"""compile.unit_plan, the unit kernel's plan per product shape: whatever the shape, the
+"""kernels.unit_plan, the unit kernel's plan per product shape: whatever the shape, the
 kernel it plans declares no more workgroup memory than the adapter offers (read from the
 generated WGSL, not from the plan's own arithmetic), and the plans the H200's figures
 chose stay as measured (benchmarks/README.md, "Vulkan: measurements behind the defaults")."""
@@ -10,7 +10,7 @@ import re
 import pytest
 
 from cera_backend_vulkan import wgsl
-from cera_backend_vulkan.compile import unit_cluster, unit_plan
+from cera_backend_vulkan.kernels import unit_cluster, unit_plan
 
 SIZES = {"f32": 4, "u32": 4, "i32": 4, "vec4<f32>": 16, "vec4<u32>": 16}
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import threading
 
-from cera.errors import BackendUnavailable, InvalidOptions
+from cera.errors import BackendUnavailable
+
+from .tuning import switch
 
 _lock = threading.Lock()
 _adapters: list | None = None
@@ -35,20 +37,9 @@ SHADER_CHECKS_ENV = "CERA_VULKAN_SHADER_CHECKS"
 
 
 def shader_checks() -> tuple[str, ...]:
-    """The runtime checks asked for by CERA_VULKAN_SHADER_CHECKS ("none" by default)."""
-    raw = os.environ.get(SHADER_CHECKS_ENV, "none").strip().lower()
-    if raw in ("", "none"):
-        return ()
-    if raw == "all":
-        return tuple(SHADER_CHECKS)
-    names = tuple(n.strip() for n in raw.split(",") if n.strip())
-    bad = [n for n in names if n not in SHADER_CHECKS]
-    if bad:
-        raise InvalidOptions(
-            f"backend 'vulkan': {SHADER_CHECKS_ENV}={raw!r}: unknown check(s) {', '.join(map(repr, bad))}; "
-            f"use none, all, or a comma-separated list of {', '.join(SHADER_CHECKS)}"
-        )
-    return tuple(n for n in SHADER_CHECKS if n in names)
+    """The runtime checks CERA_VULKAN_SHADER_CHECKS asks for (the tuning's
+    ``shader_checks``; none by default)."""
+    return switch("shader_checks")
 
 
 def _wgpu():
@@ -128,11 +119,11 @@ class GpuContext:
         self.uniform_align = max(256, int(self.limits["min-uniform-buffer-offset-alignment"]))
         self.storage_align = int(self.limits["min-storage-buffer-offset-alignment"])
         self.queue = self.device.queue
-        self.shader_checks = shader_checks()
+        self.shader_checks = switch("shader_checks")
         # a subgroup computes one output feature of a matvec; a workgroup holds
         # MV_WG / subgroup-size of them, so the grid is sized for the smallest size the
         # adapter may choose (wgpu reports the range)
-        self.subgroups = "subgroup" in self.features and os.environ.get("CERA_VULKAN_SUBGROUPS", "1") != "0"
+        self.subgroups = "subgroup" in self.features and switch("subgroups")
         self.subgroup_size = self._measure_subgroup() if self.subgroups else 1
         self._pipelines: dict = {}
         self._plock = threading.Lock()

@@ -12,15 +12,14 @@ wgpu-py loaded (the same handles wgpu-py's objects hold in ``._internal``):
 - ``"raw"``: the same calls made one by one from Python through cffi (no compiler needed);
 - ``"wgpu"``: wgpu-py's methods (the reference).
 
-``CERA_VULKAN_RECORD=c|raw|wgpu`` picks one (default: the best available). The handles
+``CERA_VULKAN_RECORD=c|raw|wgpu`` (the tuning's ``record``) picks one (default: the best
+available). The handles
 stay valid because the `Plan` keeps the wgpu-py objects they come from (pipelines, bind
 groups) alive; the pass itself is begun, ended and finished through wgpu-py as before, so
 its validation (at ``end``/``finish``) and error reporting are unchanged.
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
@@ -39,11 +38,19 @@ def _native():
     return ffi, lib
 
 
-def default_mode() -> str:
-    want = os.environ.get("CERA_VULKAN_RECORD", "").strip().lower()
-    if want in MODES and (want != "c" or _clib is not None):
-        return want
-    return "c" if _clib is not None else "raw"
+def default_mode(want: str | None = None) -> str:
+    """The recording mode: ``want`` (the tuning's ``record``, `MODES`), else the C helper
+    where the package was built with it, else "raw"."""
+    if want is None:
+        return "c" if _clib is not None else "raw"
+    if want == "c" and _clib is None:
+        from .tuning import BadSwitch
+
+        raise BadSwitch(
+            "backend 'vulkan': CERA_VULKAN_RECORD='c': this install has no C recorder (the package was built "
+            "without a C compiler); use raw or wgpu, or reinstall it with a compiler"
+        )
+    return want
 
 
 class Plan:

@@ -21,30 +21,22 @@ are multiples of 8, so products, row gathers and tiles all go through that one f
 A module per kind of kernel, every name re-exported here (``wgsl.matvec``...): common
 (parameters, arena, helpers), blocks (the decoders), products (row and tiled kernels),
 products_unit and products_blk (row-kernel variants), pointwise (element-wise ops,
-norms), rows (embeddings, softmax, argmax/top-k, gathers), attention (rope, cache stores,
-attention), hybrid (short convolutions, the SSM scan, experts), encdec (Whisper's).
+norms), rows (embeddings, softmax, argmax/top-k, gathers), rope (rotations), kv_store
+(the cache's stores), attention (the general attention kernel), attention_lanes (a
+decode step's attention over an f16 cache) and attention_tiles (a prompt's), hybrid
+(short convolutions, the SSM scan, experts), encdec (Whisper's).
 """
 
 from __future__ import annotations
 
-from .attention import (
-    ATT_SPLIT_CELLS,
-    ATT_TILE_CELLS,
-    ATT_TILE_ROWS,
-    ATT_WG,
-    ROPE_BODY,
-    attention,
-    attention_combine,
-    attention_lanes,
-    attention_tiles,
-    kv_store,
-    rope,
-    rope_kv,
-)
+from .attention import attention
+from .attention_lanes import ATT_SPLIT_CELLS, ATT_WG, attention_combine, attention_lanes
+from .attention_tiles import ATT_TILE_CELLS, ATT_TILE_ROWS, attention_tiles
 from .blocks import BLOCKS, DQ8, IQ4NL_TABLE, KSCALE, READERS, WEIGHT_BINDING, row_bytes, weight_lib
 from .common import ACTIVATIONS, ARENA_F32, ARENA_U32, GRID, HEADER, SEQ_FN, WG
 from .encdec import im2col, store_cross
 from .hybrid import CONV_MAX, conv_causal, moe_down, moe_logits, moe_route, moe_up, ssm_scan
+from .kv_store import kv_store, rope_kv
 from .pointwise import NORM_WG, elementwise, norm
 from .products import (
     MATMUL_TILES,
@@ -72,6 +64,7 @@ from .products_unit import (
     matvec_unit,
     unit_layout,
 )
+from .rope import ROPE_BODY, rope
 from .rows import (
     SELECT_WG,
     embedding,

@@ -34,11 +34,7 @@ UNIT_XOFF = {
     return 256u * b + 128u * (p >> 2u) + 8u * (p & 3u) + 32u * (k >> 1u) + 4u * (k & 1u);""",
 }
 # Small integers to f32 (the decoders' values: nibbles, 6-bit scales, signed bytes),
-# through WGSL's conversions. The tenth session also wrote a form through the float whose
-# bits are 2^23's, minus that float (an integer op and a subtraction in place of a
-# conversion, which NVIDIA's GPUs run at a quarter of their float rate); timed on the H200
-# in the eleventh it gained nothing measurable (four files, alternated, within +-5%) and
-# its bits differed from these on the Q5_0/Q5_1/Q8_0 products there, so it went.
+# through WGSL's conversions.
 INT_FLOAT = """
 fn u2f4(v: vec4<u32>) -> vec4<f32> { return vec4<f32>(v); }
 fn u2f2(v: vec2<u32>) -> vec2<f32> { return vec2<f32>(v); }
