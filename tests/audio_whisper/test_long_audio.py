@@ -118,6 +118,7 @@ def test_silence_is_transcribed_as_nothing_in_bounded_memory(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_an_hour_of_silence_in_bounded_memory(tmp_path):
     """It cost 3.3 GB and gave "You" every 30 s."""
     path = tmp_path / "hour.flac"
