@@ -211,7 +211,7 @@ def test_the_chat_cli_load_reports_a_crafted_file(loaded, saved, tmp_path):
     loop.session = loaded.new_session(n_ctx=128)
     loop.load(str(path))
     loop.load("/dev/zero")
-    assert len(notes) == 2 and all(n.startswith(f"cera: cannot load ") for n in notes), notes
+    assert len(notes) == 2 and all(n.startswith("cera: cannot load ") for n in notes), notes
     loop.session.close()
 
 

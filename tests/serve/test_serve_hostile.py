@@ -12,9 +12,8 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e ./cera-serve)")
 
-from test_openai_client import ServerThread  # noqa: E402 - the serve tests share their server harness
-
 from cera_serve.app import MAX_DEPTH  # noqa: E402
+from test_openai_client import ServerThread  # noqa: E402 - the serve tests share their server harness
 
 
 @pytest.fixture(scope="module")
