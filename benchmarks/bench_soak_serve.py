@@ -212,12 +212,16 @@ def main() -> int:
         for t in threads:
             t.start()
         samples = [rss0]
+        next_sample = t0 + args.every
         while any(t.is_alive() for t in threads):
-            time.sleep(min(args.every, max(0.1, deadline - time.monotonic() + 0.5)))
+            time.sleep(0.2)
             if proc.poll() is not None:
                 failures.append(f"the server exited ({proc.returncode}) during the soak")
                 stop.set()
                 break
+            if time.monotonic() < next_sample:
+                continue
+            next_sample += args.every
             samples.append(rss_mb(proc.pid))
             with lock:
                 n = sum(counts.values())
@@ -229,6 +233,7 @@ def main() -> int:
         for t in threads:
             t.join(timeout=30)
         if proc.poll() is None:
+            samples.append(rss_mb(proc.pid))
             after = {pr: client.complete(pr) for pr in PROMPTS}
             changed = [pr for pr in PROMPTS if after[pr] != reference[pr]]
             if changed:
