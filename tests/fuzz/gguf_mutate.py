@@ -285,8 +285,18 @@ def m_inconsistent(rng, doc: Doc) -> str:
 
 
 def m_tokenizer(rng, doc: Doc) -> str:
-    r = rng.randrange(9)
+    r = rng.randrange(10)
     tokens = doc.kv("tokenizer.ggml.tokens")
+    if r == 9:  # a table retyped: a scalar, or an array of another element type
+        key = rng.choice(["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                          "tokenizer.ggml.merges", "tokenizer.chat_templates"])  # fmt: skip
+        kv = doc.kv(key)
+        if kv is not None:
+            kv.vtype, kv.value = rng.choice([(T.STRING, "<unk>"), (T.UINT32, 7), (T.FLOAT32, 0.5), (T.BOOL, True),
+                                             (T.ARRAY, (T.INT32, np.arange(4, dtype=np.int32))),
+                                             (T.ARRAY, (T.STRING, ["a", "b"])),
+                                             (T.ARRAY, (T.FLOAT32, np.zeros(3, np.float32)))])  # fmt: skip
+            return f"{key} retyped to {kv.vtype.name}"
     if r == 0:
         kv = doc.kv("tokenizer.ggml.model")
         if kv is not None:

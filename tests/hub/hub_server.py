@@ -47,11 +47,15 @@ def git_blob_sha1(data: bytes) -> str:
 class Fault:
     """Misbehaviour for one file: ``cut_after`` ends the body after that many bytes (for
     the first ``times`` requests; -1: always); ``corrupt`` serves bytes other than the
-    advertised ones (same size)."""
+    advertised ones (same size); ``redirect`` answers the file's URL with a 302 to that
+    Location (any scheme); ``overrun`` sends that many bytes past the advertised
+    Content-Length (-1: without end, until the client goes away)."""
 
     cut_after: int | None = None
     times: int = -1
     corrupt: bool = False
+    redirect: str | None = None
+    overrun: int = 0
 
 
 @attrs.define
@@ -77,6 +81,7 @@ class HubServer:
         self.repos: dict[str, _Repo] = {}
         self.faults: dict[tuple[str, str], Fault] = {}  # (repo, path) -> fault
         self.log: list[dict] = []
+        self.overrun_sent = 0  # bytes sent past advertised lengths (Fault.overrun)
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
         # The "CDN" that LFS downloads are redirected to listens on a port of its own: a
@@ -293,6 +298,9 @@ def _handler_for(server: HubServer):
             if f is None:
                 return self._error(404, "EntryNotFound", f"{path} does not exist on {rev}")
             headers = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes"}
+            fault = server.faults.get((repo_id, path))
+            if fault is not None and fault.redirect is not None:
+                return self._send(302, b"", {**headers, "Location": fault.redirect})
             if f.lfs:
                 headers.update({
                     "Location": f"{server.cdn_url}/cdn/{f.sha256}", "ETag": f'"{f.blob_id}"',
@@ -327,7 +335,9 @@ def _handler_for(server: HubServer):
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
+            overrun = fault.overrun if fault is not None else 0
+            if overrun >= 0:  # an endless overrun sends no length: the body ends when the connection does
+                self.send_header("Content-Length", str(len(body) + overrun))
             self.end_headers()
             if self.command == "HEAD":
                 return
@@ -342,6 +352,18 @@ def _handler_for(server: HubServer):
                 self.close_connection = True  # the client sees a short body
                 return
             self.wfile.write(body)
+            if fault is not None and fault.overrun:
+                self.close_connection = True
+                left, block = fault.overrun, b"\0" * 65536
+                try:
+                    while left:
+                        n = len(block) if left < 0 else min(left, len(block))
+                        self.wfile.write(block[:n])
+                        with server._lock:
+                            server.overrun_sent += n
+                        left = left - n if left > 0 else -1
+                except OSError:  # the client stopped reading
+                    pass
 
     return Handler
 

@@ -297,8 +297,8 @@ def check_vocabulary(gguf: GGUFFile, model) -> None:
     """Token ids run from the tokenizer through the embedding table to the output head and
     back: every id the tokenizer makes must have an embedding row (the kernels index the
     table with it) and every id the head can choose must be one the tokenizer knows."""
-    tokens = gguf.get("tokenizer.ggml.tokens")
-    n_tokens = len(tokens) if isinstance(tokens, list) else 0
+    tokens = gguf.get_array("tokenizer.ggml.tokens", str)
+    n_tokens = len(tokens) if tokens is not None else 0
     n_head = int(getattr(model, "n_vocab", 0) or 0)
     embd = gguf.tensors.get("token_embd.weight")
     n_embd_rows = embd.shape[1] if embd is not None and len(embd.shape) >= 2 else None

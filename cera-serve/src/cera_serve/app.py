@@ -36,6 +36,10 @@ from starlette.routing import Route
 from .metrics import Metrics
 
 MAX_BODY = 8 * 2**20  # bytes of a request body
+# How deeply a request body's objects and arrays may nest (schemas and tools included): room
+# for any real request, and far below the depth at which a recursive parser (the schema
+# compiler, the template renderer) runs out of stack.
+MAX_DEPTH = 64
 
 
 @attrs.define
@@ -145,9 +149,29 @@ async def read_json(request: Request) -> dict:
         data = json.loads(body or b"{}")
     except ValueError as e:
         raise APIError(400, f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise APIError(400, f"the request body is nested more than {MAX_DEPTH} levels deep") from None
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object")
+    if json_depth(data) > MAX_DEPTH:
+        raise APIError(400, f"the request body is nested more than {MAX_DEPTH} levels deep")
     return data
+
+
+def json_depth(value) -> int:
+    """How deeply objects and arrays nest in ``value`` (a scalar is 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            return d
+        todo.extend((x, d + 1) for x in v)
+    return deepest
 
 
 def _num(data: dict, name: str, default, kind=float, lo=None, hi=None):
@@ -272,6 +296,8 @@ def response_format(options, data: dict):
             constraint.compile()  # a schema cera cannot enforce is the client's error, said now
         except CeraError as e:
             raise APIError(400, f"response_format: {e}", param="response_format") from None
+        except RecursionError:  # $ref chains that nest without end
+            raise APIError(400, "response_format: the schema nests too deeply", param="response_format") from None
         return attrs.evolve(options, grammar=constraint)
     raise APIError(400, "response_format.type must be 'text', 'json_object' or 'json_schema'", param="response_format")
 
@@ -400,6 +426,9 @@ def create_app(config: ServerConfig) -> Starlette:
             except APIError as e:
                 status = e.status
                 return e.response()
+            except RecursionError:  # what a request nests (schemas, tools) beyond what a parser follows
+                status = 400
+                return APIError(400, "the request nests too deeply to be read").response()
             except Exception as e:  # noqa: BLE001 - never a stack trace to the client
                 status = 500
                 return APIError(500, f"internal error: {type(e).__name__}: {e}", "server_error").response()
@@ -500,7 +529,12 @@ def create_app(config: ServerConfig) -> Starlette:
         stream = bool(data.get("stream", False))
         if stream and n > 1:
             raise APIError(400, "'n' > 1 with streaming is not supported; ask once per completion", param="n")
-        include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
+        stream_options = data.get("stream_options")
+        if stream_options is None:
+            stream_options = {}
+        if not isinstance(stream_options, dict) or not isinstance(stream_options.get("include_usage", False), bool):
+            raise APIError(400, "'stream_options' must be an object like {\"include_usage\": true}", param="stream_options")
+        include_usage = stream_options.get("include_usage", False)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         loop = asyncio.get_running_loop()

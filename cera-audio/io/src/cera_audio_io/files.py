@@ -24,6 +24,12 @@ from cera.errors import AudioError
 from cera.audio.pcm import as_pcm, downmix
 
 RESAMPLE_QUALITY = "HQ"
+# The sample rates a recording may have. A header claiming 1 Hz makes a 32 KB file "last"
+# 16,000 s, which resampling to 16 kHz turns into a gigabyte; telephone audio is 8 kHz and
+# the highest studio rate 768 kHz.
+MIN_SAMPLE_RATE = 1000
+MAX_SAMPLE_RATE = 768_000
+MAX_CHANNELS = 256  # libsndfile's own limit is 1024; a block of 1024 channels is 256 MB
 
 
 @attrs.frozen
@@ -195,6 +201,14 @@ def open_audio(
         frames = int(handle.frames)
         if source_rate <= 0 or channels <= 0:
             raise AudioError(f"{path}: a header with {channels} channels at {source_rate} Hz")
+        if not MIN_SAMPLE_RATE <= source_rate <= MAX_SAMPLE_RATE:
+            raise AudioError(
+                f"{path}: its header claims a sample rate of {source_rate} Hz; cera reads recordings made at "
+                f"{MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz. The header is damaged, or convert the file "
+                f"(for example `sox in.wav -r 16000 out.wav`)"
+            )
+        if channels > MAX_CHANNELS:
+            raise AudioError(f"{path}: its header claims {channels} channels; cera reads at most {MAX_CHANNELS}")
         if frames == 0:
             raise AudioError(f"{path}: holds no samples (an empty recording)")
         if frames == 1:

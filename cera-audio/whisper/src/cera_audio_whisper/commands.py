@@ -46,7 +46,10 @@ def _timestamp(seconds: float) -> str:
 @click.option("--no-condition", is_flag=True, help="Do not condition each window on the previous window's text.")
 @click.option("--no-timestamps", is_flag=True, help="Decode without timestamps (one segment per window).")
 @click.option("--vad", "use_vad", is_flag=True,
-              help="Transcribe only the speech that Silero VAD finds (needs cera-audio-vad).")
+              help="Transcribe only the speech that Silero VAD finds, joined (needs cera-audio-vad).")
+@click.option("--no-vad-gate", is_flag=True,
+              help="Decode every 30 s window, even those in which Silero VAD finds no speech (Whisper then "
+                   "often hears words in silence).")
 @click.option("--type", "out_type", type=click.Choice(OUT_TYPES), default=None,
               help="Weight type of a bundled model (default q8_0).")
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores).")
@@ -54,11 +57,10 @@ def _timestamp(seconds: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: segments with start, end, text and tokens.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def transcribe_command(audio_path, model, language, task, beam_size, best_of, temperatures, initial_prompt,
-                       no_condition, no_timestamps, use_vad, out_type, threads, device, as_json, quiet):  # fmt: skip
+                       no_condition, no_timestamps, use_vad, no_vad_gate, out_type, threads, device, as_json, quiet):  # fmt: skip
     """Transcribe speech in an audio file with Whisper; prints the text (or --json segments)."""
     import time
 
-    from cera_audio_io import read_audio
     from cera.errors import AudioError
 
     from .transcribe import TranscribeOptions
@@ -70,14 +72,15 @@ def transcribe_command(audio_path, model, language, task, beam_size, best_of, te
         without_timestamps=no_timestamps,
     )  # fmt: skip
     path = _resolve_model(model, out_type, quiet)
-    clip = read_audio(audio_path, 16000)
-    if as_json is False and not quiet and clip.resampled:
-        click.echo(f"cera: resampled {clip.source_rate} Hz to 16000 Hz", err=True)
-
     from .model import WhisperModel
+    from .recording import open_recording
     from .transcriber import WhisperTranscriber
 
     tr = WhisperTranscriber(WhisperModel(path, device=device, threads=threads), options)
+    # a long recording streams through in two passes, in memory that does not grow with it
+    rec = open_recording(audio_path, tr.model.mel_filters, gate=not no_vad_gate and not use_vad, whole=use_vad)
+    if as_json is False and not quiet and rec.source_rate != 16000:
+        click.echo(f"cera: resampled {rec.source_rate} Hz to 16000 Hz", err=True)
     if not tr.model.config.multilingual:
         if options.language not in (None, "en"):
             raise AudioError(f"{path.name} is an English-only model; use --language en (or auto), or a multilingual model")
@@ -85,7 +88,7 @@ def transcribe_command(audio_path, model, language, task, beam_size, best_of, te
             raise AudioError(f"{path.name} is an English-only model: it cannot translate; use a multilingual model (-m base)")
 
     started = time.perf_counter()
-    long_file = clip.duration > 30 and not quiet and not as_json
+    long_file = rec.duration > 30 and not quiet and not as_json
 
     def progress(done: float, total: float) -> None:
         if long_file:
@@ -94,9 +97,9 @@ def transcribe_command(audio_path, model, language, task, beam_size, best_of, te
     if use_vad:
         from .vad_chunks import transcribe_with_vad
 
-        segments = transcribe_with_vad(tr, clip.samples, progress=progress)
+        segments = transcribe_with_vad(tr, rec.samples, progress=progress)
     else:
-        segments = tr.segments(clip.samples, progress=progress)
+        segments = tr.segments(rec.features, progress=progress, speech=rec.gate)
     out = []
     try:
         for s in segments:
@@ -110,12 +113,12 @@ def transcribe_command(audio_path, model, language, task, beam_size, best_of, te
     if as_json:
         last = tr.last
         click.echo(json.dumps({
-            "model": str(path), "audio": str(audio_path), "duration": clip.duration,
+            "model": str(path), "audio": str(audio_path), "duration": rec.duration,
             "language": getattr(last, "language", None), "language_probability": getattr(last, "language_probability", None),
             "seconds": round(elapsed, 3), "segments": [s.to_json() for s in out],
         }, indent=2, ensure_ascii=False))  # fmt: skip
     elif not quiet:
-        click.echo(f"cera: {clip.duration:.1f} s of audio in {elapsed:.2f} s (real-time factor {elapsed / max(clip.duration, 1e-9):.3f})", err=True)
+        click.echo(f"cera: {rec.duration:.1f} s of audio in {elapsed:.2f} s (real-time factor {elapsed / max(rec.duration, 1e-9):.3f})", err=True)
     if not out and not as_json:
         click.echo("no speech found", err=True)
 

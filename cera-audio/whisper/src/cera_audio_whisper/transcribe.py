@@ -175,14 +175,24 @@ def split_segments(tokens, ts_begin: int, time_offset: float, segment_size: int,
 class Transcription:
     """One recording's transcription in progress: iterate for segments (see `transcribe`)."""
 
-    def __init__(self, model, samples: np.ndarray, options: TranscribeOptions,
-                 progress: Callable[[float, float], None] | None = None, cancelled: Callable[[], bool] | None = None):  # fmt: skip
+    def __init__(self, model, samples, options: TranscribeOptions,
+                 progress: Callable[[float, float], None] | None = None, cancelled: Callable[[], bool] | None = None,
+                 speech: Callable[[int, int], bool] | None = None):  # fmt: skip
+        """``samples``: 16 kHz PCM, or its features (`features.ArrayFeatures`,
+        `features.StreamedFeatures`). ``speech(start, end)``: whether samples [start, end)
+        hold speech (a voice activity detector's answer); a window without any is skipped
+        undecoded, as one judged silent is."""
+        from .features import ArrayFeatures
+
         self.model = model
         self.options = options
         self.progress = progress
         self.cancelled = cancelled or (lambda: False)
-        self.features = melmod.log_mel(samples, model.mel_filters)
-        self.duration = len(samples) / melmod.SAMPLE_RATE
+        self.speech = speech
+        if isinstance(samples, np.ndarray):
+            samples = ArrayFeatures(melmod.log_mel(samples, model.mel_filters), len(samples))
+        self.features = samples
+        self.duration = samples.n_samples / melmod.SAMPLE_RATE
         self.state = model.new_state(max(options.beam_size, options.best_of, 1))
         self.language_probability = 1.0
         lang = options.language
@@ -249,7 +259,7 @@ class Transcription:
 
     def __iter__(self) -> Iterator[Segment]:
         o = self.options
-        content_frames = self.features.shape[-1] - 1
+        content_frames = self.features.n_frames - 1
         seek = 0
         all_tokens: list[int] = []
         reset_since = 0
@@ -261,7 +271,11 @@ class Transcription:
                 raise TranscriptionCancelled(f"transcription cancelled at {seek / FRAMES_PER_SECOND:.2f} s")
             time_offset = seek * (melmod.HOP / melmod.SAMPLE_RATE)  # as faster-whisper, to the last bit
             size = min(melmod.N_FRAMES, content_frames - seek)
-            window = melmod.window(self.features, seek, size)
+            if self.speech is not None and not self.speech(seek * melmod.HOP, (seek + size) * melmod.HOP):
+                seek += size  # no voice in the whole window: nothing to decode
+                self._progress(seek, content_frames)
+                continue
+            window = self.features.window(seek, size)
             self.model.encode(self.state, 0, window)
             prompt, sot_index = self._prompt(all_tokens[reset_since:])
             result, ratio = self._decode_with_fallback(prompt, sot_index)
@@ -303,7 +317,11 @@ def detect_language(model, state, features: np.ndarray) -> tuple[str, float, lis
 
     from .decode import LOGITS, kv_reset
 
-    window = melmod.window(features, 0, min(melmod.N_FRAMES, features.shape[-1]))
+    if isinstance(features, np.ndarray):  # features [n_mels, frames]
+        from .features import ArrayFeatures
+
+        features = ArrayFeatures(features, features.shape[-1] * melmod.HOP)
+    window = features.window(0, min(melmod.N_FRAMES, features.n_frames))
     model.encode(state, 0, window)
     kv_reset(state, 0)
     logits = model.dec_runner.forward(state, [SeqStep(0, [model.tokens["sot"]], [0])], LOGITS)["logits"][0]

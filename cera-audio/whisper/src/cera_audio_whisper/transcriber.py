@@ -41,12 +41,19 @@ class WhisperTranscriber(Transcriber):
             raise InvalidOptions(f"unknown transcription option(s) {unknown}; known: {', '.join(sorted(_OPTION_NAMES))}")
         return attrs.evolve(base, **options) if base is not None else TranscribeOptions(**options)
 
-    def segments(self, samples, progress: Callable[[float, float], None] | None = None, **options) -> Iterator[Segment]:
-        """Whisper's own segments (with ids, seek, temperature, compression ratio)."""
-        x = as_pcm(samples, "samples", sample_rate=self.sample_rate)
+    def segments(self, samples, progress: Callable[[float, float], None] | None = None, speech=None,
+                 **options) -> Iterator[Segment]:  # fmt: skip
+        """Whisper's own segments (with ids, seek, temperature, compression ratio).
+        ``samples``: 16 kHz PCM, or features (`features.StreamedFeatures` for a recording
+        streamed from a file); ``speech``: a voice activity gate (see `Transcription`)."""
+        from .features import ArrayFeatures, StreamedFeatures
+
+        x = samples if isinstance(samples, (ArrayFeatures, StreamedFeatures)) else as_pcm(
+            samples, "samples", sample_rate=self.sample_rate)  # fmt: skip
         opts = self._options(self.options, options)
         self._cancel.clear()
-        self.last = Transcription(self.model, x, opts, progress=progress, cancelled=lambda: self.cancelled)
+        self.last = Transcription(self.model, x, opts, progress=progress, cancelled=lambda: self.cancelled,
+                                  speech=speech)  # fmt: skip
         return iter(self.last)
 
     def transcribe(self, samples, **options) -> Iterator[TranscriptSegment]:

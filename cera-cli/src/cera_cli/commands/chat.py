@@ -295,12 +295,16 @@ class ChatLoop:
 
         path = Path(arg).expanduser()
         try:
-            header, _ = checkpoint.read(path)
+            header = checkpoint.read_header(path)  # the schema checked; the payload is read once, by Chat.load
             n_ctx, kv_type = header.get("n_ctx"), header.get("kv_type")
-            if (n_ctx, kv_type) != (self.session.n_ctx, self.session.state.kv_type) and isinstance(n_ctx, int):
+            if (n_ctx, kv_type) != (self.session.n_ctx, self.session.state.kv_type) and n_ctx:
                 # the file's state has its own shape: continue it in a session of that shape
                 fresh = self.loaded.new_session(n_ctx=n_ctx, kv_type=kv_type)
-                conversation = Chat.load(fresh, path, tools=self.tools)
+                try:
+                    conversation = Chat.load(fresh, path, tools=self.tools)
+                except BaseException:
+                    fresh.close()
+                    raise
                 self.session.close()
                 self.session = fresh
                 self.console.note(f"cera: {arg} was saved with -c {n_ctx} --kv-type {kv_type}; continuing with those")

@@ -136,7 +136,7 @@ def inspect_report(path: Path, manager, probe: bool = False) -> dict:
         for t in g.tensors.values():
             counts[t.type_name] += 1
             nbytes[t.type_name] += t.nbytes
-        tokens = meta.get("tokenizer.ggml.tokens")
+        tokens = g.get_array("tokenizer.ggml.tokens", str)
         family, family_error = _family(manager, architecture)
         ops, model_error = _model_ops(manager, g) if family else (None, None)
         backends = _backends(manager, g, ops)

@@ -128,7 +128,7 @@ def read_decoder_config(
             f"{gguf.path}: {hp.key('rope.dimension_count')} is {n_rot}; it must be even and at most the head "
             f"dimension {head_dim}"
         )
-    tokens = gguf.get("tokenizer.ggml.tokens")
+    tokens = gguf.get_array("tokenizer.ggml.tokens", str)
     n_vocab = hp.opt(K.LLM.VOCAB_SIZE, len(tokens) if tokens is not None else 0, int)
     scale = hp.opt(K.Attention.SCALE, 0.0, float)
     n_ff = hp.req(K.LLM.FEED_FORWARD_LENGTH)

@@ -44,6 +44,8 @@ def message(m, role: str = "user") -> dict:
             texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
             if len(texts) != len(content):
                 raise ChatError("only text content parts are supported (no images or audio in chat messages)")
+            if not all(isinstance(t, str) for t in texts):
+                raise ChatError("a text content part's 'text' must be a string")
             m["content"] = "".join(texts)
         else:
             raise ChatError(f"a message's content must be a string, got {type(content).__name__}")

@@ -41,6 +41,7 @@ import attrs
 
 from .prompt import ChatError, ChatPrompt, template_call
 from .prompt import message as as_message
+from ..errors import CeraError
 from ..generation.events import EndEvent, GenerationSummary
 from ..generation.options import GenerateOptions, make_options
 from ..generation.sink import FinishReason, Sink
@@ -295,18 +296,25 @@ class ChatSession:
         session of the same model and KV precision)."""
         from ..formats import checkpoint
 
-        extra = checkpoint.restore(session, path)
-        data = extra.get("chat")
+        header, snap, last = checkpoint.load_checked(session, path)  # nothing applied yet
+        data = header.get("extra", {}).get("chat")
         if not isinstance(data, dict) or not isinstance(data.get("history", data.get("messages")), list):
             raise checkpoint.CheckpointError(f"{path} is a session checkpoint, not a chat's (it has no messages)")
         chat = cls(session, **kw)
-        if "history" in data:
-            chat._set_state(data)
-        else:  # a chat saved before phases: its messages are in the session up to its last reply
-            chat._history = [dict(m) for m in data["messages"]]
-            chat._tools = normalize_tools(data.get("tools") or [])
-            chat._resync = True
-            chat._phase = Phase.TURN_COMPLETE if chat._history else Phase.IDLE
+        try:
+            _check_chat_state(data)
+            if "history" in data:
+                chat._set_state(data)
+            else:  # a chat saved before phases: its messages are in the session up to its last reply
+                chat._history = [dict(m) for m in data["messages"]]
+                chat._tools = normalize_tools(data.get("tools") or [])
+                chat._resync = True
+                chat._phase = Phase.TURN_COMPLETE if chat._history else Phase.IDLE
+        except (KeyError, TypeError, ValueError, AttributeError, CeraError) as e:
+            raise checkpoint.CheckpointError(
+                f"{path}: the chat state it holds is not valid ({type(e).__name__}: {str(e)[:200]}); the session was left as it was"
+            ) from None
+        checkpoint.apply(session, header, snap, last)
         return chat
 
     # -- rendering ------------------------------------------------------------------------------
@@ -525,6 +533,24 @@ def _peek(reply: dict):
 
 
 Chat = ChatSession  # the name of earlier releases
+
+
+def _check_chat_state(data: dict) -> None:
+    """The shape of a saved chat's state (`ChatSession._state`), checked before any of it is used."""
+    messages = data.get("history", data.get("messages"))
+    lists = [messages] + [data[k] for k in ("pending",) if k in data]
+    for items in lists:
+        if not isinstance(items, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in items):
+            raise ValueError("messages should be a list of objects with a role")
+    if "history" in data:
+        if not isinstance(data.get("rendered"), (str, type(None))) or not isinstance(data.get("resync"), bool):
+            raise ValueError("rendered should be text and resync true or false")
+        if not isinstance(data.get("open_calls"), dict) or not isinstance(data.get("tools") or [], list):
+            raise ValueError("open_calls should be an object and tools a list")
+        reply = data.get("reply")
+        if reply is not None and not (isinstance(reply, dict) and isinstance(reply.get("text"), str)
+                                      and isinstance(reply.get("tokens"), list)):  # fmt: skip
+            raise ValueError("reply should be an object with text and tokens")
 
 __all__ = [
     "Chat",

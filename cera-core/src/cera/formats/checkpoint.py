@@ -26,20 +26,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CeraError
+from .checkpoint_header import CheckpointError, check_fit, check_positions, validate
 
 MAGIC = b"CERACKPT"
 FORMAT_VERSION = 1
-
-
-class CheckpointError(CeraError):
-    """A checkpoint file is damaged, from another model, precision or format version."""
+PREAMBLE = len(MAGIC) + 12  # magic, version, header length
+MAX_HEADER_BYTES = 64 * 2**20  # a header lists the tokens: 64 MiB is millions of them
+READ_PIECE = 8 * 2**20  # the payload is read (and hashed) this much at a time
+# A temporary file of a write that was killed is removed by the next write to the same
+# folder once it has not been written to for this long (a live write touches it with
+# every chunk).
+STALE_TMP_S = 15 * 60
 
 
 def model_fingerprint(loaded) -> str:
@@ -100,6 +106,7 @@ def write_atomic(path: Path, chunks, _crash_at: int | None = None) -> None:
     ``_crash_at`` (tests): end the process after that many bytes, as a crash would."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     written = 0
     try:
@@ -128,6 +135,45 @@ def write_atomic(path: Path, chunks, _crash_at: int | None = None) -> None:
             os.close(dfd)
     except OSError:  # pragma: no cover - platforms without directory fsync
         pass
+
+
+def _is_tmp(name: str, target: str | None = None) -> bool:
+    """Whether ``name`` is a temporary file `write_atomic` makes (``.TARGET.XXXX.tmp``)."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return False
+    return target is None or name.startswith(f".{target}.")
+
+
+def stale_tmp_files(folder: Path, target: str | None = None, older_than: float = STALE_TMP_S) -> list[tuple[Path, int]]:
+    """Temporary files of killed writes in ``folder`` (of ``target`` alone, if given) not
+    written to for ``older_than`` seconds, with their sizes."""
+    out, now = [], time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return out
+    for e in entries:
+        if not _is_tmp(e.name, target):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and now - st.st_mtime >= older_than:
+            out.append((Path(e.path), st.st_size))
+    return out
+
+
+def remove_stale_tmp(folder: Path, target: str | None = None, older_than: float = STALE_TMP_S) -> int:
+    """Remove what `stale_tmp_files` finds; returns the bytes freed."""
+    freed = 0
+    for p, size in stale_tmp_files(folder, target, older_than):
+        try:
+            p.unlink()
+            freed += size
+        except OSError:
+            pass
+    return freed
 
 
 def encode(session, extra: dict | None = None) -> list[bytes]:
@@ -180,45 +226,97 @@ def save(session, path, extra: dict | None = None, _crash_at: int | None = None)
     return path
 
 
-def read_header(path) -> dict:
-    """The header of a checkpoint file alone (no checksum check: `read` does that)."""
-    with open(path, "rb") as f:
-        head = f.read(len(MAGIC) + 12)
-        if len(head) < len(MAGIC) + 12 or head[: len(MAGIC)] != MAGIC:
-            raise CheckpointError(f"{path} is not a cera checkpoint")
-        version, head_len = struct.unpack_from("<IQ", head, len(MAGIC))
-        if version > FORMAT_VERSION or head_len > 1 << 31:
-            raise CheckpointError(f"{path}: checkpoint format {version} is not readable here")
-        try:
-            return json.loads(f.read(head_len))
-        except ValueError:
-            raise CheckpointError(f"{path}: the header is not valid JSON") from None
-
-
-def read(path) -> tuple[dict, dict[str, np.ndarray]]:
-    """Header and arrays of a checkpoint file, checked (magic, version, checksum)."""
-    path = Path(path)
+def _open_regular(path: Path):
+    """``path`` opened for reading if it is a regular file (a FIFO, device or folder is
+    refused without blocking on it), and its size."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror or e}") from None
-    if len(data) < len(MAGIC) + 12 + 32 or data[: len(MAGIC)] != MAGIC:
-        raise CheckpointError(f"{path} is not a cera checkpoint (bad magic or too short)")
-    version, head_len = struct.unpack_from("<IQ", data, len(MAGIC))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(
+                f"{path} is not a regular file (a pipe, device or folder); a checkpoint is a file written by save"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb", buffering=0), st.st_size
+
+
+def _read_exact(f, n: int, path) -> bytes:
+    parts, left = [], n
+    while left:
+        chunk = f.read(min(left, READ_PIECE))
+        if not chunk:
+            raise CheckpointError(f"{path} is damaged (it ends early); it cannot be restored")
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _head(f, size: int, path, max_header: int) -> tuple[dict, bytes, int]:
+    """The validated header, the bytes it came in (with the preamble) and the payload size."""
+    if size < PREAMBLE + 32:
+        raise CheckpointError(f"{path} is not a cera checkpoint (too short)")
+    pre = _read_exact(f, PREAMBLE, path)
+    if pre[: len(MAGIC)] != MAGIC:
+        raise CheckpointError(f"{path} is not a cera checkpoint (bad magic)")
+    version, head_len = struct.unpack_from("<IQ", pre, len(MAGIC))
     if version > FORMAT_VERSION:
         raise CheckpointError(f"{path} has checkpoint format {version}; this cera reads up to {FORMAT_VERSION}: upgrade cera")
-    if hashlib.sha256(data[:-32]).digest() != data[-32:]:
-        raise CheckpointError(f"{path} is damaged (its checksum does not match); it cannot be restored")
-    start = len(MAGIC) + 12
+    if head_len > size - PREAMBLE - 32 or head_len > max_header:
+        raise CheckpointError(f"{path} is damaged (its header claims {head_len} bytes); it cannot be restored")
+    raw = _read_exact(f, head_len, path)
     try:
-        header = json.loads(data[start : start + head_len])
-    except ValueError:
+        header = json.loads(raw)
+    except (ValueError, RecursionError):
         raise CheckpointError(f"{path}: the header is not valid JSON") from None
-    payload = memoryview(data)[start + head_len : -32]
-    arrays = {}
-    for e in header.get("arrays", []):
-        a = np.frombuffer(payload, dtype=np.dtype(e["dtype"]), count=int(np.prod(e["shape"])), offset=e["offset"])
-        arrays[e["name"]] = a.reshape(e["shape"]).copy()
+    payload = size - PREAMBLE - head_len - 32
+    return validate(header, path, payload), pre + raw, payload
+
+
+def read_header(path, max_header: int = MAX_HEADER_BYTES) -> dict:
+    """The header of a checkpoint file alone, its schema checked (no checksum check:
+    `read` does that). A file that is not regular is refused without blocking."""
+    path = Path(path)
+    f, size = _open_regular(path)
+    with f:
+        return _head(f, size, path, max_header)[0]
+
+
+def read(path, state=None, max_header: int = MAX_HEADER_BYTES) -> tuple[dict, dict[str, np.ndarray]]:
+    """Header and arrays of a checkpoint file, checked: a regular file, the magic, the
+    version, the header's schema, and with ``state`` the arrays that state holds (before
+    the payload is read, so a file cannot make cera read more than the state's size),
+    then the checksum over everything, read in pieces."""
+    path = Path(path)
+    f, size = _open_regular(path)
+    with f:
+        header, head_bytes, _ = _head(f, size, path, max_header)
+        if state is not None:
+            check_fit(header, state, path)
+        digest = hashlib.sha256(head_bytes)
+        arrays = {}
+        for e in header["arrays"]:
+            a = np.empty(e["shape"], np.dtype(e["dtype"]))
+            view = memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
+            done = 0
+            while done < len(view):
+                n = f.readinto(view[done : done + READ_PIECE])
+                if not n:
+                    raise CheckpointError(f"{path} is damaged (it ends early); it cannot be restored")
+                done += n
+            digest.update(view)
+            arrays[e["name"]] = a
+        tail = _read_exact(f, 32, path)
+        if f.read(1):
+            raise CheckpointError(f"{path} is damaged (bytes after its checksum); it cannot be restored")
+    if digest.digest() != tail:
+        raise CheckpointError(f"{path} is damaged (its checksum does not match); it cannot be restored")
+    if state is not None:
+        check_positions(arrays["positions"], state, path)
     return header, arrays
 
 
@@ -235,8 +333,7 @@ def check(header: dict, session, path) -> None:
         )
     if header.get("layout") != state_layout(session.state):
         raise CheckpointError(f"{path}: its state layout does not fit this session (another context or batch size?)")
-    if header.get("n_filled", 0) > session.state.n_ctx:
-        raise CheckpointError(f"{path} holds {header['n_filled']} tokens; this session's context is {session.state.n_ctx}")
+    check_fit(header, session.state, path)
 
 
 def decode_snapshot(header: dict, arrays: dict, path):
@@ -262,16 +359,34 @@ def decode_snapshot(header: dict, arrays: dict, path):
 def restore(session, path) -> dict:
     """Restore ``session`` from ``path`` (everything checked first). Returns the header's
     ``extra`` (a chat's messages)."""
-    header, arrays = read(path)
-    check(header, session, path)
+    header, snap, last = load_checked(session, path)
+    apply(session, header, snap, last)
+    return header.get("extra", {})
+
+
+def load_checked(session, path) -> tuple[dict, object, dict | None]:
+    """Everything of ``path`` checked against ``session`` (model, precision, layout,
+    arrays, tokens, checksum), nothing applied yet: (header, snapshot, kept output)."""
+    path = Path(path)
+    f, size = _open_regular(path)
+    with f:
+        header = _head(f, size, path, MAX_HEADER_BYTES)[0]
+    check(header, session, path)  # refused before the payload is read
+    header, arrays = read(path, session.state)
+    check(header, session, path)  # the file may have been replaced in between
     snap, last = decode_snapshot(header, arrays, path)
+    return header, snap, last
+
+
+def apply(session, header: dict, snap, last) -> None:
+    """Put a checked checkpoint (`load_checked`) into ``session``."""
     with session._lock:
         session.state.restore(session.slot, snap)
         session.tokens = [int(t) for t in header["tokens"]]
         session.pending = [int(t) for t in header["pending"]]
         session.last = last
         session._snapshots = []
-    return header.get("extra", {})
 
 
-__all__ = ["CheckpointError", "FORMAT_VERSION", "model_fingerprint", "read", "restore", "save", "write_atomic"]
+__all__ = ["CheckpointError", "FORMAT_VERSION", "apply", "load_checked", "model_fingerprint", "read", "remove_stale_tmp",
+           "restore", "save", "stale_tmp_files", "write_atomic"]

@@ -430,6 +430,12 @@ class GGUFFile:
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
 
+    def get_array(self, key: str, of: type | tuple = str, default: Any = None) -> list | None:
+        """The array under ``key`` (items of type ``of``), ``default`` when absent, and
+        `InvalidModelFile` naming the key when it holds anything else (a scalar, another
+        item type)."""
+        return array_value(self.metadata, key, of, self.path, default)
+
     def arch_key(self, suffix: str) -> str:
         return f"{self.architecture}.{suffix}"
 
@@ -477,6 +483,25 @@ class GGUFFile:
 
     def __repr__(self) -> str:
         return f"GGUFFile({str(self.path)!r}, arch={self.metadata.get('general.architecture')!r}, tensors={len(self.tensors)})"
+
+
+def array_value(meta: dict, key: str, of: type | tuple, path, default: Any = None):
+    """``meta[key]`` checked to be an array of ``of`` items (see `GGUFFile.get_array`)."""
+    value = meta.get(key)
+    if value is None:
+        return default
+    kinds = of if isinstance(of, tuple) else (of,)
+    if isinstance(value, np.ndarray):
+        ok = value.ndim == 1 and any(
+            (k is int and value.dtype.kind in "iu") or (k is float and value.dtype.kind == "f") for k in kinds
+        )
+    else:
+        ok = isinstance(value, list) and (not value or isinstance(value[0], kinds) and isinstance(value[-1], kinds))
+    if not ok:
+        got = type(value).__name__ if not isinstance(value, (list, np.ndarray)) else "an array of other items"
+        names = " or ".join(k.__name__ for k in kinds)
+        raise InvalidModelFile(path, None, f"{key} should be an array of {names}, but holds {got}")
+    return value
 
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 import threading
 from collections import OrderedDict
@@ -31,6 +32,17 @@ from pathlib import Path
 import attrs
 
 from ..errors import CeraError
+
+# A cold entry's header lists its tokens (a few bytes each in JSON): one of a context of a
+# million tokens fits in 16 MiB; a larger header is not an entry cera wrote.
+MAX_ENTRY_HEADER = 16 * 2**20
+
+
+def _scan(folder: Path) -> list:
+    try:
+        return list(os.scandir(folder))
+    except OSError:
+        return []
 
 
 def _common(a: tuple, b: tuple) -> int:
@@ -137,7 +149,7 @@ class PrefixCache:
         from ..formats.checkpoint import encode_snapshot, write_atomic
 
         path = self._path(tokens)
-        if path.exists():
+        if path.is_file() and not path.is_symlink():
             os.utime(path)
             return
         try:
@@ -148,14 +160,20 @@ class PrefixCache:
         self._evict_cold()
 
     def _evict_cold(self) -> None:
-        files = []
-        for p in self.directory.glob("*.ckpt"):
+        """Keep the folder under its cap: the least recently used entries go first. The
+        temporary files of writes that were killed count too, and go once stale."""
+        from ..formats.checkpoint import remove_stale_tmp
+
+        remove_stale_tmp(self.directory)
+        files, total = [], 0
+        for e in _scan(self.directory):
             try:
-                st = p.stat()
+                st = e.stat(follow_symlinks=False)
             except OSError:
                 continue
-            files.append((st.st_mtime, st.st_size, p))
-        total = sum(size for _, size, _ in files)
+            total += st.st_size
+            if e.name.endswith(".ckpt"):
+                files.append((st.st_mtime, st.st_size, Path(e.path)))
         for _, size, p in sorted(files):
             if total <= self.max_disk_bytes:
                 break
@@ -165,11 +183,31 @@ class PrefixCache:
             except OSError:
                 pass
 
+    def disk_usage(self) -> tuple[int, int]:
+        """(bytes, files) the cold tier's folder holds, temporary files of writes included."""
+        n = size = 0
+        for e in _scan(self.directory) if self.directory is not None else ():
+            try:
+                size += e.stat(follow_symlinks=False).st_size
+                n += 1
+            except OSError:
+                pass
+        return size, n
+
+    def _discard(self, path: Path, why: str) -> None:
+        """Report an entry that cannot be used, and remove it (a miss for everyone after)."""
+        print(f"cera: prompt cache: ignoring {path.name} ({why}); removing it", file=sys.stderr)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
     # -- looking up ------------------------------------------------------------------------------
 
-    def lookup(self, tokens, cut: bool = True) -> tuple[Entry, int] | None:
+    def lookup(self, tokens, cut: bool = True, state=None) -> tuple[Entry, int] | None:
         """The entry sharing the longest prefix with ``tokens`` and that prefix's length,
-        or None. Without ``cut`` (state that cannot be cut back) only whole entries count."""
+        or None. Without ``cut`` (state that cannot be cut back) only whole entries count.
+        ``state``: the state the entry is for (disk entries must fit it)."""
         tokens = tuple(int(t) for t in tokens)
         best: tuple[Entry, int] | None = None
         with self._lock:
@@ -181,7 +219,7 @@ class PrefixCache:
                 self._warm.move_to_end(best[2])
                 best = best[:2]
         if self.directory is not None:
-            cold = self._lookup_cold(tokens, cut, best[1] if best else 0)
+            cold = self._lookup_cold(tokens, cut, best[1] if best else 0, state)
             if cold is not None:
                 best = cold
         if best is None:
@@ -193,23 +231,49 @@ class PrefixCache:
     def _usable(self, entry: Entry, n: int, cut: bool) -> bool:
         return n == len(entry.tokens) or (cut and n >= self.min_tokens)
 
-    def _lookup_cold(self, tokens, cut: bool, beat: int) -> tuple[Entry, int] | None:
-        from ..formats.checkpoint import CheckpointError, decode_snapshot, model_fingerprint, read, read_header
+    def _lookup_cold(self, tokens, cut: bool, beat: int, state=None) -> tuple[Entry, int] | None:
+        """The best entry on disk. Every entry is checked before it counts: a regular file
+        (a FIFO, device or link is never opened), a header of the checkpoint schema, this
+        model; one that fails is reported and removed. With ``state``, an entry of another
+        KV precision or layout is a miss (it may serve another session), and the arrays are
+        checked against the state before the payload is read, in bounded pieces."""
+        from ..formats.checkpoint import CheckpointError, decode_snapshot, model_fingerprint, read, read_header, state_layout
 
         candidates = []
-        for p in self.directory.glob("*.ckpt"):
-            try:
-                n_file = int(p.name.split("-", 1)[0])
-                candidates.append((p.stat().st_mtime, n_file, p))
-            except (ValueError, OSError):
+        for e in _scan(self.directory):
+            if not e.name.endswith(".ckpt"):
                 continue
+            path = Path(e.path)
+            try:
+                st = e.stat(follow_symlinks=False)
+                n_file = int(e.name.split("-", 1)[0])
+            except OSError:
+                continue
+            except ValueError:
+                self._discard(path, "not named as entries are")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                self._discard(path, "not a regular file")
+                continue
+            candidates.append((st.st_mtime, n_file, path))
+        fingerprint = model_fingerprint(self.loaded)
+        layout = state_layout(state) if state is not None else None
         best = None
         for _, _, path in sorted(candidates, reverse=True)[:64]:  # the most recently used
             try:
-                header = read_header(path)
-                entry_tokens = tuple(header["tokens"])
-            except (CheckpointError, KeyError, OSError, ValueError):
+                header = read_header(path, max_header=MAX_ENTRY_HEADER)
+            except FileNotFoundError:
                 continue
+            except CheckpointError as e:
+                if path.exists():
+                    self._discard(path, str(e))
+                continue
+            if header["model"] != fingerprint:
+                self._discard(path, "from another model")
+                continue
+            if state is not None and (header["kv_type"] != state.kv_type or header["layout"] != layout):
+                continue  # another session's shape: not this one's to use, nor to remove
+            entry_tokens = tuple(header["tokens"])
             n = _common(entry_tokens, tokens)
             if n > beat and (n == len(entry_tokens) or (cut and n >= self.min_tokens)) and (best is None or n > best[1]):
                 best = (path, n)
@@ -217,17 +281,15 @@ class PrefixCache:
             return None
         path, n = best
         try:
-            header, arrays = read(path)
-            if header.get("model") != model_fingerprint(self.loaded):
+            header, arrays = read(path, state)
+            if header["model"] != fingerprint:
                 raise CheckpointError(f"{path.name} is from another model")
+            if state is not None and (header["kv_type"] != state.kv_type or header["layout"] != layout):
+                return None  # replaced in between by an entry of another shape
             snap, last = decode_snapshot(header, arrays, path)
-        except (CheckpointError, KeyError, ValueError) as e:
+        except CheckpointError as e:
             if path.exists():
-                print(f"cera: prompt cache: ignoring a damaged entry ({e}); removing it", file=sys.stderr)
-                try:
-                    path.unlink()
-                except OSError:
-                    pass
+                self._discard(path, str(e))
             return None
         try:
             os.utime(path)

@@ -182,7 +182,7 @@ class Session:
         """Before evaluating: restore the longest cached prefix of what this session holds
         and queues, when it reaches further than what the state holds."""
         everything = self.tokens + self.pending
-        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable)
+        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable, state=self.state)
         if found is None:
             return
         entry, n = found

@@ -254,7 +254,8 @@ class PluginManager:
                 e = box["error"]
                 self._fail(record, f"import of {ep.value!r} failed: {type(e).__name__}: {e}")
             else:
-                self._add(box["value"], record)
+                # its registration hooks get the same bound as its import
+                self._add(box["value"], record, hook_timeout=limit)
 
     def unknown_allowlist_names(self) -> list[str]:
         """Names in the allowlist that match no installed plugin or distribution (typos)."""
@@ -275,7 +276,7 @@ class PluginManager:
         record.error = reason
         self.records.append(record)
 
-    def _add(self, module: Any, record: PluginRecord) -> None:
+    def _add(self, module: Any, record: PluginRecord, hook_timeout: float | None = None) -> None:
         if any(r.name == record.name for r in self.records):
             self._fail(record, f"a plugin named {record.name!r} is already loaded")
             return
@@ -291,13 +292,14 @@ class PluginManager:
         except Exception as e:  # pluggy validation: wrong hook signature, unknown hook option, ...
             self._fail(record, f"invalid hook implementation: {e}")
             return
+        limit = self.timeout if hook_timeout is None else hook_timeout
         try:
-            staged = timelimit.call(self._collect, module, seconds=self.timeout, name=f"cera-plugin-hooks:{record.name}")
+            staged = timelimit.call(self._collect, module, seconds=limit, name=f"cera-plugin-hooks:{record.name}")
             self._commit(staged, record)
         except (timelimit.TimedOut, timelimit.Failed, PluginError) as e:
             self.pm.unregister(module)
             if isinstance(e, timelimit.TimedOut):
-                reason = f"its registration hooks did not finish within {self.timeout:g} s ({TIMEOUT_ENV})"
+                reason = f"its registration hooks did not finish within {limit:g} s ({TIMEOUT_ENV})"
             elif isinstance(e, PluginError) or isinstance(getattr(e, "error", None), PluginError):
                 reason = str(getattr(e, "error", e))
             else:

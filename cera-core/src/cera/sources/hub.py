@@ -56,6 +56,17 @@ _QUANT = re.compile(
 )
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<n>\d{5})\.gguf$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# What the Hub sends that becomes a path in the cache, checked against the Hub's own grammar
+# before it is joined to anything (a hostile HF_ENDPOINT, or anything on a plain-HTTP path,
+# must not name a file outside the cache): blob names are git ids (40 hex digits) or LFS
+# SHA-256 digests (64); a repository file is a relative POSIX path of at most 1,000 bytes
+# (git's own limit is 4,096; the Hub's names are far shorter).
+_ETAG = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+MAX_FILE_NAME = 1000
+MAX_REDIRECTS = 10
+# The API's JSON answer (repository info, every file with its metadata) is read up to this
+# many bytes; the largest public repositories list a few MiB.
+MAX_API_BYTES = 64 * 2**20
 
 
 @attrs.frozen
@@ -118,6 +129,47 @@ def hub_cache_dir() -> Path:
 
 def repo_cache_dir(repo: str) -> Path:
     return hub_cache_dir() / ("models--" + repo.replace("/", "--"))
+
+
+def check_file_name(name, where: str) -> str:
+    """``name`` if it is a repository file name as the Hub allows one: a relative POSIX
+    path of plain parts (no ``..``, ``.``, empty part, backslash, control character or
+    leading ``/``); else `DownloadError` naming it."""
+    ok = isinstance(name, str) and 0 < len(name.encode("utf-8", "surrogatepass")) <= MAX_FILE_NAME
+    if ok:
+        parts = name.split("/")
+        ok = all(p not in ("", ".", "..") for p in parts) and "\\" not in name and not any(
+            ord(c) < 32 or ord(c) == 127 for c in name
+        )
+    if not ok:
+        raise DownloadError(
+            f"{where} lists a file named {str(name)[:200]!r}, which is not a repository path (it could name a place "
+            f"outside the cache); nothing was written. Check HF_ENDPOINT ({endpoint()}): it should be the Hugging Face Hub"
+        )
+    return name
+
+
+def check_revision(revision: str, where: str = "the revision") -> str:
+    """A branch, tag or commit name usable as a file name under ``refs/`` (git's rules for
+    ref names: no ``..``, no part starting with ``.``, no control characters or ``\\``)."""
+    ok = isinstance(revision, str) and 0 < len(revision) <= 255
+    if ok:
+        parts = revision.split("/")
+        ok = all(p and not p.startswith(".") and not p.endswith(".lock") for p in parts) and ".." not in revision
+        ok = ok and not any(ord(c) < 32 or ord(c) == 127 or c in "\\~^:?*[" for c in revision)
+    if not ok:
+        raise ModelNotFound(f"{where} {str(revision)[:200]!r} is not a valid branch, tag or commit name")
+    return revision
+
+
+def _inside(root: Path, path: Path, what: str) -> Path:
+    """``path`` if its folder stays under ``root`` once ``..`` and links are resolved (the
+    file itself may be a link: snapshots link to blobs), else a DownloadError."""
+    real_root = os.path.realpath(root)
+    real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise DownloadError(f"{what} would be written outside the Hugging Face cache ({root}); nothing was written")
+    return path
 
 
 def _token() -> str | None:
@@ -183,47 +235,34 @@ class Hub:
     # -- state ---------------------------------------------------------------------
 
     def state(self, repo: str, revision: str | None) -> RepoState:
-        revision = revision or "main"
+        revision = check_revision(revision or "main")
         if offline():
             return self.cached_state(repo, revision, why="HF_HUB_OFFLINE is set")
         try:
-            from huggingface_hub import HfApi
-            from huggingface_hub.errors import (
-                GatedRepoError,
-                HfHubHTTPError,
-                RepositoryNotFoundError,
-                RevisionNotFoundError,
-            )
-        except ImportError:
-            raise ModelNotFound(
-                f"{repo!r} looks like a Hugging Face repo, but huggingface_hub is not installed: "
-                f"pip install 'cera-core[hub]'"
-            ) from None
-        api = HfApi(endpoint=self.endpoint, token=self.token or False)
-        try:
-            info = api.model_info(repo, revision=revision, files_metadata=True, timeout=API_TIMEOUT_S)
-        except GatedRepoError:
-            raise ModelNotFound(
-                f"Hugging Face repo {repo!r} is gated: accept its terms on the Hub, then log in "
-                f"(`hf auth login` or HF_TOKEN)"
-            ) from None
-        except RevisionNotFoundError:
-            raise ModelNotFound(
-                f"Hugging Face repo {repo!r} has no revision {revision!r} (a branch, tag or commit); "
-                f"check the name after '@'"
-            ) from None
-        except RepositoryNotFoundError as e:
-            status = getattr(getattr(e, "response", None), "status_code", None)
-            how = "log in with `hf auth login` or set HF_TOKEN" if not self.token else "check that your token (HF_TOKEN or `hf auth login`) can read it"
-            raise ModelNotFound(
-                f"Hugging Face repo {repo!r} was not found at {self.endpoint} (HTTP {status}): check the name; "
-                f"if it is private or gated, {how}"
-            ) from None
-        except HfHubHTTPError as e:
-            status = getattr(getattr(e, "response", None), "status_code", "?")
+            info = self._api_info(repo, revision)
+        except _ApiError as e:
+            status, code = e.status, e.code
+            if code == "GatedRepo":
+                raise ModelNotFound(
+                    f"Hugging Face repo {repo!r} is gated: accept its terms on the Hub, then log in "
+                    f"(`hf auth login` or HF_TOKEN)"
+                ) from None
+            if code == "RevisionNotFound":
+                raise ModelNotFound(
+                    f"Hugging Face repo {repo!r} has no revision {revision!r} (a branch, tag or commit); "
+                    f"check the name after '@'"
+                ) from None
+            if code == "RepoNotFound" or status in (401, 404):
+                how = "log in with `hf auth login` or set HF_TOKEN" if not self.token else "check that your token (HF_TOKEN or `hf auth login`) can read it"
+                raise ModelNotFound(
+                    f"Hugging Face repo {repo!r} was not found at {self.endpoint} (HTTP {status}): check the name; "
+                    f"if it is private or gated, {how}"
+                ) from None
             raise DownloadError(
                 f"the Hugging Face Hub at {self.endpoint} answered HTTP {status} for {repo!r}; try again later, or {OFFLINE_HINT}"
             ) from None
+        except DownloadError:
+            raise
         except Exception as e:  # connection refused, DNS, timeout, TLS, proxy
             cached = ""
             try:
@@ -235,20 +274,50 @@ class Hub:
                 f"cannot reach the Hugging Face Hub at {self.endpoint} for {repo!r} "
                 f"({type(e).__name__}: {_short(e)}){cached}; {OFFLINE_HINT}"
             ) from None
-        files = {}
-        for s in info.siblings or []:
-            lfs = s.lfs
-            sha = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
-            files[s.rfilename] = RemoteFile(s.rfilename, s.size or 0, sha, s.blob_id or "")
-        return RepoState(repo, revision, info.sha, files)
+        return _checked_state(repo, revision, info, self.endpoint)
+
+    def _api_info(self, repo: str, revision: str):
+        """The repository's info at a revision with every file's size and checksums (the
+        API huggingface_hub's ``model_info(files_metadata=True)`` calls), read through the
+        same http(s)-only opener as downloads, at most MAX_API_BYTES and API_TIMEOUT_S per
+        read, within four times that in all."""
+        q = urllib.parse.quote
+        url = f"{self.endpoint}/api/models/{repo}/revision/{q(revision, safe='')}?blobs=true"
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise DownloadError(f"HF_ENDPOINT {self.endpoint!r} is not an http or https URL")
+        headers = {"User-Agent": "cera", "Accept": "application/json", "Accept-Encoding": "identity"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(url, headers=headers)
+        try:
+            resp = _OPENER.open(req, timeout=API_TIMEOUT_S)
+        except urllib.error.HTTPError as e:
+            code = e.headers.get("X-Error-Code") if e.headers else None
+            e.close()
+            raise _ApiError(e.code, code) from None
+        with resp:
+            if resp.status != 200:
+                raise _ApiError(resp.status, None)
+            body = read_bounded(resp, MAX_API_BYTES, f"the Hub's answer about {repo}", deadline=time.monotonic() + 4 * API_TIMEOUT_S)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise DownloadError(f"the Hub at {self.endpoint} answered about {repo!r} with something that is not JSON") from None
+        return _Info.of(data, self.endpoint, repo)
 
     def cached_state(self, repo: str, revision: str, why: str) -> RepoState:
         """The repository as the cache has it (offline)."""
+        check_revision(revision)
         storage = repo_cache_dir(repo)
         commit = revision if _COMMIT.match(revision) else None
         ref = storage / "refs" / revision
         if commit is None and ref.is_file():
-            commit = ref.read_text().strip()
+            try:
+                with open(ref, "rb") as f:
+                    text = f.read(256).decode("ascii", "replace").strip()
+            except OSError:
+                text = ""
+            commit = text if _COMMIT.match(text) else None
         snap = storage / "snapshots" / (commit or "-")
         if commit is None or not snap.is_dir():
             raise ModelNotFound(
@@ -263,10 +332,13 @@ class Hub:
     def fetch(self, state: RepoState, names: list[str]) -> list[Path]:
         """Local paths of files of a repository at a revision, downloading what the cache lacks."""
         storage = repo_cache_dir(state.repo)
+        if not _COMMIT.match(state.commit):
+            raise DownloadError(f"the Hub named commit {state.commit[:100]!r} for {state.repo}, which is not a commit id")
         snap = storage / "snapshots" / state.commit
         out = []
         for name in names:
-            pointer = snap / name
+            pointer = _inside(snap, snap / check_file_name(name, f"{state.repo}@{state.commit[:12]}"),
+                              f"{state.repo}/{name}")  # fmt: skip
             if state.offline:
                 if name not in state.files or not pointer.exists():
                     raise ModelNotFound(f"HF_HUB_OFFLINE is set and {state.repo}/{name} is not in the cache ({storage})")
@@ -275,6 +347,8 @@ class Hub:
             rf = state.files.get(name)
             if rf is None:
                 raise ModelNotFound(f"Hugging Face repo {state.repo}@{state.revision} has no file {name!r}")
+            if not _ETAG.match(rf.etag):
+                raise DownloadError(f"the Hub gave {state.repo}/{name} the checksum {rf.etag[:100]!r}, which is not one")
             blob = storage / "blobs" / rf.etag
             if not (pointer.exists() and blob.exists()):
                 if not blob.exists():
@@ -282,7 +356,9 @@ class Hub:
                 _link(blob, pointer)
             out.append(pointer)
         if state.revision != state.commit:
-            _write_atomic(storage / "refs" / state.revision, state.commit.encode())
+            check_revision(state.revision)
+            _write_atomic(_inside(storage / "refs", storage / "refs" / state.revision, f"ref {state.revision}"),
+                          state.commit.encode())  # fmt: skip
         return out
 
     def _url(self, state: RepoState, name: str) -> str:
@@ -366,11 +442,19 @@ class Hub:
                 with open(partial, mode) as out:
                     while True:
                         try:
-                            chunk = resp.read(CHUNK)
+                            # never more than the listed size (plus one byte to tell a body
+                            # that runs over): a lying or endless body stops here
+                            chunk = resp.read(min(CHUNK, rf.size - have + 1))
                         except (OSError, _http_errors()) as e:
                             raise _Cut(have, _short(e)) from None
                         if not chunk:
                             break
+                        if have + len(chunk) > rf.size:
+                            partial.unlink(missing_ok=True)
+                            raise DownloadError(
+                                f"{state.repo}/{rf.path}: the server sent more than the {rf.size} bytes the Hub "
+                                f"lists; the download was stopped there and deleted, nothing was cached"
+                            )
                         out.write(chunk)
                         digest.update(chunk)
                         have += len(chunk)
@@ -387,16 +471,18 @@ class Hub:
                 raise
         if have < rf.size:
             raise _Cut(have, "the connection closed early")
-        if have > rf.size:
-            partial.unlink(missing_ok=True)
-            raise DownloadError(f"{state.repo}/{rf.path}: the server sent {have} bytes, the Hub lists {rf.size}; deleted")
         return have
 
     def _open(self, url: str, headers: dict):
         """GET ``url``, following redirects by hand: the token goes to the Hub's own origin
         only, never to the storage host a file is redirected to."""
         origin = _origin(self.endpoint)
-        for _ in range(10):
+        for _ in range(MAX_REDIRECTS + 1):
+            if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+                raise DownloadError(
+                    f"the Hub redirected a download to {_strip_query(url)[:200]!r}; only http and https redirects are "
+                    f"followed, nothing was read"
+                )
             h = dict(headers)
             if self.token and _origin(url) == origin:
                 h["Authorization"] = f"Bearer {self.token}"
@@ -421,6 +507,82 @@ class Hub:
         raise DownloadError(f"too many redirects fetching {_strip_query(url)}")
 
 
+def _checked_state(repo: str, revision: str, info, where: str) -> RepoState:
+    """The repository state of an API answer, every name in it checked (file names, the
+    commit, checksums, sizes) before any becomes a path."""
+    commit = getattr(info, "sha", None)
+    if not isinstance(commit, str) or not _COMMIT.match(commit):
+        raise DownloadError(
+            f"the Hub at {where} named commit {str(commit)[:100]!r} for {repo}@{revision}, which is not a commit id "
+            f"(40 hexadecimal digits); nothing was written. Check HF_ENDPOINT"
+        )
+    files = {}
+    for s in info.siblings or []:
+        name = check_file_name(s.rfilename, f"the Hub at {where} for {repo}")
+        lfs = s.lfs
+        sha = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
+        size = s.size or 0
+        if not isinstance(size, int) or size < 0 or size > 1 << 50:
+            raise DownloadError(f"the Hub at {where} lists {repo}/{name} with size {str(size)[:40]!r}; nothing was written")
+        blob_id = s.blob_id or ""
+        for value in (sha, blob_id):
+            if value and not (isinstance(value, str) and _ETAG.match(value)):
+                raise DownloadError(
+                    f"the Hub at {where} gives {repo}/{name} the checksum {str(value)[:100]!r}, which is not a git id "
+                    f"or a SHA-256; nothing was written"
+                )
+        files[name] = RemoteFile(name, size, sha, blob_id)
+    return RepoState(repo, revision, commit, files)
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, code: str | None):
+        super().__init__(status)
+        self.status, self.code = status, code
+
+
+@attrs.frozen
+class _Sibling:
+    rfilename: object
+    size: object
+    blob_id: object
+    lfs: object
+
+
+@attrs.frozen
+class _Info:
+    sha: object
+    siblings: list
+
+    @classmethod
+    def of(cls, data, where: str, repo: str) -> _Info:
+        if not isinstance(data, dict) or not isinstance(data.get("siblings", []), list):
+            raise DownloadError(f"the Hub at {where} answered about {repo!r} with JSON of another shape")
+        siblings = []
+        for s in data.get("siblings") or []:
+            if not isinstance(s, dict):
+                raise DownloadError(f"the Hub at {where} lists a file of {repo!r} that is not an object")
+            lfs = s.get("lfs")
+            siblings.append(_Sibling(s.get("rfilename"), s.get("size"), s.get("blobId"), lfs if isinstance(lfs, dict) else None))
+        return cls(data.get("sha"), siblings)
+
+
+def read_bounded(resp, limit: int, what: str, deadline: float | None = None) -> bytes:
+    """A response's body, refused (DownloadError) once it passes ``limit`` bytes or the
+    ``deadline`` (time.monotonic) passes: a hostile server cannot fill memory or hold on."""
+    parts, n = [], 0
+    while True:
+        chunk = resp.read(min(CHUNK, limit - n + 1))
+        if not chunk:
+            return b"".join(parts)
+        n += len(chunk)
+        if n > limit:
+            raise DownloadError(f"{what} is larger than {_size(limit)}; it was not read further")
+        if deadline is not None and time.monotonic() > deadline:
+            raise DownloadError(f"{what} took too long to arrive; it was not read further")
+        parts.append(chunk)
+
+
 class _Cut(Exception):
     def __init__(self, have: int, reason: str):
         super().__init__(reason)
@@ -437,7 +599,12 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+# http(s) only: urllib's default opener also reads file: and ftp: URLs, and a redirect (or
+# an endpoint) must never name a local file.
+_OPENER = urllib.request.OpenerDirector()
+for _handler in (urllib.request.ProxyHandler(), urllib.request.HTTPHandler(), urllib.request.HTTPSHandler(),
+                 urllib.request.HTTPDefaultErrorHandler(), urllib.request.HTTPErrorProcessor(), _NoRedirect()):  # fmt: skip
+    _OPENER.add_handler(_handler)
 
 
 def _http_errors():

@@ -205,8 +205,8 @@ def special_ids_from_metadata(meta: dict) -> dict[str, int | None]:
     templates, which need only the BOS/EOS texts). EOT and FIM detection by text is not done."""
     model = meta.get("tokenizer.ggml.model", "")
     pre = meta.get("tokenizer.ggml.pre", "")
-    tokens = meta.get("tokenizer.ggml.tokens") or []
-    n = len(tokens)
+    tokens = meta.get("tokenizer.ggml.tokens")
+    n = len(tokens) if isinstance(tokens, list) else 0
     special = default_special_ids(model if isinstance(model, str) else "", pre if isinstance(pre, str) else "")
     for slot in special:
         if special[slot] is not None and special[slot] >= n:
