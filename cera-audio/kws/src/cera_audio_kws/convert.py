@@ -228,3 +228,25 @@ def convert(tflite_path, out_path, settings_path=None) -> Path:
         f"(converter v{CONVERTER_VERSION}) from {tflite_path.name} (sha256 {sha256_file(tflite_path)})"
     )
     return write_gguf(graph, settings, out_path, description)
+
+
+def main(argv=None) -> int:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="Convert a microWakeWord model (.tflite + .json) to GGUF for cera.")
+    parser.add_argument("tflite", help="the model's .tflite file")
+    parser.add_argument("--json", dest="settings", default=None, help="its settings (default: the .json beside it)")
+    parser.add_argument("-o", "--output", required=True, help="the GGUF file to write")
+    args = parser.parse_args(argv)
+    try:
+        out = convert(args.tflite, args.output, args.settings)
+    except CeraError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

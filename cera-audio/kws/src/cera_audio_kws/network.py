@@ -420,6 +420,12 @@ class StreamingNetwork:
         T = self.graph.tensors
         return self._plan_table(op, _requant_table(T[op.inputs[0]], T[op.outputs[0]]))
 
+    def receptive_steps(self) -> int:
+        """Steps of input that can still influence the output: one more than the history
+        all state variables hold together (each keeps at most one row per step; an upper
+        bound, which is all replaying needs)."""
+        return 1 + sum(int(v.initial.shape[1]) if v.initial.ndim > 1 else 1 for v in self.graph.variables)
+
     # -- running ----------------------------------------------------------------------
 
     def reset(self) -> None:

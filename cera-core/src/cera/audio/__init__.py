@@ -8,6 +8,7 @@
   memory that does not grow with the file;
 - `Transcriber` (speech to text: whole recordings or chunks in, segments out) and
   `load_transcriber`;
+- `KeywordSpotter` (wake words: chunks in, `Detection`s out) and `load_kws`;
 - `SegmentParams`, `SpeechSegmenter`, `speech_segments`: per-frame speech probabilities
   to speech segments, the same for every VAD.
 
@@ -17,6 +18,7 @@ Importing this package imports numpy only; soundfile and soxr load on first use.
 from __future__ import annotations
 
 from .component import StreamingAudioComponent, component_for, load_component
+from .kws import Detection, KeywordSpotter, load_kws
 from .io import AudioClip, AudioInfo, AudioStream, choose_rate, open_audio, read_audio, resample
 from .pcm import as_pcm, downmix
 from .segments import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, speech_segments
@@ -27,6 +29,8 @@ __all__ = [
     "AudioClip",
     "AudioInfo",
     "AudioStream",
+    "Detection",
+    "KeywordSpotter",
     "SegmentParams",
     "SpeechSegment",
     "SpeechSegmenter",
@@ -39,6 +43,7 @@ __all__ = [
     "component_for",
     "downmix",
     "iter_speech_segments",
+    "load_kws",
     "load_component",
     "load_transcriber",
     "load_vad",
