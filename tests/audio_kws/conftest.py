@@ -41,3 +41,11 @@ def reference():
         arrays = {k: z[k] for k in z.files}
     return doc, arrays
 
+
+
+@pytest.fixture(scope="session")
+def silero_gguf(silero_onnx_path, tmp_path_factory):
+    """Silero VAD (the gate), converted by cera_audio_vad.convert."""
+    from cera_audio_vad.convert import convert
+
+    return convert(silero_onnx_path, tmp_path_factory.mktemp("vad") / "silero-vad.gguf")

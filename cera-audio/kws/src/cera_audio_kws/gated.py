@@ -14,11 +14,12 @@ audio at other rates is resampled for the detector and not gated.
 **Gain control.** Soft speech is brought toward a reference peak level before the front
 end: per VAD frame the gain is ``reference_peak / speech_peak``, where ``speech_peak`` is
 the largest sample of recent speech frames (decaying by half every ``peak_decay_s``),
-limited to ``max_gain`` (30x) and to what keeps the noise floor (the quietest recent frame
-RMS) below ``noise_ceiling``; it never goes below 1 (loud audio is left alone) and is 1 on
+limited to ``max_gain`` (30x) and to what keeps the noise floor (the quietest RMS of the
+recent frames without speech) below ``noise_ceiling``; it never goes below 1 (loud audio is left alone) and is 1 on
 frames that are not speech, so silence and noise are never amplified. The gain moves
-linearly across each frame, so it makes no clicks. Without the VAD a frame counts as
-speech when its RMS is 4x the noise floor.
+linearly across each frame, so it makes no clicks. A frame counts as speech for the gain
+when its RMS is 4x the noise floor; the gain comes before the VAD, so that the VAD too
+hears soft speech brought up (Silero VAD misses speech 50 dB down).
 """
 
 from __future__ import annotations
@@ -65,11 +66,13 @@ class GainControl:
     def apply(self, frame: np.ndarray, is_speech: bool | None) -> np.ndarray:
         """Scale one frame in place and return it; ``is_speech`` None: decide by energy."""
         rms = float(np.sqrt(np.mean(np.square(frame, dtype=np.float64))))
-        self._rms_history[self._n % len(self._rms_history)] = rms
-        self._n += 1
         floor = self.noise_floor
         if is_speech is None:
             is_speech = rms > 4 * max(floor, 1e-5)
+        if not is_speech:  # the noise floor is measured where there is no speech
+            self._rms_history[self._n % len(self._rms_history)] = rms
+            self._n += 1
+            floor = self.noise_floor
         peak = float(np.max(np.abs(frame))) if len(frame) else 0.0
         self._peak *= self._decay
         target = 1.0
@@ -163,15 +166,15 @@ class HotwordIterator:
         return found
 
     def _frame(self, frame: np.ndarray, trace) -> list[Detection]:
-        is_speech = None
+        # Gain first (its speech test is energy against the noise floor), so that the VAD,
+        # like the network, hears soft speech brought up.
+        if self.agc is not None:
+            frame = self.agc.apply(frame, None)
         if self.vad is not None:
             p = self.vad.process_frame(frame)
             self._frames += 1
-            is_speech = p >= self.vad_threshold
-            if is_speech:
+            if p >= self.vad_threshold:
                 self._last_speech = self._frames * self.frame / self.detector.sample_rate
-        if self.agc is not None:
-            frame = self.agc.apply(frame, is_speech)
         return self.detector.push(frame, trace)
 
     def flush(self, trace: list | None = None) -> list[Detection]:
