@@ -47,16 +47,16 @@ def kws_command(audio_path, model, threshold, as_json, trace, no_vad, no_agc):
     json_lines = as_json or trace
 
     def report(found):
-        if steps:
-            for s in steps:
-                _emit(s.to_json())
-            steps.clear()
-        for d in found:
+        # steps and detections in time order (a detection right after the step that made it)
+        events = [(s.time, 0, s) for s in steps or ()] + [(d.time, 1, d) for d in found]
+        for _, _, e in sorted(events, key=lambda e: (e[0], e[1])):
             if json_lines:
-                _emit(d.to_json())
+                _emit(e.to_json())
             else:
-                click.echo(f"{d.time:.3f}\t{d.wake_word}\t{d.probability:.3f}")
+                click.echo(f"{e.time:.3f}\t{e.wake_word}\t{e.probability:.3f}")
                 sys.stdout.flush()
+        if steps:
+            steps.clear()
         return len(found)
 
     n = 0
