@@ -195,7 +195,10 @@ class MicroFrontend:
     ``FrontendProcessSamples`` fed 10 ms at a time gives them.
     """
 
-    def __init__(self, config: FrontendConfig | None = None, max_frames: int = 100):
+    def __init__(self, config: FrontendConfig | None = None, max_frames: int = 100, native: bool | None = None):
+        from . import native as _native
+
+        self.native = _native.available(native)
         cfg = config or FrontendConfig()
         cfg.check()
         self.config = cfg
@@ -225,6 +228,33 @@ class MicroFrontend:
         self._audio = np.zeros(self.window - self.step + self.step * max_frames, dtype=np.int16)
         self._have = 0
         self._out = np.zeros((max_frames, cfg.channels), dtype=np.uint16)
+        if self.native:
+            self._prepare_native()
+
+    def _prepare_native(self) -> None:
+        from .native import ptr
+
+        fft = self.fft
+        self._c_coef = np.ascontiguousarray(self.coefficients, dtype=np.int32)
+        self._c_factors = np.array([v for pair in fft.factors for v in pair], dtype=np.int32)
+        self._c_tw = np.ascontiguousarray(np.stack([fft.tw_r, fft.tw_i], axis=1).reshape(-1), dtype=np.int32)
+        self._c_stw = np.ascontiguousarray(np.stack([fft.st_r, fft.st_i], axis=1).reshape(-1), dtype=np.int32)
+        self._c_weights = np.ascontiguousarray(self.weights, dtype=np.uint32)
+        self._c_smoothing = np.ascontiguousarray(self._smoothing, dtype=np.uint64)
+        self._c_one_minus = np.ascontiguousarray(self._one_minus, dtype=np.uint64)
+        self._c_pcan = np.ascontiguousarray(self.pcan_lut, dtype=np.int64)
+        self._c_log = np.ascontiguousarray(self.log_lut, dtype=np.int64)
+        self._c_scratch = np.zeros(3 * self.fft_size + 8, dtype=np.int16)
+        cfg = self.config
+        self._c_args = (
+            self.window, ptr("int32_t *", self._c_coef), self.fft_size, len(self.fft.factors),
+            ptr("int32_t *", self._c_factors), ptr("int32_t *", self._c_tw), ptr("int32_t *", self._c_stw),
+            self.start_bin, self.end_bin, ptr("uint32_t *", self._c_weights), cfg.channels, cfg.smoothing_bits,
+            ptr("uint64_t *", self._c_smoothing), ptr("uint64_t *", self._c_one_minus), int(self.min_signal_remaining),
+            ptr("uint64_t *", self.estimate), int(cfg.pcan), ptr("int64_t *", self._c_pcan), self.snr_shift,
+            int(cfg.log), self.correction_bits, cfg.log_scale_shift, ptr("int64_t *", self._c_log),
+            ptr("int16_t *", self._c_scratch),
+        )
 
     def reset(self) -> None:
         self.estimate[:] = 0
@@ -268,6 +298,17 @@ class MicroFrontend:
     def features_of_frames(self, frames: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The features of consecutive frames (n, window) int16, updating the noise estimate."""
         n = frames.shape[0]
+        if self.native:
+            from .native import ffi, lib
+
+            if frames.dtype != np.int16 or frames.strides[1] != 2 or frames.shape[1] != self.window:
+                raise AudioError(f"frames must be int16 rows of {self.window} samples")
+            if not out.flags.c_contiguous or out.dtype != np.uint16 or out.shape != (n, self.config.channels):
+                raise AudioError("the output must be a contiguous (frames, channels) uint16 array")
+            a = self._c_args
+            lib.kws_frontend(ffi.cast("int16_t *", frames.ctypes.data), n, frames.strides[0] // 2, *a[:-1], a[-1],
+                             ffi.cast("uint16_t *", out.ctypes.data))
+            return out
         # 1. window (Q12) and headroom shift
         w = (frames.astype(np.int32) * self.coefficients) >> WINDOW_BITS
         w = w.astype(np.int16)

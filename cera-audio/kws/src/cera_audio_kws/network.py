@@ -144,9 +144,12 @@ def _window_index(x_shape, kh, kw, sh, sw, dh, dw, out_hw, channels_index) -> np
 class StreamingNetwork:
     """One microWakeWord network: `step` (int8 features in, probability out) and `reset`."""
 
-    def __init__(self, graph: Graph, where: str = "network"):
+    def __init__(self, graph: Graph, where: str = "network", native: bool | None = None):
+        from . import native as _native
+
         self.graph = graph
         self.where = where
+        self.native = _native.available(native)
         T = graph.tensors
         self._buf: dict[int, np.ndarray] = {}
         for i, arr in graph.constants.items():
@@ -341,6 +344,17 @@ class StreamingNetwork:
         P, K = Ho * Wo, kh * kw
         xflat = x.reshape(-1)
         zp = x_spec.zero_point
+        if self.native:
+            w8 = self._buf[op.inputs[1]]
+            if depthwise:
+                wk = np.ascontiguousarray(w8.reshape(K, c_out))
+                cidx = np.ascontiguousarray(idx, dtype=np.int32)
+            else:
+                wk = np.ascontiguousarray(w8.reshape(c_out, K * C).T)
+                cidx = np.ascontiguousarray(idx.reshape(P, K * C), dtype=np.int32)
+            fold = bias - zp * wk.astype(np.float64).sum(axis=0)
+            return self._native_layer("kws_depthwise" if depthwise else "kws_dense", x, cidx, P,
+                                      K if depthwise else K * C, wk, c_out, fold, tail, out)
         if depthwise:
             wk = w.reshape(K, c_out)
             fbias = bias - zp * wk.sum(axis=0)
@@ -390,6 +404,14 @@ class StreamingNetwork:
             raise ValueError(f"input of {x.size} values for weights {w.shape}, bias of {len(bias)}")
         out = self._new(op.outputs[0])
         rows = x.size // n_in
+        if self.native and not any(w_spec.zero_points):
+            tail = _Accumulate(rows, n_out, _conv_scales(x_spec, w_spec, out_spec, n_out), out, 0, 0, 0)
+            lo, hi = _activation_range(out_spec, op.options.get("fused_activation_function", 0))
+            tail.lo, tail.hi, tail.zp = lo, hi, out_spec.zero_point
+            wk = np.ascontiguousarray(self._buf[op.inputs[1]].T)
+            cidx = np.arange(rows * n_in, dtype=np.int32).reshape(rows, n_in)
+            fold = bias - x_spec.zero_point * wk.astype(np.float64).sum(axis=0)
+            return self._native_layer("kws_dense", x, cidx, rows, n_in, wk, n_out, fold, tail, out)
         wmat = np.ascontiguousarray(w.T)
         fbias = bias - x_spec.zero_point * wmat.sum(axis=0)
         lo, hi = _activation_range(out_spec, op.options.get("fused_activation_function", 0))
@@ -404,6 +426,26 @@ class StreamingNetwork:
             tail.finish()
 
         return run
+
+    def _native_layer(self, fn, x, idx, P, K, w, C, fold, tail, out):
+        """The C kernel for a layer: every pointer made here, once."""
+        from .native import lib, ptr
+
+        if not x.flags.c_contiguous or not out.flags.c_contiguous:
+            raise ValueError("the layer's input or output is not contiguous")
+        if np.abs(fold).max(initial=0) >= 2**31:
+            raise ValueError("the folded bias does not fit int32")
+        rq = tail.requant
+        keep = (idx, w, np.ascontiguousarray(fold, dtype=np.int32), rq.multiplier.astype(np.int32),
+                (rq.left - rq.right).astype(np.int32))
+        if len(keep[3]) == 1:
+            keep = keep[:3] + (np.repeat(keep[3], C), np.repeat(keep[4], C))
+        self._keep = getattr(self, "_keep", []) + [keep, x, out]
+        args = (ptr("int8_t *", x), ptr("int32_t *", keep[0]), P, K, ptr("int8_t *", keep[1]), C,
+                ptr("int32_t *", keep[2]), ptr("int32_t *", keep[3]), ptr("int32_t *", keep[4]),
+                tail.zp, tail.lo, tail.hi, ptr("int8_t *", out))
+        kernel = getattr(lib, fn)
+        return lambda: kernel(*args)
 
     def _plan_table(self, op, table):
         x, out = self._buf[op.inputs[0]], self._new(op.outputs[0])
