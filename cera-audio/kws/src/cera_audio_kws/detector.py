@@ -253,7 +253,7 @@ class HotwordDetector(KeywordSpotter):
         self._n_probs += 1
         avg = None
         if self._n_probs >= self.window:
-            avg = float(self._probs.mean())
+            avg = float(sum(self._probs.tolist())) / self.window
         if trace is not None:
             trace.append(Step(t, p, avg))
         if avg is not None and avg > self.threshold and t - self._last_detection >= self.refractory_s:

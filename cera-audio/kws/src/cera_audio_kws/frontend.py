@@ -232,14 +232,24 @@ class MicroFrontend:
             self._prepare_native()
 
     def _prepare_native(self) -> None:
-        from .native import ptr
+        from .native import ffi, lib, ptr
 
+        self._c_lib = (ffi, lib)
         fft = self.fft
         self._c_coef = np.ascontiguousarray(self.coefficients, dtype=np.int32)
         self._c_factors = np.array([v for pair in fft.factors for v in pair], dtype=np.int32)
         self._c_tw = np.ascontiguousarray(np.stack([fft.tw_r, fft.tw_i], axis=1).reshape(-1), dtype=np.int32)
         self._c_stw = np.ascontiguousarray(np.stack([fft.st_r, fft.st_i], axis=1).reshape(-1), dtype=np.int32)
-        self._c_weights = np.ascontiguousarray(self.weights, dtype=np.uint32)
+        # the filterbank as at most two (channel, weight) entries per bin
+        nb = self.weights.shape[0]
+        self._c_wchan = np.full((nb, 2), -1, dtype=np.int32)
+        self._c_wval = np.zeros((nb, 2), dtype=np.uint32)
+        for b in range(nb):
+            nz = np.nonzero(self.weights[b])[0]
+            if len(nz) > 2:
+                raise AudioError(f"filterbank bin {b} feeds {len(nz)} channels; the C front end takes 2")
+            self._c_wchan[b, : len(nz)] = nz
+            self._c_wval[b, : len(nz)] = self.weights[b, nz]
         self._c_smoothing = np.ascontiguousarray(self._smoothing, dtype=np.uint64)
         self._c_one_minus = np.ascontiguousarray(self._one_minus, dtype=np.uint64)
         self._c_pcan = np.ascontiguousarray(self.pcan_lut, dtype=np.int64)
@@ -249,7 +259,7 @@ class MicroFrontend:
         self._c_args = (
             self.window, ptr("int32_t *", self._c_coef), self.fft_size, len(self.fft.factors),
             ptr("int32_t *", self._c_factors), ptr("int32_t *", self._c_tw), ptr("int32_t *", self._c_stw),
-            self.start_bin, self.end_bin, ptr("uint32_t *", self._c_weights), cfg.channels, cfg.smoothing_bits,
+            self.start_bin, self.end_bin, ptr("int32_t *", self._c_wchan), ptr("uint32_t *", self._c_wval), cfg.channels, cfg.smoothing_bits,
             ptr("uint64_t *", self._c_smoothing), ptr("uint64_t *", self._c_one_minus), int(self.min_signal_remaining),
             ptr("uint64_t *", self.estimate), int(cfg.pcan), ptr("int64_t *", self._c_pcan), self.snr_shift,
             int(cfg.log), self.correction_bits, cfg.log_scale_shift, ptr("int64_t *", self._c_log),
@@ -299,8 +309,7 @@ class MicroFrontend:
         """The features of consecutive frames (n, window) int16, updating the noise estimate."""
         n = frames.shape[0]
         if self.native:
-            from .native import ffi, lib
-
+            ffi, lib = self._c_lib
             if frames.dtype != np.int16 or frames.strides[1] != 2 or frames.shape[1] != self.window:
                 raise AudioError(f"frames must be int16 rows of {self.window} samples")
             if not out.flags.c_contiguous or out.dtype != np.uint16 or out.shape != (n, self.config.channels):

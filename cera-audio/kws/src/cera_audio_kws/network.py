@@ -141,6 +141,50 @@ def _window_index(x_shape, kh, kw, sh, sw, dh, dw, out_hw, channels_index) -> np
     return idx
 
 
+RECORD = 14  # int64 values per instruction of the C program (csrc/kws_api.h)
+
+
+def _rows(v: np.ndarray):
+    """(address, rows, row bytes, row stride) of an int8 view, or None if it is not rows."""
+    dims = [(n, st) for n, st in zip(v.shape, v.strides) if n != 1]
+    row_len, expected = 1, v.itemsize
+    while dims and dims[-1][1] == expected:
+        n, _ = dims.pop()
+        row_len *= n
+        expected *= n
+    while len(dims) >= 2 and dims[-2][1] == dims[-1][1] * dims[-1][0]:  # merge outer dims
+        (n1, s1), (n2, s2) = dims[-2], dims.pop()
+        dims[-1] = (n1 * n2, s2)
+    if not dims:
+        return v.ctypes.data, 1, row_len * v.itemsize, 0
+    if len(dims) > 1:
+        return None
+    n, st = dims[0]
+    return v.ctypes.data, n, row_len * v.itemsize, st
+
+
+def _copy_instr(dst: np.ndarray, src: np.ndarray):
+    d, s = _rows(dst), _rows(src)
+    if d is None or s is None or dst.shape != src.shape or dst.dtype != src.dtype:
+        return None
+    # a contiguous side can be cut into the other side's rows
+    if d[1] == 1 and s[1] > 1:
+        d = (d[0], s[1], s[2], s[2])
+    elif s[1] == 1 and d[1] > 1:
+        s = (s[0], d[1], d[2], d[2])
+    if d[1:3] != s[1:3]:
+        return None
+    return [(1, d[0], s[0], d[1], d[2], d[3], s[3])]
+
+
+def _copier(dst: np.ndarray, src: np.ndarray):
+    def run():
+        np.copyto(dst, src)
+
+    run.instr = _copy_instr(dst, src)
+    return run
+
+
 class StreamingNetwork:
     """One microWakeWord network: `step` (int8 features in, probability out) and `reset`."""
 
@@ -162,8 +206,18 @@ class StreamingNetwork:
         self.input = self._buf[graph.input] = np.zeros(in_spec.shape, dtype=np.int8)
         self.stride, self.features = in_spec.shape[1], in_spec.shape[2]
         self.input_scale, self.input_zero_point = in_spec.scale, in_spec.zero_point
+        self._qbuf = np.zeros((self.stride, self.features), dtype=np.float64)
         self._steps = [self._plan(k, op) for k, op in enumerate(graph.operators)]
         self._steps = [s for s in self._steps if s is not None]
+        self._program = None
+        if self.native and all(getattr(s, "instr", None) is not None for s in self._steps):
+            records = [r for s in self._steps for r in s.instr]
+            prog = np.zeros((len(records), RECORD), dtype=np.int64)
+            for i, r in enumerate(records):
+                prog[i, : len(r)] = r
+            from .native import lib, ptr
+
+            self._program = (prog, ptr("int64_t *", prog), len(records), lib.kws_run)
         out = T[graph.output]
         if int(np.prod(out.shape)) != 1 or out.type not in _QRANGE:
             raise UnsupportedLayer(f"{where}: the network output is {out.type}{out.shape}; expected one quantized probability")
@@ -189,16 +243,34 @@ class StreamingNetwork:
             raise UnsupportedLayer(f"{self.where}: operator {k} ({op.op}) cannot be run as declared: {e}") from None
 
     def _plan_read_variable(self, op):
-        src, dst = self._vars[self._var_of[op.inputs[0]]], self._new(op.outputs[0])
-        if src.shape != dst.shape:
-            raise ValueError(f"variable of shape {src.shape} read into {dst.shape}")
-        return lambda: np.copyto(dst, src)
+        var = self._var_of[op.inputs[0]]
+        src = self._vars[var]
+        spec = self.graph.tensors[op.outputs[0]]
+        if src.shape != spec.shape:
+            raise ValueError(f"variable of shape {src.shape} read into {spec.shape}")
+        if self._read_is_consumed_before_assign(op, var):
+            self._buf[op.outputs[0]] = src  # every reader runs before the variable changes: no copy
+            return None
+        dst = self._new(op.outputs[0])
+        return _copier(dst, src)
+
+    def _read_is_consumed_before_assign(self, read_op, var: int) -> bool:
+        ops = self.graph.operators
+        k_read = ops.index(read_op)
+        out = read_op.outputs[0]
+        first_assign = next((k for k, o in enumerate(ops) if k > k_read and o.op == "ASSIGN_VARIABLE"
+                             and self._var_of.get(o.inputs[0]) == var), len(ops))
+        last_use = max((k for k, o in enumerate(ops) if out in o.inputs), default=k_read)
+        # views of the output (RESHAPE, slices) would outlive it: only direct consumers that copy
+        direct = all(o.op in ("CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+                     for o in ops if out in o.inputs)
+        return direct and last_use < first_assign and out != self.graph.output
 
     def _plan_assign_variable(self, op):
         dst, src = self._vars[self._var_of[op.inputs[0]]], self._buf[op.inputs[1]]
         if src.shape != dst.shape:
             raise ValueError(f"a value of shape {src.shape} assigned to a variable of shape {dst.shape}")
-        return lambda: np.copyto(dst, src)
+        return _copier(dst, src)
 
     def _plan_reshape(self, op):
         spec = self.graph.tensors[op.outputs[0]]
@@ -209,8 +281,7 @@ class StreamingNetwork:
             self._buf[op.outputs[0]] = x.reshape(spec.shape)  # a view
             return None
         out = self._new(op.outputs[0])
-        dst = out.reshape(x.shape)
-        return lambda: np.copyto(dst, x)
+        return _copier(out.reshape(x.shape), x)
 
     def _static_view(self, i_out: int, view: np.ndarray):
         """A slice as its output: the view itself where contiguous, else copied each step
@@ -222,7 +293,7 @@ class StreamingNetwork:
             self._buf[i_out] = view
             return None
         out = self._new(i_out)
-        return lambda: np.copyto(out, view)
+        return _copier(out, view)
 
     def _plan_strided_slice(self, op):
         T = self.graph.tensors
@@ -264,6 +335,7 @@ class StreamingNetwork:
             for copy in copies:
                 copy()
 
+        run.instr = None if any(c.instr is None for c in copies) else [i for c in copies for i in c.instr]
         return run
 
     def _plan_concatenation(self, op):
@@ -288,14 +360,28 @@ class StreamingNetwork:
             parts.append((x, dst, None if same else _concat_rescale_table(T[i], out_spec)))
         if start != out.shape[axis]:
             raise ValueError(f"the inputs fill {start} of {out.shape[axis]} on axis {axis}")
+        instr = []
+        for x, dst, table in parts:
+            if table is None:
+                instr = None if instr is None or _copy_instr(dst, x) is None else instr + _copy_instr(dst, x)
+            elif instr is not None and dst.flags.c_contiguous and x.flags.c_contiguous:
+                instr.append((2, dst.ctypes.data, x.ctypes.data, x.size, table.ctypes.data))
+            else:
+                instr = None
+        if all(table is None for _, _, table in parts):
+            inputs = tuple(x for x, _, _ in parts)
 
-        def run():
-            for x, dst, table in parts:
-                if table is None:
-                    np.copyto(dst, x)
-                else:
-                    np.take(table, x.view(np.uint8), out=dst)
+            def run():
+                np.concatenate(inputs, axis=axis, out=out)
+        else:
+            def run():
+                for x, dst, table in parts:
+                    if table is None:
+                        np.copyto(dst, x)
+                    else:
+                        np.take(table, x.view(np.uint8), out=dst)
 
+        run.instr = instr
         return run
 
     def _plan_conv_2d(self, op):
@@ -445,14 +531,28 @@ class StreamingNetwork:
                 ptr("int32_t *", keep[2]), ptr("int32_t *", keep[3]), ptr("int32_t *", keep[4]),
                 tail.zp, tail.lo, tail.hi, ptr("int8_t *", out))
         kernel = getattr(lib, fn)
-        return lambda: kernel(*args)
+
+        def run():
+            kernel(*args)
+
+        addresses = [keep[0], keep[1], keep[2], keep[3], keep[4]]
+        run.instr = [(3 if fn == "kws_dense" else 4, x.ctypes.data, addresses[0].ctypes.data, P, K,
+                      addresses[1].ctypes.data, C, addresses[2].ctypes.data, addresses[3].ctypes.data,
+                      addresses[4].ctypes.data, tail.zp, tail.lo, tail.hi, out.ctypes.data)]
+        return run
 
     def _plan_table(self, op, table):
         x, out = self._buf[op.inputs[0]], self._new(op.outputs[0])
         if x.shape != out.shape:
             raise ValueError(f"input {x.shape} and output {out.shape} differ")
         xu = x.view(np.uint8)
-        return lambda: np.take(table, xu, out=out)
+
+        def run():
+            np.take(table, xu, out=out)
+
+        run.instr = [(2, out.ctypes.data, x.ctypes.data, x.size, table.ctypes.data)] if x.flags.c_contiguous else None
+        self._tables = getattr(self, "_tables", []) + [table]
+        return run
 
     def _plan_logistic(self, op):
         T = self.graph.tensors
@@ -479,8 +579,11 @@ class StreamingNetwork:
         round half to even of ``x / scale + zero_point``, saturated to int8."""
         if out is None:
             out = np.empty(features.shape, dtype=np.int8)
-        q = np.asarray(features, dtype=np.float64) / self.input_scale + self.input_zero_point
-        np.clip(np.rint(q), -128, 127, out=q)
+        q = self._qbuf if features.shape == self._qbuf.shape else np.empty(features.shape)
+        np.divide(features, self.input_scale, out=q)
+        q += self.input_zero_point
+        np.rint(q, out=q)
+        np.clip(q, -128, 127, out=q)
         np.copyto(out, q, casting="unsafe")
         return out
 
@@ -489,8 +592,11 @@ class StreamingNetwork:
         if q_input.shape != (self.stride, self.features):
             raise AudioError(f"a network step takes ({self.stride}, {self.features}) features, got {q_input.shape}")
         np.copyto(self.input[0], q_input)
-        for run in self._steps:
-            run()
+        if self._program is not None:
+            self._program[3](self._program[1], self._program[2])
+        else:
+            for run in self._steps:
+                run()
         return int(self._out[0])
 
     def probability(self, q_output: int) -> float:

@@ -134,7 +134,7 @@ static uint16_t log_scale(uint64_t signal, int correction_bits, int shift, const
 
 void kws_frontend(const int16_t *frames, int n, int frame_stride, int window, const int32_t *coef,
                   int fft_size, int n_factors, const int32_t *factors, const int32_t *tw, const int32_t *stw,
-                  int start_bin, int end_bin, const uint32_t *weights, int channels,
+                  int start_bin, int end_bin, const int32_t *wchan, const uint32_t *wval, int channels,
                   int smoothing_bits, const uint64_t *smoothing, const uint64_t *one_minus,
                   uint64_t min_signal_remaining, uint64_t *estimate,
                   int pcan, const int64_t *pcan_lut, int snr_shift,
@@ -164,8 +164,10 @@ void kws_frontend(const int16_t *frames, int n, int frame_stride, int window, co
         for (int b = 0; b < nb; b++) {
             int64_t r = spec[start_bin + b].r, im = spec[start_bin + b].i;
             uint64_t e = (uint64_t)(int64_t)(int32_t)(r * r + im * im);
-            const uint32_t *wrow = weights + (int64_t)b * channels;
-            for (int c = 0; c < channels; c++) sig[c] += (uint64_t)wrow[c] * e;
+            for (int j = 0; j < 2; j++) {
+                int c = wchan[2 * b + j];
+                if (c >= 0) sig[c] += (uint64_t)wval[2 * b + j] * e;
+            }
         }
         uint16_t *o = out + (int64_t)f * channels;
         for (int c = 0; c < channels; c++) {
@@ -235,6 +237,35 @@ void kws_depthwise(const int8_t *x, const int32_t *idx, int P, int K, const int8
             const int32_t *ip = idx + (int64_t)p * K * C + c;
             for (int k = 0; k < K; k++) acc += (int32_t)x[ip[(int64_t)k * C]] * w[(int64_t)k * C + c];
             out[(int64_t)p * C + c] = finish(acc, mult[c], shift[c], zp, lo, hi);
+        }
+    }
+}
+
+/* ---- a step as one program ------------------------------------------------------------ */
+
+#define KWS_RECORD 14
+#define P8(v) ((int8_t *)(intptr_t)(v))
+#define P32(v) ((int32_t *)(intptr_t)(v))
+
+void kws_run(const int64_t *program, int n) {
+    for (int i = 0; i < n; i++) {
+        const int64_t *r = program + (int64_t)i * KWS_RECORD;
+        switch (r[0]) {
+        case 1:
+            for (int64_t row = 0; row < r[3]; row++) memmove(P8(r[1]) + row * r[5], P8(r[2]) + row * r[6], (size_t)r[4]);
+            break;
+        case 2: {
+            uint8_t *d = (uint8_t *)P8(r[1]);
+            const uint8_t *s = (const uint8_t *)P8(r[2]), *t = (const uint8_t *)P8(r[4]);
+            for (int64_t j = 0; j < r[3]; j++) d[j] = t[s[j]];
+            break;
+        }
+        case 3:
+        case 4:
+            (r[0] == 3 ? kws_dense : kws_depthwise)(P8(r[1]), P32(r[2]), (int)r[3], (int)r[4], P8(r[5]), (int)r[6],
+                                                   P32(r[7]), P32(r[8]), P32(r[9]), (int)r[10], (int)r[11],
+                                                   (int)r[12], P8(r[13]));
+            break;
         }
     }
 }

@@ -3,10 +3,11 @@
    fixed_fft.py, network.py); tests/audio_kws compare the two. */
 
 /* TFLite Micro's front end on n frames: frames[f * frame_stride + i], i < window. The noise
-   estimate (channels values) is read and updated; out receives n * channels features. */
+   estimate (channels values) is read and updated; out receives n * channels features.
+   The filterbank is sparse: bin b adds wval[2b + j] * energy to channel wchan[2b + j] (j < 2; -1: none). */
 void kws_frontend(const int16_t *frames, int n, int frame_stride, int window, const int32_t *coef,
                   int fft_size, int n_factors, const int32_t *factors, const int32_t *tw, const int32_t *stw,
-                  int start_bin, int end_bin, const uint32_t *weights, int channels,
+                  int start_bin, int end_bin, const int32_t *wchan, const uint32_t *wval, int channels,
                   int smoothing_bits, const uint64_t *smoothing, const uint64_t *one_minus,
                   uint64_t min_signal_remaining, uint64_t *estimate,
                   int pcan, const int64_t *pcan_lut, int snr_shift,
@@ -22,3 +23,9 @@ void kws_dense(const int8_t *x, const int32_t *idx, int P, int K, const int8_t *
 /* The same for a depthwise convolution: acc[p][c] = bias[c] + sum_k x[idx[(p*K + k)*C + c]] * w[k*C + c]. */
 void kws_depthwise(const int8_t *x, const int32_t *idx, int P, int K, const int8_t *w, int C,
                    const int32_t *bias, const int32_t *mult, const int32_t *shift, int zp, int lo, int hi, int8_t *out);
+
+/* A whole network step as one call: n records of KWS_RECORD int64 values each,
+   [op, args...] with op 1 = copy (dst, src, rows, row_bytes, dst_stride, src_stride),
+   2 = table (dst, src, n, table: dst[j] = table[(uint8) src[j]]),
+   3 = kws_dense and 4 = kws_depthwise (their 13 arguments, pointers as addresses). */
+void kws_run(const int64_t *program, int n);
