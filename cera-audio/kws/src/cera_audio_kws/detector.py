@@ -212,11 +212,15 @@ class HotwordDetector(KeywordSpotter):
         samples = self._as_int16(pcm)
         self._samples_seen += len(samples)
         found: list[Detection] = []
+        S = len(self._pending)
         for block in self.frontend.process(samples):
-            for row in block:
-                self._pending[self._n_pending] = row
-                self._n_pending += 1
-                if self._n_pending == len(self._pending):
+            i, n = 0, len(block)
+            while i < n:
+                take = min(S - self._n_pending, n - i)
+                self._pending[self._n_pending : self._n_pending + take] = block[i : i + take]
+                self._n_pending += take
+                i += take
+                if self._n_pending == S:
                     self._n_pending = 0
                     self._step(found, trace)
         return found
