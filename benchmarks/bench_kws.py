@@ -235,6 +235,25 @@ def at_far(pos, neg, targets, hours, far):
     return best or (1.0, float("nan"), 1.0)
 
 
+def print_table(rows, args) -> None:
+    print()
+    print(f"positives per model: {args.positives}; negatives: {args.hours} h per model; seed {args.seed}; "
+          f"{platform.processor() or platform.machine()}, one thread")
+    print()
+    print(f"| model | detector | FRR at <= {args.far} FA/h (threshold) | FRR / FA per h at the model's threshold "
+          f"| CPU s per audio s |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        for name in ("cera", "cera+vad+agc", "pymicro-wakeword"):
+            r = row[name]
+            if r["far"] != r["far"]:  # NaN: even the highest threshold swept accepts more
+                at = f"none: > {args.far} FA/h even at 0.995"
+            else:
+                at = f"{r['frr_at_far']:.1%} ({r['threshold_at_far']:.3f})"
+            print(f"| {row['model']} | {name} | {at} "
+                  f"| {r['frr']:.1%} / {r['fa_per_hour']:.1f} ({row['threshold']:.2f}) | {r['cpu_per_audio_s']:.4f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -243,7 +262,13 @@ def main() -> None:
     ap.add_argument("--far", type=float, default=0.5, help="false accepts per hour for the FRR column")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="also write the numbers as JSON here")
+    ap.add_argument("--table", default=None, metavar="JSON", help="only print the table of an --out file")
     args = ap.parse_args()
+    if args.table:
+        with open(args.table) as f:
+            doc = json.load(f)
+        print_table(doc["rows"], argparse.Namespace(**doc["args"]))
+        return
 
     from cera_audio_kws.models import model_path
 
@@ -272,18 +297,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    print()
-    print(f"positives per model: {args.positives}; negatives: {args.hours} h per model; seed {args.seed}; "
-          f"{platform.processor() or platform.machine()}, one thread")
-    print()
-    print(f"| model | detector | FRR at <= {args.far} FA/h (threshold) | FRR / FA per h at the model's threshold "
-          f"| CPU s per audio s |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        for name in ("cera", "cera+vad+agc", "pymicro-wakeword"):
-            r = row[name]
-            print(f"| {row['model']} | {name} | {r['frr_at_far']:.1%} ({r['threshold_at_far']:.3f}) "
-                  f"| {r['frr']:.1%} / {r['fa_per_hour']:.1f} ({row['threshold']:.2f}) | {r['cpu_per_audio_s']:.4f} |")
+    print_table(rows, args)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
