@@ -284,9 +284,9 @@ def main() -> None:
         own = HotwordDetector.open(gguf).threshold
         row = {"model": model, "positives": len(pos_stream.targets), "negative_hours": round(hours, 4),
                "threshold": own}
-        for name, run in (("cera", lambda a: run_cera(gguf, a, False)),
-                          ("cera+vad+agc", lambda a: run_cera(gguf, a, True)),
-                          ("pymicro-wakeword", lambda a: run_reference(model, a))):
+        for name, run in (("cera", lambda a, g=gguf: run_cera(g, a, False)),
+                          ("cera+vad+agc", lambda a, g=gguf: run_cera(g, a, True)),
+                          ("pymicro-wakeword", lambda a, m=model: run_reference(m, a))):
             pt, pp, cpu_p = run(pos_audio)
             nt, np_, cpu_n = run(neg_audio)
             frr, fah, thr = at_far((pt, pp), (nt, np_), pos_stream.targets, hours, args.far)

@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-
 from kws_cases import DATA, MODELS
 
 

@@ -147,9 +147,9 @@ def test_settings_are_required_and_checked(model_files, tmp_path):
 
 
 def test_unknown_metadata_is_refused(model_gguf, tmp_path):
-    from cera_audio_kws.detector import HotwordDetector
-
     import gguf
+
+    from cera_audio_kws.detector import HotwordDetector
 
     src = model_gguf["alexa"]
     out = tmp_path / "extra.gguf"

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kws_cases import read_clip
 
 from cera_audio_kws.frontend import MicroFrontend
-
-from kws_cases import read_clip
 
 
 def cera_features(pcm: np.ndarray, chunk: int | None = None) -> np.ndarray:

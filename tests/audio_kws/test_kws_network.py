@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kws_cases import MODELS
 
 from cera_audio_kws.convert import graph_from_tflite
 from cera_audio_kws.network import StreamingNetwork
-
-from kws_cases import MODELS
 
 
 def cera_steps(net: StreamingNetwork, features_u16: np.ndarray) -> np.ndarray:

@@ -16,7 +16,6 @@ saturated), which returns exactly the samples of a 16-bit file read as float.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 import attrs
 import numpy as np
@@ -280,9 +279,4 @@ def load_hotword_detector(model, **options) -> HotwordDetector:
     return HotwordDetector.open(model_path(model), **options)
 
 
-def iter_detections(detector: HotwordDetector, chunks: Iterable) -> Iterable[Detection]:
-    for chunk in chunks:
-        yield from detector.push(chunk)
-
-
-__all__ = ["Detection", "HotwordDetector", "Step", "load_hotword_detector", "iter_detections"]
+__all__ = ["Detection", "HotwordDetector", "Step", "load_hotword_detector"]

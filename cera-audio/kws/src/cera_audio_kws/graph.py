@@ -154,7 +154,7 @@ def graph_from_json(doc: dict, constants: dict, initials: list, where: str) -> G
         raise GraphError(f"{where}: kws.graph is malformed ({type(e).__name__}: {e})") from None
     if len(initials) != len(var_specs):
         raise GraphError(f"{where}: {len(var_specs)} state variables but {len(initials)} initial values")
-    variables = tuple(Variable(n, s, a) for n, s, a in zip(names, var_specs, initials))
+    variables = tuple(Variable(n, s, a) for n, s, a in zip(names, var_specs, initials, strict=True))
     graph = Graph(tensors, operators, variables, constants, inp, out)
     check_graph(graph, where)
     return graph

@@ -8,8 +8,8 @@ The arithmetic is TensorFlow Lite's integer arithmetic, operator by operator, so
 equal the reference kernels' to the integer:
 
 - convolutions and the dense layer accumulate ``sum((x - x_zp) * w) + bias`` exactly
-  (in float64, whose 53-bit mantissa holds every such sum of int8 products: BLAS speed with
-  integer results), then requantize per output channel with the fixed-point multiplier
+  (in int32 in the C kernels; in float64 in the numpy code, whose 53-bit mantissa holds
+  every such sum of int8 products: BLAS speed with integer results), then requantize per output channel with the fixed-point multiplier
   and rounding shift of `cera_audio_kws.fixedpoint`, add the output zero point and clamp
   to the fused activation's range;
 - the input zero point is folded into the bias at load time: ``sum(x * w) + (bias - x_zp *
@@ -20,7 +20,9 @@ equal the reference kernels' to the integer:
   buffers they read, so they cost nothing per step.
 
 Every buffer (activations, im2col gathers, accumulators, scratch) is made once, when the
-network is built; a step allocates nothing but the float it returns.
+network is built; a step allocates nothing. With the C kernels (`cera_audio_kws.native`)
+the whole step is one C call: the operators become a program of row copies, 256-entry
+table lookups and int8 layers, with every address fixed when the network is built.
 """
 
 from __future__ import annotations
@@ -146,14 +148,14 @@ RECORD = 14  # int64 values per instruction of the C program (csrc/kws_api.h)
 
 def _rows(v: np.ndarray):
     """(address, rows, row bytes, row stride) of an int8 view, or None if it is not rows."""
-    dims = [(n, st) for n, st in zip(v.shape, v.strides) if n != 1]
+    dims = [(n, st) for n, st in zip(v.shape, v.strides, strict=True) if n != 1]
     row_len, expected = 1, v.itemsize
     while dims and dims[-1][1] == expected:
         n, _ = dims.pop()
         row_len *= n
         expected *= n
     while len(dims) >= 2 and dims[-2][1] == dims[-1][1] * dims[-1][0]:  # merge outer dims
-        (n1, s1), (n2, s2) = dims[-2], dims.pop()
+        (n1, _), (n2, s2) = dims[-2], dims.pop()
         dims[-1] = (n1 * n2, s2)
     if not dims:
         return v.ctypes.data, 1, row_len * v.itemsize, 0
@@ -321,7 +323,7 @@ class StreamingNetwork:
         if sum(sizes) != x.shape[axis] or len(sizes) != len(op.outputs):
             raise ValueError(f"sizes {sizes} do not split axis {axis} of {x.shape} into {len(op.outputs)}")
         start, copies = 0, []
-        for size, i_out in zip(sizes, op.outputs):
+        for size, i_out in zip(sizes, op.outputs, strict=True):
             sl = [slice(None)] * x.ndim
             sl[axis] = slice(start, start + size)
             run = self._static_view(i_out, x[tuple(sl)])
@@ -346,7 +348,7 @@ class StreamingNetwork:
         axis = axis + out.ndim if axis < 0 else axis
         if op.options.get("fused_activation_function", 0):
             raise UnsupportedLayer(f"{self.where}: CONCATENATION with a fused activation is not run")
-        parts, tables = [], []
+        parts = []
         start = 0
         for i in op.inputs:
             x = self._buf[i]
@@ -571,7 +573,7 @@ class StreamingNetwork:
     # -- running ----------------------------------------------------------------------
 
     def reset(self) -> None:
-        for buf, v in zip(self._vars, self.graph.variables):
+        for buf, v in zip(self._vars, self.graph.variables, strict=True):
             np.copyto(buf, v.initial)
 
     def quantize_features(self, features: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -18,8 +18,8 @@ Importing this package imports numpy only; soundfile and soxr load on first use.
 from __future__ import annotations
 
 from .component import StreamingAudioComponent, component_for, load_component
-from .kws import Detection, KeywordSpotter, load_kws
 from .io import AudioClip, AudioInfo, AudioStream, choose_rate, open_audio, read_audio, resample
+from .kws import Detection, KeywordSpotter, load_kws
 from .pcm import as_pcm, downmix
 from .segments import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, speech_segments
 from .transcriber import Transcriber, TranscriptSegment, load_transcriber
