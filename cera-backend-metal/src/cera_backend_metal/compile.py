@@ -184,7 +184,7 @@ class MetalExecutable(Executable):
             if op == "embedding":
                 y = K.embedding(a[0], a[1])
             elif op == "linear":
-                y = K.linear(a[0], a[1], a[2])
+                y = K.linear(a[0], a[1], a[2], per_row=self.layout.row_exact)
             elif op == "rms_norm":
                 y = K.rms_norm(a[0], a[1], at["eps"])
             elif op == "layer_norm":

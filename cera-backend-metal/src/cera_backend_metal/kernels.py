@@ -17,8 +17,14 @@ F32 = mx.float32
 # -- weights ---------------------------------------------------------------------------------
 
 
-def linear(x, w, bias=None):
-    """``x @ W.T (+ bias)`` for a MetalWeight ``w`` (numpy shape [out, in])."""
+def linear(x, w, bias=None, per_row=False):
+    """``x @ W.T (+ bias)`` for a MetalWeight ``w`` (numpy shape [out, in]). ``per_row``:
+    one product per row of ``x``, so that each row gets the arithmetic of a one-row step
+    whatever else is in the batch (`cera.graph.Layout.row_exact`: a decode batch's
+    sequences must get the tokens they get alone, and MLX chooses its product kernels by
+    the row count)."""
+    if per_row and x.ndim == 2 and x.shape[0] > 1:
+        return mx.concatenate([linear(x[i : i + 1], w, bias) for i in range(x.shape[0])], axis=0)
     if w.quant is not None:
         q, s, b, bits = w.quant
         y = mx.quantized_matmul(x, q, s, b, transpose=True, group_size=GROUP, bits=bits)
