@@ -66,3 +66,28 @@ def describe(dev) -> tuple[str, int | None, bool]:
     name = info.get("device_name", "Apple GPU")
     mem = info.get("max_recommended_working_set_size") or info.get("memory_size")
     return f"MLX {mx.__version__} Metal: {name}", int(mem) if mem else None, False
+
+
+def details() -> dict:
+    """What `cera plugins --json` shows, without importing MLX: the device this machine
+    would give (or none, and why), its memory, and how each tensor type runs."""
+    from .capabilities import TYPES
+
+    why = unavailable_reason()
+    if why:
+        device = None
+    elif wanted() == "cpu":
+        device = f"MLX CPU device ({ENV}=cpu)"
+    else:
+        device = "Apple GPU through Metal (MLX)"
+    mem = None
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # unified memory on Apple silicon
+    except (AttributeError, ValueError, OSError):
+        pass
+    return {
+        "device": device,
+        "unavailable_reason": why,
+        "memory_bytes": mem,
+        "types": {t: {"how": how, "values": exact} for t, (how, exact) in TYPES.items()},
+    }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import cera
 
 from .capabilities import OPS, TENSOR_TYPES
-from .device import unavailable_reason
+from .device import details, unavailable_reason
 
 CERA_PLUGIN_API = ">=2,<3"
 
@@ -26,5 +26,6 @@ def cera_register_backends(register):
             priority=20,  # above Vulkan and the CPU: on a Mac, MLX's Metal is the fastest path
             description="Apple GPUs through MLX (GGUF blocks in MLX's quantized layout, compiled decode steps)",
             available=unavailable_reason,
+            details=details,
         )
     )
