@@ -61,20 +61,17 @@ def operand(a, b):
 # -- elementwise and rows ----------------------------------------------------------------------
 
 
+def _vector(x, w):
+    return None if w is None else operand(x, w).reshape(-1)
+
+
 def rms_norm(x, w=None, eps=1e-6):
-    y = x * mx.rsqrt(mx.mean(x * x, axis=-1, keepdims=True) + eps)
-    return y if w is None else y * operand(y, w).reshape(-1)
+    """MLX's fused kernel (one dispatch a norm on Metal)."""
+    return mx.fast.rms_norm(x, _vector(x, w), eps)
 
 
 def layer_norm(x, w=None, b=None, eps=1e-5):
-    mean = mx.mean(x, axis=-1, keepdims=True)
-    c = x - mean
-    y = c * mx.rsqrt(mx.mean(c * c, axis=-1, keepdims=True) + eps)
-    if w is not None:
-        y = y * operand(y, w).reshape(-1)
-    if b is not None:
-        y = y + operand(y, b).reshape(-1)
-    return y
+    return mx.fast.layer_norm(x, _vector(x, w), _vector(x, b), eps)
 
 
 SQRT_2_PI = math.sqrt(2 / math.pi)
