@@ -129,3 +129,26 @@ def test_a_type_without_a_layout_is_refused_naming_the_tensor(metal, tmp_path):
     w.close()
     with GGUFFile(path) as g, pytest.raises(UnsupportedTensorType, match=r"blk\.0\.ffn_up\.weight.*IQ2_XXS"):
         metal.upload(g, "blk.0.ffn_up.weight")
+
+
+@needs_mlx
+def test_weights_beyond_the_memory_limit_are_refused_by_name(tmp_path):
+    from cera.errors import ResourceExhausted
+    from cera.gguf import GGUFFile
+    from cera_backend_metal.backend import MetalBackend
+
+    small = MetalBackend(memory_limit=6 * 512 * 4 + 100)  # room for one float32 copy of one tensor
+    with GGUFFile(_file(tmp_path, ("Q6_K", "Q2_K"))) as g:
+        w = small.upload(g, "t.Q6_K")
+        assert small.uploaded_bytes == w.nbytes == 6 * 512 * 4
+        with pytest.raises(ResourceExhausted, match=r"t\.Q2_K.*does not fit"):
+            small.upload(g, "t.Q2_K")
+
+
+def test_footprint_is_what_the_weights_take(metal, tmp_path):
+    from cera.gguf import GGUFFile
+    from cera_backend_metal.weights import footprint
+
+    with GGUFFile(_file(tmp_path, MAPPED + ("Q6_K", "F16", "BF16"))) as g:
+        for name, info in g.tensors.items():
+            assert footprint(info) == metal.upload(g, name).nbytes, name

@@ -18,7 +18,13 @@ from __future__ import annotations
 import attrs
 
 from cera.backend import Backend, BackendOptions, DeviceInfo
-from cera.errors import BackendUnavailable, ModelConfigError, UnsupportedOperation, UnsupportedTensorType
+from cera.errors import (
+    BackendUnavailable,
+    ModelConfigError,
+    ResourceExhausted,
+    UnsupportedOperation,
+    UnsupportedTensorType,
+)
 
 from . import device as dev
 from .capabilities import OPS, TENSOR_TYPES, TYPES
@@ -52,6 +58,7 @@ class MetalBackend(Backend):
 
         mx.set_default_device(self.device)
         self.description, self.memory, self.on_cpu = dev.describe(self.device)
+        self.uploaded_bytes = 0  # weights on the device so far: checked against the memory
 
     def probe(self) -> DeviceInfo:
         return DeviceInfo(
@@ -81,7 +88,18 @@ class MetalBackend(Backend):
         reason = self.cannot_serve(info.type_name)
         if reason:
             raise UnsupportedTensorType(name, info.type_name, self.name, reason)
-        return weights.load(gguf, name, info, TYPES[info.type_name][0])
+        need = weights.footprint(info)
+        limit = self.memory_limit or self.memory
+        if limit is not None and self.uploaded_bytes + need > limit:
+            raise ResourceExhausted(
+                f"backend 'metal': tensor {name!r} ({info.type_name}, {need / 2**20:.0f} MiB here) does not fit: the "
+                f"weights would take {(self.uploaded_bytes + need) / 2**30:.1f} GiB of {limit / 2**30:.1f} GiB "
+                f"(README.md's table gives each type's bytes; Q6_K, Q2_K, Q3_K and IQ types take 4 a weight); "
+                f"use a smaller model or --device cpu"
+            )
+        w = weights.load(gguf, name, info, TYPES[info.type_name][0])
+        self.uploaded_bytes += w.nbytes
+        return w
 
     def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
         from .state import MetalState

@@ -56,6 +56,15 @@ class MetalWeight(Weight):
         return f"MetalWeight({self.name!r}, {self.ggml_type}, shape={self.shape})"
 
 
+def footprint(info) -> int:
+    """Bytes a tensor takes here (capabilities.TYPES; README's table)."""
+    n = info.n_elements
+    t = info.type_name
+    if t in QUANTIZED:
+        return n * blocks.EXACT[t][0] // 8 + n // blocks.GROUP * 8
+    return n * {"F16": 2, "BF16": 2}.get(t, 4)
+
+
 def load(gguf, name: str, info, how: str) -> MetalWeight:
     """The tensor ``name`` of ``gguf`` as a MetalWeight."""
     import mlx.core as mx
