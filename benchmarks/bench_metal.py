@@ -220,6 +220,7 @@ def report(models: list[dict], out=sys.stdout) -> None:
     rows = []
     for m in models:
         for t in m["tests"]:
+
             def cell(e, t=t):
                 return f"{_fmt(t[e]['median'])} ± {_fmt(t[e]['stdev'])}" if e in t else "not run"
 

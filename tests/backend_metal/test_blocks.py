@@ -65,7 +65,9 @@ def _check(metal, gguf, name):
     got = np.array(w.values(mx.float32))
     want = _want(gguf, name).astype(np.float32)
     assert got.shape == want.shape
-    assert np.array_equal(got, want), f"{name}: {np.count_nonzero(got != want)} values differ, by up to {np.abs(got - want).max()}"
+    assert np.array_equal(got, want), (
+        f"{name}: {np.count_nonzero(got != want)} values differ, by up to {np.abs(got - want).max()}"
+    )
     return w
 
 
@@ -96,7 +98,10 @@ def test_other_types_are_dequantized_exactly_or_kept_as_floats(metal, tmp_path):
     "bundle, names",
     [
         ("smollm2-135m-instruct-q4_1", ("blk.0.attn_q.weight", "blk.3.ffn_down.weight", "token_embd.weight")),
-        ("gemma3-270m-q4_k_m", ("blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.1.attn_v.weight", "blk.0.attn_output.weight")),
+        (
+            "gemma3-270m-q4_k_m",
+            ("blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.1.attn_v.weight", "blk.0.attn_output.weight"),
+        ),
     ],
 )
 def test_real_tensors_hold_the_files_values(metal, bundle, names):

@@ -20,7 +20,9 @@ TOL = 2e-3  # conformance.TOL_F16_TABLE, relative to the largest logit
 def _load(name, device):
     import cera
 
-    return cera.load(str(TINY / f"{name}.gguf"), device=device, quiet=True, **({"threads": 1} if device == "cpu" else {}))
+    return cera.load(
+        str(TINY / f"{name}.gguf"), device=device, quiet=True, **({"threads": 1} if device == "cpu" else {})
+    )
 
 
 def _prompts(n_vocab, n=3, seed=0):

@@ -28,6 +28,7 @@ from cera.errors import (
 
 from . import device as dev
 from .capabilities import OPS, TENSOR_TYPES, TYPES
+from .plugin import unavailable_reason
 
 
 @attrs.frozen
@@ -44,7 +45,7 @@ class MetalBackend(Backend):
     options_type = MetalOptions
 
     def __init__(self, device_index: int = 0, memory_limit: int | None = None):
-        why = dev.unavailable_reason()
+        why = unavailable_reason()
         if why:
             raise BackendUnavailable(f"backend 'metal': {why}")
         if device_index != 0:

@@ -103,7 +103,7 @@ class MetalExecutable(Executable):
         writes, reads = [], []
         for cap in self.caps:
             cells = min(cap, bucket)
-            for s, n in enumerate(self.layout.seq_lens):
+            for s in range(self.n_seq):
                 slot, start, end = int(inputs.slots[s]), int(inputs.starts[s]), ends[s]
                 writes.append(mx.array((np.arange(start, end) % cap).astype(np.int32)))
                 row = state.pos[slot]
@@ -129,7 +129,10 @@ class MetalExecutable(Executable):
         for spec in self.ropes:
             theta, mscale = rope_thetas(pos, spec)
             mag = mscale * spec.attn_factor
-            args += [mx.array((np.cos(theta) * mag).astype(np.float32)), mx.array((np.sin(theta) * mag).astype(np.float32))]
+            args += [
+                mx.array((np.cos(theta) * mag).astype(np.float32)),
+                mx.array((np.sin(theta) * mag).astype(np.float32)),
+            ]
         if self.caps:
             writes, reads = self._cells(state, inputs)
             args += writes + reads
@@ -158,7 +161,10 @@ class MetalExecutable(Executable):
         arrays' successors in ``state_keys`` order)."""
         it = iter(args)
         tokens, positions = next(it), next(it)
-        vals: dict[int, mx.array] = {self.graph.inputs["tokens"].id: tokens, self.graph.inputs["positions"].id: positions}
+        vals: dict[int, mx.array] = {
+            self.graph.inputs["tokens"].id: tokens,
+            self.graph.inputs["positions"].id: positions,
+        }
         for name in self.extra:
             vals[self.graph.inputs[name].id] = next(it)
         rope_tabs = {spec: (next(it), next(it)) for spec in self.ropes}
@@ -220,7 +226,9 @@ class MetalExecutable(Executable):
                     for store, src in (("cross_k", a[0]), ("cross_v", a[1])):
                         mem = cur[(store, ref.index, s)]
                         rows = src[r0 : r0 + n]
-                        cur[(store, ref.index, s)] = rows if n == mem.shape[0] else mx.concatenate([rows, mem[n:]], axis=0)
+                        cur[(store, ref.index, s)] = (
+                            rows if n == mem.shape[0] else mx.concatenate([rows, mem[n:]], axis=0)
+                        )
                     cross_len[(ref.index, s)] = mx.array([n], mx.int32)  # what later reads of this pass see
                 y = mx.zeros((0,), K.F32)
             elif op == "cross_attention":
@@ -275,7 +283,9 @@ class MetalExecutable(Executable):
                 w = a[1].values()
                 outs = []
                 for s, (r0, n) in enumerate(groups):
-                    ys, cur[("conv_state", ref.index, s)] = K.conv1d_causal(a[0][r0 : r0 + n], w, cur[("conv_state", ref.index, s)])
+                    ys, cur[("conv_state", ref.index, s)] = K.conv1d_causal(
+                        a[0][r0 : r0 + n], w, cur[("conv_state", ref.index, s)]
+                    )
                     outs.append(ys)
                 y = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
             elif op == "conv1d":
@@ -286,7 +296,9 @@ class MetalExecutable(Executable):
                 outs = []
                 for s, (r0, n) in enumerate(groups):
                     sl = slice(r0, r0 + n)
-                    ys, cur[("ssm_state", ref.index, s)] = K.ssm_scan(x[sl], dt[sl], A, B[sl], C[sl], cur[("ssm_state", ref.index, s)])
+                    ys, cur[("ssm_state", ref.index, s)] = K.ssm_scan(
+                        x[sl], dt[sl], A, B[sl], C[sl], cur[("ssm_state", ref.index, s)]
+                    )
                     outs.append(ys)
                 y = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
             elif op == "moe":
