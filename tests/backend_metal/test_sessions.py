@@ -113,3 +113,28 @@ def test_rewind_and_snapshot_on_device_state():
         assert first.shape == after.shape
     finally:
         mt.close()
+
+
+@needs_mlx
+def test_a_context_shift_matches_the_cpu_backends():
+    """HostState.shift on a copy of the slot (keys rotated back by the dropped span), then
+    one more token: the logits the CPU backend gives after the same shift, within TOL."""
+    outs = []
+    for device in ("metal", "cpu"):
+        m = _load("tiny-mistral", device)
+        try:
+            s = m.new_session(n_ctx=64, kv_type="f32")
+            s.append_tokens([1, 5, 9, 2, 8, 8, 3, 4, 6, 7])
+            s.evaluate()
+            s.state.shift(s.slot, 2, 4)
+            st = s.state
+            assert int(st.n_filled[s.slot]) == 6 and st.pos[s.slot, :6].tolist() == [0, 1, 2, 3, 4, 5]
+            from cera.graph import LAST_LOGITS
+            from cera.runtime import SeqStep
+
+            out = m.runner.forward(st, [SeqStep(s.slot, [11], [6])], LAST_LOGITS)["logits"]
+            outs.append(np.asarray(out, np.float64))
+        finally:
+            m.close()
+    got, want = outs
+    assert np.abs(got - want).max() <= TOL * max(1.0, np.abs(want).max())

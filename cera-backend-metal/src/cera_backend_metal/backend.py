@@ -55,9 +55,6 @@ class MetalBackend(Backend):
             self.device = dev.open_device()
         except RuntimeError as e:
             raise BackendUnavailable(f"backend 'metal': {e}") from None
-        import mlx.core as mx
-
-        mx.set_default_device(self.device)
         self.description, self.memory, self.on_cpu = dev.describe(self.device)
         self.uploaded_bytes = 0  # weights on the device so far: checked against the memory
 
@@ -98,14 +95,23 @@ class MetalBackend(Backend):
                 f"(README.md's table gives each type's bytes; Q6_K, Q2_K, Q3_K and IQ types take 4 a weight); "
                 f"use a smaller model or --device cpu"
             )
-        w = weights.load(gguf, name, info, TYPES[info.type_name][0])
+        with self.on_device():
+            w = weights.load(gguf, name, info, TYPES[info.type_name][0])
         self.uploaded_bytes += w.nbytes
         return w
 
     def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
         from .state import MetalState
 
-        return MetalState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+        with self.on_device():
+            return MetalState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+
+    def on_device(self):
+        """A context in which MLX's operations run on this backend's device (MLX's default
+        device, which other code in the process may use, stays as it is)."""
+        import mlx.core as mx
+
+        return mx.stream(self.device)
 
     # -- compiling -----------------------------------------------------------------------------
 

@@ -143,7 +143,7 @@ class MetalExecutable(Executable):
         return args
 
     def run(self, state, inputs: StepInputs) -> dict[str, np.ndarray]:
-        with self._lock:
+        with self._lock, self.backend.on_device():
             args = self._args(state, inputs)
             outs, new_state = self._fn(args)
             del args
