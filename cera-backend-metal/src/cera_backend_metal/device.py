@@ -31,7 +31,8 @@ def describe(dev) -> tuple[str, int | None, bool]:
         except (AttributeError, ValueError, OSError):
             pass
         return f"MLX {mx.__version__} CPU device ({platform.machine()}, {os.cpu_count()} cores)", mem, True
-    info = mx.metal.device_info() if hasattr(mx.metal, "device_info") else {}
+    get = getattr(mx, "device_info", None) or getattr(mx.metal, "device_info", None)
+    info = get() if get is not None else {}
     name = info.get("device_name", "Apple GPU")
     mem = info.get("max_recommended_working_set_size") or info.get("memory_size")
     return f"MLX {mx.__version__} Metal: {name}", int(mem) if mem else None, False
