@@ -96,3 +96,32 @@ def test_greedy_continuation_gemma3(gemma3_path):
 @pytest.mark.slow
 def test_greedy_continuation_qwen25(qwen05_path):
     check_continuation(qwen05_path, 6)
+
+
+REF_TOLERANCE = 0.05  # |metal logit - reference logit| on SmolLM2's prompt; measured 0.017 at most
+
+
+@needs_mlx
+def test_logits_of_every_prompt_position_match_the_reference(smollm2_path):
+    """Every position of SmolLM2's prompt in one pass: the Metal logits within REF_TOLERANCE
+    of the numpy reference backend's (float64 sums over the gguf package's dequantized
+    weights), and the same argmax everywhere."""
+    from cera.graph import ALL_LOGITS
+    from cera.runtime import SeqStep
+    from cera.testing.reference import load as reference_load
+
+    mt, ref = _load(smollm2_path, "metal"), reference_load(smollm2_path)
+    try:
+        ids = mt.tokenize(PROMPT)
+        outs = []
+        for m in (mt, ref):
+            st = m.runner.new_state(len(ids) + 2)
+            slot = st.acquire()
+            step = SeqStep(slot, ids, range(len(ids)))
+            outs.append(np.asarray(m.runner.forward(st, [step], ALL_LOGITS)["logits"], np.float64))
+        got, want = outs
+        assert np.abs(got - want).max() <= REF_TOLERANCE
+        assert (got.argmax(1) == want.argmax(1)).all()
+    finally:
+        mt.close()
+        ref.close()
