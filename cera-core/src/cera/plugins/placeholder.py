@@ -1,6 +1,6 @@
 """Backends that are registered but not implemented yet, done once for all of them.
 
-A placeholder distribution (today: vulkan, metal, hexagon) registers its backend name so
+A placeholder distribution (today: hexagon) registers its backend name so
 users see it in `cera plugins` and `cera inspect`, with the honest reason it cannot run.
 It declares no tensor types and no ops, so admission never picks it, and its factory
 raises `BackendUnavailable` with that same reason: an explicit ``--device`` fails
