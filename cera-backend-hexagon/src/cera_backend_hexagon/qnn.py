@@ -1,0 +1,144 @@
+"""onnxruntime's QNN execution provider (the ``onnxruntime-qnn`` plugin) on the HTP.
+
+`compile_context` compiles an ONNX graph for one SoC with CPU fallback off and writes the
+result as an HTP context binary (an EPContext ONNX file that names a ``*_qnn.bin``);
+`load_context` opens such a pair. On x86-64 the same ``libQnnHtp.so`` runs the graphs on
+QNN's HTP simulator; on a Snapdragon it runs them on the NPU.
+
+When QNN refuses a node, onnxruntime logs ``Unsupported nodes in QNN EP: { name: ..., type:
+... }`` on stderr and then fails with a message that names nothing, so compiling watches
+stderr and turns the node names back into cera ops (`cera_backend_hexagon.lower.cera_op_of`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from cera.errors import BackendUnavailable, UnsupportedOperation
+
+from .lower import cera_op_of
+from .target import Soc
+
+_lock = threading.Lock()
+_registered = False
+EP = "QNNExecutionProvider"
+
+
+def _ort():
+    global _registered
+    import onnxruntime as ort
+    import onnxruntime_qnn
+
+    with _lock:
+        if not _registered:
+            try:
+                ort.register_execution_provider_library(EP, onnxruntime_qnn.get_library_path())
+            except Exception as e:  # noqa: BLE001 - registered already by another user of the process
+                if "already" not in str(e).lower():
+                    raise BackendUnavailable(f"backend 'hexagon': onnxruntime could not load the QNN execution provider: {e}") from None
+            _registered = True
+    return ort, onnxruntime_qnn
+
+
+def provider_options(soc: Soc) -> dict[str, str]:
+    _, oq = _ort()
+    return {
+        "backend_path": oq.get_qnn_htp_path(),
+        "soc_model": str(soc.soc_model),
+        "htp_arch": str(soc.htp_arch),
+        "enable_htp_fp16_precision": "1",
+        "htp_performance_mode": "burst",
+    }
+
+
+def _session_options(soc: Soc, extra: dict[str, str] | None = None):
+    ort, _ = _ort()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.log_severity_level = 2  # errors and warnings reach stderr, where compile_context reads them
+    for k, v in (extra or {}).items():
+        so.add_session_config_entry(k, v)
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP]
+    if not devices:
+        raise BackendUnavailable("backend 'hexagon': the QNN execution provider lists no device")
+    so.add_provider_for_devices([devices[0]], provider_options(soc))
+    return so
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path):
+    """Point file descriptor 2 at ``path`` (onnxruntime's C++ logger writes there)."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+_UNSUPPORTED = re.compile(r"name:\s*([^,}]+?)\s*,\s*type:\s*([A-Za-z0-9_]+)")
+
+
+def refused_ops(log: str) -> list[str]:
+    """The cera ops behind the nodes QNN listed as unsupported in onnxruntime's log."""
+    found = []
+    for line in log.splitlines():
+        if "Unsupported nodes in QNN EP" in line:
+            for name, op_type in _UNSUPPORTED.findall(line):
+                item = f"{cera_op_of(name)} as ONNX {op_type}"
+                if item not in found:
+                    found.append(item)
+    return found
+
+
+def _open(model, soc: Soc, extra: dict[str, str] | None, what: str):
+    ort, _ = _ort()
+    so = _session_options(soc, extra)
+    with tempfile.TemporaryDirectory(prefix="cera-hexagon-log-") as tmp:
+        log_path = Path(tmp) / "ort.log"
+        try:
+            with _stderr_to(log_path):
+                return ort.InferenceSession(model, so)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+            log = log_path.read_text(errors="replace") if log_path.exists() else ""
+            ops = refused_ops(log)
+            if ops:
+                raise UnsupportedOperation(
+                    f"backend 'hexagon': QNN's HTP ({soc.name}, v{soc.htp_arch}) cannot compile {what}: it refuses "
+                    f"{'; '.join(ops)} (CPU fallback is off); run this model on another backend"
+                ) from None
+            last = [ln for ln in log.splitlines() if "[E:" in ln][-1:] or [str(e)]
+            raise UnsupportedOperation(
+                f"backend 'hexagon': QNN's HTP ({soc.name}, v{soc.htp_arch}) failed to compile {what}: {last[0][-400:]}"
+            ) from None
+
+
+def compile_context(model_bytes: bytes, out_dir: Path, soc: Soc, what: str) -> tuple[object, float]:
+    """Compile for ``soc`` and write ``graph_ctx.onnx`` + its ``*_qnn.bin`` in ``out_dir``;
+    returns the (usable) session and the seconds compiling took."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    extra = {
+        "ep.context_enable": "1",
+        "ep.context_file_path": str(out_dir / "graph_ctx.onnx"),
+        "ep.context_embed_mode": "0",
+    }
+    t0 = time.perf_counter()
+    session = _open(model_bytes, soc, extra, what)
+    return session, time.perf_counter() - t0
+
+
+def load_context(ctx_path: Path, soc: Soc, what: str):
+    return _open(str(ctx_path), soc, None, what)
