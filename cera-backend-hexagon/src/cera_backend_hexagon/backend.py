@@ -68,7 +68,7 @@ class HexagonBackend(Backend):
         return HexagonWeight(gguf, name)
 
     def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
-        if kv_type not in KV_TYPES:
+        if kv_type not in KV_TYPES and "kv" in spec.kinds():
             raise UnsupportedOperation(
                 f"backend 'hexagon' keeps the KV cache in float16 (the HTP computes attention in float16), not {kv_type!r}; "
                 "use kv_type f16 (--kv-type f16)"
@@ -86,7 +86,10 @@ class HexagonBackend(Backend):
         files = sorted({str(weights[n].file) for n in used}) if used else []
         digest = ",".join(file_hash(Path(f)) for f in files) or "no-weights"
         what = f"a graph of {graph.layout.n_tokens} token(s) in {graph.layout.n_seq} sequence(s)"
-        desc = graph.describe() + f"\ncells={sorted(kv_cells.items())}"
+        desc = "\n".join([
+            graph.describe(), f"sequences={graph.layout.seq_lens}", f"cells={sorted(kv_cells.items())}",
+            "outputs=" + ",".join(f"{k}:%{t.id}" for k, t in sorted(graph.outputs.items())),
+        ])  # fmt: skip
         key = cache.graph_key(digest, self.soc, desc)
         ctx = cache.lookup(self.soc, key)
         if ctx is not None:
