@@ -34,9 +34,8 @@ def simulator(monkeypatch, hexagon_cache):
     """A HexagonBackend on the simulator, its context binaries under ``hexagon_cache``."""
     if WHY_NOT is not None:
         pytest.skip(WHY_NOT)
-    from cera_backend_hexagon import cache
-
     from cera import registry
+    from cera_backend_hexagon import cache
 
     monkeypatch.setenv("CERA_HEXAGON_TARGET", "simulator")
     monkeypatch.setattr(registry, "_probe_results", {})  # availability is kept per process: ask again

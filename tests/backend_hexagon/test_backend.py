@@ -38,9 +38,8 @@ def test_off_device_it_is_one_clear_line(monkeypatch):
 
 def test_auto_passes_over_it_with_the_reason(monkeypatch):
     import cera
-    from cera.plugins import get_manager
-
     from cera import registry
+    from cera.plugins import get_manager
 
     monkeypatch.delenv("CERA_HEXAGON_TARGET", raising=False)
     monkeypatch.setattr(registry, "_probe_results", {})

@@ -38,7 +38,11 @@ def _cases():
     for c in conformance.op_cases(TENSOR_TYPES, OPS):
         if c.op in ("embedding", "linear") and not c.types <= SAMPLE_TYPES | {"F32"}:
             continue
-        if c.op == "attention" and c.kv_type != "f16" and c.name not in ("attention[batch]", "attention[window_softcap]"):
+        if (
+            c.op == "attention"
+            and c.kv_type != "f16"
+            and c.name not in ("attention[batch]", "attention[window_softcap]")
+        ):
             continue  # the f32 and q8_0 caches: the HTP keeps f16 (the batch and window cases run on it below)
         out.append(c)
     return out

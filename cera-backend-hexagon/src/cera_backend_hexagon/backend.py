@@ -36,9 +36,11 @@ from .weights import HexagonWeight, file_hash
 @attrs.frozen
 class HexagonOptions(BackendOptions):
     """``soc``: the Snapdragon the graphs are built for (default $CERA_HEXAGON_SOC, else
-    SM8650, the Snapdragon 8 Gen 3); see `cera_backend_hexagon.target.SOCS`."""
+    SM8650, the Snapdragon 8 Gen 3); see `cera_backend_hexagon.target.SOCS`. ``profile``:
+    record QNN's per-run profile (HTP cycles) of every graph (`HexagonExecutable.cycles`)."""
 
     soc: str | None = None
+    profile: bool = False
 
 
 class HexagonBackend(Backend):
@@ -47,15 +49,19 @@ class HexagonBackend(Backend):
     ops = OPS
     options_type = HexagonOptions
 
-    def __init__(self, soc: str | None = None, device_index: int = 0, memory_limit: int | None = None):
+    def __init__(self, soc: str | None = None, device_index: int = 0, memory_limit: int | None = None,
+                 profile: bool = False):  # fmt: skip
         self.where = require()
         self.soc = resolve_soc(soc)
         self.memory_limit = memory_limit
+        self._profile_dir = tempfile.TemporaryDirectory(prefix="cera-hexagon-profile-") if profile else None
         self.stats: list[dict] = []  # one entry per compiled or loaded graph (for `cera hexagon-compile`, tests)
 
     def probe(self) -> DeviceInfo:
         sim = self.where == "simulator"
-        device = f"Hexagon HTP v{self.soc.htp_arch} ({self.soc.product}, {self.soc.name})" + (" on QNN's x86-64 simulator" if sim else "")
+        device = f"Hexagon HTP v{self.soc.htp_arch} ({self.soc.product}, {self.soc.name})" + (
+            " on QNN's x86-64 simulator" if sim else ""
+        )
         # the simulator computes on the CPU: passed over under --device auto, used when named
         return DeviceInfo(True, device, self.memory_limit, None, software=sim)
 
@@ -92,16 +98,22 @@ class HexagonBackend(Backend):
         ])  # fmt: skip
         key = cache.graph_key(digest, self.soc, desc)
         ctx = cache.lookup(self.soc, key)
+        profile = Path(self._profile_dir.name) / f"{key}-{len(self.stats)}.csv" if self._profile_dir else None
         if ctx is not None:
             t0 = time.perf_counter()
-            session = qnn.load_context(ctx, self.soc, what)
-            info = dict(cache.meta(ctx), cached=True, load_s=round(time.perf_counter() - t0, 3))
+            session = qnn.load_context(ctx, self.soc, what, profile)
+            info = dict(cache.meta(ctx), cached=True, load_s=round(time.perf_counter() - t0, 3), path=str(ctx))
         else:
-            session, info = self._build(lowered, graph, weights, key, what)
+            session, info = self._build(lowered, graph, weights, key, what, profile)
         self.stats.append(info)
-        return HexagonExecutable(graph, lowered, session, info)
+        return HexagonExecutable(graph, lowered, session, info, profile)
 
-    def _build(self, lowered, graph, weights, key, what):
+    def close(self) -> None:
+        if self._profile_dir is not None:
+            self._profile_dir.cleanup()
+            self._profile_dir = None
+
+    def _build(self, lowered, graph, weights, key, what, profile=None):
         import onnx
 
         def values(name, layout):
@@ -115,9 +127,13 @@ class HexagonBackend(Backend):
             path = Path(src) / "graph.onnx"
             onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="graph.data",
                       size_threshold=1024)  # fmt: skip
-            onnx_bytes = path.stat().st_size + (Path(src) / "graph.data").stat().st_size if (Path(src) / "graph.data").exists() else path.stat().st_size
+            onnx_bytes = (
+                path.stat().st_size + (Path(src) / "graph.data").stat().st_size
+                if (Path(src) / "graph.data").exists()
+                else path.stat().st_size
+            )
             del model
-            session, seconds = qnn.compile_context(str(path), tmp, self.soc, what)
+            session, seconds = qnn.compile_context(str(path), tmp, self.soc, what, profile)
         bins = list(tmp.glob("*.bin"))
         info = {
             "soc": self.soc.name, "htp_arch": self.soc.htp_arch, "tokens": graph.layout.n_tokens,
@@ -131,12 +147,22 @@ class HexagonBackend(Backend):
 
 
 class HexagonExecutable(Executable):
-    def __init__(self, graph, lowered, session, info: dict):
+    def __init__(self, graph, lowered, session, info: dict, profile: Path | None = None):
         self.graph = graph
         self.lowered = lowered
         self.session = session
         self.info = info
+        self.profile = profile
         self.output_names = [o for o, _ in lowered.outputs.values()] + [w.name for w in lowered.writebacks]
+
+    def cycles(self) -> list[int]:
+        """HTP cycles of each run so far (with the backend's ``profile`` option), else []."""
+        return qnn.cycles(self.profile) if self.profile is not None else []
+
+    def bytes_per_run(self) -> int:
+        """Bytes a run moves between the host and the HTP: every input and output."""
+        outs = sum(int(np.prod(s)) * (4 if t == "i32" else 2) for t, s in self.lowered.value_infos.values())
+        return self.info.get("feeds_bytes", 0) + outs
 
     def feeds(self, state, inputs: StepInputs) -> dict[str, np.ndarray]:
         groups = self.graph.layout.groups

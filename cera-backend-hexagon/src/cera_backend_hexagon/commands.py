@@ -18,9 +18,15 @@ import click
 
 @click.command("hexagon-compile")
 @click.option("-m", "--model", "model", required=True, help="a GGUF file (or anything `cera run -m` takes)")
-@click.option("--soc", default=None, help="the Snapdragon: SM8650 (8 Gen 3, the default), SM8550, SM8750, ... or a QNN soc_model number")
+@click.option(
+    "--soc",
+    default=None,
+    help="the Snapdragon: SM8650 (8 Gen 3, the default), SM8550, SM8750, ... or a QNN soc_model number",
+)
 @click.option("--ctx", "n_ctx", type=int, default=512, show_default=True, help="context cells the graphs are built for")
-@click.option("--prompt-tokens", default="", help="prompt lengths to build prompt graphs for, comma-separated (e.g. 16,64)")
+@click.option(
+    "--prompt-tokens", default="", help="prompt lengths to build prompt graphs for, comma-separated (e.g. 16,64)"
+)
 @click.option("--json", "as_json", is_flag=True, help="print what was built as JSON")
 def hexagon_compile(model, soc, n_ctx, prompt_tokens, as_json):
     """Compile a model's Hexagon (QNN HTP) context binaries for a SoC, ahead of time."""
@@ -28,16 +34,18 @@ def hexagon_compile(model, soc, n_ctx, prompt_tokens, as_json):
     from cera.errors import CeraError
     from cera.graph import ARGMAX, LAST_LOGITS, Layout
 
-    if platform.machine().lower() in ("x86_64", "amd64") and not os.environ.get("CERA_HEXAGON_TARGET"):
-        os.environ["CERA_HEXAGON_TARGET"] = "simulator"  # the x86 copy of QNN compiles for any SoC
-    if soc:
-        os.environ["CERA_HEXAGON_SOC"] = soc
     try:
         lengths = sorted({int(x) for x in prompt_tokens.split(",") if x.strip()})
     except ValueError:
         raise click.BadParameter(f"--prompt-tokens wants comma-separated integers, got {prompt_tokens!r}") from None
+    saved = os.environ.get("CERA_HEXAGON_TARGET")
+    if platform.machine().lower() in ("x86_64", "amd64") and not saved:
+        os.environ["CERA_HEXAGON_TARGET"] = "simulator"  # the x86 copy of QNN compiles for any SoC
     try:
-        loaded = cera.load(model, device="hexagon", quiet=True)
+        from .target import resolve_soc
+
+        soc_name = resolve_soc(soc).name
+        loaded = cera.load(model, device="hexagon", quiet=True, soc=soc_name)
         try:
             state = loaded.runner.new_state(n_ctx)
             shapes = [(Layout((n,)), LAST_LOGITS) for n in lengths if 1 < n <= n_ctx]
@@ -45,11 +53,13 @@ def hexagon_compile(model, soc, n_ctx, prompt_tokens, as_json):
             for layout, outputs in shapes:
                 loaded.runner.executable(layout, outputs, state)
             stats = list(loaded.backend.stats)
-            soc_name = loaded.backend.soc.name
         finally:
             loaded.close()
     except CeraError as e:
         raise click.ClickException(str(e)) from None
+    finally:
+        if saved is None:
+            os.environ.pop("CERA_HEXAGON_TARGET", None)
     if as_json:
         click.echo(json.dumps(stats, indent=1))
         return

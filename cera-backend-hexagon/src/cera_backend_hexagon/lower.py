@@ -83,7 +83,6 @@ class Lowered:
 
     def model(self, weight_values: Callable[[str, str], np.ndarray]):
         """The ONNX ModelProto; ``weight_values(name, layout)`` gives each weight's float16 array."""
-        import onnx
         from onnx import TensorProto, helper, numpy_helper
 
         elem = {"f16": TensorProto.FLOAT16, "i32": TensorProto.INT32}
@@ -93,7 +92,9 @@ class Lowered:
         for name in self.weight_names:
             inits.append(numpy_helper.from_array(weight_values(name.split("|")[0], self.weight_layout[name]), name))
         graph = helper.make_graph(self.nodes, "cera", inputs, outputs, inits)
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="cera-backend-hexagon")
+        m = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="cera-backend-hexagon"
+        )
         m.ir_version = 10
         return m
 
@@ -205,7 +206,9 @@ class _Lowering:
         g = self.g
         unknown = sorted({n.op for n in g.nodes} - LOWERED_OPS)
         if unknown:
-            raise UnsupportedOperation(f"backend 'hexagon' cannot lower op{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} to the HTP")
+            raise UnsupportedOperation(
+                f"backend 'hexagon' cannot lower op{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} to the HTP"
+            )
         uses_positions = any(
             isinstance(a, Tensor) and a.name == "positions" and n.op != "rope" for n in g.nodes for a in n.args
         )
@@ -217,7 +220,9 @@ class _Lowering:
             if name == "tokens":
                 self.values[t.id] = self.feed("tokens", "tokens", t.shape, "i32")
             else:
-                self.values[t.id] = self.feed(f"x_{name}", "extra", t.shape, "i32" if t.dtype == "i32" else "f16", input=name)
+                self.values[t.id] = self.feed(
+                    f"x_{name}", "extra", t.shape, "i32" if t.dtype == "i32" else "f16", input=name
+                )
         for node in g.nodes:
             self.tag = f"n{node.id}_{node.op}"
             fn = getattr(self, f"_{node.op}")
@@ -251,7 +256,9 @@ class _Lowering:
 
     def _rms_norm(self, node, x, w=None, *, eps):
         dim = x.shape[-1]
-        return self.op("SimplifiedLayerNormalization", [self.val(x), self._norm_param(w, dim, 1.0)], axis=-1, epsilon=eps)
+        return self.op(
+            "SimplifiedLayerNormalization", [self.val(x), self._norm_param(w, dim, 1.0)], axis=-1, epsilon=eps
+        )
 
     def _layer_norm(self, node, x, w=None, b=None, *, eps):
         dim = x.shape[-1]
@@ -282,7 +289,9 @@ class _Lowering:
             y = self.op("Concat", [y, self.slice(xv, nd, D, 2)], axis=-1)
         return y
 
-    def _attend(self, q: str, keys: str, values: str, mask: str, n: int, H: int, Hkv: int, dk: int, dv: int, M: int, spec):
+    def _attend(
+        self, q: str, keys: str, values: str, mask: str, n: int, H: int, Hkv: int, dk: int, dv: int, M: int, spec
+    ):
         """q [n, H, dk]; keys [Hkv, M, dk]; values [Hkv, M, dv]; mask [n, M] -> [n, H * dv]."""
         G = H // Hkv
         qh = self.op("Transpose", [self.reshape(q, (n, Hkv, G, dk))], perm=[1, 2, 0, 3])  # [Hkv, G, n, dk]
@@ -291,7 +300,10 @@ class _Lowering:
         scores = self.op("MatMul", [qh, kt])  # [Hkv, G*n, M]
         scores = self.op("Mul", [scores, self.const(spec.scale)])
         if spec.softcap:
-            scores = self.op("Mul", [self.op("Tanh", [self.op("Mul", [scores, self.const(1.0 / spec.softcap)])]), self.const(spec.softcap)])
+            scores = self.op(
+                "Mul",
+                [self.op("Tanh", [self.op("Mul", [scores, self.const(1.0 / spec.softcap)])]), self.const(spec.softcap)],
+            )
         scores = self.op("Add", [self.reshape(scores, (Hkv, G, n, M)), mask])
         p = self.reshape(self.op("Softmax", [scores], axis=-1), (Hkv, G * n, M))
         o = self.reshape(self.op("MatMul", [p, values]), (Hkv, G, n, dv))
@@ -325,7 +337,13 @@ class _Lowering:
     def _attention_full(self, node, q, k, v, *, spec):
         n, H, dk = q.shape
         Hkv, dv = k.shape[1], v.shape[2]
-        mask = self.feed(f"fmask_c{int(spec.causal)}_w{spec.window or 0}", "mask_full", (n, n), causal=spec.causal, window=spec.window)
+        mask = self.feed(
+            f"fmask_c{int(spec.causal)}_w{spec.window or 0}",
+            "mask_full",
+            (n, n),
+            causal=spec.causal,
+            window=spec.window,
+        )
         keys = self.op("Transpose", [self.val(k)], perm=[1, 0, 2])
         values = self.op("Transpose", [self.val(v)], perm=[1, 0, 2])
         return self._attend(self.val(q), keys, values, mask, n, H, Hkv, dk, dv, n, spec)
@@ -357,7 +375,9 @@ class _Lowering:
         return self.op("Mul", [self.val(x), self.const(s)])
 
     def _softcap(self, node, x, *, cap):
-        return self.op("Mul", [self.op("Tanh", [self.op("Mul", [self.val(x), self.const(1.0 / cap)])]), self.const(cap)])
+        return self.op(
+            "Mul", [self.op("Tanh", [self.op("Mul", [self.val(x), self.const(1.0 / cap)])]), self.const(cap)]
+        )
 
     def _softmax(self, node, x):
         return self.op("Softmax", [self.val(x)], axis=-1)
@@ -388,7 +408,10 @@ class _Lowering:
         return self.reshape(y, (len(index),) + tuple(x.shape[1:]))
 
     def _seq_mean(self, node, x, *, groups):
-        parts = [self.op("ReduceMean", [self.slice(self.val(x), r0, r0 + n, 0), self.ints([0])], keepdims=1) for r0, n in groups]
+        parts = [
+            self.op("ReduceMean", [self.slice(self.val(x), r0, r0 + n, 0), self.ints([0])], keepdims=1)
+            for r0, n in groups
+        ]
         return parts[0] if len(parts) == 1 else self.op("Concat", parts, axis=0)
 
     def _reshape(self, node, x, *, shape):
@@ -438,7 +461,10 @@ def rope_tables(positions: np.ndarray, spec) -> tuple[np.ndarray, np.ndarray]:
     theta, mscale = rope_thetas(positions, spec)
     mag = mscale * spec.attn_factor
     n = len(positions)
-    return ((np.cos(theta) * mag).astype(np.float16).reshape(n, 1, -1), (np.sin(theta) * mag).astype(np.float16).reshape(n, 1, -1))
+    return (
+        (np.cos(theta) * mag).astype(np.float16).reshape(n, 1, -1),
+        (np.sin(theta) * mag).astype(np.float16).reshape(n, 1, -1),
+    )
 
 
 def kv_mask(state, inputs, groups, cells: int, window: int | None) -> np.ndarray:

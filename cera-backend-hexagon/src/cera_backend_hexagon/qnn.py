@@ -37,27 +37,62 @@ def _ort():
 
     with _lock:
         if not _registered:
-            try:
-                ort.register_execution_provider_library(EP, onnxruntime_qnn.get_library_path())
-            except Exception as e:  # noqa: BLE001 - registered already by another user of the process
-                if "already" not in str(e).lower():
-                    raise BackendUnavailable(f"backend 'hexagon': onnxruntime could not load the QNN execution provider: {e}") from None
+            with tempfile.TemporaryDirectory(prefix="cera-hexagon-log-") as tmp:
+                log = Path(tmp) / "load.log"
+                try:
+                    with _stderr_to(log):
+                        ort.register_execution_provider_library(EP, onnxruntime_qnn.get_library_path())
+                except Exception as e:  # noqa: BLE001 - registered already by another user of the process
+                    if "already" not in str(e).lower():
+                        raise BackendUnavailable(
+                            f"backend 'hexagon': onnxruntime could not load the QNN execution provider: {e}"
+                        ) from None
+                _pass_on(log)
             _registered = True
     return ort, onnxruntime_qnn
 
 
-def provider_options(soc: Soc) -> dict[str, str]:
+def _pass_on(log: Path) -> None:
+    """Copy what a library printed while loading to stderr, less QNN's note that its
+    thread-local configuration file is absent (printed on every load, meaning nothing)."""
+    import sys
+
+    text = log.read_text(errors="replace") if log.exists() else ""
+    kept = [ln for ln in text.splitlines() if ln.strip() and "LIBNATIVE" not in ln]
+    if kept:
+        print("\n".join(kept), file=sys.stderr)
+
+
+def provider_options(soc: Soc, profile: Path | None = None) -> dict[str, str]:
     _, oq = _ort()
-    return {
+    opts = {
         "backend_path": oq.get_qnn_htp_path(),
         "soc_model": str(soc.soc_model),
         "htp_arch": str(soc.htp_arch),
         "enable_htp_fp16_precision": "1",
         "htp_performance_mode": "burst",
     }
+    if profile is not None:  # QNN's per-run events, with the HTP's cycle count, as CSV
+        opts.update(profiling_level="detailed", profiling_file_path=str(profile))
+    return opts
 
 
-def _session_options(soc: Soc, extra: dict[str, str] | None = None):
+def cycles(profile: Path) -> list[int]:
+    """The HTP cycles of each run QNN's profile recorded (its "Accelerator (execute) time
+    (cycles)" events; on the simulator, the simulator's count)."""
+    out = []
+    try:
+        text = profile.read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        parts = line.split(",")
+        if len(parts) >= 7 and parts[3] == "CYCLES" and parts[6].startswith("Accelerator (execute) time"):
+            out.append(int(parts[2]))
+    return out
+
+
+def _session_options(soc: Soc, extra: dict[str, str] | None = None, profile: Path | None = None):
     ort, _ = _ort()
     so = ort.SessionOptions()
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
@@ -67,7 +102,7 @@ def _session_options(soc: Soc, extra: dict[str, str] | None = None):
     devices = [d for d in ort.get_ep_devices() if d.ep_name == EP]
     if not devices:
         raise BackendUnavailable("backend 'hexagon': the QNN execution provider lists no device")
-    so.add_provider_for_devices([devices[0]], provider_options(soc))
+    so.add_provider_for_devices([devices[0]], provider_options(soc, profile))
     return so
 
 
@@ -89,7 +124,7 @@ def _stderr_to(path: Path):
         os.close(saved)
 
 
-_UNSUPPORTED = re.compile(r"name:\s*([^,}]+?)\s*,\s*type:\s*([A-Za-z0-9_]+)")
+_UNSUPPORTED = re.compile(r"name:\s*([^,}]*?)\s*,\s*type:\s*([A-Za-z0-9_]+)")
 
 
 def refused_ops(log: str) -> list[str]:
@@ -98,15 +133,15 @@ def refused_ops(log: str) -> list[str]:
     for line in log.splitlines():
         if "Unsupported nodes in QNN EP" in line:
             for name, op_type in _UNSUPPORTED.findall(line):
-                item = f"{cera_op_of(name)} as ONNX {op_type}"
+                item = f"{cera_op_of(name)} as ONNX {op_type}" if name else f"ONNX {op_type}"
                 if item not in found:
                     found.append(item)
     return found
 
 
-def _open(model, soc: Soc, extra: dict[str, str] | None, what: str):
+def _open(model, soc: Soc, extra: dict[str, str] | None, what: str, profile: Path | None = None):
     ort, _ = _ort()
-    so = _session_options(soc, extra)
+    so = _session_options(soc, extra, profile)
     with tempfile.TemporaryDirectory(prefix="cera-hexagon-log-") as tmp:
         log_path = Path(tmp) / "ort.log"
         try:
@@ -126,7 +161,7 @@ def _open(model, soc: Soc, extra: dict[str, str] | None, what: str):
             ) from None
 
 
-def compile_context(model_bytes: bytes, out_dir: Path, soc: Soc, what: str) -> tuple[object, float]:
+def compile_context(model, out_dir: Path, soc: Soc, what: str, profile: Path | None = None) -> tuple[object, float]:
     """Compile for ``soc`` and write ``graph_ctx.onnx`` + its ``*_qnn.bin`` in ``out_dir``;
     returns the (usable) session and the seconds compiling took."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -136,9 +171,9 @@ def compile_context(model_bytes: bytes, out_dir: Path, soc: Soc, what: str) -> t
         "ep.context_embed_mode": "0",
     }
     t0 = time.perf_counter()
-    session = _open(model_bytes, soc, extra, what)
+    session = _open(model, soc, extra, what, profile)
     return session, time.perf_counter() - t0
 
 
-def load_context(ctx_path: Path, soc: Soc, what: str):
-    return _open(str(ctx_path), soc, None, what)
+def load_context(ctx_path: Path, soc: Soc, what: str, profile: Path | None = None):
+    return _open(str(ctx_path), soc, None, what, profile)

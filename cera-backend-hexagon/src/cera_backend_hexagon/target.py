@@ -84,7 +84,9 @@ def resolve_soc(value: str | None = None) -> Soc:
 def target() -> str:
     raw = os.environ.get("CERA_HEXAGON_TARGET", "").strip().lower() or "device"
     if raw not in TARGETS:
-        raise InvalidOptions(f"CERA_HEXAGON_TARGET={raw!r}: use 'device' (the NPU) or 'simulator' (QNN's x86-64 HTP simulator)")
+        raise InvalidOptions(
+            f"CERA_HEXAGON_TARGET={raw!r}: use 'device' (the NPU) or 'simulator' (QNN's x86-64 HTP simulator)"
+        )
     return raw
 
 
@@ -98,7 +100,10 @@ def qnn_package_dir() -> Path | None:
 def _has_fastrpc() -> bool:
     if ctypes.util.find_library("cdsprpc"):
         return True
-    return any(Path(d, "libcdsprpc.so").exists() for d in ("/vendor/lib64", "/usr/lib", "/usr/lib/aarch64-linux-gnu", "/system/lib64"))
+    return any(
+        Path(d, "libcdsprpc.so").exists()
+        for d in ("/vendor/lib64", "/usr/lib", "/usr/lib/aarch64-linux-gnu", "/system/lib64")
+    )
 
 
 def unavailable_reason() -> str | None:

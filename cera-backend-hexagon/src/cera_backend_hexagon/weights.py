@@ -71,7 +71,9 @@ def to_f16(gguf, name: str, ggml_type: str, numpy_shape: tuple[int, ...]) -> np.
         try:
             values = dequantize(np.ascontiguousarray(raw).reshape(-1).view(np.uint8), GGMLQuantizationType[ggml_type])
         except (KeyError, NotImplementedError, ValueError) as e:
-            raise UnsupportedTensorType(name, ggml_type, "hexagon", f"the gguf package cannot decode it ({e})") from None
+            raise UnsupportedTensorType(
+                name, ggml_type, "hexagon", f"the gguf package cannot decode it ({e})"
+            ) from None
     values = np.asarray(values, np.float32).reshape(-1)
     if values.size != math.prod(numpy_shape):
         raise UnsupportedTensorType(name, ggml_type, "hexagon", f"{values.size} values for shape {numpy_shape}")
