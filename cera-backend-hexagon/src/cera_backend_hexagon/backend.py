@@ -164,6 +164,16 @@ class HexagonExecutable(Executable):
         outs = sum(int(np.prod(s)) * (4 if t == "i32" else 2) for t, s in self.lowered.value_infos.values())
         return self.info.get("feeds_bytes", 0) + outs
 
+    def weight_bytes_read(self) -> int:
+        """float16 bytes of the matrices a run reads whole (every product's; an embedding
+        table is read one row a token and is not counted)."""
+        shapes = {w.name: w.shape for n in self.graph.nodes for w in n.weights}
+        return sum(
+            2 * int(np.prod(shapes[k.split("|")[0]]))
+            for k, how in self.lowered.weight_layout.items()
+            if how == "transposed"
+        )
+
     def feeds(self, state, inputs: StepInputs) -> dict[str, np.ndarray]:
         groups = self.graph.layout.groups
         slots = np.asarray(inputs.slots, np.int64)
@@ -171,6 +181,8 @@ class HexagonExecutable(Executable):
         for f in self.lowered.feeds:
             if f.kind == "tokens":
                 out[f.name] = np.ascontiguousarray(inputs.tokens, np.int32)
+            elif f.kind == "positions":
+                out[f.name] = np.ascontiguousarray(inputs.positions, np.int32)
             elif f.kind == "extra":
                 a = np.asarray(inputs.extra[f.info["input"]])
                 out[f.name] = a.astype(np.int32 if f.dtype == "i32" else np.float16)

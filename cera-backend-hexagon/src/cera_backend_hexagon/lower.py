@@ -55,7 +55,7 @@ class Feed:
     """A graph input the host fills every run."""
 
     name: str
-    kind: str  # tokens | extra | rope_cos | rope_sin | past_k | past_v | mask | mask_full | conv
+    kind: str  # tokens | positions | extra | rope_cos | rope_sin | past_k | past_v | mask | mask_full | conv
     shape: tuple[int, ...]
     dtype: str = "f16"  # f16 | i32
     info: dict = attrs.field(factory=dict)
@@ -209,16 +209,11 @@ class _Lowering:
             raise UnsupportedOperation(
                 f"backend 'hexagon' cannot lower op{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} to the HTP"
             )
-        uses_positions = any(
-            isinstance(a, Tensor) and a.name == "positions" and n.op != "rope" for n in g.nodes for a in n.args
-        )
-        if uses_positions:
-            raise UnsupportedOperation("backend 'hexagon': positions are used by an op other than rope")
         for name, t in g.inputs.items():
-            if name == "positions":
-                continue
-            if name == "tokens":
-                self.values[t.id] = self.feed("tokens", "tokens", t.shape, "i32")
+            if name == "positions" and not any(a is t for n in g.nodes if n.op != "rope" for a in n.args):
+                continue  # RoPE takes its tables instead (fed by the host)
+            if name in ("tokens", "positions"):
+                self.values[t.id] = self.feed(name, name, t.shape, "i32")
             else:
                 self.values[t.id] = self.feed(
                     f"x_{name}", "extra", t.shape, "i32" if t.dtype == "i32" else "f16", input=name
