@@ -11,12 +11,22 @@ from .conftest import needs_simulator
 TINY = Path(__file__).resolve().parent.parent / "models" / "reference" / "tiny"
 
 
+def _command():
+    """The command as the plugin registers it with the CLI."""
+    from cera_backend_hexagon.plugin import cera_register_commands
+
+    found = []
+    cera_register_commands(found.append)
+    [cmd] = found
+    assert cmd.name == "hexagon-compile"
+    return cmd
+
+
 @needs_simulator
 def test_hexagon_compile_prepares_and_reuses(simulator, hexagon_cache):
     from click.testing import CliRunner
 
-    from cera_backend_hexagon.commands import hexagon_compile
-
+    hexagon_compile = _command()
     args = ["-m", str(TINY / "tiny-mistral.gguf"), "--soc", "SM8550", "--ctx", "32", "--prompt-tokens", "4", "--json"]
     first = CliRunner().invoke(hexagon_compile, args)
     assert first.exit_code == 0, first.output
@@ -32,7 +42,6 @@ def test_hexagon_compile_prepares_and_reuses(simulator, hexagon_cache):
 def test_an_unknown_soc_is_one_clear_error():
     from click.testing import CliRunner
 
-    from cera_backend_hexagon.commands import hexagon_compile
-
+    hexagon_compile = _command()
     r = CliRunner().invoke(hexagon_compile, ["-m", str(TINY / "tiny-mistral.gguf"), "--soc", "SM1234"])
     assert r.exit_code != 0 and "unknown Hexagon SoC 'SM1234'" in r.output

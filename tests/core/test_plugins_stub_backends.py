@@ -1,4 +1,4 @@
-"""The placeholder backends (metal, hexagon): registered, honest, and refusing.
+"""The placeholder backends (metal): registered, honest, and refusing.
 
 Each distribution registers its backend name with cera so users can see it, declares no
 tensor types and no ops (so admission never picks it), reports itself unusable with the
@@ -16,7 +16,7 @@ from cera.errors import BackendUnavailable
 from cera.plugins import PluginManager
 from cera.registry import load_factory
 
-STUBS = ["metal", "hexagon"]  # vulkan is implemented: tests/backend_vulkan/test_plugin.py
+STUBS = ["metal"]  # vulkan and hexagon are implemented: tests/backend_vulkan/test_plugin.py, tests/backend_hexagon
 
 
 @pytest.fixture(params=STUBS)

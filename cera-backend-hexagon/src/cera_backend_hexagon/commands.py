@@ -16,20 +16,8 @@ import platform
 import click
 
 
-@click.command("hexagon-compile")
-@click.option("-m", "--model", "model", required=True, help="a GGUF file (or anything `cera run -m` takes)")
-@click.option(
-    "--soc",
-    default=None,
-    help="the Snapdragon: SM8650 (8 Gen 3, the default), SM8550, SM8750, ... or a QNN soc_model number",
-)
-@click.option("--ctx", "n_ctx", type=int, default=512, show_default=True, help="context cells the graphs are built for")
-@click.option(
-    "--prompt-tokens", default="", help="prompt lengths to build prompt graphs for, comma-separated (e.g. 16,64)"
-)
-@click.option("--json", "as_json", is_flag=True, help="print what was built as JSON")
 def hexagon_compile(model, soc, n_ctx, prompt_tokens, as_json):
-    """Compile a model's Hexagon (QNN HTP) context binaries for a SoC, ahead of time."""
+    """What the command does (its options are declared in plugin.py, which stays cheap)."""
     import cera
     from cera.errors import CeraError
     from cera.graph import ARGMAX, LAST_LOGITS, Layout

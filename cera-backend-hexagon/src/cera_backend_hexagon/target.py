@@ -8,7 +8,8 @@
   library that reaches the DSP); ``simulator`` runs the same context binaries on QNN's x86-64
   HTP simulator, which ships inside the ``onnxruntime-qnn`` wheel for Linux x86-64.
 
-Cheap to import: the plugin's availability check calls `unavailable_reason`.
+Where it runs is checked by the plugin module itself (`cera_backend_hexagon.plugin`), which
+must stay cheap; this module adds the SoC table.
 
 The SoC numbers are QNN's ``QNN_SOC_MODEL_*`` values (QnnTypes.h of the QNN SDK, as
 ExecuTorch's Qualcomm backend lists them in ``qc_schema.py``).
@@ -16,15 +17,13 @@ ExecuTorch's Qualcomm backend lists them in ``qc_schema.py``).
 
 from __future__ import annotations
 
-import ctypes.util
-import importlib.util
 import os
-import platform
-from pathlib import Path
 
 import attrs
 
 from cera.errors import BackendUnavailable, InvalidOptions
+
+from .plugin import qnn_package_dir, target, unavailable_reason  # noqa: F401 - the checks the plugin runs
 
 
 @attrs.frozen
@@ -55,12 +54,6 @@ SOCS = {
 }
 DEFAULT_SOC = "SM8650"
 ALIASES = {"8gen1": "SM8450", "8gen2": "SM8550", "8gen3": "SM8650", "8elite": "SM8750", "8elitegen5": "SM8850"}
-TARGETS = ("device", "simulator")
-
-SIMULATOR_HINT = (
-    "to run the same context binaries on QNN's x86-64 HTP simulator, set CERA_HEXAGON_TARGET=simulator "
-    "(Linux x86-64 with onnxruntime-qnn installed)"
-)
 
 
 def resolve_soc(value: str | None = None) -> Soc:
@@ -79,53 +72,6 @@ def resolve_soc(value: str | None = None) -> Soc:
                 return s
     known = ", ".join(f"{s.name} ({s.product})" for s in SOCS.values())
     raise InvalidOptions(f"unknown Hexagon SoC {raw!r} (CERA_HEXAGON_SOC / --soc); known: {known}")
-
-
-def target() -> str:
-    raw = os.environ.get("CERA_HEXAGON_TARGET", "").strip().lower() or "device"
-    if raw not in TARGETS:
-        raise InvalidOptions(
-            f"CERA_HEXAGON_TARGET={raw!r}: use 'device' (the NPU) or 'simulator' (QNN's x86-64 HTP simulator)"
-        )
-    return raw
-
-
-def qnn_package_dir() -> Path | None:
-    spec = importlib.util.find_spec("onnxruntime_qnn")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def _has_fastrpc() -> bool:
-    if ctypes.util.find_library("cdsprpc"):
-        return True
-    return any(
-        Path(d, "libcdsprpc.so").exists()
-        for d in ("/vendor/lib64", "/usr/lib", "/usr/lib/aarch64-linux-gnu", "/system/lib64")
-    )
-
-
-def unavailable_reason() -> str | None:
-    """None where graphs can run (the NPU, or the simulator when asked for), else one line
-    saying why not and what to do."""
-    try:
-        where = target()
-    except InvalidOptions as e:
-        return str(e)
-    pkg = qnn_package_dir()
-    if pkg is None or importlib.util.find_spec("onnx") is None:
-        return "onnxruntime-qnn and onnx are not installed: pip install 'onnxruntime-qnn==2.7.0' 'onnx>=1.16'"
-    machine = platform.machine().lower()
-    if where == "simulator":
-        if machine not in ("x86_64", "amd64") or platform.system() != "Linux":
-            return f"QNN's HTP simulator ships for Linux x86-64 only, this is {platform.system()} {machine}; unset CERA_HEXAGON_TARGET"
-        if not (pkg / "libQnnHtp.so").exists():
-            return f"libQnnHtp.so is missing from {pkg}: reinstall onnxruntime-qnn"
-        return None
-    if machine not in ("aarch64", "arm64") or not _has_fastrpc():
-        return f"no Hexagon NPU here (this is a {machine} machine without Qualcomm's FastRPC runtime); {SIMULATOR_HINT}"
-    return None
 
 
 def require() -> str:
