@@ -2,16 +2,16 @@
 numpy reference backend at float16 tolerances, and the tiny dense and LFM2 models.
 
 The HTP computes in float16 (11-bit mantissa, relative rounding 2^-11 = 4.9e-4 per value):
-weights, activations, the KV cache and every intermediate are rounded to it, and products
-and norms sum in float16 arithmetic. So one tolerance, TOL_HTP, replaces the suite's float32
-ones (max |got - want| <= TOL_HTP * max(1, max |want|)); measured on the simulator at the
-commit that added these tests, the worst op case (linear over 256 inputs) stayed under a
-third of it. Quantized weights keep the suite's TOL_QUANT: both sides decode the same blocks
+weights, activations, the KV cache and every intermediate are rounded to it. So one tolerance, TOL_HTP, replaces the suite's float32
+ones (max |got - want| <= TOL_HTP * max(1, max |want|)). Measured on the simulator (QNN 2.51,
+SM8650) over these cases: the worst was attention with a window and soft-capping, 2.2e-3;
+softmax 1.1e-3; every product under 1e-3. Quantized weights keep the suite's TOL_QUANT: both sides decode the same blocks
 (the HTP then rounds them to float16), so the error is float16's, smaller than it. Models
-compare logits after several layers, at TOL_MODEL.
+compare logits after several layers, at TOL_MODEL (every tiny family the README lists as
+measured passed it; tiny-mistral: 0.18 on logits of about 28).
 
 Kept to about a minute: the weight types are a sample (float, the two block types llama.cpp's
-Hexagon backend runs, a K-quant); every other op case runs.
+Hexagon backend runs, a K-quant; see `_sampled`); every other op case runs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,20 @@ from .conftest import needs_simulator
 TINY = Path(__file__).resolve().parent.parent / "models" / "reference" / "tiny"
 TOL_HTP = 1e-2
 TOL_MODEL = 2e-2
-SAMPLE_TYPES = {"F32", "F16", "Q4_0", "Q8_0", "Q6_K"}
+# products: every layout (one row, a few, many, a decode batch) for F32 and Q4_0, one for the
+# others; embeddings of the types llama.cpp's Hexagon backend serves
+EVERY_LAYOUT = {"F32", "Q4_0"}
+ONE_LAYOUT = {"F16", "Q8_0", "Q6_K"}
+EMBEDDING_TYPES = {"F16", "Q4_0", "Q8_0"}
+
+
+def _sampled(c) -> bool:
+    if c.op == "embedding":
+        return c.name in {f"embedding[{t}]" for t in EMBEDDING_TYPES}
+    if c.op == "linear":
+        t = c.name[len("linear[") :].split(",")[0]
+        return t in EVERY_LAYOUT or (t in ONE_LAYOUT and c.name.endswith(",5]"))
+    return True
 
 
 def _cases():
@@ -36,7 +49,7 @@ def _cases():
 
     out = []
     for c in conformance.op_cases(TENSOR_TYPES, OPS):
-        if c.op in ("embedding", "linear") and not c.types <= SAMPLE_TYPES | {"F32"}:
+        if not _sampled(c):
             continue
         if (
             c.op == "attention"

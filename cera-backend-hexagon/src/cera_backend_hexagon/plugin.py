@@ -69,6 +69,8 @@ def unavailable_reason() -> str | None:
         if not (pkg / "libQnnHtp.so").exists():
             return f"libQnnHtp.so is missing from {pkg}: reinstall onnxruntime-qnn"
         return None
+    if platform.system() == "Windows" and machine == "arm64" and (pkg / "QnnHtp.dll").exists():
+        return None  # Windows on Snapdragon: the wheel's QnnHtp.dll reaches the NPU through the system's driver
     if machine not in ("aarch64", "arm64") or not _has_fastrpc():
         return f"no Hexagon NPU here (this is a {machine} machine without Qualcomm's FastRPC runtime); {SIMULATOR_HINT}"
     return None

@@ -108,20 +108,32 @@ def _session_options(soc: Soc, extra: dict[str, str] | None = None, profile: Pat
 
 @contextlib.contextmanager
 def _stderr_to(path: Path):
-    """Point file descriptor 2 at ``path`` (onnxruntime's C++ logger writes there)."""
+    """Point file descriptor 2 at ``path`` (onnxruntime's C++ logger writes there) and
+    descriptor 1 at a file beside it: QNN's HTP library prints a note on stdout when it loads
+    ("LIBNATIVE: No alternate configuration ..."), which must not mix with generated text.
+    What else reaches stdout is passed on."""
     import sys
 
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(fd, 2)
-    os.close(fd)
+    out_path = path.with_suffix(".stdout")
+    saved = {1: os.dup(1), 2: os.dup(2)}
+    for fd_no, target_path in ((1, out_path), (2, path)):
+        fd = os.open(target_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, fd_no)
+        os.close(fd)
     try:
         yield
     finally:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd_no, fd in saved.items():
+            os.dup2(fd, fd_no)
+            os.close(fd)
+        text = out_path.read_text(errors="replace") if out_path.exists() else ""
+        kept = [ln for ln in text.splitlines() if ln.strip() and "LIBNATIVE" not in ln]
+        if kept:
+            print("\n".join(kept), flush=True)
 
 
 _UNSUPPORTED = re.compile(r"name:\s*([^,}]*?)\s*,\s*type:\s*([A-Za-z0-9_]+)")
