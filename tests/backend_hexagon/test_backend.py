@@ -101,7 +101,7 @@ def test_context_binaries_are_cached_and_reused(simulator, hexagon_cache):
 
 
 @needs_simulator
-def test_an_op_qnn_refuses_is_named(simulator, monkeypatch):
+def test_an_op_qnn_refuses_is_named(simulator, monkeypatch, hexagon_cache):
     """A node the HTP cannot compile fails the graph with the cera op it came from (here
     gelu_erf lowered through ONNX Erf, which QNN's HTP does not take), never a CPU fallback."""
     from cera.testing import conformance
@@ -114,6 +114,7 @@ def test_an_op_qnn_refuses_is_named(simulator, monkeypatch):
     case = next(c for c in conformance.op_cases() if c.name == "unary[gelu_erf]")
     with pytest.raises(UnsupportedOperation, match=r"unary \(node \d+\) as ONNX Erf"):
         conformance.check_op(simulator, case)
+    assert not [p for p in hexagon_cache.rglob("*") if p.name.endswith(".tmp")]  # nothing half-built is kept
 
 
 def test_an_op_without_a_lowering_is_refused_by_name():

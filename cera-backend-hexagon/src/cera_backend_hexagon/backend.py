@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -123,17 +124,17 @@ class HexagonBackend(Backend):
 
         model = lowered.model(values)
         tmp = cache.staging(self.soc, key)
-        with tempfile.TemporaryDirectory(prefix="cera-hexagon-onnx-", dir=tmp.parent) as src:
-            path = Path(src) / "graph.onnx"
-            onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="graph.data",
-                      size_threshold=1024)  # fmt: skip
-            onnx_bytes = (
-                path.stat().st_size + (Path(src) / "graph.data").stat().st_size
-                if (Path(src) / "graph.data").exists()
-                else path.stat().st_size
-            )
-            del model
-            session, seconds = qnn.compile_context(str(path), tmp, self.soc, what, profile)
+        try:
+            with tempfile.TemporaryDirectory(prefix="cera-hexagon-onnx-", dir=tmp.parent) as src:
+                path, data = Path(src) / "graph.onnx", Path(src) / "graph.data"
+                onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                          location=data.name, size_threshold=1024)  # fmt: skip
+                del model
+                onnx_bytes = path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+                session, seconds = qnn.compile_context(str(path), tmp, self.soc, what, profile)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed compile leaves nothing in the cache
+            raise
         bins = list(tmp.glob("*.bin"))
         info = {
             "soc": self.soc.name, "htp_arch": self.soc.htp_arch, "tokens": graph.layout.n_tokens,
