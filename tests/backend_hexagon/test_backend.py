@@ -70,8 +70,15 @@ def test_soc_names():
 
 @needs_simulator
 def test_the_simulator_is_passed_over_under_auto(simulator):
+    import cera
+
     info = simulator.probe()
     assert info.usable and info.software and "simulator" in info.device
+    m = cera.load(str(TINY / "tiny-mistral.gguf"), device="auto", quiet=True)
+    try:
+        assert m.backend.name != "hexagon"  # it computes on the CPU: only --device hexagon uses it
+    finally:
+        m.close()
 
 
 @needs_simulator
