@@ -21,7 +21,7 @@ from cera.errors import AudioError, InvalidOptions
 
 from .cluster import DEFAULT_MAX_SPEAKERS, DEFAULT_THRESHOLD, OnlineClusters
 
-DEFAULT_WINDOW_S = 3.0
+DEFAULT_WINDOW_S = 4.0
 TARGET_DBFS = -30.0
 
 
