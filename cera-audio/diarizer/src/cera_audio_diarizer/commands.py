@@ -51,7 +51,8 @@ def resolve_model(model: str | None) -> str:
 @click.option("--rttm", "as_rttm", is_flag=True, help="Print RTTM lines (NIST's format).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the turns.")
 @click.option("--device", default="auto", show_default=True, help="Backend for the speaker encoder.")
-def diarize_command(audio_path, model, speakers, threshold, as_rttm, as_json, device):
+@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores).")
+def diarize_command(audio_path, model, speakers, threshold, as_rttm, as_json, device, threads):
     """Who spoke when: speaker turns of an audio file (start, end, speaker)."""
     from cera.audio import load_diarizer
     from cera_audio_io import open_audio
@@ -60,20 +61,23 @@ def diarize_command(audio_path, model, speakers, threshold, as_rttm, as_json, de
     if as_rttm and as_json:
         raise InvalidOptions("--rttm and --json are two output formats; give one of them")
     path = resolve_model(model)
-    diarizer = load_diarizer(path, device=device, max_speakers=speakers, threshold=threshold)
     turns, n = [], 0
-    with open_audio(audio_path, diarizer.sample_rate) as stream:
-        diarizer.reset()
-        for block in stream:
-            n += len(block)
-            turns += diarizer.push(block)
-    turns += diarizer.flush()
+    with open_audio(audio_path, 16000) as stream:  # the file is checked before the model loads
+        diarizer = load_diarizer(path, device=device, threads=threads, max_speakers=speakers, threshold=threshold)
+        try:
+            for block in stream:
+                n += len(block)
+                turns += diarizer.push(block)
+            turns += diarizer.flush()
+        finally:
+            diarizer.close()
+    sample_rate = diarizer.sample_rate
     file_id = Path(audio_path).stem.replace(" ", "_") or "audio"
     if as_rttm:
         for t in turns:
             click.echo(t.rttm(file_id))
     elif as_json:
-        doc = {"audio": str(audio_path), "model": path, "duration": round(n / diarizer.sample_rate, 3),
+        doc = {"audio": str(audio_path), "model": path, "duration": round(n / sample_rate, 3),
                "speakers": len({t.speaker for t in turns}), "turns": [t.to_json() for t in turns]}  # fmt: skip
         click.echo(json.dumps(doc, indent=2))
     else:

@@ -7,8 +7,9 @@
   `load_transcriber`;
 - `KeywordSpotter` (wake words: chunks in, `Detection`s out) and `load_kws`;
 - `Diarizer` (who spoke when: chunks in, `SpeakerTurn`s out) and `load_diarizer`;
-- `WakeWordDetector` (the wake-word protocol the pipeline uses) and `AudioPipeline`
-  (wake word -> VAD -> transcription -> speaker, one stream of typed events);
+- `AudioPipeline` and `PipelineParams` (wake word -> VAD -> transcription -> speaker, one
+  stream of typed events: `Hotword`, `SpeechStart`, `SpeechEnd`, `Transcript`,
+  `TranscriptCancelled`; its `PipelineState`);
 - `SegmentParams`, `SpeechSegmenter`, `speech_segments`: per-frame speech probabilities
   to speech segments, the same for every VAD.
 
@@ -21,12 +22,23 @@ from __future__ import annotations
 from .component import StreamingAudioComponent, component_for, load_component
 from .kws import Detection, KeywordSpotter, load_kws
 from .diarizer import Diarizer, SpeakerTurn, load_diarizer
+from .events import Hotword, PipelineEvent, PipelineState, SpeechEnd, SpeechStart, Transcript, TranscriptCancelled
 from .pcm import as_pcm, downmix
 from .segments import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, speech_segments
 from .transcriber import Transcriber, TranscriptSegment, load_transcriber
 from .vad import VoiceActivityDetector, load_vad
+from .pipeline import AudioPipeline, PipelineParams
 
 __all__ = [
+    "AudioPipeline",
+    "Hotword",
+    "PipelineEvent",
+    "PipelineParams",
+    "PipelineState",
+    "SpeechEnd",
+    "SpeechStart",
+    "Transcript",
+    "TranscriptCancelled",
     "Detection",
     "KeywordSpotter",
     "Diarizer",

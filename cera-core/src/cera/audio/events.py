@@ -12,6 +12,10 @@ import attrs
 
 
 class PipelineState(enum.Enum):
+    """Where the pipeline is: waiting for the wake word, waiting for speech after it (or,
+    without a keyword spotter, for any speech), inside an utterance, or waiting for the
+    transcription of one (while listening on for the next)."""
+
     LISTENING_FOR_HOTWORD = "listening_for_hotword"
     LISTENING_FOR_SPEECH = "listening_for_speech"
     SPEECH_ACTIVE = "speech_active"
@@ -20,12 +24,12 @@ class PipelineState(enum.Enum):
 
 @attrs.frozen
 class Hotword:
-    time: float
-    label: str
+    time: float  # the end of the audio that completed the wake word
+    wake_word: str
     probability: float
 
     def to_json(self) -> dict:
-        return {"event": "hotword", "time": round(self.time, 3), "label": self.label,
+        return {"event": "hotword", "time": round(self.time, 3), "wake_word": self.wake_word,
                 "probability": round(self.probability, 6)}  # fmt: skip
 
 
@@ -61,6 +65,8 @@ class Transcript:
 
 @attrs.frozen
 class TranscriptCancelled:
+    """The transcription of this utterance was cancelled (`AudioPipeline.cancel`)."""
+
     start: float
     end: float
 
