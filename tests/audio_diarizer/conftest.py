@@ -4,13 +4,9 @@ RTTMs, and resemblyzer's stored outputs on them (data/make_reference.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-DATA = Path(__file__).resolve().parent / "data"
-CONVERSATIONS = ("two_voices", "three_voices", "two_voices_long_turns")
+from diar_cases import CONVERSATIONS, DATA
 
 
 @pytest.fixture(scope="session")

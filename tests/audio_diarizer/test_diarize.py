@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CONVERSATIONS, DATA
+from diar_cases import CONVERSATIONS, DATA
 
 from cera.audio import load_diarizer
 from cera.errors import AudioError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import CONVERSATIONS, DATA
+from diar_cases import CONVERSATIONS, DATA
 
 from cera_audio_diarizer.convert import mel_filters
 from cera_audio_diarizer.der import read_rttm

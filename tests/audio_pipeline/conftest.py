@@ -5,12 +5,8 @@ them (microWakeWord okay-nabu, Silero VAD, Whisper tiny.en, the GE2E diarizer)."
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import pytest
-
-DATA = Path(__file__).resolve().parent / "data"
-CLIP = DATA / "wake_commands.flac"
+from pipeline_cases import CLIP, DATA
 
 
 @pytest.fixture(scope="session")
@@ -20,9 +16,3 @@ def clip():
 
     return read_audio(CLIP, 16000).samples, json.loads((DATA / "wake_commands.json").read_text())["pieces"]
 
-
-def listen(pipeline, samples, chunk=4000):
-    events = []
-    for at in range(0, len(samples), chunk):
-        events += pipeline.push(samples[at : at + chunk])
-    return events + pipeline.flush()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CLIP, listen
+from pipeline_cases import CLIP, listen
 
 from cera.audio import Hotword, SpeechStart, Transcript
 

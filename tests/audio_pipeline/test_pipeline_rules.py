@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from fakes import RATE, EnergyVAD, Reporter, ScriptedDiarizer, ScriptedKWS, SpeakerTurn, describe, silence, tone
+from pipeline_fakes import RATE, EnergyVAD, Reporter, ScriptedDiarizer, ScriptedKWS, SpeakerTurn, describe, silence, tone
 
 from cera.audio import (AudioPipeline, Hotword, PipelineParams, PipelineState, SpeechEnd, SpeechStart, Transcript,
                         TranscriptCancelled)  # fmt: skip
