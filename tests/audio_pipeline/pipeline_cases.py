@@ -1,4 +1,4 @@
-"""The pipeline tests' stored clip (data/make_clips.py) and a helper that streams audio through a pipeline."""
+"""The pipeline tests' stored clip (data/make_clips.py) and `listen`, which streams audio through a pipeline."""
 
 from __future__ import annotations
 

@@ -27,9 +27,9 @@ SCRIPT = [
     ("A", "before", "The meeting moved to Thursday afternoon.", 1.2),
     ("A", "wake", "okay nabu", 0.5),
     ("A", "command", "Turn on the kitchen lights.", 1.5),
-    ("A", "after", "And the dog needs a walk.", 1.2),
+    ("A", "after", "And the dog needs a walk after lunch.", 1.2),
     ("B", "wake", "okay nabu", 0.5),
-    ("B", "command", "What is the weather tomorrow?", 1.0),
+    ("B", "command", "What time is it in London?", 1.0),
 ]
 
 
