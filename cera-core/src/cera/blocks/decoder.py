@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 import attrs
+import numpy as np
 from gguf.constants import MODEL_TENSOR
 from gguf.constants import Keys as K
 
@@ -161,16 +162,30 @@ def read_decoder_config(
 
 
 def read_sliding_windows(hp: HParams, n_layer: int, default_window: int | None, default_pattern: int) -> tuple:
-    """Per-layer windows from ``attention.sliding_window`` and its pattern key."""
+    """Per-layer windows from ``attention.sliding_window`` and its pattern key: a period
+    (all but the last layer of each group slide) or, as the converter writes from a config's
+    ``layer_types`` (OLMo 3, Gemma 3n/4), one boolean per layer."""
     window = hp.opt(K.Attention.SLIDING_WINDOW, default_window or 0, int) or None
-    pattern = hp.opt("attention.sliding_window_pattern", default_pattern, int)
+    key = hp.key("attention.sliding_window_pattern")
+    value = hp.gguf.metadata.get(key)
+    if isinstance(value, np.ndarray):
+        hp.ignore("attention.sliding_window_pattern")
+        if value.dtype.kind != "b" or len(value) != n_layer:
+            raise ModelConfigError(
+                f"{hp.gguf.path}: {key} is an array of {len(value)} {value.dtype} values; it must hold one boolean "
+                f"per layer ({n_layer})"
+            )
+        slides = tuple(bool(v) for v in value)
+    else:
+        pattern = hp.opt("attention.sliding_window_pattern", default_pattern, int)
+        if pattern < 0:
+            raise ModelConfigError(f"{hp.gguf.path}: {key} is {pattern}")
+        slides = sliding_window_layers(n_layer, pattern)
     if window is not None and not 0 < window < 2**31:  # a window sizes ring caches; positions are int32
         raise ModelConfigError(f"{hp.gguf.path}: {hp.key('attention.sliding_window')} is {window}; it must be in [1, 2^31)")
-    if pattern < 0:
-        raise ModelConfigError(f"{hp.gguf.path}: {hp.key('attention.sliding_window_pattern')} is {pattern}")
     if window is None:
         return (None,) * n_layer
-    return tuple(window if swa else None for swa in sliding_window_layers(n_layer, pattern))
+    return tuple(window if swa else None for swa in slides)
 
 
 @attrs.define

@@ -23,3 +23,6 @@ def cera_register_models(register):
             name="starcoder2", architectures=("starcoder2",), factory="cera_model_llama.starcoder2:Starcoder2Model"
         )
     )
+    register(
+        cera.ModelFamily(name="nanbeige", architectures=("nanbeige",), factory="cera_model_llama.nanbeige:NanbeigeModel")
+    )
