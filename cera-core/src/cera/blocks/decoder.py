@@ -85,11 +85,13 @@ class DecoderConfig:
 
 
 def read_decoder_config(
-    gguf, family: str, neox: bool = False, eps_key: str = K.Attention.LAYERNORM_RMS_EPS
+    gguf, family: str, neox: bool = False, eps_key: str = K.Attention.LAYERNORM_RMS_EPS, mixed_kv_heads: bool = False
 ) -> tuple[DecoderConfig, HParams]:
     """The keys every llama-shaped decoder has. Returns the HParams so the family can read
     its own keys and then call ``hp.check_all_understood()``. ``eps_key``: the norm's
-    epsilon (LayerNorm families such as starcoder2 store ``attention.layer_norm_epsilon``)."""
+    epsilon (LayerNorm families such as starcoder2 store ``attention.layer_norm_epsilon``).
+    ``mixed_kv_heads``: layers may have KV head counts of their own (gemma4's sliding and
+    full layers); the family then declares each layer's cache itself."""
     hp = HParams(gguf, family)
     n_layer = hp.req(K.LLM.BLOCK_COUNT)
     n_embd = hp.req(K.LLM.EMBEDDING_LENGTH)
@@ -108,7 +110,13 @@ def read_decoder_config(
     # one KV head count for all layers, or one per layer (0: a layer that does not attend)
     kv_heads = tuple(hp.per_layer(K.Attention.HEAD_COUNT_KV, n_layer, n_head))
     n_head_kv = max(kv_heads)
-    if n_head_kv < 1 or any(k not in (0, n_head_kv) for k in kv_heads):
+    if mixed_kv_heads:
+        if any(k < 1 or n_head % k for k in kv_heads):
+            raise ModelConfigError(
+                f"{gguf.path}: {hp.key('attention.head_count_kv')} is {list(kv_heads)}; each layer's count must be "
+                f"positive and divide {hp.key('attention.head_count')} ({n_head})"
+            )
+    elif n_head_kv < 1 or any(k not in (0, n_head_kv) for k in kv_heads):
         raise ModelConfigError(f"{gguf.path}: {hp.key('attention.head_count_kv')} is {list(kv_heads)}; cera needs one positive count (0 for layers that do not attend)")
     head_dim = hp.opt(K.Attention.KEY_LENGTH, n_embd // n_head, int)
     head_dim_v = hp.opt(K.Attention.VALUE_LENGTH, head_dim, int)
@@ -284,8 +292,13 @@ class DecoderModel(Model):
             return short_conv(g, h, L.attn, self.kv[i])
         return self_attention(
             g, h, L.attn, self.kv[i], c.attn, self.layer_rope(i, getattr(g, "n_ctx", 0)), self.attn_specs[i], c.eps,
-            qk_norm=c.qk_norm, q_scale=c.q_scale,
+            qk_norm=c.qk_norm, q_scale=c.q_scale, q_factor=self.query_factor(g, i),
         )  # fmt: skip
+
+    def query_factor(self, g: GraphBuilder, i: int) -> Tensor | None:
+        """A tensor multiplying layer i's rotated queries (a graph input the family fills
+        through `position_inputs`), or None (here)."""
+        return None
 
     @property
     def n_vocab(self) -> int:

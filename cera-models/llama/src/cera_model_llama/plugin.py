@@ -26,3 +26,6 @@ def cera_register_models(register):
     register(
         cera.ModelFamily(name="nanbeige", architectures=("nanbeige",), factory="cera_model_llama.nanbeige:NanbeigeModel")
     )
+    register(
+        cera.ModelFamily(name="mistral3", architectures=("mistral3",), factory="cera_model_llama.mistral3:Mistral3Model")
+    )
