@@ -1,6 +1,7 @@
 """The generation loop: a strategy offers tokens, the loop decides where generation ends.
 
-A strategy (`cera.generation.plain_decoding`, `cera.generation.prompt_lookup`) is a generator over the
+A strategy (`cera.generation.plain_decoding`, `cera.generation.prompt_lookup`,
+`cera.generation.draft_model`: a session whose model has a draft attached) is a generator over the
 session's `cera.generation.decode_step.Stepper` that offers each next token as a `Draw`; resuming
 it means the loop took the token and generation goes on. The loop holds the stop rules,
 once for every strategy: a stop token, a stop string, a complete grammar, a full context
@@ -16,6 +17,7 @@ from __future__ import annotations
 import time
 
 from .decode_step import Draw, Halt, Stepper
+from .draft_model import DraftSpeculation, draft_model_speculation
 from ..errors import GenerationError
 from .events import EndEvent, GenerationSummary, TokenEvent
 from .lockstep import DecodeStep
@@ -50,12 +52,14 @@ def generate(session, options, processors=(), lockstep: bool = False):
         n_prompt = len(s.pending)
         t0 = time.perf_counter()
         reason = None if s._ready_to_generate(step.needs) else FinishReason.CANCELLED
-        t1 = time.perf_counter()
-        stop_token = error = None
-        if options.spec:
+        if getattr(s.loaded, "draft", None) is not None and options.draft_max > 0:  # the draft evaluates the prompt too
+            strategy = draft_model_speculation(step, DraftSpeculation(s, options, step.sampler))
+        elif options.spec:
             strategy = prompt_lookup(step, PromptLookup(s, options, step.sampler))
         else:
             strategy = plain_decoding(step)
+        t1 = time.perf_counter()
+        stop_token = error = None
         if reason is None and step.left() is not None and step.left() <= 0:
             reason = FinishReason.LENGTH
         if reason is None:
