@@ -2,24 +2,20 @@
 
 A smaller model of the same vocabulary (the draft, attached with
 `cera.engine.LoadedModel.set_draft`) proposes up to ``draft_max`` tokens, one cheap step
-each, on its own session; the target verifies them all in one exact-rows pass
-(`cera.generation.verification`) and keeps the run it accepts. The draft's session holds
-the conversation as the target does: before each round it is synced to the target's
-tokens, which cuts its state back past the tokens the target refused.
+each, on its own session; the target verifies them all in one exact-rows pass and keeps
+what the rules of `cera.generation.verification` accept: under greedy decoding the output
+is plain greedy decoding's, token for token; under sampling each token is distributed as
+the target's own sampling chain (penalties, banned tokens, top-k, top-p, min-p,
+temperature) would draw it, the draft's distribution q being what the same chain makes of
+the draft's logits. The same seed repeats a speculative run; it does not repeat a plain
+one (the random numbers are used differently).
 
-Greedy decoding: the draft proposes its argmax, the target keeps the draft tokens equal
-to its own argmax and then adds its own choice, so the output is plain greedy decoding's,
-token for token.
-
-Sampling: the speculative sampling rule (Leviathan, Kalman and Matias 2023; Chen et al.
-2023). A draft token x drawn from the draft's distribution q is kept with probability
-min(1, p(x) / q(x)), p being the target's distribution at that row; the first token
-refused is replaced by one drawn from max(0, p - q), normalised; when every draft token
-is kept, one more is drawn from p after them. Each token so comes out distributed as the
-target's own p. Both p and q are what the generation's sampling chain (penalties, banned
-tokens, top-k, top-p, min-p, temperature: `cera.generation.sampling`) makes of each
-model's logits. The same seed repeats a speculative run; it does not repeat a plain one
-(the random numbers are used differently).
+The draft's session holds the conversation as the target's does: before each round it is
+synced to the target's tokens (`Session.sync_tokens`), which cuts its state back past the
+tokens the target refused, and follows a restored checkpoint, a reset or a context shift
+the same way. A session of a scheduler drafts on a scheduler of the draft model with as
+many slots (`Scheduler.draft_scheduler`), so that concurrent sequences share the draft's
+state safely.
 
 A draft stops early where its confidence (the probability it gives its token) falls below
 ``draft_p_min``; a draft shorter than ``draft_min`` tokens is not verified (the token is
@@ -30,12 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import IncompatibleDraft, InvalidOptions, SessionError
-from ..graph.builder import ALL_LOGITS, LAST_LOGITS, NONE, Outputs
+from ..errors import IncompatibleDraft, InvalidOptions
+from ..graph.builder import ALL_LOGITS, LAST_LOGITS, NONE
 from .decode_step import Draw, Halt, Stepper
-from .sampling import Candidates
+from .sampling import BanTokens, Penalties
 from .sink import FinishReason
-from .verification import keep, verify
+from .verification import draw, keep, speculative_accept, verify, verify_greedy
 
 # Vocabularies may differ in size by this many tokens (llama.cpp's speculative example
 # allows 128: padding rows and a few added specials), their common ids being the same tokens.
@@ -68,43 +64,20 @@ def check_vocabularies(target, draft) -> None:
 
 
 def draft_session(session):
-    """The draft model's session beside ``session`` (made on first use, of the same size)."""
+    """The draft model's session beside ``session`` (made on first use, of the same size;
+    on the draft's scheduler when ``session`` belongs to a scheduler)."""
     draft = session.loaded.draft
     d = session.draft_session
-    if d is None or d.loaded is not draft or d.n_ctx < session.n_ctx:
+    if d is not None and d.loaded is draft and d.n_ctx >= session.n_ctx:
+        return d
+    if d is not None:
+        d.close()
+    if session.scheduler is not None:
+        d = session.scheduler.draft_scheduler().new_session()
+    else:
         d = draft.new_session(n_ctx=session.n_ctx, n_batch=session.n_batch)
-        session.draft_session = d
+    session.draft_session = d
     return d
-
-
-def probabilities(sampler, logits: np.ndarray, history, n_vocab: int) -> np.ndarray:
-    """The distribution ``sampler``'s chain draws from, given ``logits``: float64 over
-    ``n_vocab`` ids (one-hot at the choice for greedy decoding)."""
-    x = np.full(n_vocab, -np.inf, np.float32)
-    m = min(n_vocab, logits.shape[-1])
-    x[:m] = logits[:m]  # a larger draft vocabulary's extra ids are never proposed
-    c = Candidates(logits=x)
-    for p in sampler.masks:
-        p.apply(c, history)
-    out = np.zeros(n_vocab, np.float64)
-    if sampler.options.greedy:
-        out[int(np.argmax(c.logits))] = 1.0
-        return out
-    for p in sampler.cuts:
-        p.apply(c, history)
-    ok = np.isfinite(c.values)
-    ids, values = c.ids[ok], c.values[ok]
-    if not len(ids):
-        raise SessionError("every token is excluded (banned or masked): nothing to sample")
-    w = np.exp(values - values.max())
-    out[ids] = w / w.sum()
-    return out
-
-
-def _draw(rng, p: np.ndarray) -> int:
-    """A token drawn from p (float64, summing to about 1)."""
-    cdf = np.cumsum(p)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(p) - 1))
 
 
 def _confidence(logits: np.ndarray) -> float:
@@ -115,25 +88,26 @@ def _confidence(logits: np.ndarray) -> float:
 
 class DraftSpeculation:
     """Drafting on the draft model's session and verification on the target's (see the
-    module docstring)."""
+    module docstring). ``drafted`` and ``accepted`` count the draft tokens verified and kept."""
 
     def __init__(self, session, options, sampler):
-        if session.loaded.draft is None:
-            raise InvalidOptions("draft-model speculation needs a draft model: attach one with set_draft (--model-draft)")
-        if options.wants_logprobs or options.constrained:
+        draft = session.loaded.draft
+        if draft is None:
+            raise InvalidOptions("draft-model speculation needs a draft model: attach one with set_draft (-md/--model-draft)")
+        stateful = [m for m in sampler.masks if not isinstance(m, (Penalties, BanTokens))]  # grammars, tool calls
+        if options.wants_logprobs or options.constrained or stateful:
             raise InvalidOptions(
                 "speculative decoding with a draft model does not report log-probabilities or follow grammars, "
-                "schemas or regular expressions; leave those out, or set draft_max=0 (--draft-max 0) for plain decoding"
+                "schemas, regular expressions or other sampling processors; leave those out, or set draft_max=0 "
+                "(--draft-max 0) for plain decoding"
             )
         if options.draft_min > options.draft_max:
             raise InvalidOptions(f"draft_min ({options.draft_min}) must not exceed draft_max ({options.draft_max})")
-        if not 0.0 <= options.draft_p_min <= 1.0:
-            raise InvalidOptions(f"draft_p_min must be in [0, 1], got {options.draft_p_min}")
-        for what, loaded in (("target", session.loaded), ("draft", session.loaded.draft)):
+        for what, loaded in (("target", session.loaded), ("draft", draft)):
             if not loaded.model.state.rewindable:
                 raise InvalidOptions(
-                    f"speculative decoding needs state that can be rewound; the {what} model "
-                    f"{loaded.name!r} has recurrent layers"
+                    f"speculative decoding with a draft model needs state that can be rewound; the {what} model "
+                    f"{loaded.name!r} has recurrent layers: detach the draft (set_draft(None)) or set draft_max=0"
                 )
         self.s = session
         self.sampler = sampler
@@ -150,20 +124,23 @@ class DraftSpeculation:
 
     def propose(self, history: list[int], room: int) -> tuple[list[int], list[np.ndarray]]:
         """Up to ``room`` draft tokens after ``history``, with the distributions they were
-        drawn from."""
+        drawn from (one-hot under greedy decoding)."""
         d = self.d
         d.sync_tokens(history)
+        if not d.pending and (d.last is None or "logits" not in d.last):
+            d._refresh_last(LAST_LOGITS)
         tokens: list[int] = []
         dists: list[np.ndarray] = []
         while len(tokens) < room:
-            d._evaluate(LAST_LOGITS)
+            if d.pending:
+                d._evaluate(LAST_LOGITS)
             logits = d.last["logits"]
-            q = probabilities(self.sampler, logits, history + tokens, self.n_vocab)
+            q = self.sampler.distribution(logits, history + tokens, self.n_vocab)
             if self.greedy:
                 x = int(np.argmax(q))
                 sure = _confidence(logits) if self.p_min > 0 else 1.0
             else:
-                x = _draw(self.rng, q)
+                x = draw(self.rng, q)
                 sure = float(q.max())
             if sure < self.p_min:
                 break
@@ -187,45 +164,29 @@ class DraftSpeculation:
         if len(draft) < self.min:
             return None
         if self.argmax_only:
-            out, n_before, n_queued = verify(s, draft, Outputs(("argmax",), rows="all"))
-            choice = [int(t) for t in out["argmax"].reshape(-1)]
-            accepted = 0
-            while accepted < len(draft) and choice[n_queued - 1 + accepted] == draft[accepted]:
-                accepted += 1
-            after = choice[keep(s, n_before, n_queued, accepted)]
-            s.last = {"argmax": after}
+            accepted, after = verify_greedy(s, draft)
         else:
             out, n_before, n_queued = verify(s, draft, ALL_LOGITS)
-            rows = out["logits"].reshape(len(draft) + n_queued, -1)
+            rows = out["logits"].reshape(len(draft) + n_queued, -1)[n_queued - 1 :]
             if not np.isfinite(rows).all():
                 keep(s, n_before, n_queued, 0)
                 return Halt(FinishReason.ERROR, (
-                    f"the model's logits at step {len(s.tokens) - n_before} (position {len(s.tokens) - 1}) are not "
-                    f"finite: its weights or hyperparameters are broken"
+                    f"the model's logits at position {len(s.tokens) - 1} are not finite: its weights or "
+                    f"hyperparameters are broken"
                 ))  # fmt: skip
-            accepted, after = self._judge(rows[n_queued - 1 :], draft, dists, history)
-            s.last = {"logits": rows[keep(s, n_before, n_queued, accepted)].copy()}
+            ps = [self.sampler.distribution(rows[i], history + draft[:i], self.n_vocab) for i in range(len(draft) + 1)]
+            if self.greedy:  # one-hot rows: the model's argmax, as plain decoding takes it
+                accepted = 0
+                while accepted < len(draft) and ps[accepted][draft[accepted]] == 1.0:
+                    accepted += 1
+                after = int(np.argmax(ps[accepted]))
+            else:
+                accepted, after = speculative_accept(ps, dists, draft, self.sampler.rng)
+            keep(s, n_before, n_queued, accepted)
+            s.last = {"logits": rows[accepted].copy()}  # the row after the last kept token
         self.drafted += len(draft)
         self.accepted += accepted
         return draft[:accepted], after
-
-    def _judge(self, rows: np.ndarray, draft: list[int], dists, history) -> tuple[int, int]:
-        """The speculative sampling rule over the target's ``rows`` (row i judges draft
-        token i; the last row follows the whole draft): (tokens accepted, the next token)."""
-        rng = self.sampler.rng
-        for i, x in enumerate(draft):
-            p = probabilities(self.sampler, rows[i], history + draft[:i], self.n_vocab)
-            q = dists[i]
-            if self.greedy:
-                if p[x] == 1.0:
-                    continue
-                return i, int(np.argmax(p))
-            if p[x] >= q[x] or rng.random() * q[x] < p[x]:
-                continue
-            residual = np.maximum(p - q, 0.0)
-            return i, _draw(rng, residual if residual.sum() > 0 else p)
-        p = probabilities(self.sampler, rows[len(draft)], history + draft, self.n_vocab)
-        return len(draft), int(np.argmax(p)) if self.greedy else _draw(rng, p)
 
 
 def draft_model_speculation(step: Stepper, spec: DraftSpeculation):
@@ -235,9 +196,9 @@ def draft_model_speculation(step: Stepper, spec: DraftSpeculation):
     evaluated plainly and the next one drawn."""
     s = step.session
     while True:
-        draw = step.draw()
-        yield draw
-        if isinstance(draw, Halt):
+        first = step.draw()
+        yield first
+        if isinstance(first, Halt):
             return
         while True:
             result = spec.round(step.left())
@@ -268,4 +229,4 @@ def draft_model_speculation(step: Stepper, spec: DraftSpeculation):
             yield Draw(after)
 
 
-__all__ = ["MAX_VOCAB_SIZE_DIFFERENCE", "DraftSpeculation", "check_vocabularies", "draft_model_speculation", "probabilities"]
+__all__ = ["MAX_VOCAB_SIZE_DIFFERENCE", "DraftSpeculation", "check_vocabularies", "draft_model_speculation", "draft_session"]

@@ -12,9 +12,8 @@ import numpy as np
 
 from .decode_step import Draw, Halt, Stepper
 from ..errors import InvalidOptions
-from ..graph.builder import Outputs
 from .sink import FinishReason
-from .verification import keep, verify
+from .verification import verify_greedy
 
 
 class PromptLookup:
@@ -60,12 +59,7 @@ class PromptLookup:
         draft = self.draft(s.tokens + s.pending, room) if room > 0 else []
         if not draft:
             return None
-        out, n_before, n_queued = verify(s, draft, Outputs(("argmax",), rows="all"))
-        choice = [int(t) for t in out["argmax"].reshape(-1)]
-        accepted = 0
-        while accepted < len(draft) and choice[n_queued - 1 + accepted] == draft[accepted]:
-            accepted += 1
-        s.last = {"argmax": choice[keep(s, n_before, n_queued, accepted)]}
+        accepted, _ = verify_greedy(s, draft)
         self.drafted += len(draft)
         self.accepted += accepted
         return draft[:accepted]

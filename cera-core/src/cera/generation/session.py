@@ -472,7 +472,11 @@ class Session:
         checkpoint.restore(self, path)
 
     def close(self) -> None:
-        """Give the session's slot back (sessions of a scheduler share one state)."""
+        """Give the session's slot back (sessions of a scheduler share one state), and its
+        draft model's session's (`cera.generation.draft_model`)."""
+        if self.draft_session is not None:
+            self.draft_session.close()
+            self.draft_session = None
         if self.scheduler is not None:
             self.scheduler.release(self)
 
