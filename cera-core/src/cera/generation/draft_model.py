@@ -124,7 +124,7 @@ class DraftSpeculation:
 
     def propose(self, history: list[int], room: int) -> tuple[list[int], list[np.ndarray]]:
         """Up to ``room`` draft tokens after ``history``, with the distributions they were
-        drawn from (one-hot under greedy decoding)."""
+        drawn from (one-hot under greedy decoding; None where only argmaxes are compared)."""
         d = self.d
         d.sync_tokens(history)
         if not d.pending and (d.last is None or "logits" not in d.last):
@@ -135,11 +135,16 @@ class DraftSpeculation:
             if d.pending:
                 d._evaluate(LAST_LOGITS)
             logits = d.last["logits"]
-            q = self.sampler.distribution(logits, history + tokens, self.n_vocab)
-            if self.greedy:
+            if self.argmax_only:  # the rows judge by argmax alone: no distribution needed
+                q = None
+                x = int(np.argmax(logits[: self.n_vocab]))
+                sure = _confidence(logits) if self.p_min > 0 else 1.0
+            elif self.greedy:
+                q = self.sampler.distribution(logits, history + tokens, self.n_vocab)
                 x = int(np.argmax(q))
                 sure = _confidence(logits) if self.p_min > 0 else 1.0
             else:
+                q = self.sampler.distribution(logits, history + tokens, self.n_vocab)
                 x = draw(self.rng, q)
                 sure = float(q.max())
             if sure < self.p_min:
