@@ -19,7 +19,7 @@ def cera(*args):
 
 @pytest.fixture(scope="module")
 def draft_path(smollm2_path):
-    return truncated_smollm2(smollm2_path, 8)
+    return truncated_smollm2(smollm2_path, 26)
 
 
 def test_run_with_a_draft_prints_plain_decodings_text(smollm2_path, draft_path):

@@ -22,7 +22,7 @@ from cera.generation.sampling import Sampler, SamplingOptions
 from cera.generation.sink import FinishReason
 from draft_files import truncated_smollm2
 
-DRAFT_LAYERS = 8
+DRAFT_LAYERS = 26
 N = 48  # tokens generated per greedy comparison
 
 CODE = "Write a Python function that returns the n-th Fibonacci number, with a docstring:\n"

@@ -33,7 +33,7 @@ def draft_path(smollm2_path):
     sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
     from draft_files import truncated_smollm2
 
-    return truncated_smollm2(smollm2_path, 8)
+    return truncated_smollm2(smollm2_path, 26)
 
 
 @pytest.fixture(scope="module")
