@@ -70,7 +70,7 @@ def prompt_tokens(m, text: str) -> list[int]:
 def run(m, ids: list[int], n: int, **kw):
     s = m.new_session(n_ctx=len(ids) + n + 64)
     s.append_tokens(ids)
-    return s.generate(max_tokens=n, temperature=0, ignore_eos=True, **kw)
+    return s.generate(max_tokens=n, temperature=0, **kw)  # no ignore_eos: prompt lookup refuses banned tokens
 
 
 def bench_task(m, ids, args) -> dict:
