@@ -20,37 +20,17 @@ import cera
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install llama-cpp-python==0.3.36)")
 sys.path.insert(0, str(REFERENCE))
-from llamacpp_driver import ContextSettings, LlamaCppModel  # noqa: E402
+from llamacpp_driver import greedy_steps  # noqa: E402
 
 NAMES = [n for n in ("tiny-olmo3", "tiny-nanbeige", "tiny-mistral3", "tiny-gemma4") if (TINY / f"{n}.gguf").exists()]
 STEPS = 16
-
-
-def _live(path, record) -> dict:
-    """llama.cpp's greedy steps now: per case, [(token, top-1 logit, margin)]."""
-    s = record["settings"]
-    model = LlamaCppModel(path, ContextSettings(n_ctx=s["n_ctx"], n_threads=s["n_threads"]))
-    out = {}
-    try:
-        for case in record["cases"]:
-            model.reset()
-            logits = model.eval(case["prompt_tokens"])
-            steps = []
-            for _ in range(min(STEPS, len(case["steps"]))):
-                order = np.argsort(-logits, kind="stable")[:2]
-                steps.append((int(order[0]), float(logits[order[0]]), float(logits[order[0]] - logits[order[1]])))
-                logits = model.eval([int(order[0])])
-            out[case["id"]] = steps
-    finally:
-        model.close()
-    return out
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_live_llama_cpp_reproduces_the_stored_reference_and_cera_agrees(name):
     record = load_reference(name)
     path = TINY / record["model"]["file"]
-    live = _live(path, record)
+    live = greedy_steps(path, record, STEPS)
     for case in record["cases"]:
         for i, (token, top1, _) in enumerate(live[case["id"]]):
             assert token == case["steps"][i]["token"], (case["id"], i)

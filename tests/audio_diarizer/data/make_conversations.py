@@ -12,13 +12,15 @@ audio, found at -50 dBFS). Run from anywhere (needs espeak-ng and soundfile):
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "audio"))
+import espeak_speech  # noqa: E402
+from espeak_speech import trim  # noqa: E402
 
 RATE = 16000
 VOICES = {
@@ -53,20 +55,7 @@ LONG = [
 
 
 def synthesize(text: str, voice: str, pitch: int, speed: int = 165) -> np.ndarray:
-    with tempfile.TemporaryDirectory() as tmp:
-        wav = Path(tmp) / "out.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-p", str(pitch), "-s", str(speed), "-w", str(wav), text], check=True)
-        x, sr = sf.read(str(wav), dtype="float32")
-    if sr != RATE:
-        import soxr
-
-        x = soxr.resample(x, sr, RATE).astype(np.float32)
-    return x
-
-
-def trim(x: np.ndarray, floor_dbfs: float = -50.0) -> np.ndarray:
-    loud = np.nonzero(np.abs(x) > 10 ** (floor_dbfs / 20))[0]
-    return x[loud[0] : loud[-1] + 1] if len(loud) else x
+    return espeak_speech.synthesize(text, voice, pitch, speed, RATE)
 
 
 def make(name: str, order: str, seed: int, out: Path) -> None:

@@ -11,8 +11,6 @@ import sys
 
 import click
 
-RAW_BLOCK = 16000 * 2 // 10  # bytes of 16-bit PCM read from standard input at a time (100 ms)
-
 
 def _text(event) -> str:
     doc = event.to_json()
@@ -54,11 +52,9 @@ def _text(event) -> str:
 def listen_command(audio_path, wake, wake_threshold, diarize, speakers, model, silence_ms, max_utterance_ms,
                    pre_roll_ms, listen_timeout_ms, threads, device, as_json):  # fmt: skip
     """Listen to audio: wake word, speech, transcripts (and speakers), as they happen."""
-    import numpy as np
 
     from cera.audio import PipelineParams
-    from cera.errors import AudioError
-    from cera_audio_io import open_audio
+    from cera_audio_io import open_audio, read_raw_pcm
 
     from .assemble import build_pipeline
 
@@ -88,17 +84,8 @@ def listen_command(audio_path, wake, wake_threshold, diarize, speakers, model, s
 
     try:
         if live:
-            stream, carry = sys.stdin.buffer, b""
-            while True:
-                block = stream.read(RAW_BLOCK)
-                if not block:
-                    break
-                block = carry + block
-                usable = len(block) - len(block) % 2
-                carry = block[usable:]
-                emit(pipeline.push(np.frombuffer(block[:usable], dtype="<i2").astype(np.float32) / 32768.0))
-            if carry:
-                raise AudioError("standard input ended in the middle of a 16-bit sample (an odd number of bytes)")
+            for block in read_raw_pcm(sys.stdin.buffer):
+                emit(pipeline.push(block))
         else:
             with blocks:
                 for block in blocks:
