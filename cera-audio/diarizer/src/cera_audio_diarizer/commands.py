@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from .cluster import DEFAULT_MAX_SPEAKERS, DEFAULT_THRESHOLD
+from .thresholds import DEFAULT_MAX_SPEAKERS, DEFAULT_THRESHOLD
 
 DEFAULT_MODEL = "resemblyzer-ge2e"
 
