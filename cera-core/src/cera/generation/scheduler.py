@@ -78,10 +78,11 @@ class Scheduler:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def new_session(self):
+    def new_session(self, adapters=None):
         from .session import Session
 
-        return Session(self.loaded, n_ctx=self.state.n_ctx, kv_type=self.state.kv_type, n_batch=self.n_batch, scheduler=self)
+        return Session(self.loaded, n_ctx=self.state.n_ctx, kv_type=self.state.kv_type, n_batch=self.n_batch, scheduler=self,
+                       adapters=adapters)  # fmt: skip
 
     def acquire(self, session) -> int:
         with self._cond:
@@ -107,7 +108,7 @@ class Scheduler:
     def forward(self, session, step: SeqStep, outputs: Outputs, **layout) -> dict:
         if len(step.tokens) != 1 or layout.get("exact_rows") or layout.get("prompt_rows"):
             with self._run_lock:
-                return self.runner.forward(self.state, [step], outputs, **layout)
+                return self.runner.forward(self.state, [step], outputs, adapters=session.adapters, **layout)
         req = _Request(session, step, outputs)
         with self._cond:
             self._queue.append(req)
@@ -138,11 +139,17 @@ class Scheduler:
 
     def _run(self, batch: list[_Request]) -> None:
         try:
-            with self._run_lock:
-                out = self.runner.forward(self.state, [r.step for r in batch], merge_outputs([r.outputs for r in batch]))
-            rows = split_rows(out, len(batch))
-            for r, row in zip(batch, rows, strict=True):
-                r.result = row
+            # sequences with different LoRA adapters (or none) go in one pass per set of adapters
+            groups: dict = {}
+            for r in batch:
+                groups.setdefault(r.session.adapters, []).append(r)
+            for adapters, group in groups.items():
+                with self._run_lock:
+                    out = self.runner.forward(self.state, [r.step for r in group], merge_outputs([r.outputs for r in group]),
+                                              adapters=adapters)  # fmt: skip
+                rows = split_rows(out, len(group))
+                for r, row in zip(group, rows, strict=True):
+                    r.result = row
         except BaseException as e:  # every request of the batch sees the failure
             for r in batch:
                 r.error = e
