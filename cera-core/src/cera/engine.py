@@ -179,6 +179,7 @@ class LoadedModel:
         self.runner = Runner(model, backend, weights)
         self.prefix_cache = None  # see enable_prefix_cache
         self.adapters: dict = {}  # LoRA adapters attached by name (load_adapter)
+        self.default_adapters = None  # what new sessions apply when given none (`use_adapters`)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -205,7 +206,15 @@ class LoadedModel:
         from .generation.session import Session
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
+        adapters = self.default_adapters if adapters is None else adapters
         return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full, adapters=adapters)
+
+    def use_adapters(self, adapters) -> None:
+        """The LoRA adapters sessions made from now on apply when they are given none
+        (``[]``: the base model); what `cera run --lora` sets."""
+        from .adapters.attach import resolve
+
+        self.default_adapters = resolve(self, adapters)
 
     def load_adapter(self, source, name: str | None = None):
         """Read a LoRA adapter (a llama.cpp GGUF adapter file or a PEFT directory), check it

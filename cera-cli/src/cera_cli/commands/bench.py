@@ -16,6 +16,7 @@ import time
 
 import click
 
+from ..lora_options import apply_loras, lora_options
 from ..options import Console, load_model, model_options
 
 
@@ -76,6 +77,7 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 
 @click.command("bench")
 @model_options
+@lora_options
 @click.option("-p", "--n-prompt", default="128,512", callback=_ints, show_default=True, help="Prompt lengths for pp tests.")
 @click.option("-n", "--n-gen", default="128", callback=_ints, show_default=True, help="Token counts for tg tests.")
 @click.option("-d", "--depth", default="0", callback=_ints, show_default=True, help="Context depths at which tg runs.")
@@ -86,7 +88,7 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--profile", is_flag=True, help="Also time every kernel of one decoded token, at the largest --depth (backends with a kernel profile: vulkan).")
 def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_prompt, n_gen, depth, reps, kv_type,
-              spec, parallel, as_json, profile):  # fmt: skip
+              spec, parallel, as_json, profile, loras=()):  # fmt: skip
     """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
     import numpy as np
 
@@ -99,6 +101,7 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
     global KV_TYPE
     KV_TYPE = kv_type
     loaded = load_model(model, device, threads, Console(verbose, quiet), n_gpu_layers)
+    apply_loras(loaded, loras)
     rng = np.random.default_rng(1234)
     n_ctx = max([*n_prompt, 1]) + max(depth) + max([*n_gen, 1]) + 2
     kv_bytes = loaded.runner.new_state(n_ctx, kv_type=kv_type).nbytes()

@@ -26,6 +26,7 @@ from ..options import (
     open_session,
     sampling_options,
 )
+from ..lora_options import apply_loras, lora_options
 from ..tools_cli import describe_call, tool_options
 
 HELP = """Commands:
@@ -322,6 +323,7 @@ class ChatLoop:
 
 @click.command("chat")
 @model_options
+@lora_options
 @sampling_options
 @click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message.")
 @click.option(
@@ -336,12 +338,13 @@ class ChatLoop:
 )
 @tool_options
 def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, system, kv_type, prompt_cache, tools,
-             tool_choice, constrain_tools, **kw):  # fmt: skip
+             tool_choice, constrain_tools, loras=(), **kw):  # fmt: skip
     """Chat with a model. Each turn evaluates only the new messages; /help lists the
     commands (/system, /clear, /save, /load)."""
     options = generate_options(kw)
     console = Console(verbose, quiet)
     loaded = load_model(model, device, threads, console, n_gpu_layers)
+    apply_loras(loaded, loras, console)
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)
     if loaded.chat_template.is_fallback:

@@ -81,6 +81,7 @@ class Scheduler:
     def new_session(self, adapters=None):
         from .session import Session
 
+        adapters = getattr(self.loaded, "default_adapters", None) if adapters is None else adapters
         return Session(self.loaded, n_ctx=self.state.n_ctx, kv_type=self.state.kv_type, n_batch=self.n_batch, scheduler=self,
                        adapters=adapters)  # fmt: skip
 
