@@ -86,8 +86,6 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 def write_peft_dir(folder: Path, base: Path, pairs, alpha: float, rank: int, rslora: bool = False,
                    dtype=np.float32) -> Path:  # fmt: skip
     """The same pairs as a PEFT directory (Hugging Face names, q/k B rows in HF order)."""
-    from safetensors.numpy import save_file
-
     folder.mkdir(parents=True, exist_ok=True)
     with GGUFFile(base) as f:
         arch = f.architecture
@@ -109,11 +107,27 @@ def write_peft_dir(folder: Path, base: Path, pairs, alpha: float, rank: int, rsl
         tensors[prefix + ".lora_A.weight"] = np.ascontiguousarray(a, dtype=dtype)
         tensors[prefix + ".lora_B.weight"] = np.ascontiguousarray(b, dtype=dtype)
         modules.add(module.split(".")[-1])
-    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    save_safetensors(folder / "adapter_model.safetensors", tensors)
     config = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "use_rslora": rslora, "target_modules": sorted(modules),
               "bias": "none", "fan_in_fan_out": False, "task_type": "CAUSAL_LM"}  # fmt: skip
     (folder / "adapter_config.json").write_text(json.dumps(config, indent=1))
     return folder
+
+
+def save_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """The SafeTensors layout (a little-endian header length, a JSON index, the bytes)."""
+    import struct
+
+    codes = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}
+    header, blobs, offset = {}, [], 0
+    for name, arr in sorted(tensors.items()):
+        arr = np.ascontiguousarray(arr)
+        header[name] = {"dtype": codes[arr.dtype], "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
+        blobs.append(arr.tobytes())
+        offset += arr.nbytes
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
 
 
 def write_merged(path: Path, base: Path, adapters) -> Path:
@@ -126,6 +140,9 @@ def write_merged(path: Path, base: Path, adapters) -> Path:
             _add(w, key, value)
         for name, info in f.tensors.items():
             data = np.asarray(dequantize(f.tensor_data(name), info.ggml_type), np.float64).reshape(info.numpy_shape)
+            tied = name == "token_embd.weight" and "output.weight" not in f.tensors
+            if tied and any(name in pairs for pairs, _, _ in adapters):  # the head stays the base's (llama.cpp)
+                w.add_tensor("output.weight", data.astype(np.float32))
             for pairs, alpha, scale in adapters:
                 if name in pairs:
                     a, b = pairs[name]
