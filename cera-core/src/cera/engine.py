@@ -262,13 +262,15 @@ class LoadedModel:
         session.append_text(prompt)
         return session.generate(**options).text
 
-    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048):
+    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048,
+              adapters=None):  # fmt: skip
         """One vector per text (`cera.generation.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
         unless ``normalize=False``; pooled as the file says (encoders) or by mean (decoders);
-        ``pooling="none"``: a ``[n_tokens, dim]`` array per text."""
+        ``pooling="none"``: a ``[n_tokens, dim]`` array per text; ``adapters``: LoRA adapters
+        (default: those of `use_adapters`)."""
         from .generation.embedding import embed
 
-        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens)
+        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens, adapters=adapters)
 
     def close(self) -> None:
         for adapter in self.adapters.values():

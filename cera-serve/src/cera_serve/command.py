@@ -50,15 +50,30 @@ import click
     default=None,
     help="Directory of a disk prompt cache (a memory one is always on).",
 )
-def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, max_queue, prompt_cache):
+@click.option(
+    "--lora", "lora", multiple=True, metavar="[NAME=]FILE[:SCALE]",
+    help="LoRA adapter (GGUF adapter or PEFT directory) that requests may choose by NAME (its file's stem unless given): "
+    "\"model\": NAME, or llama.cpp's \"lora\": [{\"id\": N, \"scale\": S}]; listed in /v1/models; repeatable.",
+)  # fmt: skip
+@click.option(
+    "--lora-scaled", "lora_scaled", multiple=True, nargs=2, type=(str, float), metavar="[NAME=]FILE SCALE",
+    help="LoRA adapter with the scale a request that names it gets (llama.cpp's spelling); repeatable.",
+)  # fmt: skip
+def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, max_queue, prompt_cache, lora=(),
+              lora_scaled=()):  # fmt: skip
     """Serve a model over the OpenAI HTTP API (chat, completions, embeddings)."""
     import uvicorn
 
+    from .adapters import parse_spec
     from .app import ServerConfig, create_app
 
+    try:
+        loras = tuple(parse_spec(v) for v in lora) + tuple(parse_spec(v, s) for v, s in lora_scaled)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--lora'") from None
     config = ServerConfig(
         model=model, device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
-        max_queue=max_queue, prompt_cache=prompt_cache,
+        max_queue=max_queue, prompt_cache=prompt_cache, loras=loras,
     )  # fmt: skip
     if host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
         click.echo(f"cera serve: listening on {host} without --api-key: anyone who can reach it can use it", err=True)

@@ -161,11 +161,11 @@ def _kernel_profile(loaded, rng, n_tokens: int = 1, depth: int = 16) -> list[dic
     state = session.state
     ids = rng.integers(0, loaded.model.n_vocab, size=n_tokens).tolist()
     layout = Layout((n_tokens,), prompt_rows=n_tokens >= 64)
-    exe = loaded.runner.executable(layout, ARGMAX, state)
+    exe = loaded.runner.executable(layout, ARGMAX, state, session.adapters)
     backend.profile = True
     try:
         loaded.runner.forward(state, [SeqStep(session.slot, ids, range(depth, depth + n_tokens))], ARGMAX,
-                              prompt_rows=n_tokens >= 64)  # fmt: skip
+                              prompt_rows=n_tokens >= 64, adapters=session.adapters)  # fmt: skip
     finally:
         backend.profile = False
     by: dict = {}

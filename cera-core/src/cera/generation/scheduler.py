@@ -226,8 +226,9 @@ class Scheduler:
                         continue
                     break
                 try:
-                    with self._run_lock:
-                        out = self.runner.forward(self.state, rows_in, merge_outputs([steps[i].want for i in batch]))
+                    with self._run_lock:  # every session here applies the model's default adapters
+                        out = self.runner.forward(self.state, rows_in, merge_outputs([steps[i].want for i in batch]),
+                                                  adapters=sessions[0].adapters)  # fmt: skip
                     rows = split_rows(out, len(batch))
                 except (KeyboardInterrupt, SystemExit):
                     raise
