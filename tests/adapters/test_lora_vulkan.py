@@ -46,9 +46,10 @@ def files(tmp_path_factory):
     base = write_llama(d / "base.gguf")
     return {
         "base": base,
-        "a1": write_gguf_adapter(d / "a1.gguf", "llama", random_pairs(base, rank=4, seed=1, std=0.3), 8.0),
+        "r4": write_gguf_adapter(d / "r4.gguf", "llama", random_pairs(base, rank=4, seed=3), 8.0),
+        "a1": write_gguf_adapter(d / "a1.gguf", "llama", random_pairs(base, rank=8, seed=1, std=0.2), 16.0),
         "a2": write_gguf_adapter(d / "a2.gguf", "llama",
-                                 random_pairs(base, rank=2, seed=2, std=0.3, targets=("attn_v", "ffn_down"), embedding=True),
+                                 random_pairs(base, rank=8, seed=2, std=0.2, targets=("attn_v", "ffn_down"), embedding=True),
                                  0.0, "F16"),  # fmt: skip
     }
 
@@ -100,3 +101,12 @@ def test_switching_and_greedy_decoding_on_vulkan(both, files):
         return g.generate(max_tokens=12, temperature=0.0, ignore_eos=True).tokens
 
     assert greedy(vk, [(a_vk, 1.0)]) == greedy(cpu, [(a_cpu, 1.0)])
+
+
+def test_a_rank_the_products_cannot_take_is_refused_at_load(both, files):
+    _, vk = both
+    from cera.errors import AdapterError
+
+    with pytest.raises(AdapterError, match="backend 'vulkan' cannot run this adapter: .*multiple of 8"):
+        vk.load_adapter(files["r4"])
+    assert "r4" not in vk.adapters

@@ -3,8 +3,10 @@
 `attach` checks an adapter against the base model (architecture, every target's name and
 shape, and that the family's graph uses every target in a product that can be adapted:
 an adapter is applied whole or refused), uploads its tensors to the model's backend (the
-base weights stay as they are: nothing is reloaded or merged), and keeps it by name on the
-`LoadedModel`. `resolve` turns what a caller gives (adapters, names, paths, with scales)
+base weights stay as they are: nothing is reloaded or merged), compiles a one-token pass
+with it (so what the backend's kernels cannot run, such as the Vulkan products' rows of a
+multiple of 8 values, which an adapter's rank must then be, is refused here), and keeps it
+by name on the `LoadedModel`. `resolve` turns what a caller gives (adapters, names, paths, with scales)
 into the `ActiveAdapters` a session or a request applies.
 """
 
@@ -45,6 +47,13 @@ def attach(loaded, adapter: LoraAdapter) -> LoraAdapter:
     for name in adapter.weight_names:
         uploaded[name] = loaded.backend.upload(adapter.source, name)
     loaded.runner.weights.update(uploaded)
+    try:  # a one-token pass compiled for real: what the backend's kernels refuse is said now, not at the first request
+        probe = loaded.runner.new_state(8, n_batch=8)
+        loaded.runner.executable(Layout((1,)), LAST_LOGITS, probe, ActiveAdapters(((adapter, 1.0),)))
+    except CeraError as e:
+        for name in uploaded:
+            loaded.runner.weights.pop(name, None)
+        raise AdapterError(f"{adapter.path}: backend {loaded.backend.name!r} cannot run this adapter: {e}") from e
     loaded.adapters[adapter.name] = adapter
     return adapter
 

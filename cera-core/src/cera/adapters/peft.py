@@ -112,6 +112,8 @@ def read_peft_adapter(folder, gguf, name: str | None = None) -> LoraAdapter:
     digest = hashlib.sha256(json.dumps({"arch": arch, "alpha": alpha}, sort_keys=True).encode())
     for hf_name in sorted(index):
         st = index[hf_name]
+        if hf_name.endswith(".base_layer.weight"):  # the base's own embedding or head, saved beside (as llama.cpp's converter, not read)
+            continue
         base = _base_name(hf_name)
         if base is None:
             raise AdapterError(
