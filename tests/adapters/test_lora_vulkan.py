@@ -47,9 +47,9 @@ def files(tmp_path_factory):
     return {
         "base": base,
         "r4": write_gguf_adapter(d / "r4.gguf", "llama", random_pairs(base, rank=4, seed=3), 8.0),
-        "a1": write_gguf_adapter(d / "a1.gguf", "llama", random_pairs(base, rank=8, seed=1, std=0.2), 16.0),
+        "a1": write_gguf_adapter(d / "a1.gguf", "llama", random_pairs(base, rank=8, seed=1, std=0.4), 16.0),
         "a2": write_gguf_adapter(d / "a2.gguf", "llama",
-                                 random_pairs(base, rank=8, seed=2, std=0.2, targets=("attn_v", "ffn_down"), embedding=True),
+                                 random_pairs(base, rank=8, seed=2, std=0.4, targets=("attn_v", "ffn_down"), embedding=True),
                                  0.0, "F16"),  # fmt: skip
     }
 
@@ -80,7 +80,7 @@ def test_adapted_logits_match_the_cpu(both, files):
     np.testing.assert_allclose(base_vk, base_cpu, atol=TOL, rtol=0)
     for name, make in sets.items():
         want, got = logits(cpu, make(cpu)), logits(vk, make(vk))
-        assert np.abs(want - base_cpu).max() > 50 * TOL, name  # the adapter shows
+        assert np.abs(want - base_cpu).max() > 10 * TOL, name  # the adapter shows
         np.testing.assert_allclose(got, want, atol=TOL, rtol=0, err_msg=name)
 
 
