@@ -179,6 +179,8 @@ class LoadedModel:
         self.runner = Runner(model, backend, weights)
         self.prefix_cache = None  # see enable_prefix_cache
         self.draft: LoadedModel | None = None  # see set_draft
+        self.adapters: dict = {}  # LoRA adapters attached by name (load_adapter)
+        self.default_adapters = None  # what new sessions apply when given none (`use_adapters`)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -197,14 +199,32 @@ class LoadedModel:
     def default_n_ctx(self) -> int:
         return min(DEFAULT_N_CTX, self.n_ctx_train) if self.n_ctx_train > 0 else DEFAULT_N_CTX
 
-    def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False):
+    def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False,
+                    adapters=None):  # fmt: skip
         """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096;
         ``swa_full`` gives sliding-window layers whole-context caches (the same results,
-        more memory)."""
+        more memory); ``adapters``: LoRA adapters to apply (`cera.adapters.attach.resolve`)."""
         from .generation.session import Session
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
-        return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+        adapters = self.default_adapters if adapters is None else adapters
+        return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full, adapters=adapters)
+
+    def use_adapters(self, adapters) -> None:
+        """The LoRA adapters sessions made from now on apply when they are given none
+        (``[]``: the base model); what `cera run --lora` sets."""
+        from .adapters.attach import resolve
+
+        self.default_adapters = resolve(self, adapters)
+
+    def load_adapter(self, source, name: str | None = None):
+        """Read a LoRA adapter (a llama.cpp GGUF adapter file or a PEFT directory), check it
+        against this model and upload it beside the weights (`cera.adapters.attach`); the
+        base model is not reloaded. Returns the `cera.adapters.LoraAdapter`."""
+        from .adapters import load_adapter
+        from .adapters.attach import attach
+
+        return attach(self, load_adapter(source, self.gguf, name=name))
 
     def enable_prefix_cache(self, max_bytes: int = 512 * 2**20, directory=None, max_disk_bytes: int = 4 * 2**30):
         """Keep evaluated prompts so sessions whose prompt starts the same evaluate only the
@@ -257,15 +277,19 @@ class LoadedModel:
         session.append_text(prompt)
         return session.generate(**options).text
 
-    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048):
+    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048,
+              adapters=None):  # fmt: skip
         """One vector per text (`cera.generation.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
         unless ``normalize=False``; pooled as the file says (encoders) or by mean (decoders);
-        ``pooling="none"``: a ``[n_tokens, dim]`` array per text."""
+        ``pooling="none"``: a ``[n_tokens, dim]`` array per text; ``adapters``: LoRA adapters
+        (default: those of `use_adapters`)."""
         from .generation.embedding import embed
 
-        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens)
+        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens, adapters=adapters)
 
     def close(self) -> None:
+        for adapter in self.adapters.values():
+            adapter.close()
         self.backend.close()
         self.gguf.close()
 

@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .adapters import ServedAdapters
 from .metrics import Metrics
 from .speculation import attach_draft, speculation_options
 
@@ -58,6 +59,7 @@ class ServerConfig:
     draft_max: int = 16
     draft_min: int = 0
     draft_p_min: float = 0.75
+    loras: tuple = ()  # `cera_serve.adapters.AdapterSpec`s: LoRA adapters requests may choose
     loaded: object = None  # an already loaded model (tests, embedding applications)
 
 
@@ -88,6 +90,7 @@ class Server:
         self.error: str | None = None
         self.loaded = None
         self.scheduler = None
+        self.adapters = None  # `cera_serve.adapters.ServedAdapters`
         self.metrics = Metrics()
         self.slots: asyncio.Semaphore | None = None
         self.waiting = 0
@@ -106,6 +109,7 @@ class Server:
                                    threads=self.config.threads, quiet=True)  # fmt: skip
             if self.config.model_draft is not None:
                 attach_draft(loaded, self.config)
+            self.adapters = ServedAdapters(loaded, self.config.loras)
             if loaded.prefix_cache is None:
                 loaded.enable_prefix_cache(directory=self.config.prompt_cache)
             self.scheduler = loaded.scheduler(n_slots=self.config.parallel, n_ctx=self.config.n_ctx)
@@ -328,8 +332,10 @@ class Generation:
     """One sequence: a scheduler session generating in a worker thread, its events handed
     to the event loop through a queue."""
 
-    def __init__(self, server: Server, prompt: list[int], options, processors=()):
+    def __init__(self, server: Server, prompt: list[int], options, processors=(), adapters=None, model_name=None):
         self.server = server
+        self.adapters = adapters  # LoRA adapters (`cera.adapters.ActiveAdapters`); None: the base model
+        self.model_name = model_name or server.model_name  # what the responses say they came from
         self.prompt = prompt
         self.options = options
         self.processors = list(processors)
@@ -345,7 +351,7 @@ class Generation:
         session = None
         self.server.metrics.started()
         try:
-            session = self.server.scheduler.new_session()
+            session = self.server.scheduler.new_session(adapters=self.adapters or [])
             self.session = session
             if self.cancelled.is_set():
                 session.cancel()
@@ -452,8 +458,17 @@ def create_app(config: ServerConfig) -> Starlette:
         return JSONResponse(body, status_code=200 if server.status == "ready" else 503)
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "cera"}]})  # fmt: skip
+        data = [{"id": server.model_name, "object": "model", "created": server.created, "owned_by": "cera"}]
+        for entry in server.adapters.listing() if server.adapters else ():
+            data.append({"id": entry["name"], "object": "model", "created": server.created, "owned_by": "cera",
+                         "parent": server.model_name, "lora": entry})  # fmt: skip
+        return JSONResponse({"object": "list", "data": data})
+
+    async def lora_adapters(request: Request) -> Response:
+        return JSONResponse(server.adapters.listing())
+
+    def chosen_adapters(data: dict):
+        return server.adapters.choose(data, lambda message, param: APIError(400, message, param=param))
 
     async def metrics(request: Request) -> Response:
         return PlainTextResponse(server.metrics.render(server), media_type="text/plain; version=0.0.4")
@@ -486,9 +501,10 @@ def create_app(config: ServerConfig) -> Starlette:
         embed = getattr(server.loaded, "embed", None)
         if embed is None:
             raise APIError(400, "this cera has no embeddings API", code="unsupported")
+        adapters, _ = chosen_adapters(data)
         await server.slot()
         try:
-            vectors = await asyncio.get_running_loop().run_in_executor(None, embed, inputs)
+            vectors = await asyncio.get_running_loop().run_in_executor(None, lambda: embed(inputs, adapters=adapters))
         except CeraError as e:
             raise APIError(400, f"this model cannot embed: {e}", code="unsupported") from None
         finally:
@@ -509,6 +525,8 @@ def create_app(config: ServerConfig) -> Starlette:
     async def _generate(request: Request, chat: bool) -> Response:
         data = await read_json(request)
         loaded = server.loaded
+        adapters, adapter_name = chosen_adapters(data)
+        model_name = adapter_name or server.model_name
         reader = None  # a chat's ChatPrompt: the tool format, the reply splitter
         if chat:
             prompt, reader = chat_prompt(loaded, data)
@@ -560,7 +578,7 @@ def create_app(config: ServerConfig) -> Starlette:
 
         if stream:
             await server.slot()
-            gen = Generation(server, prompt, options, processors)
+            gen = Generation(server, prompt, options, processors, adapters, model_name)
             gen.start(loop)
             return StreamingResponse(
                 _stream(gen, request, rid, created, chat, include_usage, len(prompt), splitter(), markers),
@@ -569,7 +587,7 @@ def create_app(config: ServerConfig) -> Starlette:
 
         async def one(i: int) -> dict:
             await server.slot()
-            gen = Generation(server, prompt, options_for(i), processors)
+            gen = Generation(server, prompt, options_for(i), processors, adapters, model_name)
             gen.start(loop)
             tokens, logprobs, text, summary = [], [], [], None
             split = splitter()
@@ -620,7 +638,7 @@ def create_app(config: ServerConfig) -> Starlette:
                 for r in results
             ]  # fmt: skip
             obj = "text_completion"
-        body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": choices,
+        body = {"id": rid, "object": obj, "created": created, "model": model_name, "choices": choices,
                 "usage": usage}  # fmt: skip
         if any(r["drafted"] for r in results):  # llama.cpp's server reports its drafts so too
             body["timings"] = {"draft_n": sum(r["drafted"] for r in results),
@@ -639,7 +657,7 @@ def create_app(config: ServerConfig) -> Starlette:
                 choice = {"index": 0, "delta": delta or {}, "finish_reason": reason, "logprobs": logprobs}
             else:
                 choice = {"index": 0, "text": text or "", "finish_reason": reason, "logprobs": logprobs}
-            body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": [choice]}
+            body = {"id": rid, "object": obj, "created": created, "model": gen.model_name, "choices": [choice]}
             return f"data: {json.dumps(body)}\n\n"
 
         n_calls = 0
@@ -694,7 +712,7 @@ def create_app(config: ServerConfig) -> Starlette:
                     gen.cancel()
             if include_usage:
                 usage = {"prompt_tokens": n_prompt, "completion_tokens": n_tokens, "total_tokens": n_prompt + n_tokens}
-                body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": [],
+                body = {"id": rid, "object": obj, "created": created, "model": gen.model_name, "choices": [],
                         "usage": usage}  # fmt: skip
                 if drafted:
                     body["timings"] = {"draft_n": drafted, "draft_n_accepted": accepted}
@@ -710,6 +728,7 @@ def create_app(config: ServerConfig) -> Starlette:
     routes = [
         Route("/health", endpoint(health, auth=False, needs_model=False)),
         Route("/v1/models", endpoint(models, needs_model=False)),
+        Route("/lora-adapters", endpoint(lora_adapters)),
         Route("/metrics", endpoint(metrics, needs_model=False)),
         Route("/tokenize", endpoint(tokenize), methods=["POST"]),
         Route("/detokenize", endpoint(detokenize), methods=["POST"]),

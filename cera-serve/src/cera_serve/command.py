@@ -63,17 +63,31 @@ import click
               help="A shorter draft is not verified (the token is evaluated plainly).")  # fmt: skip
 @click.option("--draft-p-min", "draft_p_min", type=click.FloatRange(0.0, 1.0), default=0.75, show_default=True,
               help="Drafting stops where the draft gives its token less probability than this.")  # fmt: skip
+@click.option(
+    "--lora", "lora", multiple=True, metavar="[NAME=]FILE[:SCALE]",
+    help="LoRA adapter (GGUF adapter or PEFT directory) that requests may choose by NAME (its file's stem unless given): "
+    "\"model\": NAME, or llama.cpp's \"lora\": [{\"id\": N, \"scale\": S}]; listed in /v1/models; repeatable.",
+)  # fmt: skip
+@click.option(
+    "--lora-scaled", "lora_scaled", multiple=True, nargs=2, type=(str, float), metavar="[NAME=]FILE SCALE",
+    help="LoRA adapter with the scale a request that names it gets (llama.cpp's spelling); repeatable.",
+)  # fmt: skip
 def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, max_queue, prompt_cache, model_draft,
-              device_draft, draft_max, draft_min, draft_p_min):  # fmt: skip
+              device_draft, draft_max, draft_min, draft_p_min, lora=(), lora_scaled=()):  # fmt: skip
     """Serve a model over the OpenAI HTTP API (chat, completions, embeddings)."""
     import uvicorn
 
+    from .adapters import parse_spec
     from .app import ServerConfig, create_app
 
+    try:
+        loras = tuple(parse_spec(v) for v in lora) + tuple(parse_spec(v, s) for v, s in lora_scaled)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--lora'") from None
     config = ServerConfig(
         model=model, device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
         max_queue=max_queue, prompt_cache=prompt_cache, model_draft=model_draft, device_draft=device_draft,
-        draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min,
+        draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, loras=loras,
     )  # fmt: skip
     if device_draft is not None and model_draft is None:
         raise click.UsageError("--device-draft needs a draft model: -md/--model-draft")

@@ -17,6 +17,7 @@ from ..options import (
     sampling_options,
 )
 from ..draft import attach_draft, draft_options, drafting
+from ..lora_options import apply_loras, lora_options
 from ..tools_cli import run_turn, tool_options
 
 
@@ -48,6 +49,7 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
 
 @click.command("run")
 @model_options
+@lora_options
 @sampling_options
 @click.argument("words", nargs=-1, metavar="[PROMPT]...")
 @click.option(
@@ -75,13 +77,14 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
 @draft_options
 def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, words, prompt, file, chat, system,
             kv_type, prompt_cache, no_timings, tools, tool_choice, constrain_tools, model_draft, device_draft,
-            **kw):  # fmt: skip
+            loras=(), **kw):  # fmt: skip
     """Generate text from a prompt: cera run -m MODEL "PROMPT". Only the generated text goes
     to stdout; notes and the summary (timings, the seed that repeats the run) go to stderr."""
     options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     text = read_prompt(words, prompt, file)
     console = Console(verbose, quiet)
     loaded = load_model(model, device, threads, console, n_gpu_layers)
+    apply_loras(loaded, loras, console)
     attach_draft(loaded, model, model_draft, device_draft, threads, console, options.spec)
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)

@@ -79,10 +79,12 @@ class Scheduler:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def new_session(self):
+    def new_session(self, adapters=None):
         from .session import Session
 
-        return Session(self.loaded, n_ctx=self.state.n_ctx, kv_type=self.state.kv_type, n_batch=self.n_batch, scheduler=self)
+        adapters = getattr(self.loaded, "default_adapters", None) if adapters is None else adapters
+        return Session(self.loaded, n_ctx=self.state.n_ctx, kv_type=self.state.kv_type, n_batch=self.n_batch, scheduler=self,
+                       adapters=adapters)  # fmt: skip
 
     def draft_scheduler(self) -> Scheduler:
         """A scheduler of the loaded model's draft (`cera.engine.LoadedModel.set_draft`) with
@@ -121,7 +123,7 @@ class Scheduler:
     def forward(self, session, step: SeqStep, outputs: Outputs, **layout) -> dict:
         if len(step.tokens) != 1 or layout.get("exact_rows") or layout.get("prompt_rows"):
             with self._run_lock:
-                return self.runner.forward(self.state, [step], outputs, **layout)
+                return self.runner.forward(self.state, [step], outputs, adapters=session.adapters, **layout)
         req = _Request(session, step, outputs)
         with self._cond:
             self._queue.append(req)
@@ -152,11 +154,17 @@ class Scheduler:
 
     def _run(self, batch: list[_Request]) -> None:
         try:
-            with self._run_lock:
-                out = self.runner.forward(self.state, [r.step for r in batch], merge_outputs([r.outputs for r in batch]))
-            rows = split_rows(out, len(batch))
-            for r, row in zip(batch, rows, strict=True):
-                r.result = row
+            # sequences with different LoRA adapters (or none) go in one pass per set of adapters
+            groups: dict = {}
+            for r in batch:
+                groups.setdefault(r.session.adapters, []).append(r)
+            for adapters, group in groups.items():
+                with self._run_lock:
+                    out = self.runner.forward(self.state, [r.step for r in group], merge_outputs([r.outputs for r in group]),
+                                              adapters=adapters)  # fmt: skip
+                rows = split_rows(out, len(group))
+                for r, row in zip(group, rows, strict=True):
+                    r.result = row
         except BaseException as e:  # every request of the batch sees the failure
             for r in batch:
                 r.error = e
@@ -232,8 +240,9 @@ class Scheduler:
                         continue
                     break
                 try:
-                    with self._run_lock:
-                        out = self.runner.forward(self.state, rows_in, merge_outputs([steps[i].want for i in batch]))
+                    with self._run_lock:  # every session here applies the model's default adapters
+                        out = self.runner.forward(self.state, rows_in, merge_outputs([steps[i].want for i in batch]),
+                                                  adapters=sessions[0].adapters)  # fmt: skip
                     rows = split_rows(out, len(batch))
                 except (KeyboardInterrupt, SystemExit):
                     raise

@@ -62,11 +62,12 @@ class Session:
     """One conversation's state on a loaded model. See the module docstring."""
 
     def __init__(self, loaded, n_ctx: int, kv_type: str = "f16", n_batch: int = 512, scheduler=None,
-                 swa_full: bool = False):  # fmt: skip
+                 swa_full: bool = False, adapters=None):  # fmt: skip
         for what, v in (("n_ctx", n_ctx), ("n_batch", n_batch)):
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise SessionError(f"{what} must be a positive integer, got {v!r}")
         self.loaded = loaded
+        self.adapters = _resolve_adapters(loaded, adapters)  # LoRA adapters applied (`set_adapters`)
         self.model = loaded.model
         self._n_vocab = int(self.model.n_vocab)
         self.tokenizer = loaded.tokenizer
@@ -177,13 +178,28 @@ class Session:
         step = self._seq_step(tokens)
         if self.scheduler is not None:
             return self.scheduler.forward(self, step, outputs, **layout)
-        return self.runner.forward(self.state, [step], outputs, **layout)
+        return self.runner.forward(self.state, [step], outputs, adapters=self.adapters, **layout)
+
+    def set_adapters(self, adapters) -> None:
+        """Apply other LoRA adapters (or scales, or none) from now on, on the same loaded
+        model (`cera.adapters.attach.resolve` says what ``adapters`` may be). The state was
+        computed with the previous ones, so what the session holds is queued to be
+        evaluated again; with the same adapters and scales nothing changes."""
+        new = _resolve_adapters(self.loaded, adapters)
+        with self._lock:
+            if new == self.adapters:
+                return
+            everything = self.tokens + self.pending
+            self.state.clear(self.slot)
+            self.tokens, self.pending, self.last, self._snapshots = [], everything, None, []
+            self.adapters = new
 
     def _use_prefix_cache(self) -> None:
         """Before evaluating: restore the longest cached prefix of what this session holds
         and queues, when it reaches further than what the state holds."""
         everything = self.tokens + self.pending
-        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable, state=self.state)
+        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable, state=self.state,
+                                         adapters=self.adapters.key)  # fmt: skip
         if found is None:
             return
         entry, n = found
@@ -483,6 +499,12 @@ class Session:
     @property
     def n_tokens(self) -> int:
         return len(self.tokens)
+
+
+def _resolve_adapters(loaded, adapters):
+    from ..adapters.attach import resolve
+
+    return resolve(loaded, adapters)
 
 
 def guarded(events, sink: Sink | None = None):
