@@ -8,7 +8,22 @@ import click
 
 
 @click.command("serve")
-@click.option("-m", "--model", default=None, help="GGUF file, bundle name or hub repo (default: the default bundle).")
+@click.option(
+    "-m",
+    "--model",
+    "models",
+    multiple=True,
+    help="GGUF file, bundle name or hub repo (default: the default bundle); repeat to serve several. "
+    "A model's id is what you give here, or its --alias.",
+)
+@click.option("-a", "--alias", "aliases", multiple=True, help="The id clients use for each -m, in order.")
+@click.option(
+    "--models-memory",
+    default=None,
+    metavar="SIZE",
+    help="Memory the loaded models may take (e.g. 6GiB; default: half the machine's); the least "
+    "recently used idle model is unloaded to make room.",
+)
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback unless you say otherwise)."
 )
@@ -50,20 +65,33 @@ import click
     default=None,
     help="Directory of a disk prompt cache (a memory one is always on).",
 )
-def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, max_queue, prompt_cache):
-    """Serve a model over the OpenAI HTTP API (chat, completions, embeddings)."""
+def serve_cmd(models, aliases, models_memory, host, port, parallel, ctx_size, threads, device, api_key, max_queue,
+              prompt_cache):  # fmt: skip
+    """Serve models over the OpenAI HTTP API (chat, completions, responses, embeddings, rerank),
+    Anthropic's messages API, and a chat page at /."""
     import uvicorn
 
-    from .app import ServerConfig, create_app
+    from cera.errors import CeraError
 
+    from .app import ServerConfig, create_app
+    from .models import model_ids, parse_size
+
+    try:
+        model_ids(list(models) or ["default"], list(aliases))
+        budget = parse_size(models_memory) if models_memory is not None else None
+    except CeraError as e:
+        raise click.UsageError(str(e)) from None
+    model = models[0] if len(models) == 1 else None
     config = ServerConfig(
-        model=model, device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
+        model=model, models=tuple(models) if len(models) > 1 else (), aliases=tuple(aliases), memory_budget=budget,
+        device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
         max_queue=max_queue, prompt_cache=prompt_cache,
     )  # fmt: skip
     if host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
         click.echo(f"cera serve: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     app = create_app(config)
     click.echo(
-        f"cera serve: loading {model or 'the default model'}; http://{host}:{port}/v1 (pid {os.getpid()})", err=True
+        f"cera serve: loading {models[0] if models else 'the default model'}; http://{host}:{port}/ (pid {os.getpid()})",
+        err=True,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")
