@@ -16,6 +16,7 @@ from test_openai_client import ServerThread  # noqa: E402 - the serve tests shar
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 ASK = "What is the capital of France?"
+GREEDY = {"temperature": 0}  # the anthropic client has no sampling arguments of its own now
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +61,10 @@ def test_responses_stream_events_add_up(server):
     assert events[-1].response.output_text == want
     # the SDK's accumulating helper understands the same events
     with client.responses.stream(model="x", input=ASK, max_output_tokens=10, temperature=0) as stream:
-        for _ in stream:
-            pass
+        seen = list(stream)
+    assert "".join(e.delta for e in seen if e.type == "response.output_text.delta") == want
+    assert seen[-1].type == kinds[-1] and seen[-1].response.output_text == want
+    if seen[-1].type == "response.completed":
         assert stream.get_final_response().output_text == want
 
 
@@ -93,7 +96,7 @@ def test_responses_refusals(server):
 
 def test_messages_text_equals_chat_completions(server):
     want, reason = chat(server, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK}], 12)
-    m = claude(server).messages.create(model="x", system=SYSTEM, max_tokens=12, temperature=0,
+    m = claude(server).messages.create(model="x", system=SYSTEM, max_tokens=12, extra_body=GREEDY,
                                        messages=[{"role": "user", "content": ASK}])  # fmt: skip
     assert m.type == "message" and m.role == "assistant" and m.model == "x"
     assert [b.type for b in m.content] == ["text"] and m.content[0].text == want
@@ -103,7 +106,7 @@ def test_messages_text_equals_chat_completions(server):
 
 def test_messages_stream(server):
     want, _ = chat(server, [{"role": "user", "content": ASK}], 10)
-    with claude(server).messages.stream(model="x", max_tokens=10, temperature=0,
+    with claude(server).messages.stream(model="x", max_tokens=10, extra_body=GREEDY,
                                         messages=[{"role": "user", "content": ASK}]) as stream:  # fmt: skip
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
@@ -115,7 +118,7 @@ def test_messages_stop_sequence_is_named(server):
     words = full.split()
     assert len(words) >= 3, full
     stop = " " + words[2]
-    m = claude(server).messages.create(model="x", max_tokens=16, temperature=0, stop_sequences=[stop, "zzzz"],
+    m = claude(server).messages.create(model="x", max_tokens=16, extra_body=GREEDY, stop_sequences=[stop, "zzzz"],
                                        messages=[{"role": "user", "content": ASK}])  # fmt: skip
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop
     assert m.content[0].text == full[: full.index(stop)]
@@ -126,7 +129,7 @@ def test_messages_tool_results_in_the_conversation(server):
     want, _ = chat(server, [{"role": "user", "content": "Weather in Paris?"},
                             {"role": "assistant", "content": None, "tool_calls": [call]},
                             {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}], 10)  # fmt: skip
-    m = claude(server).messages.create(model="x", max_tokens=10, temperature=0, messages=[
+    m = claude(server).messages.create(model="x", max_tokens=10, extra_body=GREEDY, messages=[
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
                                             "input": {"city": "Paris"}}]},
