@@ -57,6 +57,7 @@ class ServerConfig:
     models: tuple = ()  # several sources (``-m A -m B``); ``model`` is the one source otherwise
     aliases: tuple = ()  # the models' ids by position (``--alias``); a source is its own id without one
     memory_budget: int | None = None  # bytes the loaded models may take (default: half the machine's memory)
+    chat_templates: tuple = ()  # the models' chat templates by position (``--chat-template``): a file or a name
 
 
 class APIError(Exception):
@@ -378,7 +379,7 @@ def _logprob_entry(loaded, token: int, logprob, top) -> dict:
 def create_app(config: ServerConfig) -> Starlette:
     from cera.errors import CeraError
 
-    from . import messages, rerank, responses
+    from . import messages, page, rerank, responses
 
     server = Server(config)
 
@@ -670,6 +671,7 @@ def create_app(config: ServerConfig) -> Starlette:
             server.metrics.tokens(n_prompt, n_tokens)
 
     routes = [
+        Route("/", endpoint(page.route(), auth=False)),
         Route("/health", endpoint(health, auth=False)),
         Route("/v1/models", endpoint(models)),
         Route("/metrics", endpoint(metrics)),

@@ -18,6 +18,14 @@ import click
 )
 @click.option("-a", "--alias", "aliases", multiple=True, help="The id clients use for each -m, in order.")
 @click.option(
+    "--chat-template",
+    "chat_templates",
+    multiple=True,
+    metavar="FILE|NAME",
+    help="Chat template instead of the model's own, for each -m in order: a Jinja file, 'chatml', or the name of "
+    "a template the file carries.",
+)
+@click.option(
     "--models-memory",
     default=None,
     metavar="SIZE",
@@ -65,8 +73,8 @@ import click
     default=None,
     help="Directory of a disk prompt cache (a memory one is always on).",
 )
-def serve_cmd(models, aliases, models_memory, host, port, parallel, ctx_size, threads, device, api_key, max_queue,
-              prompt_cache):  # fmt: skip
+def serve_cmd(models, aliases, chat_templates, models_memory, host, port, parallel, ctx_size, threads, device, api_key,
+              max_queue, prompt_cache):  # fmt: skip
     """Serve models over the OpenAI HTTP API (chat, completions, responses, embeddings, rerank),
     Anthropic's messages API, and a chat page at /."""
     import uvicorn
@@ -78,12 +86,16 @@ def serve_cmd(models, aliases, models_memory, host, port, parallel, ctx_size, th
 
     try:
         model_ids(list(models) or ["default"], list(aliases))
+        if len(chat_templates) > max(1, len(models)):
+            raise click.UsageError(f"{len(chat_templates)} chat templates for {max(1, len(models))} models: give one "
+                                   "--chat-template per -m, in order")  # fmt: skip
         budget = parse_size(models_memory) if models_memory is not None else None
     except CeraError as e:
         raise click.UsageError(str(e)) from None
     model = models[0] if len(models) == 1 else None
     config = ServerConfig(
         model=model, models=tuple(models) if len(models) > 1 else (), aliases=tuple(aliases), memory_budget=budget,
+        chat_templates=tuple(chat_templates),
         device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
         max_queue=max_queue, prompt_cache=prompt_cache,
     )  # fmt: skip

@@ -51,9 +51,10 @@ def model_ids(sources: list[str], aliases: list[str]) -> list[str]:
 class ServedModel:
     """One model by id: its source and, while loaded, its model, scheduler and slots."""
 
-    def __init__(self, id: str, source: str, config, metrics, loaded=None):
+    def __init__(self, id: str, source: str, config, metrics, loaded=None, chat_template: str | None = None):
         self.id = id
         self.source = source
+        self.chat_template = chat_template  # --chat-template: a Jinja file or a name, instead of the file's own
         self.config = config
         self.metrics = metrics
         self.given = loaded  # a model the caller loaded: used as is, never closed by the server
@@ -78,6 +79,10 @@ class ServedModel:
             loaded = self.given
             if loaded is None:
                 loaded = cera.load(self.source, device=self.config.device, threads=self.config.threads, quiet=True)
+            if self.chat_template is not None:
+                from cera.text.chat_template import chosen_template
+
+                loaded.chat_template = chosen_template(loaded.gguf, self.chat_template)
             if loaded.prefix_cache is None:
                 loaded.enable_prefix_cache(directory=self.config.prompt_cache)
             self.scheduler = loaded.scheduler(n_slots=self.config.parallel, n_ctx=self.config.n_ctx)
@@ -157,8 +162,15 @@ class Models:
             ids = model_ids(sources, list(config.aliases))
         self.budget = config.memory_budget if config.memory_budget is not None else default_budget()
         self.by_id: dict[str, ServedModel] = {}
+        templates = list(getattr(config, "chat_templates", ()))
+        if len(templates) > len(sources):
+            from cera.errors import InvalidOptions
+
+            raise InvalidOptions(f"{len(templates)} chat templates for {len(sources)} models: give one --chat-template "
+                                 "per -m, in order")  # fmt: skip
         for i, (mid, src) in enumerate(zip(ids, sources, strict=True)):
-            self.by_id[mid] = ServedModel(mid, src, config, metrics, loaded=config.loaded if i == 0 else None)
+            self.by_id[mid] = ServedModel(mid, src, config, metrics, loaded=config.loaded if i == 0 else None,
+                                          chat_template=templates[i] if i < len(templates) else None)  # fmt: skip
         self.default = self.by_id[ids[0]]
 
     def __iter__(self):
