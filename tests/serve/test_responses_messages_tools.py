@@ -78,3 +78,54 @@ def test_messages_tool_use(server, want):
                                extra_body=GREEDY, messages=[{"role": "user", "content": ASK}])  # fmt: skip
     (use,) = [b for b in m.content if b.type == "tool_use"]
     jsonschema.validate(use.input, SCHEMA)
+
+
+def _chat_answer(server, call_id: str, args: dict) -> str:
+    """Chat completions' reply once the call's result is in the conversation."""
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
+                                             "parameters": SCHEMA}}  # fmt: skip
+    call = {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(args)}}
+    messages = [{"role": "user", "content": ASK}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call_id, "content": "sunny, 21 C"}]  # fmt: skip
+    r = server.client().chat.completions.create(model="x", messages=messages, tools=[tool], temperature=0,
+                                                max_tokens=30)  # fmt: skip
+    return r.choices[0].message.content
+
+
+def test_responses_tool_loop_streamed(server, want):
+    """The call made, its output sent back as items, the answer streamed through the SDK's
+    accumulating helper: the text chat completions gives for that conversation."""
+    tool = {"type": "function", "name": "get_weather", "description": "Get the current weather in a city",
+            "parameters": SCHEMA}  # fmt: skip
+    client = server.client()
+    with client.responses.stream(model="x", input=ASK, tools=[tool], temperature=0, max_output_tokens=60) as stream:
+        first = stream.get_final_response()
+    (call,) = [o for o in first.output if o.type == "function_call"]
+    assert json.loads(call.arguments) == want
+    items = [{"role": "user", "content": ASK},
+             {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+             {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 C"}]  # fmt: skip
+    with client.responses.stream(model="x", input=items, tools=[tool], temperature=0, max_output_tokens=30) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    answer = _chat_answer(server, call.call_id, json.loads(call.arguments))
+    assert "".join(deltas) == final.output_text == answer and answer
+
+
+def test_messages_tool_loop_streamed(server, want):
+    tool = {"name": "get_weather", "description": "Get the current weather in a city", "input_schema": SCHEMA}
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{server.port}", api_key="none", max_retries=0, timeout=120)
+    with client.messages.stream(model="x", max_tokens=60, tools=[tool], extra_body=GREEDY,
+                                messages=[{"role": "user", "content": ASK}]) as stream:  # fmt: skip
+        first = stream.get_final_message()
+    (use,) = [b for b in first.content if b.type == "tool_use"]
+    assert use.input == want
+    conversation = [{"role": "user", "content": ASK}, {"role": "assistant", "content": first.content},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                  "content": "sunny, 21 C"}]}]  # fmt: skip
+    with client.messages.stream(model="x", max_tokens=30, tools=[tool], extra_body=GREEDY,
+                                messages=conversation) as stream:  # fmt: skip
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    answer = _chat_answer(server, use.id, use.input)
+    assert text == answer and final.content[0].text == answer and final.stop_reason in ("end_turn", "max_tokens")

@@ -58,7 +58,7 @@ class ServedModel:
         self.config = config
         self.metrics = metrics
         self.given = loaded  # a model the caller loaded: used as is, never closed by the server
-        self.status = "unloaded"  # unloaded, loading, ready or failed
+        self.status = "unloaded"  # unloaded, loading, ready, unloading or failed
         self.error: str | None = None
         self.loaded = None
         self.scheduler = None
@@ -230,6 +230,7 @@ class Models:
             victim = idle.pop(0)
             async with victim.lock:
                 if victim.busy == 0 and victim.status == "ready":
+                    victim.status = "unloading"  # a request arriving now waits for the lock, then loads it again
                     await asyncio.get_running_loop().run_in_executor(None, victim.unload)
         if extra and used() + extra > self.budget:
             held = ", ".join(f"{m.id!r} ({m.nbytes / 2**20:.0f} MiB)" for m in self if m.status == "ready")
