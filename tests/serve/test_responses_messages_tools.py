@@ -87,14 +87,15 @@ def _chat_answer(server, call_id: str, args: dict) -> str:
     call = {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(args)}}
     messages = [{"role": "user", "content": ASK}, {"role": "assistant", "content": None, "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": call_id, "content": "sunny, 21 C"}]  # fmt: skip
-    r = server.client().chat.completions.create(model="x", messages=messages, tools=[tool], temperature=0,
-                                                max_tokens=30)  # fmt: skip
+    r = server.client().chat.completions.create(model="x", messages=messages, tools=[tool], tool_choice="none",
+                                                temperature=0, max_tokens=30)  # fmt: skip
     return r.choices[0].message.content
 
 
 def test_responses_tool_loop_streamed(server, want):
-    """The call made, its output sent back as items, the answer streamed through the SDK's
-    accumulating helper: the text chat completions gives for that conversation."""
+    """The call made, its output sent back as items, the answer (no more calls:
+    tool_choice none) streamed through the SDK's accumulating helper: the text chat
+    completions gives for that conversation."""
     tool = {"type": "function", "name": "get_weather", "description": "Get the current weather in a city",
             "parameters": SCHEMA}  # fmt: skip
     client = server.client()
@@ -105,11 +106,14 @@ def test_responses_tool_loop_streamed(server, want):
     items = [{"role": "user", "content": ASK},
              {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
              {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 C"}]  # fmt: skip
-    with client.responses.stream(model="x", input=items, tools=[tool], temperature=0, max_output_tokens=30) as stream:
-        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
-        final = stream.get_final_response()
+    with client.responses.stream(model="x", input=items, tools=[tool], tool_choice="none", temperature=0,
+                                 max_output_tokens=30) as stream:  # fmt: skip
+        events = list(stream)
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    last = events[-1]  # response.completed, or response.incomplete where the 30 tokens ran out
+    assert last.type in ("response.completed", "response.incomplete")
     answer = _chat_answer(server, call.call_id, json.loads(call.arguments))
-    assert "".join(deltas) == final.output_text == answer and answer
+    assert "".join(deltas) == last.response.output_text == answer and answer
 
 
 def test_messages_tool_loop_streamed(server, want):
@@ -123,8 +127,8 @@ def test_messages_tool_loop_streamed(server, want):
     conversation = [{"role": "user", "content": ASK}, {"role": "assistant", "content": first.content},
                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
                                                   "content": "sunny, 21 C"}]}]  # fmt: skip
-    with client.messages.stream(model="x", max_tokens=30, tools=[tool], extra_body=GREEDY,
-                                messages=conversation) as stream:  # fmt: skip
+    with client.messages.stream(model="x", max_tokens=30, tools=[tool], tool_choice={"type": "none"},
+                                extra_body=GREEDY, messages=conversation) as stream:  # fmt: skip
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     answer = _chat_answer(server, use.id, use.input)
