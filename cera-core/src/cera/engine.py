@@ -249,12 +249,15 @@ class LoadedModel:
             check_vocabularies(self, draft)
         self.draft = draft
 
-    def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
-        """A batching scheduler: sessions made by it decode together (`cera.generation.scheduler`)."""
-        from .generation.scheduler import Scheduler
+    def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512,
+                  prompt_chunk: int | None = None):  # fmt: skip
+        """A batching scheduler: sessions made by it decode together, their prompts in chunks
+        of ``prompt_chunk`` tokens between the decode steps (`cera.generation.scheduler`)."""
+        from .generation.scheduler import PROMPT_CHUNK, Scheduler
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
-        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch)
+        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch,
+                         prompt_chunk=PROMPT_CHUNK if prompt_chunk is None else prompt_chunk)  # fmt: skip
 
     def chat(self, system: str | None = None, tools=None, *, tool_format=None, allow_reevaluation: bool = False,
              **session_options):  # fmt: skip

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from ..chat_template_option import apply_chat_template, chat_template_option
 from ..conversation import messages_of, prompt_length, say, set_messages
 from ..options import (
     Console,
@@ -325,6 +326,7 @@ class ChatLoop:
 @click.command("chat")
 @model_options
 @lora_options
+@chat_template_option
 @sampling_options
 @click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message.")
 @click.option(
@@ -345,7 +347,7 @@ def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, sys
     commands (/system, /clear, /save, /load)."""
     options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     console = Console(verbose, quiet)
-    loaded = load_model(model, device, threads, console, n_gpu_layers)
+    loaded = apply_chat_template(load_model(model, device, threads, console, n_gpu_layers))
     apply_loras(loaded, loras, console)
     attach_draft(loaded, model, model_draft, device_draft, threads, console, options.spec)
     if prompt_cache:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..chat_template_option import apply_chat_template, chat_template_option
 from ..options import (
     Console,
     context_hint,
@@ -50,6 +51,7 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
 @click.command("run")
 @model_options
 @lora_options
+@chat_template_option
 @sampling_options
 @click.argument("words", nargs=-1, metavar="[PROMPT]...")
 @click.option(
@@ -83,7 +85,7 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     text = read_prompt(words, prompt, file)
     console = Console(verbose, quiet)
-    loaded = load_model(model, device, threads, console, n_gpu_layers)
+    loaded = apply_chat_template(load_model(model, device, threads, console, n_gpu_layers))
     apply_loras(loaded, loras, console)
     attach_draft(loaded, model, model_draft, device_draft, threads, console, options.spec)
     if prompt_cache:

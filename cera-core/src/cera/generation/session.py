@@ -238,20 +238,31 @@ class Session:
         prompt_rows = len(self.pending) > 1 and (len(self.pending) >= PROMPT_ROWS or len(self.tokens) > held)
         self._check_room()
         size = min(self.n_batch, CANCEL_MIN_CHUNK) if responsive else self.n_batch
-        while self.pending:
-            if self._cancelled:
-                return False
-            chunk = self.pending[:size]
-            last = len(chunk) == len(self.pending)
-            t0 = time.perf_counter() if responsive else 0.0
-            try:
-                out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
-            except MemoryError as e:
-                raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
-            if responsive:
-                rate = len(chunk) / max(time.perf_counter() - t0, 1e-6)
-                size = max(min(int(rate * CANCEL_LATENCY_S), self.n_batch), min(self.n_batch, CANCEL_MIN_CHUNK))
-            self._took(len(chunk), out if last else None)
+        # through a scheduler, a long prompt goes in its chunks, each a pass between the
+        # decode batches of the sequences generating (cera.generation.scheduler)
+        chunks = self.scheduler if prompt_rows and self.scheduler is not None else None
+        if chunks is not None:
+            chunks.prompting(self, True)
+        try:
+            while self.pending:
+                if self._cancelled:
+                    return False
+                if chunks is not None:
+                    size = chunks.chunk_size()
+                chunk = self.pending[:size]
+                last = len(chunk) == len(self.pending)
+                t0 = time.perf_counter() if responsive else 0.0
+                try:
+                    out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
+                except MemoryError as e:
+                    raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
+                if responsive and chunks is None:
+                    rate = len(chunk) / max(time.perf_counter() - t0, 1e-6)
+                    size = max(min(int(rate * CANCEL_LATENCY_S), self.n_batch), min(self.n_batch, CANCEL_MIN_CHUNK))
+                self._took(len(chunk), out if last else None)
+        finally:
+            if chunks is not None:
+                chunks.prompting(self, False)
         return True
 
     def _check_room(self) -> None:
