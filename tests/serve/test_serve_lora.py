@@ -150,6 +150,6 @@ def test_a_bad_adapter_fails_the_load_and_says_why(files, tiny, tmp_path):
     from cera_serve.app import Server, ServerConfig
 
     server = Server(ServerConfig(loaded=tiny, loras=(AdapterSpec("other", str(bad)),)))
-    server.load()
+    server.models.default.load()
     assert server.status == "failed"
     assert "architecture 'qwen2'" in server.error

@@ -531,8 +531,6 @@ def create_app(config: ServerConfig) -> Starlette:
                 raise APIError(400, str(e), param="tool_choice") from None
         elif data.get("tool_choice") not in (None, "none", "auto"):
             raise APIError(400, "tool_choice needs tools", param="tool_choice")
-        from cera.errors import CeraError
-
         try:
             options = speculation_options(options, data, config, loaded, processors)
         except CeraError as e:
