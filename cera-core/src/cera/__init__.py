@@ -24,6 +24,7 @@ from .errors import (
     DownloadError,
     GenerationError,
     GrammarError,
+    ImageError,
     InvalidModelFile,
     InvalidOptions,
     ModelConfigError,
@@ -106,6 +107,10 @@ _LAZY = {
     "GenerationSummary": "cera.generation.events",
     "Scheduler": "cera.generation.scheduler",
     "ChatSession": "cera.chat.session",
+    # images
+    "Projector": "cera.vision.projector",
+    "ImageEmbedding": "cera.vision.projector",
+    "load_image": "cera.vision.image",
 }
 
 
@@ -133,6 +138,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "GenerationError",
     "GrammarError",
+    "ImageError",
     "InvalidModelFile",
     "InvalidOptions",
     "ModelConfigError",
