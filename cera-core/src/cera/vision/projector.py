@@ -1,0 +1,187 @@
+"""A multimodal projector (an mmproj GGUF): an image encoder bound to the text model's backend.
+
+An mmproj file has ``general.architecture`` ``clip`` and says which projector it is in
+``clip.projector_type``; the family registered for the architecture ``clip.<type>``
+(LFM2-VL's: ``clip.lfm2``, in cera-model-lfm2) reads its config, binds its tensors and
+builds one encoder graph per image size. The graph runs on the backend the text model
+runs on (the same device, so the embeddings go straight into the session's prefill);
+executables are kept per image size.
+
+`Projector.encode` turns an image (path, bytes, data: URL or RGB array; see
+`cera.vision.image`) into an `ImageEmbedding`: one row per image token, the text model's
+width, and the text that surrounds the rows in the prompt (``<|image_start|>`` ...
+``<|image_end|>`` for LFM2-VL), with a digest of the pixels that keys the prefix cache and
+checkpoints.
+
+The family's encoder class provides ``read_config(gguf)``, ``__init__(config, weights)``,
+``preprocess(rgb) -> float32 [h, w, 3]``, ``build_image(h, w) -> Graph`` (with one output,
+``embeddings``), ``image_inputs(pixels) -> dict`` of the graph's inputs, ``n_embd_out``,
+and the strings ``image_begin`` / ``image_end``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from ..backend import StepInputs
+from ..errors import ModelConfigError, ShapeError
+from .image import load_image
+
+MEDIA_MARKER = "<__media__>"  # llama.cpp's marker: where an image goes in a raw prompt
+EMBEDDINGS = "embeddings"
+
+
+@attrs.frozen(eq=False)
+class ImageEmbedding:
+    """One image as the text model takes it: ``rows`` ``[n_tokens, n_embd]`` float32,
+    placed between the texts ``before`` and ``after``; ``digest`` identifies the pixels
+    (and the projector) for caches."""
+
+    rows: np.ndarray
+    digest: str
+    before: str = ""
+    after: str = ""
+    size: tuple[int, int] = (0, 0)  # the encoded image's (width, height)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.rows.shape[0])
+
+
+class _ReshapedTensors:
+    """The projector file as a backend sees it when uploading, with some tensors given
+    another GGML shape of the same elements (a convolution kernel as a matrix)."""
+
+    def __init__(self, gguf, shapes: dict[str, tuple[int, ...]]):
+        self.gguf = gguf
+        self.path = gguf.path
+        self.tensors = dict(gguf.tensors)
+        self._shapes = shapes
+        for name, shape in shapes.items():
+            self.tensors[name] = attrs.evolve(gguf.tensors[name], shape=tuple(shape))
+
+    def tensor_data(self, name: str) -> np.ndarray:
+        data = self.gguf.tensor_data(name)
+        shape = self._shapes.get(name)
+        if shape is None:
+            return data
+        info = self.tensors[name]
+        if data.dtype == np.uint8 and info.type_name not in ("I8",):  # block-quantized rows
+            return data.reshape(tuple(reversed(shape))[:-1] + (info.row_bytes,))
+        return data.reshape(tuple(reversed(shape)))
+
+    def __getattr__(self, name):
+        return getattr(self.gguf, name)
+
+
+class Projector:
+    """An mmproj file bound to ``loaded``'s backend. See the module docstring."""
+
+    def __init__(self, path, loaded, manager=None, cache_size: int = 8):
+        from ..engine import _family_step
+        from ..formats.gguf import GGUFFile
+        from ..model import Weights
+        from ..plugins.factories import load_factory
+        from ..plugins.manager import get_manager
+
+        self.path = Path(path)
+        self.loaded = loaded
+        self.backend = loaded.backend
+        self.gguf = GGUFFile(self.path)
+        try:
+            arch = self.gguf.architecture
+            if arch != "clip":
+                raise ModelConfigError(
+                    f"{self.path}: general.architecture is {arch!r}; a multimodal projector (mmproj) file has 'clip'"
+                )
+            ptype = self.gguf.metadata.get("clip.projector_type") or self.gguf.metadata.get("clip.vision.projector_type")
+            if not isinstance(ptype, str) or not ptype:
+                raise ModelConfigError(f"{self.path}: an mmproj file needs clip.projector_type (which projector it is)")
+            manager = manager or get_manager()
+            family = manager.family_for(f"clip.{ptype}")
+            cls = load_factory(family.factory)
+            config = _family_step(self.gguf, family, "reading its hyperparameters", cls.read_config, self.gguf)
+            weights = Weights.from_gguf(self.gguf)
+            self.encoder = _family_step(self.gguf, family, "binding its tensors", cls, config, weights)
+            weights.check_all_used(family.name)
+            self.family = family.name
+            n_text = int(getattr(loaded.model.config, "n_embd", 0) or 0)
+            if n_text and self.encoder.n_embd_out != n_text:
+                raise ModelConfigError(
+                    f"{self.path}: the projector gives rows of {self.encoder.n_embd_out} values but the text model "
+                    f"{loaded.path.name} takes {n_text}: this mmproj belongs to another model"
+                )
+            probe = self.encoder.build_image(config.align * 2, config.align * 2)
+            self.backend.check_ops(probe)
+            refs = {}
+            for g_ref in probe.weights_used().values():
+                refs[g_ref.name] = g_ref
+            file = self.gguf.tensors
+            shapes = {n: r.shape for n, r in refs.items() if tuple(file[n].shape) != tuple(r.shape)}
+            source = _ReshapedTensors(self.gguf, shapes) if shapes else self.gguf
+            self.weights = {n: self.backend.upload(source, n) for n in sorted(refs)}
+        except BaseException:
+            self.gguf.close()
+            raise
+        self._cache: OrderedDict = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._digest = hashlib.sha256(str(self.path.resolve()).encode() + str(self.path.stat().st_size).encode()).hexdigest()[:16]
+        self.n_encoded = 0
+
+    def _executable(self, height: int, width: int):
+        key = (height, width)
+        with self._lock:
+            exe = self._cache.get(key)
+            if exe is not None:
+                self._cache.move_to_end(key)
+                return exe
+        graph = self.encoder.build_image(height, width)
+        exe = self.backend.compile(graph, self.weights, None)
+        with self._lock:
+            self._cache[key] = exe
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return exe
+
+    def preprocess(self, image) -> np.ndarray:
+        """The encoder's normalized pixels of ``image`` (as `encode` computes them)."""
+        return self.encoder.preprocess(load_image(image))
+
+    def encode(self, image, what: str | None = None) -> ImageEmbedding:
+        """``image`` (path, bytes, data: URL or RGB array) to its embedding rows."""
+        rgb = load_image(image, what)
+        pixels = self.encoder.preprocess(rgb)
+        h, w = int(pixels.shape[0]), int(pixels.shape[1])
+        exe = self._executable(h, w)
+        inputs = self.encoder.image_inputs(pixels)
+        n = exe.graph.layout.n_tokens
+        out = exe.run(None, StepInputs(
+            tokens=np.zeros(n, np.int32), positions=np.arange(n, dtype=np.int32),
+            slots=np.zeros(1, np.int32), starts=np.zeros(1, np.int32), extra=inputs,
+        ))  # fmt: skip
+        rows = np.ascontiguousarray(out[EMBEDDINGS], np.float32)
+        if rows.ndim != 2 or rows.shape[1] != self.encoder.n_embd_out:
+            raise ShapeError(f"the {self.family} encoder returned {rows.shape}, not rows of {self.encoder.n_embd_out}")
+        self.n_encoded += 1
+        digest = hashlib.sha256(self._digest.encode() + np.asarray(rgb.shape).tobytes() + rgb.tobytes()).hexdigest()
+        return ImageEmbedding(rows, digest, self.encoder.image_begin, self.encoder.image_end, (w, h))
+
+    def close(self) -> None:
+        self._cache.clear()
+        self.gguf.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+__all__ = ["EMBEDDINGS", "MEDIA_MARKER", "ImageEmbedding", "Projector"]
