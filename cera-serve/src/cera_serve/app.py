@@ -52,6 +52,8 @@ class ServerConfig:
     api_key: str | None = None
     max_queue: int = 64
     prompt_cache: str | None = None
+    mmproj: str | None = None  # a multimodal projector: chat messages may then hold images
+    allow_local_images: bool = False  # image parts may name files on this machine (else data: URLs only)
     loaded: object = None  # an already loaded model (tests, embedding applications)
 
 
@@ -97,7 +99,9 @@ class Server:
             loaded = self.config.loaded
             if loaded is None:
                 loaded = cera.load(self.config.model or bundles.DEFAULT_MODEL, device=self.config.device,
-                                   threads=self.config.threads, quiet=True)  # fmt: skip
+                                   threads=self.config.threads, quiet=True, mmproj=self.config.mmproj)  # fmt: skip
+            elif self.config.mmproj is not None and loaded.projector is None:
+                loaded.load_projector(self.config.mmproj)
             if loaded.prefix_cache is None:
                 loaded.enable_prefix_cache(directory=self.config.prompt_cache)
             self.scheduler = loaded.scheduler(n_slots=self.config.parallel, n_ctx=self.config.n_ctx)
@@ -240,11 +244,11 @@ def generation_options(data: dict, n_prompt: int, n_ctx: int):
         raise APIError(400, str(e)) from None
 
 
-def chat_prompt(loaded, data: dict):
+def chat_prompt(loaded, data: dict, allow_image_files: bool = False):
     """The request's messages (and tools) as prompt tokens, through the model's chat
     template (`cera.chat.prompt`); returns (tokens, the ChatPrompt)."""
     from cera.chat.prompt import ChatPrompt, message
-    from cera.errors import CeraError
+    from cera.errors import CeraError, ImageError, UnsupportedOperation
     from cera.tools import ToolError
 
     messages = data.get("messages")
@@ -262,8 +266,13 @@ def chat_prompt(loaded, data: dict):
         raise APIError(400, str(e), param="tools") from None
     except CeraError as e:
         raise APIError(400, f"the chat template cannot be used: {e}", param="messages") from None
+    prompt.allow_image_files = allow_image_files  # data: URLs always; local files when the server allows them
     try:
         return prompt.encode(prompt.render(clean)), prompt
+    except ImageError as e:
+        raise APIError(400, f"messages: {e}", param="messages") from None
+    except UnsupportedOperation as e:
+        raise APIError(400, f"messages: {e}", param="messages", code="unsupported") from None
     except CeraError as e:
         raise APIError(400, f"the chat template cannot render these messages: {e}", param="messages") from None
 
@@ -503,12 +512,14 @@ def create_app(config: ServerConfig) -> Starlette:
         loaded = server.loaded
         reader = None  # a chat's ChatPrompt: the tool format, the reply splitter
         if chat:
-            prompt, reader = chat_prompt(loaded, data)
+            prompt, reader = chat_prompt(loaded, data, server.config.allow_local_images)
         else:
             if data.get("tools"):
                 raise APIError(400, "tools are for /v1/chat/completions", param="tools")
             prompt = completion_prompt(loaded, data)
-        bad = [t for t in prompt if not 0 <= t < loaded.model.n_vocab]
+        from cera.vision.image_tokens import IMAGE_ID_BASE
+
+        bad = [t for t in prompt if not 0 <= t < loaded.model.n_vocab and not (chat and t >= IMAGE_ID_BASE)]
         if bad:
             raise APIError(400, f"token ids {bad[:5]} are outside the vocabulary", param="prompt")
         options = response_format(generation_options(data, len(prompt), server.scheduler.state.n_ctx), data)

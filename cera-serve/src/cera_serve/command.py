@@ -50,7 +50,13 @@ import click
     default=None,
     help="Directory of a disk prompt cache (a memory one is always on).",
 )
-def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, max_queue, prompt_cache):
+@click.option("--mmproj", default=None, metavar="FILE", help="Multimodal projector (mmproj GGUF): chat messages may hold images.")
+@click.option(
+    "--allow-local-images", is_flag=True,
+    help="Let image parts name files on this machine (path or file:// URL); by default only data: URLs are read.",
+)  # fmt: skip
+def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, max_queue, prompt_cache, mmproj,
+              allow_local_images):  # fmt: skip
     """Serve a model over the OpenAI HTTP API (chat, completions, embeddings)."""
     import uvicorn
 
@@ -58,7 +64,7 @@ def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, m
 
     config = ServerConfig(
         model=model, device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
-        max_queue=max_queue, prompt_cache=prompt_cache,
+        max_queue=max_queue, prompt_cache=prompt_cache, mmproj=mmproj, allow_local_images=allow_local_images,
     )  # fmt: skip
     if host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
         click.echo(f"cera serve: listening on {host} without --api-key: anyone who can reach it can use it", err=True)

@@ -14,8 +14,8 @@ llama-cpp-python 0.3.36 sdist):
 - the projector is a SigLIP2 NaFlex vision tower (patch 16, a 16 x 16 grid of learned
   position embeddings, LayerNorm pre-norm blocks, a GELU MLP, a final LayerNorm) and
   LFM2-VL's projector (pixel unshuffle by 2, LayerNorm, a GELU MLP to the text width).
-  Matrices are F16 and vectors F32, as the converter stores an mmproj by default; the
-  patch embedding is the converter's [C_out, 3, 16, 16] convolution kernel.
+  Matrices are F16 and vectors and the position table F32, as the converter stores an
+  mmproj by default; the patch embedding is the converter's [C_out, 3, 16, 16] kernel.
 
 Weights are seeded Gaussians scaled by 1/sqrt(fan-in), so activations stay of order one
 through every block. The random text model answers an image with tokens that depend on
@@ -112,7 +112,8 @@ def write_mmproj(path: Path, rng: np.random.Generator, n_embd_text: int) -> None
 
     w.add_tensor("v.patch_embd.weight", (rng.standard_normal((C, 3, P, P)) / np.sqrt(3 * P * P)).astype(np.float16))
     w.add_tensor("v.patch_embd.bias", vec(C))
-    w.add_tensor("v.position_embd.weight", (0.5 * rng.standard_normal((v["grid"] ** 2, C))).astype(np.float16))
+    # F32, as the converter keeps position embeddings (ggml_interpolate reads F32 only)
+    w.add_tensor("v.position_embd.weight", (0.5 * rng.standard_normal((v["grid"] ** 2, C))).astype(np.float32))
     for i in range(v["n_layer"]):
         p = f"v.blk.{i}"
         w.add_tensor(f"{p}.ln1.weight", vec(C, 1.0))

@@ -105,7 +105,7 @@ class Scheduler:
     # -- forward passes ----------------------------------------------------------------------
 
     def forward(self, session, step: SeqStep, outputs: Outputs, **layout) -> dict:
-        if len(step.tokens) != 1 or layout.get("exact_rows") or layout.get("prompt_rows"):
+        if len(step.tokens) != 1 or layout.get("exact_rows") or layout.get("prompt_rows") or "embeds" in layout:
             with self._run_lock:
                 return self.runner.forward(self.state, [step], outputs, **layout)
         req = _Request(session, step, outputs)

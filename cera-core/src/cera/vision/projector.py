@@ -30,11 +30,12 @@ import attrs
 import numpy as np
 
 from ..backend import StepInputs
-from ..errors import ModelConfigError, ShapeError
+from ..errors import ModelConfigError, ShapeError, UnsupportedOperation
+from ..graph.builder import EMBEDS, LAST_LOGITS, Layout
+from .content_parts import MEDIA_MARKER  # noqa: F401 - re-exported
 from .image import load_image
 
-MEDIA_MARKER = "<__media__>"  # llama.cpp's marker: where an image goes in a raw prompt
-EMBEDDINGS = "embeddings"
+EMBEDDINGS = "embeddings"  # the encoder graph's output
 
 
 @attrs.frozen(eq=False)
@@ -80,6 +81,19 @@ class _ReshapedTensors:
         return getattr(self.gguf, name)
 
 
+def _check_takes_embeddings(loaded, path) -> None:
+    """The text model's family must feed embedding rows (`GraphBuilder.token_embeddings`)."""
+    try:
+        graph = loaded.model.build(Layout((2,), embeds=True), LAST_LOGITS, n_ctx=64)
+    except UnsupportedOperation as e:
+        raise ModelConfigError(f"{path}: {loaded.path.name} cannot take images: {e}") from None
+    if EMBEDS not in graph.inputs:
+        raise ModelConfigError(
+            f"{path}: the {loaded.family} family of {loaded.path.name} takes token ids only, not image embeddings; "
+            f"this projector needs a vision-language text model (such as LFM2-VL's)"
+        )
+
+
 class Projector:
     """An mmproj file bound to ``loaded``'s backend. See the module docstring."""
 
@@ -87,8 +101,8 @@ class Projector:
         from ..engine import _family_step
         from ..formats.gguf import GGUFFile
         from ..model import Weights
-        from ..plugins.factories import load_factory
         from ..plugins.manager import get_manager
+        from ..plugins.registry import load_factory
 
         self.path = Path(path)
         self.loaded = loaded
@@ -117,6 +131,7 @@ class Projector:
                     f"{self.path}: the projector gives rows of {self.encoder.n_embd_out} values but the text model "
                     f"{loaded.path.name} takes {n_text}: this mmproj belongs to another model"
                 )
+            _check_takes_embeddings(loaded, self.path)
             probe = self.encoder.build_image(config.align * 2, config.align * 2)
             self.backend.check_ops(probe)
             refs = {}
@@ -129,10 +144,13 @@ class Projector:
         except BaseException:
             self.gguf.close()
             raise
-        self._cache: OrderedDict = OrderedDict()
+        self._cache: OrderedDict = OrderedDict()  # (height, width) -> compiled encoder
+        self._encoded: OrderedDict = OrderedDict()  # digest -> ImageEmbedding, the latest few
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        self._digest = hashlib.sha256(str(self.path.resolve()).encode() + str(self.path.stat().st_size).encode()).hexdigest()[:16]
+        st = self.path.stat()
+        ident = f"{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        self._digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
         self.n_encoded = 0
 
     def _executable(self, height: int, width: int):
@@ -157,6 +175,12 @@ class Projector:
     def encode(self, image, what: str | None = None) -> ImageEmbedding:
         """``image`` (path, bytes, data: URL or RGB array) to its embedding rows."""
         rgb = load_image(image, what)
+        digest = hashlib.sha256(self._digest.encode() + np.asarray(rgb.shape).tobytes() + rgb.tobytes()).hexdigest()
+        with self._lock:
+            done = self._encoded.get(digest)
+            if done is not None:  # a chat renders its whole conversation each turn: its images are encoded once
+                self._encoded.move_to_end(digest)
+                return done
         pixels = self.encoder.preprocess(rgb)
         h, w = int(pixels.shape[0]), int(pixels.shape[1])
         exe = self._executable(h, w)
@@ -170,11 +194,17 @@ class Projector:
         if rows.ndim != 2 or rows.shape[1] != self.encoder.n_embd_out:
             raise ShapeError(f"the {self.family} encoder returned {rows.shape}, not rows of {self.encoder.n_embd_out}")
         self.n_encoded += 1
-        digest = hashlib.sha256(self._digest.encode() + np.asarray(rgb.shape).tobytes() + rgb.tobytes()).hexdigest()
-        return ImageEmbedding(rows, digest, self.encoder.image_begin, self.encoder.image_end, (w, h))
+        rows.setflags(write=False)
+        embedding = ImageEmbedding(rows, digest, self.encoder.image_begin, self.encoder.image_end, (w, h))
+        with self._lock:
+            self._encoded[digest] = embedding
+            while len(self._encoded) > self._cache_size:
+                self._encoded.popitem(last=False)
+        return embedding
 
     def close(self) -> None:
         self._cache.clear()
+        self._encoded.clear()
         self.gguf.close()
 
     def __enter__(self):

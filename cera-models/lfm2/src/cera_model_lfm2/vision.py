@@ -28,6 +28,8 @@ from cera.graph.builder import Graph, GraphBuilder, Layout, Outputs
 from cera.graph.ops import AttentionSpec
 from cera.model import Model
 
+from .vision_preprocess import IMAGE_BEGIN, IMAGE_END, preprocess
+
 PATCHES, POSITIONS, EMBEDDINGS = "patches", "pos_embd", "embeddings"
 
 # the clip.* keys of an LFM2-VL mmproj, and whether each is required
@@ -187,7 +189,10 @@ def unshuffle_order(grid_h: int, grid_w: int, s: int) -> tuple[int, ...]:
 
 
 class Lfm2VisionEncoder(Model):
+    """The encoder of an LFM2-VL mmproj, as `cera.vision.projector.Projector` drives it."""
+
     family = "lfm2-vision"
+    image_begin, image_end = IMAGE_BEGIN, IMAGE_END
 
     @classmethod
     def read_config(cls, gguf) -> Lfm2VisionConfig:
@@ -281,6 +286,10 @@ class Lfm2VisionEncoder(Model):
         x = g.linear(g.unary("gelu", g.linear(x, *self.mm1)), *self.mm2)
         g.output(EMBEDDINGS, x)
         return g.finish()
+
+    def preprocess(self, rgb: np.ndarray) -> np.ndarray:
+        """An RGB image ``[h, w, 3]`` uint8 to the normalized pixels this encoder takes."""
+        return preprocess(rgb, self.config)
 
     def image_inputs(self, pixels: np.ndarray) -> dict[str, np.ndarray]:
         """The graph's inputs for one normalized image ``[height, width, 3]`` (float32):
