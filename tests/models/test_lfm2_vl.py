@@ -254,3 +254,24 @@ def test_embeddings_equal_libmtmd_live(vl):
         lm.close()
     np.testing.assert_allclose(live, EMBEDDINGS[name], atol=1e-5)
     assert float(np.abs(vl.projector.encode(DATA / f"{name}.png").rows - live).max()) < TOLERANCE
+
+
+def test_vulkan_encodes_as_the_cpu_does():
+    """The encoder is a graph like any other: on the Vulkan backend (lavapipe in CI) the
+    projector output and the greedy tokens are libmtmd's too."""
+    pytest.importorskip("wgpu", reason="wgpu is not installed")
+    from cera.errors import BackendUnavailable
+
+    try:
+        loaded = cera.load(str(MODEL), device="vulkan", quiet=True, mmproj=MMPROJ)
+    except BackendUnavailable as e:
+        pytest.skip(f"no Vulkan backend here: {e}")
+    with loaded:
+        name = "noise"
+        emb = loaded.projector.encode(DATA / f"{name}.png")
+        err = float(np.abs(emb.rows - EMBEDDINGS[name]).max())
+        assert err < TOLERANCE, f"vulkan: max |cera - libmtmd| = {err}"
+        entry = RECORD["images"][name]["raw"]
+        s = loaded.new_session(n_ctx=1024)
+        s.append_prompt(RECORD["prompt"], [DATA / f"{name}.png"], parse_special=True)
+        assert list(s.generate(max_tokens=RECORD["n_generate"], temperature=0.0).tokens) == entry["greedy"]

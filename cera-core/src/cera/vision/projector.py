@@ -30,7 +30,7 @@ import attrs
 import numpy as np
 
 from ..backend import StepInputs
-from ..errors import ModelConfigError, ShapeError, UnsupportedOperation
+from ..errors import CeraError, ModelConfigError, ShapeError, UnsupportedOperation
 from ..graph.builder import EMBEDS, LAST_LOGITS, Layout
 from .content_parts import MEDIA_MARKER  # noqa: F401 - re-exported
 from .image import load_image
@@ -81,6 +81,19 @@ class _ReshapedTensors:
         return getattr(self.gguf, name)
 
 
+def _family_step(gguf, family, what: str, fn, *args):
+    """A step of the family's code on the projector's metadata: errors its values cause
+    become a ModelConfigError naming the file (the family's own checks name the key)."""
+    try:
+        return fn(*args)
+    except CeraError:
+        raise
+    except (ArithmeticError, IndexError, ValueError, KeyError, TypeError) as e:
+        raise ModelConfigError(
+            f"{gguf.path}: the {family.name} family failed on this projector while {what} ({type(e).__name__}: {e})"
+        ) from e
+
+
 def _check_takes_embeddings(loaded, path) -> None:
     """The text model's family must feed embedding rows (`GraphBuilder.token_embeddings`)."""
     try:
@@ -98,7 +111,6 @@ class Projector:
     """An mmproj file bound to ``loaded``'s backend. See the module docstring."""
 
     def __init__(self, path, loaded, manager=None, cache_size: int = 8):
-        from ..engine import _family_step
         from ..formats.gguf import GGUFFile
         from ..model import Weights
         from ..plugins.manager import get_manager
@@ -125,13 +137,13 @@ class Projector:
             self.encoder = _family_step(self.gguf, family, "binding its tensors", cls, config, weights)
             weights.check_all_used(family.name)
             self.family = family.name
+            _check_takes_embeddings(loaded, self.path)
             n_text = int(getattr(loaded.model.config, "n_embd", 0) or 0)
             if n_text and self.encoder.n_embd_out != n_text:
                 raise ModelConfigError(
                     f"{self.path}: the projector gives rows of {self.encoder.n_embd_out} values but the text model "
                     f"{loaded.path.name} takes {n_text}: this mmproj belongs to another model"
                 )
-            _check_takes_embeddings(loaded, self.path)
             probe = self.encoder.build_image(config.align * 2, config.align * 2)
             self.backend.check_ops(probe)
             refs = {}
