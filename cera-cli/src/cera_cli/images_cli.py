@@ -15,7 +15,7 @@ def image_options(func):
 
     @click.option(
         "--mmproj", default=None, metavar="FILE",
-        help="Multimodal projector (an mmproj GGUF) for --image. Default: the one file named *mmproj*.gguf beside the model.",
+        help="Multimodal projector (an mmproj GGUF) for --image. Default: the bundle's, or the one *mmproj*.gguf beside the model.",
     )  # fmt: skip
     @click.option(
         "--image", "images", multiple=True, metavar="FILE",
@@ -38,7 +38,8 @@ def attach_projector(loaded, mmproj: str | None, images, console) -> None:
     """Bind the projector that --image needs (given, or found beside the model)."""
     if not images and mmproj is None:
         return
-    path = Path(mmproj) if mmproj is not None else find_mmproj(Path(loaded.path))
+    companion = loaded.companions.get("multimodal_projector")  # a bundle's manifest names it
+    path = Path(mmproj) if mmproj is not None else Path(companion) if companion else find_mmproj(Path(loaded.path))
     if path is None:
         raise click.UsageError(
             f"--image needs a multimodal projector: give --mmproj FILE (no single *mmproj*.gguf lies beside "

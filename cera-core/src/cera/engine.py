@@ -179,6 +179,7 @@ class LoadedModel:
         self.runner = Runner(model, backend, weights)
         self.prefix_cache = None  # see enable_prefix_cache
         self.projector = None  # a multimodal projector for images (load_projector)
+        self.companions: dict = {}  # files a bundle names beside the model, by role
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -381,7 +382,8 @@ def load(
     `cera.sources.LocalModel` (see `cera.sources.resolve`). ``threads`` and other keywords
     are backend options (`Backend.options_type`). ``mmproj``: a multimodal projector file
     for images (`LoadedModel.load_projector`)."""
-    path = sources.resolve(source, quiet=quiet).path
+    local = sources.resolve(source, quiet=quiet)
+    path = local.path
     gguf = GGUFFile(path)
     try:
         if gguf.metadata.get("general.architecture") == "clip":
@@ -399,6 +401,7 @@ def load(
             backend.close()
             raise
         loaded = LoadedModel(path, gguf, model, backend, family.name, notes, uploaded)
+        loaded.companions = dict(local.companions)  # a bundle's other files by role (multimodal_projector, ...)
     except BaseException:
         gguf.close()
         raise
