@@ -11,7 +11,11 @@ import sys
 
 import pytest
 
-TEMPLATE = "{%- for m in messages -%}Q: {{ m.content }}\n{%- endfor -%}{%- if add_generation_prompt %}\nA:{% endif -%}"
+# user turns as "Q: ...", replies as "A: ...": the generation prompt "A:" starts a reply
+TEMPLATE = (
+    "{%- for m in messages -%}{%- if m.role == 'assistant' -%}A: {{ m.content }}\n{%- else -%}Q: {{ m.content }}\n"
+    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt %}A:{% endif -%}"
+)
 
 
 def cera(*args, stdin=None):
