@@ -13,8 +13,8 @@ import pytest
 
 # user turns as "Q: ...", replies as "A:..." (the reply follows the generation prompt as the model wrote it): the generation prompt "A:" starts a reply
 TEMPLATE = (
-    "{%- for m in messages -%}{%- if m.role == 'assistant' -%}A:{{ m.content }}\n{%- else -%}Q: {{ m.content }}\n"
-    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt %}A:{% endif -%}"
+    "{%- for m in messages -%}{%- if m.role == 'assistant' -%}A:{{ m.content }}{{ '\\n' }}{%- else -%}"
+    "Q: {{ m.content }}{{ '\\n' }}{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}A:{%- endif -%}"
 )
 
 
