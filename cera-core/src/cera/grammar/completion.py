@@ -1,0 +1,154 @@
+"""The shortest completion of a grammar from where its matcher stands: the fewest bytes
+that take the output so far to a state where the grammar may end, and those bytes as
+tokens. The token budget rule (`cera.grammar.processor`) steers by it.
+
+The search runs on the grammar engine itself (an llguidance matcher, deep-copied), so
+it works for every kind of constraint (GBNF, JSON Schema, regex, Lark) without knowing
+its grammar. It is a breadth-first search over single-byte steps: a state's children are
+the single-byte tokens the grammar's mask allows. Two rules keep the frontier small without losing
+the shortest path in the grammars cera meets:
+
+- a child that allows the same next bytes as its parent, or the same tokens as its
+  grandparent, is back in a place of the grammar the path has just been (a letter inside
+  a string, a digit inside a number, one more space, an escape that returns into its
+  string) and is dropped, unless every child is such (then one is kept: a counted
+  repetition like ``a{3}`` allows the same byte until it ends);
+- children that allow the same tokens are one child (the first byte stands for all);
+- of a large set of next bytes (free text) one letter of each case and one digit stand
+  for all letters and digits.
+
+Where the grammar forces a text (a JSON Schema's required key), its mask allows only that
+text's own tokens, so no single byte shows: the search then takes the forced bytes at once.
+
+Byte by byte is an upper bound on tokens (a vocabulary has a token for each byte the
+search uses, or the byte is not a child); the completion is then tokenized, and that
+token path is checked on a copy of the matcher.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+# Past this many states the search gives up (None: no completion known).
+MAX_STATES = 4000
+
+
+@attrs.frozen
+class Completion:
+    data: bytes  # the shortest bytes that complete the grammar
+    tokens: tuple[int, ...]  # a token path that writes them, accepted by the grammar
+
+
+def single_byte_tokens(token_bytes: list[bytes]) -> dict[int, int]:
+    """byte value -> a token id whose bytes are that byte alone."""
+    out: dict[int, int] = {}
+    for tid, b in enumerate(token_bytes):
+        if len(b) == 1 and b[0] not in out:
+            out[b[0]] = tid
+    return out
+
+
+def _look(matcher, n_words: int, byte_values: np.ndarray, byte_ids: np.ndarray) -> tuple[tuple[int, ...], bytes]:
+    """The bytes the grammar's mask allows next (by their single-byte tokens), and the
+    whole mask (what tells two states apart beyond the next byte)."""
+    words = np.zeros(n_words, np.int32)
+    matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+    ok = ((words[byte_ids >> 5] >> (byte_ids & 31)) & 1).astype(bool)
+    return tuple(byte_values[ok].tolist()), words.tobytes()
+
+
+def _representatives(allowed: tuple[int, ...]) -> list[int]:
+    """The bytes to try: all of a small set; of a large one (free text) every ASCII byte
+    that is no letter or digit, and the first lowercase, uppercase letter and digit (bytes
+    past ASCII only when the grammar takes nothing else)."""
+    if len(allowed) <= 16:
+        return list(allowed)
+    ascii_ = [b for b in allowed if b < 0x80]
+    if not ascii_:
+        return list(allowed[:16])
+    out, classes = [], set()
+    for b in ascii_:
+        c = chr(b)
+        cls = "a" if c.islower() else "A" if c.isupper() else "0" if c.isdigit() else None
+        if cls is None:
+            out.append(b)
+        elif cls not in classes:
+            classes.add(cls)
+            out.append(b)
+    return out
+
+
+def shortest_completion(matcher, lt, singles: dict[int, int], n_vocab: int,
+                        max_states: int = MAX_STATES) -> Completion | None:  # fmt: skip
+    """The shortest completion from ``matcher``'s state (None when the search finds none
+    within ``max_states`` states). ``matcher`` is not changed."""
+    if matcher.is_accepting():
+        return Completion(b"", ())
+    byte_values = np.array(sorted(singles), np.int64)
+    byte_ids = np.array([singles[b] for b in sorted(singles)], np.int64)
+    n_words = (n_vocab + 31) // 32
+    frontier = [(matcher.deep_copy(), b"", None, None, None)]
+    seen = 0
+    while frontier and seen < max_states:
+        nxt = []
+        for m, path, here, mask, up in frontier:
+            if here is None:
+                here, mask = _look(m, n_words, byte_values, byte_ids)
+            if not here:  # text the grammar forces may show as no single byte
+                forced = _forced(m, singles)
+                if forced is not None:
+                    child, data = forced[0], path + forced[1]
+                    seen += 1
+                    if child.is_accepting():
+                        return _as_tokens(matcher, lt, data, singles)
+                    nxt.append((child, data, None, None, mask))
+                continue
+            kids, same, masks = [], [], set()
+            for b in _representatives(here):
+                child = m.deep_copy()
+                if not child.consume_token(singles[b]):
+                    continue
+                seen += 1
+                data = path + bytes([b])
+                if child.is_accepting():
+                    return _as_tokens(matcher, lt, data, singles)
+                then, its = _look(child, n_words, byte_values, byte_ids)
+                kid = (child, data, then, its, mask)
+                if then == here or its == up:
+                    if not same:
+                        same.append(kid)
+                    continue
+                if its in masks:
+                    continue
+                masks.add(its)
+                kids.append(kid)
+            nxt.extend(kids if kids else same)
+        frontier = nxt
+    return None
+
+
+def _forced(m, singles: dict[int, int]):
+    """A copy of ``m`` past the bytes its grammar forces now, and those bytes (None: none)."""
+    data = bytes(m.compute_ff_bytes())
+    if not data or any(b not in singles for b in data):
+        return None
+    child = m.deep_copy()
+    for b in data:
+        if not child.consume_token(singles[b]):
+            return None
+    return child, data
+
+
+def _as_tokens(matcher, lt, data: bytes, singles: dict[int, int]) -> Completion:
+    """``data`` as few tokens as the tokenizer writes it, when the grammar takes that
+    path; else byte by byte (which the search walked)."""
+    try:
+        tokens = list(lt.tokenize_bytes(data))
+    except Exception:  # noqa: BLE001 - any tokenizer failure falls back to the walked path
+        tokens = []
+    if tokens and len(tokens) < len(data):
+        probe = matcher.deep_copy()
+        if probe.try_consume_tokens(tokens) == len(tokens) and probe.is_accepting():
+            return Completion(data, tuple(tokens))
+    return Completion(data, tuple(singles[b] for b in data))
