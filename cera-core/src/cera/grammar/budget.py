@@ -27,21 +27,23 @@ EVERY = 16  # tokens between looks while the end is far
 class BudgetRule:
     """The rule for one processor (its matcher, tokenizer view and budget)."""
 
-    def __init__(self, matcher, lt, token_bytes: list[bytes], n_vocab: int, budget: int):
+    def __init__(self, matcher, lt, token_bytes: list[bytes], n_vocab: int, budget: int, eog_ids=()):
         self.matcher, self.lt, self.n_vocab = matcher, lt, n_vocab
         self.singles = single_byte_tokens(token_bytes)
+        self.eog = [t for t in eog_ids if t < n_vocab]
         self.budget = budget
         self.used = 0  # tokens generated so far (before a lazy trigger too)
         self.witness: Completion | None = None  # the shortest completion from the current state
         self.known = False  # `witness` is for the current state
+        self.last_d: int | None = None  # tokens of the last completion found
         self.last_look = -EVERY
         self.checked: dict[int, Completion | None] = {}  # this step's candidates, looked at
         self.shortest_at_start: int | None = None
 
     def _look(self) -> Completion | None:
-        if not self.known:
-            self.witness = shortest_completion(self.matcher, self.lt, self.singles, self.n_vocab)
-            self.known, self.last_look = True, self.used
+        self.witness = shortest_completion(self.matcher, self.lt, self.singles, self.n_vocab)
+        self.known, self.last_look = True, self.used
+        self.last_d = None if self.witness is None else len(self.witness.tokens)
         return self.witness
 
     def start(self) -> None:
@@ -56,36 +58,25 @@ class BudgetRule:
         """Narrow ``ok`` (the grammar's allowed tokens, booleans) for this step."""
         self.checked = {}
         left = self.left()
-        w = self.witness if self.known else None
-        if w is None:
-            far = self.known and self.witness is not None and left - len(self.witness.tokens) > 3 * WINDOW
-            if (self.known and self.witness is None) or (far and self.used - self.last_look < EVERY):
-                return
-            if not self.known and self.witness is not None and left - len(self.witness.tokens) > 3 * WINDOW \
-                    and self.used - self.last_look < EVERY:  # fmt: skip
-                return
-            w = self._look()
-            if w is None:
-                return  # no completion found: the grammar's mask alone
-        if left - len(w.tokens) > WINDOW:
+        if not self.known:
+            recent = self.used - self.last_look < EVERY
+            if recent and (self.last_d is None or left - self.last_d > 3 * WINDOW):
+                return  # the end is far (or no completion was found lately): look again later
+            self._look()
+        w = self.witness
+        if w is None or left - len(w.tokens) > WINDOW:
             return
-        keep = []
-        if w.tokens:
-            keep.append(w.tokens[0])
+        keep = [w.tokens[0]] if w.tokens else [t for t in self.eog if ok[t]]
         first = _first_choice(ok, logits)
-        if first is not None and (not w.tokens or first != w.tokens[0]):
+        if first is not None and first not in keep:
             after = self._after(first)
             self.checked[first] = after
             if after is not None and len(after.tokens) <= left - 1:
                 keep.append(first)
-        if not keep:  # accepting, and nothing else fits: only the end of generation remains
+        if not keep:
             return
-        allowed_end = ok.copy() if not w.tokens else None
         ok[:] = False
         ok[keep] = True
-        if allowed_end is not None:  # the grammar may end here: ending stays allowed
-            ends = [t for t in self.lt.eos_tokens if t < len(ok)] if hasattr(self.lt, "eos_tokens") else []
-            ok[ends] = allowed_end[ends] if ends else ok[ends]
 
     def _after(self, token: int) -> Completion | None:
         probe = self.matcher.deep_copy()
@@ -98,13 +89,12 @@ class BudgetRule:
         self.used += 1
         w = self.witness if self.known else None
         if w is not None and w.tokens and w.tokens[0] == token:
-            self.witness = Completion(b"", w.tokens[1:])
-        elif token in self.checked:
+            self.witness = Completion(w.data, w.tokens[1:])
+        elif token in self.checked and self.checked[token] is not None:
             self.witness = self.checked[token]
         else:
             self.known = False
-            return
-        self.known = True
+        self.checked = {}
 
     def counted(self) -> None:
         """A token generated before a lazy grammar started."""

@@ -8,12 +8,14 @@ its grammar. It is a breadth-first search over single-byte steps: a state's chil
 the single-byte tokens the grammar's mask allows. Two rules keep the frontier small without losing
 the shortest path in the grammars cera meets:
 
-- a child that allows the same next bytes as its parent, or the same tokens as its
-  grandparent, is back in a place of the grammar the path has just been (a letter inside
-  a string, a digit inside a number, one more space, an escape that returns into its
-  string) and is dropped, unless every child is such (then one is kept: a counted
-  repetition like ``a{3}`` allows the same byte until it ends);
-- children that allow the same tokens are one child (the first byte stands for all);
+- a child that allows the same tokens as its parent or grandparent, by a letter or a
+  digit or inside free text, is back in a place of the grammar the path has just been (a
+  letter inside a string, a digit inside a number, an escape that returns into its
+  string) and is dropped, unless every child is such (then one is kept); a bracket that
+  closes one level of many is not such a step (the same tokens follow, one level up);
+- states of one depth that allow the same tokens are one state (the first stands for all);
+- at most `BEAM` states go on from each depth, those whose grammar allows the fewest
+  next bytes first (where a completion closes in, the grammar allows least);
 - of a large set of next bytes (free text) one letter of each case and one digit stand
   for all letters and digits.
 
@@ -32,6 +34,7 @@ import numpy as np
 
 # Past this many states the search gives up (None: no completion known).
 MAX_STATES = 4000
+BEAM = 16  # states kept per byte of depth
 
 
 @attrs.frozen
@@ -58,10 +61,17 @@ def _look(matcher, n_words: int, byte_values: np.ndarray, byte_ids: np.ndarray) 
     return tuple(byte_values[ok].tolist()), words.tobytes()
 
 
-def _representatives(allowed: tuple[int, ...]) -> list[int]:
+SPACES = frozenset(b" \t\n\r")
+
+
+def _representatives(allowed: tuple[int, ...], spaces: bool) -> list[int]:
     """The bytes to try: all of a small set; of a large one (free text) every ASCII byte
     that is no letter or digit, and the first lowercase, uppercase letter and digit (bytes
-    past ASCII only when the grammar takes nothing else)."""
+    past ASCII only when the grammar takes nothing else). Without ``spaces``, whitespace
+    only where the grammar takes nothing else."""
+    if not spaces:
+        rest = tuple(b for b in allowed if b not in SPACES)
+        allowed = rest or allowed
     if len(allowed) <= 16:
         return list(allowed)
     ascii_ = [b for b in allowed if b < 0x80]
@@ -82,16 +92,24 @@ def _representatives(allowed: tuple[int, ...]) -> list[int]:
 def shortest_completion(matcher, lt, singles: dict[int, int], n_vocab: int,
                         max_states: int = MAX_STATES) -> Completion | None:  # fmt: skip
     """The shortest completion from ``matcher``'s state (None when the search finds none
-    within ``max_states`` states). ``matcher`` is not changed."""
+    within ``max_states`` states). ``matcher`` is not changed. Whitespace the grammar
+    merely allows is left out first (it only lengthens a completion, and each place that
+    allows it would double the states: a first search of few states goes without it); a
+    grammar that needs it is searched again with it."""
     if matcher.is_accepting():
         return Completion(b"", ())
+    found = _search(matcher, lt, singles, n_vocab, max_states // 2, spaces=False)
+    return found if found is not None else _search(matcher, lt, singles, n_vocab, max_states, spaces=True)
+
+
+def _search(matcher, lt, singles, n_vocab, max_states, spaces: bool) -> Completion | None:
     byte_values = np.array(sorted(singles), np.int64)
     byte_ids = np.array([singles[b] for b in sorted(singles)], np.int64)
     n_words = (n_vocab + 31) // 32
     frontier = [(matcher.deep_copy(), b"", None, None, None)]
     seen = 0
     while frontier and seen < max_states:
-        nxt = []
+        nxt, level = [], set()  # the next level, and the masks it has
         for m, path, here, mask, up in frontier:
             if here is None:
                 here, mask = _look(m, n_words, byte_values, byte_ids)
@@ -105,7 +123,8 @@ def shortest_completion(matcher, lt, singles: dict[int, int], n_vocab: int,
                     nxt.append((child, data, None, None, mask))
                 continue
             kids, same, masks = [], [], set()
-            for b in _representatives(here):
+            free = len(here) > 16  # free text (a string's inside)
+            for b in _representatives(here, spaces):
                 child = m.deep_copy()
                 if not child.consume_token(singles[b]):
                     continue
@@ -115,16 +134,22 @@ def shortest_completion(matcher, lt, singles: dict[int, int], n_vocab: int,
                     return _as_tokens(matcher, lt, data, singles)
                 then, its = _look(child, n_words, byte_values, byte_ids)
                 kid = (child, data, then, its, mask)
-                if then == here or its == up:
+                if (its == mask or its == up) and (free or chr(b).isalnum()):
                     if not same:
                         same.append(kid)
                     continue
-                if its in masks:
+                if its in masks or its in level:
                     continue
                 masks.add(its)
                 kids.append(kid)
-            nxt.extend(kids if kids else same)
-        frontier = nxt
+            if not kids and same and same[0][3] not in level:
+                kids = same
+            level.update(k[3] for k in kids)
+            nxt.extend(kids)
+        # the most constrained states first (a completion closes in where the grammar allows
+        # least), and no more than BEAM of them
+        nxt.sort(key=lambda k: len(k[2]) if k[2] is not None else 0)
+        frontier = nxt[:BEAM]
     return None
 
 

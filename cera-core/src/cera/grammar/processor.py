@@ -38,7 +38,8 @@ class GrammarProcessor(Processor):
 
     needs = NEEDS_LOGITS
 
-    def __init__(self, constraint: Constraint, tokenizer, n_vocab: int | None = None, overlap: bool = True):
+    def __init__(self, constraint: Constraint, tokenizer, n_vocab: int | None = None, overlap: bool = True,
+                 max_tokens: int | None = None):  # fmt: skip
         import llguidance
 
         from .vocab import ll_tokenizer, token_bytes_cached
@@ -59,6 +60,19 @@ class GrammarProcessor(Processor):
         self.mask_seconds: list[float] = []  # time spent computing masks (the benchmark reads it)
         self.wait_seconds: list[float] = []  # time `apply` waited for a mask
         self.active = not constraint.triggers
+        self.budget = None  # the token budget rule (cera.grammar.budget), with max_tokens
+        if max_tokens is not None:
+            from .budget import BudgetRule
+
+            self.budget = BudgetRule(self.matcher, self.lt, token_bytes_cached(tokenizer), self.n_vocab, max_tokens,
+                                     tokenizer.eog_ids)  # fmt: skip
+            if self.active:
+                self.budget.start()
+        self.keys = None  # no key twice in an object (cera.grammar.json_keys)
+        if constraint.is_json and self.active:
+            from .json_keys import KeyGuard
+
+            self.keys = KeyGuard(token_bytes_cached(tokenizer))
         if not self.active:
             self._bytes = token_bytes_cached(tokenizer)
             self._text = b""
@@ -103,6 +117,20 @@ class GrammarProcessor(Processor):
         if not self.active:
             return
         ok = self.allowed()
+        if self.keys is not None:
+            banned = self.keys.banned()
+            if banned:
+                ok = ok.copy()
+                ok[banned] = False
+        if self.budget is not None:
+            if c.full:
+                logits = c.logits
+            else:
+                logits = np.full(self.n_vocab, -np.inf, np.float32)
+                inside = c.ids < self.n_vocab
+                logits[c.ids[inside]] = c.values[inside]
+            ok = ok.copy()
+            self.budget.steer(ok, logits)
         if c.full:
             n = min(len(c.logits), self.n_vocab)
             np.copyto(c.logits[:n], -np.inf, where=~ok[:n])
@@ -114,12 +142,20 @@ class GrammarProcessor(Processor):
 
     def accept(self, token: int) -> None:
         if not self.active:
+            if self.budget is not None:
+                self.budget.counted()
             self._watch(token)
+            if self.active and self.budget is not None:
+                self.budget.known = False
             return
         if self._future is not None:  # chosen without apply (not expected): let the mask finish first
             self._ready()
         if not self.matcher.consume_token(int(token)):
             raise GenerationError(f"the grammar rejected token {token}: {self.matcher.get_error()}")
+        if self.budget is not None:
+            self.budget.accepted(int(token))
+        if self.keys is not None:
+            self.keys.feed(self.lt.decode_bytes([int(token)]))
         self._note_state()
         self._schedule()
 
@@ -177,11 +213,15 @@ class GrammarProcessor(Processor):
         """The output so far stops short of what the grammar requires."""
         return self.active and not self._accepting
 
+    def shortest(self) -> int | None:
+        """Tokens of the grammar's shortest value from its start (with a budget; None: not known)."""
+        return self.budget.shortest_at_start if self.budget is not None else None
+
 
 def processor_for(options, tokenizer, n_vocab: int | None = None) -> GrammarProcessor | None:
     """The processor for a `GenerateOptions`' constraint, or None when it has none."""
     constraint = from_options(options)
     if constraint is None:
         return None
-    return GrammarProcessor(constraint, tokenizer, n_vocab)
+    return GrammarProcessor(constraint, tokenizer, n_vocab, max_tokens=getattr(options, "max_tokens", None))
 

@@ -221,7 +221,7 @@ def check_call(name, args, tools, raw) -> ToolCall | ParseFailure:
 
 # JSON whitespace the constrained calls allow, per place (a small model left free to write
 # whitespace can fill its budget with newlines); the value cera.grammar uses for schemas.
-JSON_WHITESPACE = r"[\x20\x0A\x0D\x09]{0,20}"
+from ..grammar.constraint import JSON_WHITESPACE  # noqa: E402 - the one definition
 
 
 def arguments_schema(tool: Tool) -> dict:
