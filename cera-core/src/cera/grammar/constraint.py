@@ -58,6 +58,9 @@ class Constraint:
     source: object
     lenient: bool = False
     triggers: tuple[Trigger, ...] = ()
+    # the output is tool calls: it ends at the first call that repeats an earlier one
+    # (cera.grammar.call_repeats)
+    end_on_repeat: bool = False
 
     @classmethod
     def gbnf(cls, text: str) -> Constraint:

@@ -16,12 +16,27 @@ import bisect
 import numpy as np
 
 
+# whitespace a token may carry before a key (the JSON grammar's: a space, or a newline and an indent)
+LEADS = (b"", b" ", b"\n", b"\n\t", *(b"\n" + b" " * k for k in (1, 2, 3, 4, 6, 8)))
+
+
+_SORTED: dict[int, tuple[list[bytes], list[bytes], np.ndarray]] = {}  # id(token bytes) -> (them, sorted, ids)
+
+
+def _sorted_vocabulary(token_bytes: list[bytes]) -> tuple[list[bytes], np.ndarray]:
+    """The text tokens sorted by their bytes, and their ids (once per vocabulary)."""
+    hit = _SORTED.get(id(token_bytes))
+    if hit is None or hit[0] is not token_bytes:
+        pairs = sorted((b, i) for i, b in enumerate(token_bytes) if b[:1] != b"\xff")
+        hit = (token_bytes, [b for b, _ in pairs], np.array([i for _, i in pairs], np.int64))
+        _SORTED[id(token_bytes)] = hit
+    return hit[1], hit[2]
+
+
 class KeyGuard:
     def __init__(self, token_bytes: list[bytes]):
         self._bytes = token_bytes
-        pairs = sorted((b, i) for i, b in enumerate(token_bytes) if b[:1] != b"\xff")
-        self._sorted = [b for b, _ in pairs]
-        self._ids = np.array([i for _, i in pairs], np.int64)
+        self._sorted, self._ids = _sorted_vocabulary(token_bytes)
         self.stack: list[dict | None] = []  # an object: {"keys": set, "expect": bool}; an array: None
         self.in_string = False
         self.is_key = False
@@ -74,7 +89,7 @@ class KeyGuard:
                 return []
             rests = [k[len(self.text) :] + b'"' for k in top["keys"] if k.startswith(self.text)]
         elif top["expect"]:
-            rests = [lead + b'"' + k + b'"' for k in top["keys"] for lead in (b"", b" ")]
+            rests = [lead + b'"' + k + b'"' for k in top["keys"] for lead in LEADS]
         else:
             return []
         out: list[int] = []
