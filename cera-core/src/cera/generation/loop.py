@@ -47,10 +47,13 @@ def generate(session, options, processors=(), lockstep: bool = False):
         detok = s.tokenizer.detokenizer()
         stops = StopStrings(options.stop)
         text: list[str] = []
-        n_prompt = len(s.pending)
+        queued, before = len(s.pending), s.n_evaluated
         t0 = time.perf_counter()
         reason = None if s._ready_to_generate(step.needs) else FinishReason.CANCELLED
         t1 = time.perf_counter()
+        # the prompt tokens evaluated: those a prompt cache restored are not (nor a last position
+        # evaluated again for its logits)
+        n_prompt = min(s.n_evaluated - before, queued)
         stop_token = error = None
         if options.spec:
             strategy = prompt_lookup(step, PromptLookup(s, options, step.sampler))

