@@ -17,6 +17,7 @@ import importlib
 from importlib import metadata as _metadata
 
 from .errors import (
+    AdapterError,
     AudioError,
     BackendUnavailable,
     CeraError,
@@ -24,6 +25,7 @@ from .errors import (
     DownloadError,
     GenerationError,
     GrammarError,
+    IncompatibleDraft,
     InvalidModelFile,
     InvalidOptions,
     ModelConfigError,
@@ -106,6 +108,9 @@ _LAZY = {
     "GenerationSummary": "cera.generation.events",
     "Scheduler": "cera.generation.scheduler",
     "ChatSession": "cera.chat.session",
+    "LoraAdapter": "cera.adapters.lora",
+    "ActiveAdapters": "cera.adapters.active",
+    "load_adapter": "cera.adapters",
 }
 
 
@@ -123,6 +128,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AdapterError",
     "AudioComponent",
     "AudioError",
     "BackendSpec",
@@ -133,6 +139,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "GenerationError",
     "GrammarError",
+    "IncompatibleDraft",
     "InvalidModelFile",
     "InvalidOptions",
     "ModelConfigError",

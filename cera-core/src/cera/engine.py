@@ -190,6 +190,9 @@ class LoadedModel:
         self.backend_notes = backend_notes
         self.runner = Runner(model, backend, weights)
         self.prefix_cache = None  # see enable_prefix_cache
+        self.draft: LoadedModel | None = None  # see set_draft
+        self.adapters: dict = {}  # LoRA adapters attached by name (load_adapter)
+        self.default_adapters = None  # what new sessions apply when given none (`use_adapters`)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -208,14 +211,32 @@ class LoadedModel:
     def default_n_ctx(self) -> int:
         return min(DEFAULT_N_CTX, self.n_ctx_train) if self.n_ctx_train > 0 else DEFAULT_N_CTX
 
-    def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False):
+    def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False,
+                    adapters=None):  # fmt: skip
         """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096;
         ``swa_full`` gives sliding-window layers whole-context caches (the same results,
-        more memory)."""
+        more memory); ``adapters``: LoRA adapters to apply (`cera.adapters.attach.resolve`)."""
         from .generation.session import Session
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
-        return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+        adapters = self.default_adapters if adapters is None else adapters
+        return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full, adapters=adapters)
+
+    def use_adapters(self, adapters) -> None:
+        """The LoRA adapters sessions made from now on apply when they are given none
+        (``[]``: the base model); what `cera run --lora` sets."""
+        from .adapters.attach import resolve
+
+        self.default_adapters = resolve(self, adapters)
+
+    def load_adapter(self, source, name: str | None = None):
+        """Read a LoRA adapter (a llama.cpp GGUF adapter file or a PEFT directory), check it
+        against this model and upload it beside the weights (`cera.adapters.attach`); the
+        base model is not reloaded. Returns the `cera.adapters.LoraAdapter`."""
+        from .adapters import load_adapter
+        from .adapters.attach import attach
+
+        return attach(self, load_adapter(source, self.gguf, name=name))
 
     def enable_prefix_cache(self, max_bytes: int = 512 * 2**20, directory=None, max_disk_bytes: int = 4 * 2**30):
         """Keep evaluated prompts so sessions whose prompt starts the same evaluate only the
@@ -226,12 +247,29 @@ class LoadedModel:
         self.prefix_cache = PrefixCache(self, max_bytes=max_bytes, directory=directory, max_disk_bytes=max_disk_bytes)
         return self.prefix_cache
 
-    def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
-        """A batching scheduler: sessions made by it decode together (`cera.generation.scheduler`)."""
-        from .generation.scheduler import Scheduler
+    def set_draft(self, draft: LoadedModel | None) -> None:
+        """Speculate with ``draft``, a loaded model of the same vocabulary (on any backend):
+        each session's generations then draft with it and verify in one pass
+        (`cera.generation.draft_model`; ``draft_max=0`` turns it off for one generation).
+        Raises IncompatibleDraft when its vocabulary differs; None detaches it. The draft
+        stays its caller's to close."""
+        if draft is not None:
+            from .generation.draft_model import check_vocabularies
+
+            if not isinstance(draft, LoadedModel):
+                raise InvalidOptions(f"a draft model is a LoadedModel from cera.load, not {type(draft).__name__}")
+            check_vocabularies(self, draft)
+        self.draft = draft
+
+    def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512,
+                  prompt_chunk: int | None = None):  # fmt: skip
+        """A batching scheduler: sessions made by it decode together, their prompts in chunks
+        of ``prompt_chunk`` tokens between the decode steps (`cera.generation.scheduler`)."""
+        from .generation.scheduler import PROMPT_CHUNK, Scheduler
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
-        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch)
+        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch,
+                         prompt_chunk=PROMPT_CHUNK if prompt_chunk is None else prompt_chunk)  # fmt: skip
 
     def chat(self, system: str | None = None, tools=None, *, tool_format=None, allow_reevaluation: bool = False,
              **session_options):  # fmt: skip
@@ -254,15 +292,19 @@ class LoadedModel:
         session.append_text(prompt)
         return session.generate(**options).text
 
-    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048):
+    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048,
+              adapters=None):  # fmt: skip
         """One vector per text (`cera.generation.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
         unless ``normalize=False``; pooled as the file says (encoders) or by mean (decoders);
-        ``pooling="none"``: a ``[n_tokens, dim]`` array per text."""
+        ``pooling="none"``: a ``[n_tokens, dim]`` array per text; ``adapters``: LoRA adapters
+        (default: those of `use_adapters`)."""
         from .generation.embedding import embed
 
-        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens)
+        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens, adapters=adapters)
 
     def close(self) -> None:
+        for adapter in self.adapters.values():
+            adapter.close()
         self.backend.close()
         self.gguf.close()
 

@@ -58,6 +58,10 @@ class ModelConfigError(CeraError):
     """A model family does not understand (or misses) a metadata key of the file."""
 
 
+class AdapterError(CeraError):
+    """A LoRA adapter is malformed, or does not fit the model it is applied to."""
+
+
 class BackendUnavailable(CeraError):
     """A backend cannot run here (no device, missing driver, not implemented yet)."""
 
@@ -78,6 +82,10 @@ class UnsupportedTensorType(CeraError):
 
 class InvalidOptions(CeraError, ValueError):
     """An option (sampling, generation, backend, session) has a value outside its range."""
+
+
+class IncompatibleDraft(InvalidOptions):
+    """A draft model for speculative decoding whose vocabulary is not the target's."""
 
 
 class ResourceExhausted(CeraError):

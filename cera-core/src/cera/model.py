@@ -116,13 +116,32 @@ class Model(ABC):
     def n_ctx_train(self) -> int:
         return int(getattr(self.config, "n_ctx_train", 0) or 0)
 
-    def build(self, layout: Layout, outputs: Outputs, n_ctx: int = 0) -> Graph:
+    def position_inputs(self, positions: np.ndarray) -> dict[str, np.ndarray]:
+        """Graph inputs (declared with ``g.input`` in `forward`) whose values follow from
+        the rows' positions alone, by name; the runtime computes them on the host for every
+        pass, as llama.cpp sets such inputs (mistral3's attention temperature). None here."""
+        return {}
+
+    def build(self, layout: Layout, outputs: Outputs, n_ctx: int = 0, adapters=None) -> Graph:
         """The graph of one pass of this shape: ``layout`` sequences, ``outputs`` wanted,
-        for a state of ``n_ctx`` cells per sequence (a few families depend on it)."""
+        for a state of ``n_ctx`` cells per sequence (a few families depend on it), with the
+        LoRA ``adapters`` (`cera.adapters.ActiveAdapters`) beside the weights they adapt."""
         g = GraphBuilder(layout, outputs)
         g.n_ctx = n_ctx
+        if adapters:
+            g.adapters = adapters.by_target()
         self.forward(g)
-        return g.finish()
+        graph = g.finish()
+        if adapters:
+            missed = sorted(set(g.adapters) - g.adapted)
+            if missed:
+                from .errors import AdapterError
+
+                raise AdapterError(
+                    f"the {self.family} family's graph does not use {missed[0]!r} in a product that can be "
+                    f"adapted (a linear or an embedding); the adapter cannot be applied to this model"
+                )
+        return graph
 
 
 __all__ = ["Model", "Weights"]

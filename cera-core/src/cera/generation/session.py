@@ -62,11 +62,12 @@ class Session:
     """One conversation's state on a loaded model. See the module docstring."""
 
     def __init__(self, loaded, n_ctx: int, kv_type: str = "f16", n_batch: int = 512, scheduler=None,
-                 swa_full: bool = False):  # fmt: skip
+                 swa_full: bool = False, adapters=None):  # fmt: skip
         for what, v in (("n_ctx", n_ctx), ("n_batch", n_batch)):
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise SessionError(f"{what} must be a positive integer, got {v!r}")
         self.loaded = loaded
+        self.adapters = _resolve_adapters(loaded, adapters)  # LoRA adapters applied (`set_adapters`)
         self.model = loaded.model
         self._n_vocab = int(self.model.n_vocab)
         self.tokenizer = loaded.tokenizer
@@ -87,6 +88,7 @@ class Session:
         self.n_shifted = 0  # tokens dropped by context shifts
         self.prefix_cache = getattr(loaded, "prefix_cache", None)  # cera.generation.prefix_cache (None: off)
         self._snapshots: list[tuple[int, object]] = []  # (tokens, state snapshot) for recurrent state
+        self.draft_session = None  # the draft model's session (cera.generation.draft_model), made on first use
         self._cancelled = False  # set by cancel() from any thread (a bool: reads and writes are atomic)
         self._lock = threading.RLock()
         self.last_summary: GenerationSummary | None = None
@@ -176,13 +178,28 @@ class Session:
         step = self._seq_step(tokens)
         if self.scheduler is not None:
             return self.scheduler.forward(self, step, outputs, **layout)
-        return self.runner.forward(self.state, [step], outputs, **layout)
+        return self.runner.forward(self.state, [step], outputs, adapters=self.adapters, **layout)
+
+    def set_adapters(self, adapters) -> None:
+        """Apply other LoRA adapters (or scales, or none) from now on, on the same loaded
+        model (`cera.adapters.attach.resolve` says what ``adapters`` may be). The state was
+        computed with the previous ones, so what the session holds is queued to be
+        evaluated again; with the same adapters and scales nothing changes."""
+        new = _resolve_adapters(self.loaded, adapters)
+        with self._lock:
+            if new == self.adapters:
+                return
+            everything = self.tokens + self.pending
+            self.state.clear(self.slot)
+            self.tokens, self.pending, self.last, self._snapshots = [], everything, None, []
+            self.adapters = new
 
     def _use_prefix_cache(self) -> None:
         """Before evaluating: restore the longest cached prefix of what this session holds
         and queues, when it reaches further than what the state holds."""
         everything = self.tokens + self.pending
-        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable, state=self.state)
+        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable, state=self.state,
+                                         adapters=self.adapters.key)  # fmt: skip
         if found is None:
             return
         entry, n = found
@@ -221,20 +238,31 @@ class Session:
         prompt_rows = len(self.pending) > 1 and (len(self.pending) >= PROMPT_ROWS or len(self.tokens) > held)
         self._check_room()
         size = min(self.n_batch, CANCEL_MIN_CHUNK) if responsive else self.n_batch
-        while self.pending:
-            if self._cancelled:
-                return False
-            chunk = self.pending[:size]
-            last = len(chunk) == len(self.pending)
-            t0 = time.perf_counter() if responsive else 0.0
-            try:
-                out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
-            except MemoryError as e:
-                raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
-            if responsive:
-                rate = len(chunk) / max(time.perf_counter() - t0, 1e-6)
-                size = max(min(int(rate * CANCEL_LATENCY_S), self.n_batch), min(self.n_batch, CANCEL_MIN_CHUNK))
-            self._took(len(chunk), out if last else None)
+        # through a scheduler, a long prompt goes in its chunks, each a pass between the
+        # decode batches of the sequences generating (cera.generation.scheduler)
+        chunks = self.scheduler if prompt_rows and self.scheduler is not None else None
+        if chunks is not None:
+            chunks.prompting(self, True)
+        try:
+            while self.pending:
+                if self._cancelled:
+                    return False
+                if chunks is not None:
+                    size = chunks.chunk_size()
+                chunk = self.pending[:size]
+                last = len(chunk) == len(self.pending)
+                t0 = time.perf_counter() if responsive else 0.0
+                try:
+                    out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
+                except MemoryError as e:
+                    raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
+                if responsive and chunks is None:
+                    rate = len(chunk) / max(time.perf_counter() - t0, 1e-6)
+                    size = max(min(int(rate * CANCEL_LATENCY_S), self.n_batch), min(self.n_batch, CANCEL_MIN_CHUNK))
+                self._took(len(chunk), out if last else None)
+        finally:
+            if chunks is not None:
+                chunks.prompting(self, False)
         return True
 
     def _check_room(self) -> None:
@@ -471,13 +499,23 @@ class Session:
         checkpoint.restore(self, path)
 
     def close(self) -> None:
-        """Give the session's slot back (sessions of a scheduler share one state)."""
+        """Give the session's slot back (sessions of a scheduler share one state), and its
+        draft model's session's (`cera.generation.draft_model`)."""
+        if self.draft_session is not None:
+            self.draft_session.close()
+            self.draft_session = None
         if self.scheduler is not None:
             self.scheduler.release(self)
 
     @property
     def n_tokens(self) -> int:
         return len(self.tokens)
+
+
+def _resolve_adapters(loaded, adapters):
+    from ..adapters.attach import resolve
+
+    return resolve(loaded, adapters)
 
 
 def guarded(events, sink: Sink | None = None):

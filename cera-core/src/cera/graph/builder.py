@@ -260,6 +260,10 @@ class GraphBuilder:
         self.outputs: dict[str, Tensor] = {}
         self._row_selected: set[int] = set()
         self._states: set[int] = set()
+        # LoRA pairs by the weight they adapt (`cera.adapters.active.ActiveAdapters.by_target`),
+        # and the weights adapted so far: `linear` and `embedding` add ``s * B(Ax)`` beside them
+        self.adapters: dict = {}
+        self.adapted: set[str] = set()
         n = layout.n_tokens
         self.tokens = self.input("tokens", (n,), "i32")
         self.positions = self.input("positions", (n,), "i32")
@@ -388,10 +392,24 @@ class GraphBuilder:
     # -- the vocabulary ------------------------------------------------------------------------
 
     def embedding(self, table: WeightRef, ids: Tensor) -> Tensor:
-        return self._node("embedding", (table, ids))
+        out = self._node("embedding", (table, ids))
+        pairs = self.adapters.get(table.name) if self.adapters else None
+        if pairs:  # llama.cpp's order: rows of the transposed A, then B, scaled, added
+            for pair, s in pairs:
+                out = self.add(out, self.scale(self._node("linear", (self._node("embedding", (pair.a, ids)), pair.b)), s))
+            self.adapted.add(table.name)
+        return out
 
     def linear(self, x: Tensor, w: WeightRef, bias: WeightRef | None = None) -> Tensor:
-        return self._node("linear", (x, w, bias))
+        pairs = self.adapters.get(w.name) if self.adapters else None
+        if not pairs or pairs[0][0].embedding:
+            return self._node("linear", (x, w, bias))
+        # llama.cpp's order of operations: W x, then each adapter's s * B(A x), then the bias
+        out = self._node("linear", (x, w))
+        for pair, s in pairs:
+            out = self.add(out, self.scale(self._node("linear", (self._node("linear", (x, pair.a)), pair.b)), s))
+        self.adapted.add(w.name)
+        return out if bias is None else self.add(out, bias)
 
     def rms_norm(self, x: Tensor, w=None, eps: float = 1e-6) -> Tensor:
         return self._node("rms_norm", (x, w), eps=float(eps))
