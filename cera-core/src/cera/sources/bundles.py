@@ -276,7 +276,10 @@ BUNDLES: dict[str, Bundle] = {
     ]
 }
 
-DEFAULT_MODEL = "smollm2-135m-instruct-q4_1"
+# The smallest chat bundle that passes benchmarks/default_model_check.py (five questions, greedy):
+# SmolLM2-135M answers 3 of 5 (France, "thank you" in French wrong), Qwen2.5-Coder-0.5B 3 of 5
+# (the sky, a prime number), Qwen2.5-Coder-1.5B all five; Gemma-3-270M is a base model.
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 
 def cache_dir() -> Path:
