@@ -26,6 +26,7 @@ from .errors import (
     GenerationError,
     GrammarError,
     IncompatibleDraft,
+    ImageError,
     InvalidModelFile,
     InvalidOptions,
     ModelConfigError,
@@ -111,6 +112,10 @@ _LAZY = {
     "LoraAdapter": "cera.adapters.lora",
     "ActiveAdapters": "cera.adapters.active",
     "load_adapter": "cera.adapters",
+    # images
+    "Projector": "cera.vision.projector",
+    "ImageEmbedding": "cera.vision.projector",
+    "load_image": "cera.vision.image",
 }
 
 
@@ -140,6 +145,7 @@ __all__ = [
     "GenerationError",
     "GrammarError",
     "IncompatibleDraft",
+    "ImageError",
     "InvalidModelFile",
     "InvalidOptions",
     "ModelConfigError",

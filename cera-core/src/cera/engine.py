@@ -193,6 +193,8 @@ class LoadedModel:
         self.draft: LoadedModel | None = None  # see set_draft
         self.adapters: dict = {}  # LoRA adapters attached by name (load_adapter)
         self.default_adapters = None  # what new sessions apply when given none (`use_adapters`)
+        self.projector = None  # a multimodal projector for images (load_projector)
+        self.companions: dict = {}  # files a bundle names beside the model, by role
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -237,6 +239,21 @@ class LoadedModel:
         from .adapters.attach import attach
 
         return attach(self, load_adapter(source, self.gguf, name=name))
+
+    def load_projector(self, path):
+        """Bind a multimodal projector (an mmproj GGUF) to this model's backend, so its
+        sessions take images (`Session.append_image`). Returns the `cera.vision.projector.Projector`."""
+        from .errors import ModelNotFound
+        from .vision.projector import Projector
+
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise ModelNotFound(f"multimodal projector {path}: no such file (give the mmproj GGUF that goes with {self.path.name})")
+        projector = Projector(file, self)
+        if self.projector is not None:
+            self.projector.close()
+        self.projector = projector
+        return projector
 
     def enable_prefix_cache(self, max_bytes: int = 512 * 2**20, directory=None, max_disk_bytes: int = 4 * 2**30):
         """Keep evaluated prompts so sessions whose prompt starts the same evaluate only the
@@ -305,6 +322,8 @@ class LoadedModel:
     def close(self) -> None:
         for adapter in self.adapters.values():
             adapter.close()
+        if self.projector is not None:
+            self.projector.close()
         self.backend.close()
         self.gguf.close()
 
@@ -410,14 +429,22 @@ def load(
     threads: int | None = None,
     quiet: bool = False,
     manager: PluginManager | None = None,
+    mmproj=None,
     **backend_options,
 ) -> LoadedModel:
     """Load a model from a path, a bundle name, a Hugging Face repo or a resolved
     `cera.sources.LocalModel` (see `cera.sources.resolve`). ``threads`` and other keywords
-    are backend options (`Backend.options_type`)."""
-    path = sources.resolve(source, quiet=quiet).path
+    are backend options (`Backend.options_type`). ``mmproj``: a multimodal projector file
+    for images (`LoadedModel.load_projector`)."""
+    local = sources.resolve(source, quiet=quiet)
+    path = local.path
     gguf = GGUFFile(path)
     try:
+        if gguf.metadata.get("general.architecture") == "clip":
+            raise ModelConfigError(
+                f"{path} is a multimodal projector (mmproj), not a text model: load the text model and give this "
+                f"file as its mmproj (cera run -m MODEL --mmproj {path.name})"
+            )
         manager = manager or get_manager()
         family, model, weights, ops = _read_model(gguf, manager)
         backend, notes = choose_backend(gguf, device, manager, model=model, ops=ops, threads=threads,
@@ -427,10 +454,18 @@ def load(
         except BaseException:
             backend.close()
             raise
-        return LoadedModel(path, gguf, model, backend, family.name, notes, uploaded)
+        loaded = LoadedModel(path, gguf, model, backend, family.name, notes, uploaded)
+        loaded.companions = dict(local.companions)  # a bundle's other files by role (multimodal_projector, ...)
     except BaseException:
         gguf.close()
         raise
+    if mmproj is not None:
+        try:
+            loaded.load_projector(mmproj)
+        except BaseException:
+            loaded.close()
+            raise
+    return loaded
 
 
 __all__ = ["LoadedModel", "admission", "choose_backend", "load", "model_ops", "UnsupportedTensorType"]

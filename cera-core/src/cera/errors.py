@@ -135,3 +135,7 @@ class ContextFull(SessionError):
 
 class AudioError(CeraError):
     """Audio input is unreadable, empty, or not in a form the component accepts."""
+
+
+class ImageError(CeraError):
+    """An image input is unreadable, truncated, too large, or not an image."""

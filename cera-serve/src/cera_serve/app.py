@@ -60,6 +60,8 @@ class ServerConfig:
     draft_min: int = 0
     draft_p_min: float = 0.75
     loras: tuple = ()  # `cera_serve.adapters.AdapterSpec`s: LoRA adapters of the first model requests may choose
+    mmproj: str | None = None  # the first model's multimodal projector: chat messages may then hold images
+    allow_local_images: bool = False  # image parts may name files on this machine (else data: URLs only)
     loaded: object = None  # an already loaded model (tests, embedding applications): the first model
     models: tuple = ()  # several sources (``-m A -m B``); ``model`` is the one source otherwise
     aliases: tuple = ()  # the models' ids by position (``--alias``); a source is its own id without one
@@ -226,11 +228,11 @@ def generation_options(data: dict, n_prompt: int, n_ctx: int):
         raise APIError(400, str(e)) from None
 
 
-def chat_prompt(loaded, data: dict):
+def chat_prompt(loaded, data: dict, allow_image_files: bool = False):
     """The request's messages (and tools) as prompt tokens, through the model's chat
     template (`cera.chat.prompt`); returns (tokens, the ChatPrompt)."""
     from cera.chat.prompt import ChatPrompt, message
-    from cera.errors import CeraError
+    from cera.errors import CeraError, ImageError, UnsupportedOperation
     from cera.tools import ToolError
 
     messages = data.get("messages")
@@ -248,8 +250,13 @@ def chat_prompt(loaded, data: dict):
         raise APIError(400, str(e), param="tools") from None
     except CeraError as e:
         raise APIError(400, f"the chat template cannot be used: {e}", param="messages") from None
+    prompt.allow_image_files = allow_image_files  # data: URLs always; local files when the server allows them
     try:
         return prompt.encode(prompt.render(clean)), prompt
+    except ImageError as e:
+        raise APIError(400, f"messages: {e}", param="messages") from None
+    except UnsupportedOperation as e:
+        raise APIError(400, f"messages: {e}", param="messages", code="unsupported") from None
     except CeraError as e:
         raise APIError(400, f"the chat template cannot render these messages: {e}", param="messages") from None
 
@@ -509,12 +516,14 @@ def create_app(config: ServerConfig) -> Starlette:
         model_name = adapter_name or model.id
         reader = None  # a chat's ChatPrompt: the tool format, the reply splitter
         if chat:
-            prompt, reader = chat_prompt(loaded, data)
+            prompt, reader = chat_prompt(loaded, data, server.config.allow_local_images)
         else:
             if data.get("tools"):
                 raise APIError(400, "tools are for /v1/chat/completions", param="tools")
             prompt = completion_prompt(loaded, data)
-        bad = [t for t in prompt if not 0 <= t < loaded.model.n_vocab]
+        from cera.vision.image_tokens import IMAGE_ID_BASE
+
+        bad = [t for t in prompt if not 0 <= t < loaded.model.n_vocab and not (chat and t >= IMAGE_ID_BASE)]
         if bad:
             raise APIError(400, f"token ids {bad[:5]} are outside the vocabulary", param="prompt")
         options = response_format(generation_options(data, len(prompt), model.scheduler.state.n_ctx), data)

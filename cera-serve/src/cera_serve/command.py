@@ -95,8 +95,13 @@ import click
     "--lora-scaled", "lora_scaled", multiple=True, nargs=2, type=(str, float), metavar="[NAME=]FILE SCALE",
     help="LoRA adapter with the scale a request that names it gets (llama.cpp's spelling); repeatable.",
 )  # fmt: skip
+@click.option("--mmproj", default=None, metavar="FILE", help="Multimodal projector (mmproj GGUF): chat messages may hold images.")
+@click.option(
+    "--allow-local-images", is_flag=True,
+    help="Let image parts name files on this machine (path or file:// URL); by default only data: URLs are read.",
+)  # fmt: skip
 def serve_cmd(models, aliases, chat_templates, models_memory, host, port, parallel, ctx_size, threads, device, api_key,
-              max_queue, prompt_cache, model_draft, device_draft, draft_max, draft_min, draft_p_min, lora=(),
+              max_queue, prompt_cache, model_draft, device_draft, draft_max, draft_min, draft_p_min, mmproj, allow_local_images, lora=(),
               lora_scaled=()):  # fmt: skip
     """Serve models over the OpenAI HTTP API (chat, completions, responses, embeddings, rerank),
     Anthropic's messages API, and a chat page at /."""
@@ -126,7 +131,8 @@ def serve_cmd(models, aliases, chat_templates, models_memory, host, port, parall
         chat_templates=tuple(chat_templates),
         device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
         max_queue=max_queue, prompt_cache=prompt_cache, model_draft=model_draft, device_draft=device_draft,
-        draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, loras=loras,
+        draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, loras=loras, mmproj=mmproj,
+        allow_local_images=allow_local_images,
     )  # fmt: skip
     if device_draft is not None and model_draft is None:
         raise click.UsageError("--device-draft needs a draft model: -md/--model-draft")

@@ -84,7 +84,10 @@ class ServedModel:
         try:
             loaded = self.given
             if loaded is None:
-                loaded = cera.load(self.source, device=self.config.device, threads=self.config.threads, quiet=True)
+                loaded = cera.load(self.source, device=self.config.device, threads=self.config.threads, quiet=True,
+                                   mmproj=self.config.mmproj if self.first else None)  # fmt: skip
+            elif self.first and self.config.mmproj is not None and loaded.projector is None:
+                loaded.load_projector(self.config.mmproj)
             if self.chat_template is not None:
                 from cera.text.chat_template import chosen_template
 

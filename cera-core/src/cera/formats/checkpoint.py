@@ -227,7 +227,14 @@ def encode_snapshot(loaded, state, snap, tokens, pending, last, extra: dict | No
 
 def save(session, path, extra: dict | None = None, _crash_at: int | None = None) -> Path:
     """Write a checkpoint of ``session`` to ``path`` atomically."""
+    from ..vision.image_tokens import holds_images
+
     path = Path(path)
+    if holds_images(session.tokens) or holds_images(session.pending):
+        raise CheckpointError(
+            "this session holds an image: checkpoint files of sessions with images are not supported (an image's "
+            "rows are known only to this process); save before the image, or append it again after loading"
+        )
     try:
         write_atomic(path, encode(session, extra), _crash_at)
     except OSError as e:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import attrs
 
+from ..vision.image_tokens import holds_images
 from ..errors import CeraError
 
 # A cold entry's header lists its tokens (a few bytes each in JSON): one of a context of a
@@ -139,7 +140,7 @@ class PrefixCache:
             if self._bytes > self.max_bytes:  # one entry larger than the whole budget
                 _, old = self._warm.popitem(last=False)
                 self._drop(old)
-        if self.directory is not None and not adapters:  # the disk tier holds the base model's prefixes
+        if self.directory is not None and not adapters and not holds_images(tokens):  # the disk tier holds the base model's prefixes; image ids mean nothing in another process
             self._store_cold(session, tokens, snap, entry.last)
 
     def _drop(self, entry: Entry) -> None:

@@ -184,7 +184,7 @@ class Scheduler:
     # -- forward passes ----------------------------------------------------------------------
 
     def _kind(self, step: SeqStep, outputs: Outputs, layout: dict) -> str:
-        if layout.get("exact_rows"):
+        if layout.get("exact_rows") or layout.get("embeds") is not None:  # an image's rows run alone
             return "alone"
         if len(step.tokens) == 1 and not layout.get("prompt_rows"):
             return "decode"
