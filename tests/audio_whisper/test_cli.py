@@ -26,11 +26,19 @@ def cera(*args, check=True):
 
 def test_transcribe_default_model_prints_the_transcript(reference):
     # no -m: tiny.en from PyPI, converted to Q8_0 once and cached
-    out = cera("transcribe", "--audio", DATA / "fox.flac", "--beam", "1").stdout
+    out = cera("transcribe", "--audio", DATA / "fox.flac", "--beam", "1", "--timestamps").stdout
     want = words("".join(s["text"] for s in reference["models"]["faster-whisper-tiny.en"]["greedy"]["fox"]["segments"]))
     lines = out.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("[00:00.000 -> 00:03.000]")
     assert edit_distance(words(" ".join(line.split("] ", 1)[1] for line in lines)), want) <= 2
+
+
+def test_transcribe_prints_plain_text_by_default(reference):
+    """What a pipe wants: the words alone, no stamps (``--timestamps`` adds them)."""
+    out = cera("transcribe", "--audio", DATA / "fox.flac", "--beam", "1").stdout
+    want = words("".join(s["text"] for s in reference["models"]["faster-whisper-tiny.en"]["greedy"]["fox"]["segments"]))
+    assert "[" not in out and "->" not in out, out
+    assert edit_distance(words(out), want) <= 2
 
 
 def test_transcribe_json(reference):

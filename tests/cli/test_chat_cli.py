@@ -33,7 +33,8 @@ def test_a_full_context_drops_the_oldest_exchanges_instead_of_exiting(smollm2_pa
     assert len(replies) == 3 and all(replies), r.stdout
     assert "Dogs" in replies[1] and "Birds" in replies[2]
     assert r.stderr.count("generated at") == 3
-    assert "the context (96 tokens) is full: dropped the 1 oldest exchange to make room (1 so far)" in r.stderr
+    assert ("the context (96 tokens) is full: dropped the 1 oldest exchange ('Tell me about cats.') to make room "
+            "(1 so far)") in r.stderr
     assert "(2 so far)" in r.stderr
     assert "raise -c/--ctx-size" in r.stderr and "n_ctx" not in r.stderr
 
@@ -71,12 +72,12 @@ def test_system_clear_save_and_load(smollm2_path, tmp_path):
     r = chat(smollm2_path, "--temp", "0", "-n", "12", stdin=script)
     assert r.returncode == 0, r.stderr
     assert "cera: system message: You are a pirate. Answer in pirate speak." in r.stderr
-    assert f"saved the conversation (1 message) to {saved}" in r.stderr
+    assert f"saved the conversation (2 messages, 1 exchange) to {saved}" in r.stderr
     assert saved.exists()
     assert "conversation cleared" in r.stderr
     # /clear keeps the system message; /load brings the conversation back, evaluated
     assert r.stderr.count("cera: system message: You are a pirate.") == 3
-    assert re.search(rf"loaded {re.escape(str(saved))}: 1 message, \d+ tokens evaluated", r.stderr), r.stderr
+    assert re.search(rf"loaded {re.escape(str(saved))}: 2 messages, 1 exchange, \d+ tokens evaluated", r.stderr), r.stderr
     assert "unknown command /nonsense; /help lists them" in r.stderr
     assert r.stderr.count("generated at") == 1  # nothing after /exit
 
@@ -155,3 +156,23 @@ def test_ctrl_c_at_the_prompt_quits(smollm2_path, tmp_path):
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_save_and_load_count_every_message_of_the_file(smollm2_path, tmp_path):
+    """A file of two exchanges holds four messages: /save and /load say so."""
+    saved = tmp_path / "two.cera"
+    r = chat(smollm2_path, "--temp", "0", "-n", "8", stdin=f"Hello.\nHow are you?\n/save {saved}\n/load {saved}\n")
+    assert r.returncode == 0, r.stderr
+    assert f"saved the conversation (4 messages, 2 exchanges) to {saved}" in r.stderr
+    assert re.search(rf"loaded {re.escape(str(saved))}: 4 messages, 2 exchanges, \d+ tokens evaluated", r.stderr)
+
+
+def test_a_reply_that_fills_the_context_names_the_exchanges_dropped_next(smollm2_path):
+    """No limit on the reply: it runs into the full context; the next message drops the
+    oldest exchange and the line names it."""
+    r = chat(smollm2_path, "--temp", "0", "-n", "-1", "--ignore-eos", "-c", "128",
+             stdin="Tell me about cats.\nAnd dogs?\n")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "the reply was cut: the context (128 tokens) is full" in r.stderr
+    assert "dropped the 1 oldest exchange ('Tell me about cats.') to make room (1 so far)" in r.stderr, r.stderr
+    assert r.stderr.count("generated at") == 2

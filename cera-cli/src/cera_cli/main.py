@@ -216,7 +216,7 @@ def main(argv=None):
         sys.exit(e.exit_code)
     except CeraError as e:
         click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_status", 1))  # 3: -n below the grammar's shortest value (GrammarBudgetError)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)

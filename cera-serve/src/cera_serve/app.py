@@ -534,8 +534,11 @@ def create_app(config: ServerConfig) -> Starlette:
             constrain = data.get("constrain_tools", True)
             if not isinstance(constrain, bool):
                 raise APIError(400, "'constrain_tools' must be true or false", param="constrain_tools")
+            parallel = data.get("parallel_tool_calls", True)
+            if not isinstance(parallel, bool):
+                raise APIError(400, "'parallel_tool_calls' must be true or false", param="parallel_tool_calls")
             try:
-                options, processors, choice = reader.turn(options, data.get("tool_choice"), constrain)
+                options, processors, choice = reader.turn(options, data.get("tool_choice"), constrain, parallel)
             except CeraError as e:
                 raise APIError(400, str(e), param="tool_choice") from None
         elif data.get("tool_choice") not in (None, "none", "auto"):
@@ -666,8 +669,8 @@ def create_app(config: ServerConfig) -> Starlette:
                     call = {"index": n_calls, **e.call.to_openai()}
                     n_calls += 1
                     yield chunk({"tool_calls": [call]}, None, None)
-                elif isinstance(e, ToolCallFailed):  # what the model wrote stays visible, as text
-                    yield chunk({"content": e.failure.raw}, e.failure.raw, None)
+                elif isinstance(e, ToolCallFailed):  # reported beside the text, never in it
+                    yield chunk({"tool_call_errors": [{"raw": e.failure.raw, "reason": e.failure.reason}]}, None, None)
 
         n_tokens = drafted = accepted = 0
         first = time.perf_counter()
@@ -756,14 +759,12 @@ def create_app(config: ServerConfig) -> Starlette:
 
 def _message(r: dict) -> dict:
     """A chat choice's message: the text, and the calls the reply made (OpenAI's shape). A
-    call that did not parse stays in the content as the model wrote it, and is listed in
-    ``tool_call_errors`` (an extension) with the reason."""
+    call that did not parse is listed in ``tool_call_errors`` (an extension) as the model
+    wrote it, with the reason; call markup never goes into the content."""
     reply = r.get("reply")
     if reply is None:
         return {"role": "assistant", "content": r["text"]}
     content = reply.content
-    if reply.failures:
-        content = "\n".join([content] * bool(content) + [f.raw for f in reply.failures])
     msg = {"role": "assistant", "content": content if content or not reply.calls else None}
     if reply.calls:
         msg["tool_calls"] = [c.to_openai() for c in reply.calls]

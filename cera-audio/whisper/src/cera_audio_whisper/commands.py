@@ -54,11 +54,15 @@ def _timestamp(seconds: float) -> str:
               help="Weight type of a bundled model (default q8_0).")
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores).")
 @click.option("--device", default="auto", show_default=True, help="Backend to run on.")
+@click.option("--timestamps", "show_times", is_flag=True,
+              help="Print each segment as [start -> end] text (default: the text alone, a segment a line).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: segments with start, end, text and tokens.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def transcribe_command(audio_path, model, language, task, beam_size, best_of, temperatures, initial_prompt,
-                       no_condition, no_timestamps, use_vad, no_vad_gate, out_type, threads, device, as_json, quiet):  # fmt: skip
-    """Transcribe speech in an audio file with Whisper; prints the text (or --json segments)."""
+                       no_condition, no_timestamps, use_vad, no_vad_gate, out_type, threads, device, show_times,
+                       as_json, quiet):  # fmt: skip
+    """Transcribe speech in an audio file with Whisper; prints the text, a segment a line
+    (--timestamps: with each segment's times; --json: the segments with times and tokens)."""
     import time
 
     from cera.errors import AudioError
@@ -105,7 +109,8 @@ def transcribe_command(audio_path, model, language, task, beam_size, best_of, te
         for s in segments:
             out.append(s)
             if not as_json:
-                click.echo(s.text.strip() if no_timestamps or quiet else f"[{_timestamp(s.start)} -> {_timestamp(s.end)}] {s.text.strip()}")
+                stamp = f"[{_timestamp(s.start)} -> {_timestamp(s.end)}] " if show_times else ""
+                click.echo(stamp + s.text.strip())
     except KeyboardInterrupt:
         tr.cancel()
         raise

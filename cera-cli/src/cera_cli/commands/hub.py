@@ -39,7 +39,9 @@ def bundles_list(local_only, as_json):
         for r in rows:
             click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + ("  " + r[4] if r[4] else ""))
     if problem:
-        click.echo(f"cera: the Hub's bundles are not listed: {problem}", err=True)
+        from ..hints import without_pointer
+
+        click.echo(f"cera: the Hub's bundles are not listed: {without_pointer(str(problem), 'cera bundles list')}", err=True)
 
 
 @click.command("quantize")

@@ -280,10 +280,10 @@ def _print_report(r: dict) -> None:
     "-m",
     "--model",
     "source",
-    required=True,
+    default=None,
     metavar="FILE",
     help="What `cera run -m` takes: a GGUF file, a folder holding one, a bundle name (`cera models`), "
-    "or a Hugging Face repo (org/repo[@REV][:QUANT]).",
+    "or a Hugging Face repo (org/repo[@REV][:QUANT]). Default: the default model, as `cera run`.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
 @click.option(
@@ -301,7 +301,9 @@ def inspect_cmd(source: str, as_json: bool, probe: bool) -> None:
     """
     from cera_cli.main import plugin_manager
 
-    report = inspect_report(resolve_model(source), plugin_manager(), probe=probe)
+    from cera.sources import bundles
+
+    report = inspect_report(resolve_model(source or bundles.DEFAULT_MODEL), plugin_manager(), probe=probe)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:

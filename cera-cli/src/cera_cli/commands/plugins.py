@@ -12,6 +12,8 @@ import json
 
 import click
 
+from ..hints import without_pointer
+
 
 def _backend_status(manager, names: list[str]) -> list[dict]:
     out = []
@@ -92,20 +94,21 @@ def plugins(as_json: bool) -> None:
     backends = [b for e in report for b in e["backend_status"]]
     if backends:
         click.echo("\nBackends:")
-        rows = [(b["name"], "usable" if b["usable"] else f"not usable here: {b['reason']}") for b in backends]
+        rows = [(b["name"], "usable" if b["usable"] else f"not usable here: {without_pointer(b['reason'], 'cera plugins')}")
+                for b in backends]  # fmt: skip
         for line in _table(rows):
             click.echo("  " + line)
     elif manager.allow is None or manager.allow:
         from cera.plugins.distributions import no_backend_hint
 
-        click.echo(f"\nNo backend is loaded: {no_backend_hint()}.")
+        click.echo(f"\nNo backend is loaded: {without_pointer(no_backend_hint(), 'cera plugins')}.")
 
     failed = [e for e in report if e["status"] != "ok"]
     if failed:
         click.echo("\nErrors (these plugins were skipped; everything else works):")
         for e in failed:
             where = f" ({e['distribution']} {e['version']})" if e["distribution"] else ""
-            click.echo(f"  {e['name']}{where}: {e['error']}")
+            click.echo(f"  {e['name']}{where}: {without_pointer(e['error'], 'cera plugins')}")
 
     if manager.skipped:
         names = ", ".join(sorted(n for n, _ in manager.skipped))

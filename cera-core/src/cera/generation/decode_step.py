@@ -60,7 +60,8 @@ class Stepper:
         if options.constrained:  # a grammar, schema, JSON or regex: one more processor (cera.grammar)
             from ..grammar import processor_for
 
-            processors = [*processors, processor_for(options, session.tokenizer, session.model.n_vocab)]
+            room = None if options.context_shift else session.n_ctx - len(session.tokens) - len(session.pending)
+            processors = [*processors, processor_for(options, session.tokenizer, session.model.n_vocab, room)]
         banned = session.tokenizer.eog_ids if options.ignore_eos else ()
         self.sampler = Sampler(options.sampling(), extra=processors, banned=banned)
         needs, k = self.sampler.needs()

@@ -40,6 +40,16 @@ class GenerationSummary:
     stop_token: int | None = None  # the token that ended it (FinishReason.STOP_TOKEN), not in `tokens`
     error: str | None = None  # why it ended with FinishReason.ERROR (e.g. non-finite logits, naming the step)
 
+    def __repr__(self) -> str:
+        # what a person printing it wants: the counts and how it ended, not every token id
+        text = self.text if len(self.text) <= 60 else self.text[:57] + "..."
+        extra = "".join(f", {k}={v!r}" for k, v in (("incomplete", self.incomplete), ("stop_token", self.stop_token),
+                                                     ("error", self.error), ("drafted", self.drafted)) if v)  # fmt: skip
+        return (
+            f"GenerationSummary(finish_reason={self.finish_reason.value!r}, n_prompt_tokens={self.n_prompt_tokens}, "
+            f"n_generated={self.n_generated}, text={text!r}{extra})"
+        )
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else float("nan")

@@ -64,13 +64,16 @@ def generate(session, options, processors=(), lockstep: bool = False):
         detok = s.tokenizer.detokenizer()
         stops = StopStrings(options.stop)
         text: list[str] = []
-        n_prompt = len(s.pending)
+        queued, before = len(s.pending), s.n_evaluated
         t0 = time.perf_counter()
         reason = None if s._ready_to_generate(step.needs) else FinishReason.CANCELLED
         if reason is None and step.left() is not None and step.left() <= 0:
             reason = FinishReason.LENGTH
         strategy = None if reason is not None else choose_strategy(step)  # a draft model evaluates the prompt too
         t1 = time.perf_counter()
+        # the prompt tokens evaluated: those a prompt cache restored are not (nor a last position
+        # evaluated again for its logits)
+        n_prompt = min(s.n_evaluated - before, queued)
         stop_token = error = None
         if reason is None:
             reason, stop_token, error = yield from _take_tokens(step, strategy, stops, detok, text)

@@ -17,9 +17,10 @@ import attrs
 
 from ..errors import GrammarError
 
-# Where JSON allows whitespace, at most this much (matched once per place): a small
-# model left free to emit whitespace can fill its whole budget with newlines.
-JSON_WHITESPACE = r"[\x20\x0A\x0D\x09]{0,20}"
+# Where JSON allows whitespace: nothing, one space, or one newline and an indent of at
+# most 20 spaces or tabs (llama.cpp's json.gbnf `ws`): a small model left free to write
+# whitespace fills values with blank lines and can spend its whole budget on them.
+JSON_WHITESPACE = r"(?: |\n[ \t]{0,20})?"
 KINDS = ("gbnf", "json_schema", "regex", "lark")
 
 
@@ -57,6 +58,9 @@ class Constraint:
     source: object
     lenient: bool = False
     triggers: tuple[Trigger, ...] = ()
+    # the output is tool calls: it ends at the first call that repeats an earlier one
+    # (cera.grammar.call_repeats)
+    end_on_repeat: bool = False
 
     @classmethod
     def gbnf(cls, text: str) -> Constraint:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import GenerationError, GrammarError
+from ..errors import GenerationError, GrammarBudgetError, GrammarError
 from ..generation.sampling import NEEDS_LOGITS, Candidates, Processor
 from .constraint import Constraint, from_options
 
@@ -38,7 +38,8 @@ class GrammarProcessor(Processor):
 
     needs = NEEDS_LOGITS
 
-    def __init__(self, constraint: Constraint, tokenizer, n_vocab: int | None = None, overlap: bool = True):
+    def __init__(self, constraint: Constraint, tokenizer, n_vocab: int | None = None, overlap: bool = True,
+                 budget: int | None = None):  # fmt: skip
         import llguidance
 
         from .vocab import ll_tokenizer, token_bytes_cached
@@ -59,6 +60,35 @@ class GrammarProcessor(Processor):
         self.mask_seconds: list[float] = []  # time spent computing masks (the benchmark reads it)
         self.wait_seconds: list[float] = []  # time `apply` waited for a mask
         self.active = not constraint.triggers
+        # the token budget rule (cera.grammar.budget): the value completes within ``budget`` tokens
+        self.budget = None
+        if budget is not None or constraint.end_on_repeat:
+            from .budget import BudgetRule
+
+            self.budget = BudgetRule(self.matcher, self.lt, token_bytes_cached(tokenizer), self.n_vocab, budget,
+                                     tokenizer.eog_ids)  # fmt: skip
+            if self.active:
+                self.budget.start()
+                need = self.budget.shortest_at_start
+                if budget is not None and 0 < budget < (need or 0):  # (0: evaluate the prompt alone)
+                    raise GrammarBudgetError(
+                        f"the shortest value the {constraint.kind.replace('_', ' ')} constraint allows takes {need} "
+                        f"tokens, and the generation may write {budget}: raise -n/--max-tokens (max_tokens) to at "
+                        f"least {need}, or make room in the context"
+                    )
+        self.keys = None  # no key twice in an object (cera.grammar.json_keys)
+        if constraint.is_json and self.active:
+            from .json_keys import KeyGuard
+
+            self.keys = KeyGuard(token_bytes_cached(tokenizer))
+        self.repeats = None  # the calls end at a repeated call (cera.grammar.call_repeats)
+        if constraint.end_on_repeat:
+            from .call_repeats import CallRepeats
+
+            self.repeats = CallRepeats()
+            tb = token_bytes_cached(tokenizer)
+            self._token_bytes = tb
+            self._braces = np.array([t for t, b in enumerate(tb) if b"}" in b and b[:1] != b"\xff"], np.int64)
         if not self.active:
             self._bytes = token_bytes_cached(tokenizer)
             self._text = b""
@@ -103,6 +133,30 @@ class GrammarProcessor(Processor):
         if not self.active:
             return
         ok = self.allowed()
+        if self.keys is not None:
+            banned = self.keys.banned()
+            if banned:
+                kept = ok.copy()
+                kept[banned] = False
+                if kept.any():  # never a dead end: the grammar's own choice wins over the guard
+                    ok = kept
+        if self.repeats is not None and not self.repeats.repeated and self.repeats.seen:
+            here = self._braces[ok[self._braces]]
+            banned = [int(t) for t in here if self.repeats.runs_past_repeat(self._token_bytes[t])]
+            if banned:
+                kept = ok.copy()
+                kept[banned] = False
+                if kept.any():
+                    ok = kept
+        if self.budget is not None:
+            if c.full:
+                logits = c.logits
+            else:
+                logits = np.full(self.n_vocab, -np.inf, np.float32)
+                inside = c.ids < self.n_vocab
+                logits[c.ids[inside]] = c.values[inside]
+            ok = ok.copy()
+            self.budget.steer(ok, logits)
         if c.full:
             n = min(len(c.logits), self.n_vocab)
             np.copyto(c.logits[:n], -np.inf, where=~ok[:n])
@@ -114,12 +168,24 @@ class GrammarProcessor(Processor):
 
     def accept(self, token: int) -> None:
         if not self.active:
+            if self.budget is not None:
+                self.budget.counted()
             self._watch(token)
+            if self.active and self.budget is not None:
+                self.budget.restarted()
             return
         if self._future is not None:  # chosen without apply (not expected): let the mask finish first
             self._ready()
         if not self.matcher.consume_token(int(token)):
             raise GenerationError(f"the grammar rejected token {token}: {self.matcher.get_error()}")
+        if self.budget is not None:
+            self.budget.accepted(int(token))
+        if self.keys is not None or self.repeats is not None:
+            piece = self.lt.decode_bytes([int(token)])
+            if self.keys is not None:
+                self.keys.feed(piece)
+            if self.repeats is not None and self.repeats.feed(piece):
+                self.budget.close()
         self._note_state()
         self._schedule()
 
@@ -164,6 +230,14 @@ class GrammarProcessor(Processor):
         if tokens and not self.matcher.consume_tokens(tokens):
             shown = self.trigger_text if data is not None else f"token {tokens[0]}"
             raise GrammarError(f"the lazy grammar does not accept what its trigger starts ({shown!r:.80}): {self.matcher.get_error()}")
+        taken = data if data is not None else self.lt.decode_bytes([int(t) for t in tokens or ()])
+        if self.keys is None and self.constraint.is_json:
+            from .json_keys import KeyGuard
+
+            self.keys = KeyGuard(self._bytes)
+        for guard in (self.keys, self.repeats):
+            if guard is not None:
+                guard.feed(taken)
         self._note_state()
         self._schedule()
 
@@ -177,11 +251,16 @@ class GrammarProcessor(Processor):
         """The output so far stops short of what the grammar requires."""
         return self.active and not self._accepting
 
+    def shortest(self) -> int | None:
+        """Tokens of the grammar's shortest value from its start (with a budget; None: not known)."""
+        return self.budget.shortest_at_start if self.budget is not None else None
 
-def processor_for(options, tokenizer, n_vocab: int | None = None) -> GrammarProcessor | None:
-    """The processor for a `GenerateOptions`' constraint, or None when it has none."""
+
+def processor_for(options, tokenizer, n_vocab: int | None = None, room: int | None = None) -> GrammarProcessor | None:
+    """The processor for a `GenerateOptions`' constraint, or None when it has none.
+    ``room``: the tokens the context has left for the generation (None: no limit)."""
     constraint = from_options(options)
     if constraint is None:
         return None
-    return GrammarProcessor(constraint, tokenizer, n_vocab)
-
+    limits = [n for n in (getattr(options, "max_tokens", None), room) if n is not None]
+    return GrammarProcessor(constraint, tokenizer, n_vocab, budget=min(limits) if limits else None)

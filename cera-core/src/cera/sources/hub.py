@@ -643,7 +643,7 @@ def _progress(name: str, total: int, initial: int, quiet: bool):
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024, desc=name,
+    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1000, desc=name,  # MB, as `cera pull` and `cera models` say sizes
                 file=sys.stderr, leave=True, dynamic_ncols=True, mininterval=0.25)  # fmt: skip
 
 

@@ -84,17 +84,20 @@ def normalize_choice(choice, tools) -> str:
     return choice
 
 
-def call_constraint(fmt: ToolFormat, tools, choice: str, tokenizer, constrain: bool):
+def call_constraint(fmt: ToolFormat, tools, choice: str, tokenizer, constrain: bool, parallel: bool = True):
     """The grammar for a turn: None (free), lazy (``auto`` with ``constrain``: free text
     until the start marker, then calls to the declared tools with arguments valid under
     their schemas, required ones included), or from the first token (``required``, or one
-    named tool)."""
+    named tool). ``parallel`` (OpenAI's ``parallel_tool_calls``): several calls may follow
+    one another, up to the first that repeats an earlier one exactly; else one call."""
+    import attrs
+
     from ..grammar import Constraint
 
     if not tools or choice == "none" or (choice == "auto" and not constrain):
         return None
     chosen = tools if choice in CHOICES else tuple(t for t in tools if t.name == choice)
-    grammar = Constraint.lark(fmt.grammar(chosen, tokenizer))
+    grammar = attrs.evolve(Constraint.lark(fmt.grammar(chosen, tokenizer, parallel=parallel)), end_on_repeat=parallel)
     return grammar.lazy(*fmt.triggers(tokenizer)) if choice == "auto" else grammar
 
 

@@ -8,7 +8,15 @@ from __future__ import annotations
 import json
 import re
 
-from .base import ParseFailure, call_from_object, call_object_schema, json_values, lark_json, lark_literal
+from .base import (
+    ParseFailure,
+    call_from_object,
+    call_object_schema,
+    cut_array_calls,
+    json_values,
+    lark_json,
+    lark_literal,
+)
 from .format import ToolFormat
 
 _ARGS = "[ARGS]"
@@ -23,7 +31,9 @@ class JsonArray(ToolFormat):
         try:
             values = json_values(body)
         except ValueError as e:
-            return [ParseFailure(raw, f"the calls are {e}")]
+            lead = len(body) - len(body.lstrip())
+            cut = cut_array_calls(body, tools, lead) if body[lead : lead + 1] == "[" else None
+            return cut if cut is not None else [ParseFailure(raw, f"the calls are {e}")]
         if not values:
             return [ParseFailure(raw, "no call follows the marker")]
         items = []
@@ -56,8 +66,8 @@ class JsonArray(ToolFormat):
     def render(self, calls):
         return self.start + json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls], ensure_ascii=False)
 
-    def grammar(self, tools, tokenizer=None):
-        schema = {"type": "array", "items": call_object_schema(tools), "minItems": 1}
+    def grammar(self, tools, tokenizer=None, parallel=True):
+        schema = {"type": "array", "items": call_object_schema(tools), "minItems": 1, **({} if parallel else {"maxItems": 1})}
         return f"start: {lark_literal(self.start, tokenizer)} {lark_json(schema)}\n"
 
 

@@ -205,6 +205,30 @@ def json_reply_calls(text: str, tools, args_keys=("arguments", "parameters")) ->
     return [call_from_object(o, tools, text, args_keys) for o in objs]
 
 
+def cut_array_calls(text: str, tools, at: int) -> list[ToolCall | ParseFailure] | None:
+    """The calls of a JSON array of call objects that opens at ``text[at]`` (a ``[``) and
+    was cut before its end: each complete object as a call, then one failure for the cut
+    rest; None when no complete object came before the cut."""
+    decoder = json.JSONDecoder()
+    items: list[ToolCall | ParseFailure] = []
+    i, n = at + 1, len(text)
+    while True:
+        while i < n and text[i] in ", \t\n\r":
+            i += 1
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            break
+        items.append(call_from_object(obj, tools, text[i:end]))
+        i = end
+    if not items:
+        return None
+    rest = text[i:].strip()
+    if rest and rest not in ("]", "]}"):
+        items.append(ParseFailure(rest, "the reply ended inside a call (the token limit cut it); the calls before it are kept"))
+    return items
+
+
 def check_call(name, args, tools, raw) -> ToolCall | ParseFailure:
     if not isinstance(name, str) or not name:
         return ParseFailure(raw, "the call has no function name")
@@ -221,7 +245,7 @@ def check_call(name, args, tools, raw) -> ToolCall | ParseFailure:
 
 # JSON whitespace the constrained calls allow, per place (a small model left free to write
 # whitespace can fill its budget with newlines); the value cera.grammar uses for schemas.
-JSON_WHITESPACE = r"[\x20\x0A\x0D\x09]{0,20}"
+from ..grammar.constraint import JSON_WHITESPACE  # noqa: E402 - the one definition
 
 
 def arguments_schema(tool: Tool) -> dict:

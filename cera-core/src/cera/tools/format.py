@@ -39,6 +39,12 @@ class ToolFormat:
         in JSON stays text). Only for formats with `reply_may_be_call`."""
         return None
 
+    def parse_cut(self, text: str, tools: Sequence[Tool]) -> list[ToolCall | ParseFailure] | None:
+        """A reply of calls that was cut before its end (`parse_reply_json` refused it):
+        the complete calls it holds and a failure for the cut rest; None when it holds no
+        complete call. Only for formats with `reply_may_be_call`."""
+        return None
+
     def parse(self, text: str, tools: Sequence[Tool] = ()) -> ParsedReply:
         """A whole reply split into text, calls and failures."""
         splitter = ReplySplitter(self, tools)
@@ -52,9 +58,10 @@ class ToolFormat:
         """The text a model of this format writes for ``calls``."""
         raise NotImplementedError
 
-    def grammar(self, tools: Sequence[Tool], tokenizer=None) -> str:
-        """llguidance Lark for one or more calls, from the start marker on (the marker
-        included, by token id where the vocabulary has it as a special token)."""
+    def grammar(self, tools: Sequence[Tool], tokenizer=None, parallel: bool = True) -> str:
+        """llguidance Lark for one or more calls (one alone unless ``parallel``), from the
+        start marker on (the marker included, by token id where the vocabulary has it as a
+        special token)."""
         raise NotImplementedError
 
     def triggers(self, tokenizer=None) -> list:

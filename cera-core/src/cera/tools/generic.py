@@ -8,9 +8,20 @@ to call them (any other reply is the answer)."""
 from __future__ import annotations
 
 import json
+import re
 
-from .base import ParseFailure, call_from_object, call_object_schema, json_values, lark_json
+from .base import (
+    ParseFailure,
+    call_from_object,
+    call_object_schema,
+    cut_array_calls,
+    json_values,
+    lark_json,
+    strip_fence,
+)
 from .format import ToolFormat
+
+_CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
 
 
 class Generic(ToolFormat):
@@ -49,15 +60,20 @@ class Generic(ToolFormat):
             return [call_from_object(obj, tools, text)]
         return None
 
+    def parse_cut(self, text, tools):
+        m = _CALLS_OPEN.match(strip_fence(text))
+        return cut_array_calls(strip_fence(text), tools, m.end() - 1) if m else None
+
     def render(self, calls):
         return json.dumps(
             {"tool_calls": [{"name": c.name, "arguments": c.arguments} for c in calls]}, ensure_ascii=False
         )
 
-    def grammar(self, tools, tokenizer=None):
+    def grammar(self, tools, tokenizer=None, parallel=True):
+        calls = {"type": "array", "items": call_object_schema(tools), "minItems": 1, **({} if parallel else {"maxItems": 1})}
         schema = {
             "type": "object",
-            "properties": {"tool_calls": {"type": "array", "items": call_object_schema(tools), "minItems": 1}},
+            "properties": {"tool_calls": calls},
             "required": ["tool_calls"],
             "additionalProperties": False,
         }

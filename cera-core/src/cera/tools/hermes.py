@@ -56,11 +56,11 @@ class Hermes(ToolFormat):
             for c in calls
         )
 
-    def grammar(self, tools, tokenizer=None):
+    def grammar(self, tools, tokenizer=None, parallel=True):
         open_, close = lark_literal(self.start, tokenizer), lark_literal(self.end, tokenizer)
         one = lark_json(call_object_schema(tools))
         return (
-            "start: call (SEP call)* | bare\n"
+            ("start: call (SEP call)* | bare\n" if parallel else "start: call | bare\n") +
             f'call: {open_} "\\n" {one} "\\n" {close}\n'
             f"bare: {one}\n"
             "SEP: /[ \\t\\n]{0,3}/\n"

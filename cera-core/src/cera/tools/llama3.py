@@ -46,11 +46,12 @@ class Llama3(ToolFormat):
     def render(self, calls):
         return "; ".join(json.dumps({"name": c.name, "parameters": c.arguments}, ensure_ascii=False) for c in calls)
 
-    def grammar(self, tools, tokenizer=None):
+    def grammar(self, tools, tokenizer=None, parallel=True):
         tag = special_token_id(self.start, tokenizer)
         lead = f"<[{tag}]>?" if tag is not None else ""
         one = lark_json(call_object_schema(tools, "parameters"))
-        return f'start: {lead} call ("; " call)*\ncall: {one}\n'
+        more = ' ("; " call)*' if parallel else ""
+        return f'start: {lead} call{more}\ncall: {one}\n'
 
     def triggers(self, tokenizer=None):
         from ..grammar import Trigger

@@ -22,7 +22,7 @@ class Phi4(Hermes):
             for c in calls
         )
 
-    def grammar(self, tools, tokenizer=None):
+    def grammar(self, tools, tokenizer=None, parallel=True):
         open_, close = lark_literal(self.start, tokenizer), lark_literal(self.end, tokenizer)
         one = lark_json(call_object_schema(tools))
-        return f"start: call+ | bare\ncall: {open_} {one} {close}\nbare: {one}\n"
+        return f"start: call{'+' if parallel else ''} | bare\ncall: {open_} {one} {close}\nbare: {one}\n"

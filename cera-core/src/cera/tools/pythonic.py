@@ -122,9 +122,10 @@ class Pythonic(ToolFormat):
         )
         return f"{self.start}[{body}]{self.end}"
 
-    def grammar(self, tools, tokenizer=None):
+    def grammar(self, tools, tokenizer=None, parallel=True):
+        more = ' (", " call)*' if parallel else ""
         rules = [
-            f'start: {lark_literal(self.start, tokenizer)} "[" call (", " call)* "]" {lark_literal(self.end, tokenizer)}',
+            f'start: {lark_literal(self.start, tokenizer)} "[" call{more} "]" {lark_literal(self.end, tokenizer)}',
             "call: " + " | ".join(f"t{i}" for i in range(len(tools))),
         ]
         for i, tool in enumerate(tools):

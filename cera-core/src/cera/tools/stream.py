@@ -9,6 +9,7 @@ so no markup ever reaches the text.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -83,7 +84,8 @@ def _held(buf: str, marker: str) -> int:
 class ReplySplitter:
     """Feed reply text as it arrives; get events. ``finish()`` at the end of the reply."""
 
-    def __init__(self, fmt: ToolFormat, tools: Sequence[Tool] = (), think: bool = True, calls: bool = True):
+    def __init__(self, fmt: ToolFormat, tools: Sequence[Tool] = (), think: bool = True, calls: bool = True,
+                 drop_repeats: bool = False):  # fmt: skip
         self.fmt = fmt
         self.tools = tuple(tools)
         self.calls_enabled = calls and bool(fmt.start or fmt.reply_may_be_call)
@@ -93,6 +95,10 @@ class ReplySplitter:
         self.reasoning: list[str] | None = None
         self.calls: list[ToolCall] = []
         self.failures: list[ParseFailure] = []
+        # a call that repeats an earlier one of the reply exactly is dropped (under a call
+        # grammar that ends at the first repeat, `cera.grammar.call_repeats`)
+        self.drop_repeats = drop_repeats
+        self._keys: set[str] = set()  # the calls made, by name and arguments
 
     # -- events ----------------------------------------------------------------------------
 
@@ -104,6 +110,10 @@ class ReplySplitter:
     def _block(self, body: str, out: list, items=None) -> None:
         for item in items if items is not None else self.fmt.parse_block(body, self.tools):
             if isinstance(item, ToolCall):
+                key = json.dumps([item.name, item.arguments], sort_keys=True, ensure_ascii=False)
+                if key in self._keys and self.drop_repeats:
+                    continue
+                self._keys.add(key)
                 if not item.id:
                     item = attrs.evolve(item, id=self.fmt.new_id())
                 self.calls.append(item)
@@ -207,6 +217,8 @@ class ReplySplitter:
         if self.state == "whole":
             if final:
                 items = fmt.parse_reply_json(buf, self.tools)
+                if items is None:  # cut short (a token limit): the calls it holds whole
+                    items = fmt.parse_cut(buf, self.tools)
                 self.state = "text"
                 if items is None:  # not calls: read it as text (it may still hold call blocks)
                     return True
