@@ -15,7 +15,10 @@ d_model 32 (4 heads, 2 layers, 8 subsampling channels), Transformer 24 (4 heads,
 2 layers), and a small speaker cache (16 frames, FIFO 8, chunks of 6 with 1 left and 7 right
 context frames, update period 8) so that a short input fills and compresses the cache many
 times. Weights are random (seed 0), including the biases the defaults set to zero and the
-batch-norm statistics; the last layer is scaled up so that probabilities spread over (0, 1).
+batch-norm statistics; the last layer is scaled up and its biases set so that each
+speaker's mean logit on the input is -2.5: probabilities spread over (0, 1), every slot is
+active part of the time and some frames are silent for all (the cache's silence profile is
+used).
 
 Writes beside this script:
 - ``sortformer_tiny.nemo``: the model, saved by NeMo (``save_to``);
@@ -98,15 +101,22 @@ def main() -> None:
                 b.copy_(0.1 * torch.randn_like(b))
             elif name.endswith("running_var"):
                 b.copy_(0.5 + torch.rand_like(b))
-        model.sortformer_modules.single_hidden_to_spks.weight.mul_(20.0)
+        model.sortformer_modules.single_hidden_to_spks.weight.mul_(40.0)
     model.eval()
-    model.save_to(str(HERE / "sortformer_tiny.nemo"))
-
     audio, sr = sf.read(HERE / "two_voices.flac", dtype="float32")
     assert sr == 16000 and audio.ndim == 1
     audio = audio[: int(SECONDS * sr)]
     x = torch.from_numpy(audio)[None]
     n = torch.tensor([len(audio)])
+    with torch.no_grad():
+        # centre each speaker's logit on this input, then lower it by 2.5, so that each slot
+        # is active part of the time and some frames are silent for all
+        mel, mel_len = model.process_signal(audio_signal=x, audio_signal_length=n)
+        p = model.forward_infer(*model.frontend_encoder(processed_signal=mel[:, :, : mel_len.max()],
+                                                        processed_signal_length=mel_len))[0]
+        logit = torch.log(p / (1 - p)).mean(dim=0)
+        model.sortformer_modules.single_hidden_to_spks.bias.sub_(logit + 2.5)
+    model.save_to(str(HERE / "sortformer_tiny.nemo"))
     with torch.no_grad():
         mel, mel_len = model.process_signal(audio_signal=x, audio_signal_length=n)
         mel = mel[:, :, : mel_len.max()]
@@ -126,6 +136,8 @@ def main() -> None:
     np.savez_compressed(HERE / "sortformer_reference.npz", **{k: v.astype(np.float32) for k, v in out.items()})
     for k, v in out.items():
         print(k, v.shape, float(np.min(v)), float(np.max(v)))
+    s = out["streaming"]
+    print("silent frames", int((s.sum(1) < 0.2).sum()), "active frames per speaker", (s > 0.5).sum(0))
 
 
 if __name__ == "__main__":
