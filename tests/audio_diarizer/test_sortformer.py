@@ -140,6 +140,29 @@ def test_diarizer_streams_turns_from_the_probabilities(gguf_path, audio, ref):
         load_diarizer(gguf_path, window_s=2.0)
 
 
+def test_live_against_nemo(model):
+    """Where NeMo is installed: the stored .nemo restored by NeMo and run on another input
+    (the first 6 s of three_voices) gives what the converted model gives."""
+    pytest.importorskip("nemo.collections.asr")
+    import torch
+    from nemo.collections.asr.models import SortformerEncLabelModel
+
+    from cera_audio_io import read_audio
+
+    nemo = SortformerEncLabelModel.restore_from(str(NEMO), map_location="cpu")
+    nemo.eval()
+    x = read_audio(DATA / "three_voices.flac", 16000).samples[: 6 * 16000]
+    with torch.no_grad():
+        mel, n = nemo.process_signal(audio_signal=torch.from_numpy(x)[None], audio_signal_length=torch.tensor([len(x)]))
+        mel = mel[:, :, : n.max()]
+        emb, emb_len = nemo.frontend_encoder(processed_signal=mel, processed_signal_length=n)
+        offline = nemo.forward_infer(emb, emb_len)[0].numpy()
+        streaming = nemo.forward_streaming(mel, n)[0].numpy()
+    mel = mel[0].T.numpy()
+    np.testing.assert_allclose(model.offline(mel), offline, atol=PROB_ATOL, rtol=0)
+    np.testing.assert_allclose(model.streaming(mel), streaming, atol=PROB_ATOL, rtol=0)
+
+
 # -- the converter's refusals -----------------------------------------------------------
 
 

@@ -8,9 +8,9 @@ frame where the slot is silent has been seen (or at `flush`), and handed out onc
 still open began before its end (so ``covered`` passes every turn handed out). Turns of different speakers
 may overlap (Sortformer detects overlapped speech). The model orders its slots by arrival
 already; labels follow the order in which slots first become active, so they are in order
-of arrival in any case. A slot that becomes active after ``max_speakers`` others gets no
-label of its own: its frames are left out (the model has ``n_speakers`` slots; the
-default ``max_speakers`` is all of them). No smoothing or minimum durations are applied.
+of arrival in any case. With ``max_speakers`` below the model's ``n_speakers`` slots, a
+slot that becomes active after ``max_speakers`` others gets no label: its frames are left
+out (the default is all slots). No smoothing or minimum durations are applied.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ class SortformerDiarizer(Diarizer):
         if not 0.0 < float(threshold) < 1.0:
             raise AudioError(f"threshold must be in (0, 1) (a speaker-activity probability), got {threshold}")
         max_speakers = n if max_speakers is None else int(max_speakers)
-        if not 1 <= max_speakers:
-            raise AudioError(f"max_speakers must be at least 1, got {max_speakers}")
+        if not 1 <= max_speakers <= n:
+            raise AudioError(f"max_speakers must be in [1, {n}] (the model's speaker slots), got {max_speakers}")
         self.model = model
         self.sample_rate = model.sample_rate
         self.sample_rates = (model.sample_rate,)
         self.threshold = float(threshold)
-        self.max_speakers = min(max_speakers, n)
+        self.max_speakers = max_speakers
         self._stream = SortformerStream(model, **(streaming or {}))
         self.reset()
 
