@@ -207,6 +207,23 @@ def test_converter_refusals(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith((".gguf", ".tmp"))]
 
 
+def test_diarize_convert_nemo_command(tmp_path, gguf_path):
+    from click.testing import CliRunner
+
+    from cera.formats.gguf import GGUFFile
+    from cera_audio_diarizer.commands import diarize_convert_command
+
+    out = tmp_path / "s.gguf"
+    r = CliRunner().invoke(diarize_convert_command, [str(out), "--nemo", str(NEMO)])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes() == Path(gguf_path).read_bytes()  # the same conversion as the API's
+    with GGUFFile(out) as g:
+        assert g.architecture == "sortformer" and g.get("sortformer.streaming.spkcache_len") == 16
+        assert g.get("sortformer.enc.layer_count") == 2 and g.get("sortformer.n_speakers") == 4
+    r = CliRunner().invoke(diarize_convert_command, [str(out), "--nemo", str(NEMO), "--pt", "x.pt"])
+    assert r.exit_code != 0 and "give one of them" in str(r.exception)
+
+
 # -- cera diarize -m <Hub repository> ---------------------------------------------------
 
 

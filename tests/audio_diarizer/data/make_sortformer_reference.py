@@ -17,12 +17,13 @@ context frames, update period 8) so that a short input fills and compresses the 
 times. Weights are random (seed 0), including the biases the defaults set to zero and the
 batch-norm statistics; the last layer is scaled up and its biases set so that each
 speaker's mean logit on the input is -2.5: probabilities spread over (0, 1), every slot is
-active part of the time and some frames are silent for all (the cache's silence profile is
+active part of the time and a frame is silent for all (the cache's silence profile is
 used).
 
 Writes beside this script:
 - ``sortformer_tiny.nemo``: the model, saved by NeMo (``save_to``);
-- ``sortformer_reference.npz``: for the first 8 s of two_voices.flac (read as float32), NeMo's ``mel`` features ``[frames, 128]``, ``pre_encode`` (the subsampling's output),
+- ``sortformer_reference.npz``: for the first 8 s of two_voices.flac (read as float32),
+  NeMo's ``mel`` features ``[frames, 128]``, ``pre_encode`` (the subsampling's output),
   ``encoder`` (the FastConformer's output after the projection to the Transformer's size),
   ``offline`` (``forward_infer`` over the whole input: speaker probabilities ``[frames, 4]``),
   ``streaming`` (``forward_streaming`` on the same features) and ``streaming_audio``
