@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cera.testing import conformance
@@ -96,31 +95,14 @@ def test_tiny_whisper_against_cpu(metal, tmp_path):
     (both compute in f32 here), and a beam search of three slots reading slot 0's memory
     gives the CPU's tokens."""
     pytest.importorskip("cera_audio_whisper", reason="cera-audio-whisper is not installed")
-    from backend_vulkan.test_whisper import _logits, write_tiny_whisper
-    from cera_audio_whisper.decode import DecodeOptions, WindowDecoder
+    from backend_vulkan.test_whisper import encode_and_compare, write_tiny_whisper
     from cera_audio_whisper.model import WhisperModel
 
     path = write_tiny_whisper(tmp_path / "tiny-whisper.gguf")
     cpu = WhisperModel(path, device="cpu", threads=1)
     mt = WhisperModel(path, device="metal")
     try:
-        assert mt.backend.name == "metal"
-        c = cpu.config
-        window = np.random.default_rng(1).standard_normal((c.n_frames, c.n_mels)).astype(np.float32)
-        states = [m.new_state(3) for m in (cpu, mt)]
-        for m, st in zip((cpu, mt), states, strict=True):
-            m.encode(st, 0, window)
-            assert st.cross_len[1][0] == c.n_audio_ctx
-        prompt = [c.tokens["sot"], c.tokens["no_timestamps"]]
-        toks = [5, 9, 33, 40, 2]
-        want = _logits(cpu, states[0], prompt, toks)
-        got = _logits(mt, states[1], prompt, toks)
-        scale = max(1.0, float(np.abs(want).max()))
-        assert np.abs(got - want).max() <= 1e-4 * scale
-        opts = DecodeOptions(beam_size=3, max_length=c.n_text_ctx)
-        beams = [WindowDecoder(m, []).beam(st, prompt, 0, opts) for m, st in zip((cpu, mt), states, strict=True)]
-        assert beams[1].tokens == beams[0].tokens
-        assert beams[1].sum_logprob == pytest.approx(beams[0].sum_logprob, abs=1e-3)
+        encode_and_compare(cpu, mt, "metal", tol=1e-4)
     finally:
         cpu.close()
         mt.close()

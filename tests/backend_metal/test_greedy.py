@@ -19,13 +19,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cera.testing import greedy
+from cera.testing.greedy import PROMPT
+
 from .conftest import needs_mlx
 
 # Measured on SmolLM2 (54 positions of a teacher-forced pass, MLX's CPU device): the gap
 # between the CPU's top two moved by at most 0.41 between the backends (the logits by up
 # to 1.14), and the argmaxes differed only where the CPU's margin was below 0.29.
 MARGIN = 0.5
-PROMPT = "The three primary colours are"
 
 
 def _load(path, device):
@@ -34,51 +36,8 @@ def _load(path, device):
     return cera.load(str(path), device=device, quiet=True)
 
 
-def _cpu_greedy(model, ids, n):
-    s = model.new_session(n_ctx=len(ids) + n + 2)
-    s.append_tokens(ids)
-    toks, margins = [], []
-    for _ in range(n):
-        logits = np.asarray(s.evaluate(), np.float64)
-        a, b = np.sort(logits)[-2:][::-1]
-        toks.append(int(np.argmax(logits)))
-        margins.append(float(a - b))
-        s.append_tokens([toks[-1]])
-    return toks, margins
-
-
 def check_continuation(path, n):
-    from cera.graph.builder import ARGMAX
-    from cera.generation.runtime import SeqStep
-
-    cpu, mt = _load(path, "cpu"), _load(path, "metal")
-    try:
-        assert mt.backend.name == "metal"
-        ids = cpu.tokenize(PROMPT)
-        want, margins = _cpu_greedy(cpu, ids, n)
-        s = mt.new_session(n_ctx=len(ids) + n + 2)
-        s.append_tokens(ids)
-        got = [e.id for e in s.events(max_tokens=n, temperature=0, ignore_eos=True) if hasattr(e, "id")]
-        compared = 0
-        for i, (g, w, m) in enumerate(zip(got, want, margins, strict=False)):
-            if m < MARGIN:
-                break
-            assert g == w, f"step {i}: metal {g} != cpu {w} although the CPU's margin is {m:.3f} ({got} vs {want})"
-            compared += 1
-        st = mt.runner.new_state(len(ids) + n + 2)
-        slot = st.acquire()
-        seq = ids + want
-        step_ids = [int(mt.runner.forward(st, [SeqStep(slot, ids, range(len(ids)))], ARGMAX)["argmax"][0])]
-        for p in range(len(ids), len(seq) - 1):
-            step_ids.append(int(mt.runner.forward(st, [SeqStep(slot, [seq[p]], [p])], ARGMAX)["argmax"][0]))
-        clear = [i for i, m in enumerate(margins) if m >= MARGIN]
-        bad = [(i, step_ids[i], want[i], round(margins[i], 3)) for i in clear if step_ids[i] != want[i]]
-        assert not bad, f"decode steps (step, metal, cpu, cpu margin) differ: {bad}"
-        assert len(clear) >= n // 3, f"only {len(clear)} of {n} steps had a clear choice (margins {margins})"
-        return compared
-    finally:
-        cpu.close()
-        mt.close()
+    return greedy.check_continuation(path, "metal", n, PROMPT, MARGIN)
 
 
 @needs_mlx
@@ -106,8 +65,8 @@ def test_logits_of_every_prompt_position_match_the_reference(smollm2_path):
     """Every position of SmolLM2's prompt in one pass: the Metal logits within REF_TOLERANCE
     of the numpy reference backend's (float64 sums over the gguf package's dequantized
     weights), and the same argmax everywhere."""
-    from cera.graph.builder import ALL_LOGITS
     from cera.generation.runtime import SeqStep
+    from cera.graph.builder import ALL_LOGITS
     from cera.testing.reference import load as reference_load
 
     mt, ref = _load(smollm2_path, "metal"), reference_load(smollm2_path)

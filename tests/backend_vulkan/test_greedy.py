@@ -28,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cera.testing.greedy import MARGIN, PROMPT, check_continuation, cpu_greedy, teacher_forced_pass
+
 from .conftest import needs_vulkan
 
-MARGIN = 0.5
-PROMPT = "The three primary colours are"
 # 59 tokens, 75 with the continuation: a pass over more than one chunk (64) of cells
 LONG_PROMPT = (
     "Mixing paint is a lesson in subtraction: each pigment absorbs part of the light, so "
@@ -47,80 +47,16 @@ def _load(path, device):
     return cera.load(str(path), device=device, quiet=True)
 
 
-def _cpu_greedy(model, ids, n):
-    """The CPU's greedy tokens and its top-two margin at each step."""
-    s = model.new_session(n_ctx=len(ids) + n + 2)
-    s.append_tokens(ids)
-    toks, margins = [], []
-    for _ in range(n):
-        logits = np.asarray(s.evaluate(), np.float64)
-        a, b = np.sort(logits)[-2:][::-1]
-        toks.append(int(np.argmax(logits)))
-        margins.append(float(a - b))
-        s.append_tokens([toks[-1]])
-    return toks, margins
-
-
 def _check_continuation(path, n):
-    from cera.graph.builder import ARGMAX
-    from cera.generation.runtime import SeqStep
-
-    cpu, vk = _load(path, "cpu"), _load(path, "vulkan")
-    try:
-        ids = cpu.tokenize(PROMPT)
-        want, margins = _cpu_greedy(cpu, ids, n)
-        # free-running: the session's own greedy loop on the device
-        s = vk.new_session(n_ctx=len(ids) + n + 2)
-        s.append_tokens(ids)
-        got = [e.id for e in s.events(max_tokens=n, temperature=0, ignore_eos=True) if hasattr(e, "id")]
-        compared = 0
-        for i, (g, w, m) in enumerate(zip(got, want, margins, strict=False)):
-            if m < MARGIN:
-                break
-            assert g == w, (
-                f"step {i}: vulkan {g} != cpu {w} although the CPU's margin is {m:.3f} (tokens {got} vs {want})"
-            )
-            compared += 1
-        # fed the CPU's tokens, one decode step at a time (device argmax, one int32 read
-        # back per step): every step with a clear choice must agree
-        st = vk.runner.new_state(len(ids) + n + 2)
-        slot = st.acquire()
-        seq = ids + want
-        step_ids = [int(vk.runner.forward(st, [SeqStep(slot, ids, range(len(ids)))], ARGMAX)["argmax"][0])]
-        for p in range(len(ids), len(seq) - 1):
-            step_ids.append(int(vk.runner.forward(st, [SeqStep(slot, [seq[p]], [p])], ARGMAX)["argmax"][0]))
-        clear = [i for i, m in enumerate(margins) if m >= MARGIN]
-        bad = [(i, step_ids[i], want[i], round(margins[i], 3)) for i in clear if step_ids[i] != want[i]]
-        assert not bad, f"decode steps (step, vulkan, cpu, cpu margin) differ: {bad}"
-        assert len(clear) >= n // 3, f"only {len(clear)} of {n} steps had a clear choice (margins {margins})"
-        return compared
-    finally:
-        cpu.close()
-        vk.close()
+    return check_continuation(path, "vulkan", n, PROMPT, MARGIN)
 
 
 def _check_forced(path, n, prompt=PROMPT):
-    from cera.graph.builder import ALL_LOGITS
-    from cera.generation.runtime import SeqStep
-
     cpu, vk = _load(path, "cpu"), _load(path, "vulkan")
     try:
         ids = cpu.tokenize(prompt)
-        want, _ = _cpu_greedy(cpu, ids, n)
-        seq = ids + want
-        outs = []
-        for m in (cpu, vk):
-            st = m.runner.new_state(len(seq) + 2)
-            slot = st.acquire()
-            step = SeqStep(slot, seq, range(len(seq)))
-            outs.append(np.asarray(m.runner.forward(st, [step], ALL_LOGITS)["logits"], np.float64))
-        a, b = outs
-        top2 = np.sort(a, axis=1)[:, -2:]
-        margin = top2[:, 1] - top2[:, 0]
-        clear = margin > MARGIN
-        bad = np.nonzero(clear & (np.argmax(a, 1) != np.argmax(b, 1)))[0]
-        assert not len(bad), f"positions {bad.tolist()} differ with CPU margins {margin[bad].round(3).tolist()}"
-        assert clear.sum() >= len(seq) // 2, f"only {clear.sum()} of {len(seq)} positions had a clear choice"
+        want, _ = cpu_greedy(cpu, ids, n)
+        teacher_forced_pass(cpu, vk, ids + want, MARGIN)
     finally:
         cpu.close()
         vk.close()
@@ -181,8 +117,8 @@ def test_logits_on_other_tensor_types_match_the_reference(type_name):
     import sys
     from pathlib import Path
 
-    from cera.graph.builder import ALL_LOGITS
     from cera.generation.runtime import SeqStep
+    from cera.graph.builder import ALL_LOGITS
     from cera.testing.reference import load as reference_load
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))

@@ -83,7 +83,7 @@ class Server:
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         sock.close()
-        app = create_app(ServerConfig(loaded=loaded, parallel=2, n_ctx=256))
+        app = create_app(ServerConfig(loaded=loaded, aliases=("x",), parallel=2, n_ctx=256))
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="critical"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -29,6 +29,7 @@ class ServerThread:
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         sock.close()
+        config.setdefault("aliases", ("x",))
         self.app = create_app(ServerConfig(loaded=loaded, **config))
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -28,6 +28,7 @@ BUILTIN_COMMANDS = {
     "embed": "cera_cli.commands.embed:embed_cmd",
     "models": "cera_cli.commands.models:models_cmd",
     "pull": "cera_cli.commands.models:pull_cmd",
+    "rm": "cera_cli.commands.disk:rm_cmd",
     "bundles": "cera_cli.commands.hub:bundles_cmd",
     "quantize": "cera_cli.commands.hub:quantize_cmd",
 }
@@ -44,6 +45,7 @@ BUILTIN_HELP = {
     "embed": "Embed texts: one vector per text (or per token).",
     "models": "List the known model bundles: size, licence, cached, kind.",
     "pull": "Fetch a model bundle into the cache, with a progress bar.",
+    "rm": "Remove fetched models from disk (`cera models --disk` lists them).",
     "bundles": "Model bundles of the catalogue: `cera bundles list`.",
     "quantize": "Convert a GGUF file, a SafeTensors folder or a Hub repo to a quantized GGUF.",
 }

@@ -17,6 +17,7 @@ import importlib
 from importlib import metadata as _metadata
 
 from .errors import (
+    AdapterError,
     AudioError,
     BackendUnavailable,
     CeraError,
@@ -25,6 +26,7 @@ from .errors import (
     GenerationError,
     GrammarError,
     IncompatibleDraft,
+    ImageError,
     InvalidModelFile,
     InvalidOptions,
     ModelConfigError,
@@ -107,6 +109,13 @@ _LAZY = {
     "GenerationSummary": "cera.generation.events",
     "Scheduler": "cera.generation.scheduler",
     "ChatSession": "cera.chat.session",
+    "LoraAdapter": "cera.adapters.lora",
+    "ActiveAdapters": "cera.adapters.active",
+    "load_adapter": "cera.adapters",
+    # images
+    "Projector": "cera.vision.projector",
+    "ImageEmbedding": "cera.vision.projector",
+    "load_image": "cera.vision.image",
 }
 
 
@@ -124,6 +133,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AdapterError",
     "AudioComponent",
     "AudioError",
     "BackendSpec",
@@ -135,6 +145,7 @@ __all__ = [
     "GenerationError",
     "GrammarError",
     "IncompatibleDraft",
+    "ImageError",
     "InvalidModelFile",
     "InvalidOptions",
     "ModelConfigError",

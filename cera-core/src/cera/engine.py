@@ -179,6 +179,10 @@ class LoadedModel:
         self.runner = Runner(model, backend, weights)
         self.prefix_cache = None  # see enable_prefix_cache
         self.draft: LoadedModel | None = None  # see set_draft
+        self.adapters: dict = {}  # LoRA adapters attached by name (load_adapter)
+        self.default_adapters = None  # what new sessions apply when given none (`use_adapters`)
+        self.projector = None  # a multimodal projector for images (load_projector)
+        self.companions: dict = {}  # files a bundle names beside the model, by role
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -197,14 +201,47 @@ class LoadedModel:
     def default_n_ctx(self) -> int:
         return min(DEFAULT_N_CTX, self.n_ctx_train) if self.n_ctx_train > 0 else DEFAULT_N_CTX
 
-    def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False):
+    def new_session(self, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False,
+                    adapters=None):  # fmt: skip
         """A fresh session. ``n_ctx`` defaults to the training context, capped at 4096;
         ``swa_full`` gives sliding-window layers whole-context caches (the same results,
-        more memory)."""
+        more memory); ``adapters``: LoRA adapters to apply (`cera.adapters.attach.resolve`)."""
         from .generation.session import Session
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
-        return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+        adapters = self.default_adapters if adapters is None else adapters
+        return Session(self, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full, adapters=adapters)
+
+    def use_adapters(self, adapters) -> None:
+        """The LoRA adapters sessions made from now on apply when they are given none
+        (``[]``: the base model); what `cera run --lora` sets."""
+        from .adapters.attach import resolve
+
+        self.default_adapters = resolve(self, adapters)
+
+    def load_adapter(self, source, name: str | None = None):
+        """Read a LoRA adapter (a llama.cpp GGUF adapter file or a PEFT directory), check it
+        against this model and upload it beside the weights (`cera.adapters.attach`); the
+        base model is not reloaded. Returns the `cera.adapters.LoraAdapter`."""
+        from .adapters import load_adapter
+        from .adapters.attach import attach
+
+        return attach(self, load_adapter(source, self.gguf, name=name))
+
+    def load_projector(self, path):
+        """Bind a multimodal projector (an mmproj GGUF) to this model's backend, so its
+        sessions take images (`Session.append_image`). Returns the `cera.vision.projector.Projector`."""
+        from .errors import ModelNotFound
+        from .vision.projector import Projector
+
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise ModelNotFound(f"multimodal projector {path}: no such file (give the mmproj GGUF that goes with {self.path.name})")
+        projector = Projector(file, self)
+        if self.projector is not None:
+            self.projector.close()
+        self.projector = projector
+        return projector
 
     def enable_prefix_cache(self, max_bytes: int = 512 * 2**20, directory=None, max_disk_bytes: int = 4 * 2**30):
         """Keep evaluated prompts so sessions whose prompt starts the same evaluate only the
@@ -229,12 +266,15 @@ class LoadedModel:
             check_vocabularies(self, draft)
         self.draft = draft
 
-    def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
-        """A batching scheduler: sessions made by it decode together (`cera.generation.scheduler`)."""
-        from .generation.scheduler import Scheduler
+    def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512,
+                  prompt_chunk: int | None = None):  # fmt: skip
+        """A batching scheduler: sessions made by it decode together, their prompts in chunks
+        of ``prompt_chunk`` tokens between the decode steps (`cera.generation.scheduler`)."""
+        from .generation.scheduler import PROMPT_CHUNK, Scheduler
 
         n_ctx = self.default_n_ctx() if n_ctx is None else n_ctx
-        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch)
+        return Scheduler(self, n_slots=n_slots, n_ctx=n_ctx, kv_type=kv_type, n_batch=n_batch,
+                         prompt_chunk=PROMPT_CHUNK if prompt_chunk is None else prompt_chunk)  # fmt: skip
 
     def chat(self, system: str | None = None, tools=None, *, tool_format=None, allow_reevaluation: bool = False,
              **session_options):  # fmt: skip
@@ -257,15 +297,21 @@ class LoadedModel:
         session.append_text(prompt)
         return session.generate(**options).text
 
-    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048):
+    def embed(self, texts, pooling: str | None = None, normalize: bool = True, batch_tokens: int = 2048,
+              adapters=None):  # fmt: skip
         """One vector per text (`cera.generation.embedding.embed`): ``[n_texts, dim]`` float32, L2-normalised
         unless ``normalize=False``; pooled as the file says (encoders) or by mean (decoders);
-        ``pooling="none"``: a ``[n_tokens, dim]`` array per text."""
+        ``pooling="none"``: a ``[n_tokens, dim]`` array per text; ``adapters``: LoRA adapters
+        (default: those of `use_adapters`)."""
         from .generation.embedding import embed
 
-        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens)
+        return embed(self, texts, pooling=pooling, normalize=normalize, batch_tokens=batch_tokens, adapters=adapters)
 
     def close(self) -> None:
+        for adapter in self.adapters.values():
+            adapter.close()
+        if self.projector is not None:
+            self.projector.close()
         self.backend.close()
         self.gguf.close()
 
@@ -371,14 +417,22 @@ def load(
     threads: int | None = None,
     quiet: bool = False,
     manager: PluginManager | None = None,
+    mmproj=None,
     **backend_options,
 ) -> LoadedModel:
     """Load a model from a path, a bundle name, a Hugging Face repo or a resolved
     `cera.sources.LocalModel` (see `cera.sources.resolve`). ``threads`` and other keywords
-    are backend options (`Backend.options_type`)."""
-    path = sources.resolve(source, quiet=quiet).path
+    are backend options (`Backend.options_type`). ``mmproj``: a multimodal projector file
+    for images (`LoadedModel.load_projector`)."""
+    local = sources.resolve(source, quiet=quiet)
+    path = local.path
     gguf = GGUFFile(path)
     try:
+        if gguf.metadata.get("general.architecture") == "clip":
+            raise ModelConfigError(
+                f"{path} is a multimodal projector (mmproj), not a text model: load the text model and give this "
+                f"file as its mmproj (cera run -m MODEL --mmproj {path.name})"
+            )
         manager = manager or get_manager()
         family, model, weights, ops = _read_model(gguf, manager)
         backend, notes = choose_backend(gguf, device, manager, model=model, ops=ops, threads=threads,
@@ -388,10 +442,18 @@ def load(
         except BaseException:
             backend.close()
             raise
-        return LoadedModel(path, gguf, model, backend, family.name, notes, uploaded)
+        loaded = LoadedModel(path, gguf, model, backend, family.name, notes, uploaded)
+        loaded.companions = dict(local.companions)  # a bundle's other files by role (multimodal_projector, ...)
     except BaseException:
         gguf.close()
         raise
+    if mmproj is not None:
+        try:
+            loaded.load_projector(mmproj)
+        except BaseException:
+            loaded.close()
+            raise
+    return loaded
 
 
 __all__ = ["LoadedModel", "admission", "choose_backend", "load", "model_ops", "UnsupportedTensorType"]

@@ -58,6 +58,10 @@ class ModelConfigError(CeraError):
     """A model family does not understand (or misses) a metadata key of the file."""
 
 
+class AdapterError(CeraError):
+    """A LoRA adapter is malformed, or does not fit the model it is applied to."""
+
+
 class BackendUnavailable(CeraError):
     """A backend cannot run here (no device, missing driver, not implemented yet)."""
 
@@ -123,3 +127,7 @@ class ContextFull(SessionError):
 
 class AudioError(CeraError):
     """Audio input is unreadable, empty, or not in a form the component accepts."""
+
+
+class ImageError(CeraError):
+    """An image input is unreadable, truncated, too large, or not an image."""

@@ -122,13 +122,26 @@ class Model(ABC):
         pass, as llama.cpp sets such inputs (mistral3's attention temperature). None here."""
         return {}
 
-    def build(self, layout: Layout, outputs: Outputs, n_ctx: int = 0) -> Graph:
+    def build(self, layout: Layout, outputs: Outputs, n_ctx: int = 0, adapters=None) -> Graph:
         """The graph of one pass of this shape: ``layout`` sequences, ``outputs`` wanted,
-        for a state of ``n_ctx`` cells per sequence (a few families depend on it)."""
+        for a state of ``n_ctx`` cells per sequence (a few families depend on it), with the
+        LoRA ``adapters`` (`cera.adapters.ActiveAdapters`) beside the weights they adapt."""
         g = GraphBuilder(layout, outputs)
         g.n_ctx = n_ctx
+        if adapters:
+            g.adapters = adapters.by_target()
         self.forward(g)
-        return g.finish()
+        graph = g.finish()
+        if adapters:
+            missed = sorted(set(g.adapters) - g.adapted)
+            if missed:
+                from .errors import AdapterError
+
+                raise AdapterError(
+                    f"the {self.family} family's graph does not use {missed[0]!r} in a product that can be "
+                    f"adapted (a linear or an embedding); the adapter cannot be applied to this model"
+                )
+        return graph
 
 
 __all__ = ["Model", "Weights"]

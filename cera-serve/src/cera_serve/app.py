@@ -34,7 +34,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from .metrics import Metrics
-from .speculation import attach_draft, speculation_options
+from .speculation import speculation_options
+from .translate import matched_stop
 
 MAX_BODY = 8 * 2**20  # bytes of a request body
 # How deeply a request body's objects and arrays may nest (schemas and tools included): room
@@ -53,12 +54,19 @@ class ServerConfig:
     api_key: str | None = None
     max_queue: int = 64
     prompt_cache: str | None = None
-    model_draft: str | None = None  # a draft model for speculative decoding (cera_serve.speculation)
+    model_draft: str | None = None  # a draft model for the first model's speculative decoding (cera_serve.speculation)
     device_draft: str | None = None  # its backend (default: the model's)
     draft_max: int = 16
     draft_min: int = 0
     draft_p_min: float = 0.75
-    loaded: object = None  # an already loaded model (tests, embedding applications)
+    loras: tuple = ()  # `cera_serve.adapters.AdapterSpec`s: LoRA adapters of the first model requests may choose
+    mmproj: str | None = None  # the first model's multimodal projector: chat messages may then hold images
+    allow_local_images: bool = False  # image parts may name files on this machine (else data: URLs only)
+    loaded: object = None  # an already loaded model (tests, embedding applications): the first model
+    models: tuple = ()  # several sources (``-m A -m B``); ``model`` is the one source otherwise
+    aliases: tuple = ()  # the models' ids by position (``--alias``); a source is its own id without one
+    memory_budget: int | None = None  # bytes the loaded models may take (default: half the machine's memory)
+    chat_templates: tuple = ()  # the models' chat templates by position (``--chat-template``): a file or a name
 
 
 class APIError(Exception):
@@ -80,65 +88,37 @@ FINISH = {"stop": "stop", "stop_string": "stop", "length": "length", "context": 
 
 
 class Server:
-    """The loaded model, its scheduler, and the admission of requests."""
+    """The served models (`cera_serve.models`), the metrics, and the admission of requests."""
 
     def __init__(self, config: ServerConfig):
+        from .models import Models
+
         self.config = config
-        self.status = "loading"
-        self.error: str | None = None
-        self.loaded = None
-        self.scheduler = None
         self.metrics = Metrics()
-        self.slots: asyncio.Semaphore | None = None
-        self.waiting = 0
+        self.models = Models(config, self.metrics)
         self.created = int(time.time())
 
-    # -- loading -----------------------------------------------------------------------------
+    async def model(self, data: dict):
+        """The request's model (its ``model`` field; the first model without one), loaded."""
+        return await self.models.get(data.get("model"))
 
-    def load(self) -> None:
-        import cera
-        from cera.sources import bundles
-
-        try:
-            loaded = self.config.loaded
-            if loaded is None:
-                loaded = cera.load(self.config.model or bundles.DEFAULT_MODEL, device=self.config.device,
-                                   threads=self.config.threads, quiet=True)  # fmt: skip
-            if self.config.model_draft is not None:
-                attach_draft(loaded, self.config)
-            if loaded.prefix_cache is None:
-                loaded.enable_prefix_cache(directory=self.config.prompt_cache)
-            self.scheduler = loaded.scheduler(n_slots=self.config.parallel, n_ctx=self.config.n_ctx)
-            self.loaded = loaded
-            self.status = "ready"
-        except Exception as e:  # noqa: BLE001 - reported by /health and on every request
-            self.error = f"{type(e).__name__}: {e}"
-            self.status = "failed"
-
-    def ready(self) -> None:
-        if self.status == "loading":
-            raise APIError(503, "the model is still loading; retry shortly", "server_error", code="loading",
-                           headers={"Retry-After": "2"})  # fmt: skip
-        if self.status == "failed":
-            raise APIError(503, f"the model failed to load: {self.error}", "server_error", code="load_failed")
+    # the first model's status: what /health reports
+    @property
+    def status(self) -> str:
+        status = self.models.default.status
+        return "loading" if status == "unloaded" else status
 
     @property
-    def model_name(self) -> str:
-        return self.config.model or (self.loaded.name if self.loaded else "cera")
+    def error(self) -> str | None:
+        return self.models.default.error
 
-    # -- admission ------------------------------------------------------------------------------
+    @property
+    def loaded(self):
+        return self.models.default.loaded
 
-    async def slot(self):
-        """Wait for a free sequence slot (bounded queue: 429 past it)."""
-        if self.slots.locked() and self.waiting >= self.config.max_queue:
-            self.metrics.rejected += 1
-            raise APIError(429, f"the server is busy: {self.config.parallel} sequences run and {self.waiting} wait; retry later",
-                           "rate_limit_error", code="busy", headers={"Retry-After": "1"})  # fmt: skip
-        self.waiting += 1
-        try:
-            await self.slots.acquire()
-        finally:
-            self.waiting -= 1
+    @property
+    def waiting(self) -> int:
+        return self.models.waiting
 
 
 # -- request parsing ------------------------------------------------------------------------------
@@ -234,7 +214,7 @@ def generation_options(data: dict, n_prompt: int, n_ctx: int):
             max_tokens=max_tokens if max_tokens is not None else room,
             temperature=_num(data, "temperature", 1.0, float, 0.0, 2.0),
             top_p=_num(data, "top_p", 1.0, float, 0.0, 1.0) or 1.0,
-            top_k=0,
+            top_k=_num(data, "top_k", 0, int, 0),  # an extension (llama.cpp's server, Anthropic's API); 0: no cut
             min_p=0.0,
             presence_penalty=_num(data, "presence_penalty", 0.0, float, -2.0, 2.0),
             frequency_penalty=_num(data, "frequency_penalty", 0.0, float, -2.0, 2.0),
@@ -248,11 +228,11 @@ def generation_options(data: dict, n_prompt: int, n_ctx: int):
         raise APIError(400, str(e)) from None
 
 
-def chat_prompt(loaded, data: dict):
+def chat_prompt(loaded, data: dict, allow_image_files: bool = False):
     """The request's messages (and tools) as prompt tokens, through the model's chat
     template (`cera.chat.prompt`); returns (tokens, the ChatPrompt)."""
     from cera.chat.prompt import ChatPrompt, message
-    from cera.errors import CeraError
+    from cera.errors import CeraError, ImageError, UnsupportedOperation
     from cera.tools import ToolError
 
     messages = data.get("messages")
@@ -270,8 +250,13 @@ def chat_prompt(loaded, data: dict):
         raise APIError(400, str(e), param="tools") from None
     except CeraError as e:
         raise APIError(400, f"the chat template cannot be used: {e}", param="messages") from None
+    prompt.allow_image_files = allow_image_files  # data: URLs always; local files when the server allows them
     try:
         return prompt.encode(prompt.render(clean)), prompt
+    except ImageError as e:
+        raise APIError(400, f"messages: {e}", param="messages") from None
+    except UnsupportedOperation as e:
+        raise APIError(400, f"messages: {e}", param="messages", code="unsupported") from None
     except CeraError as e:
         raise APIError(400, f"the chat template cannot render these messages: {e}", param="messages") from None
 
@@ -328,8 +313,10 @@ class Generation:
     """One sequence: a scheduler session generating in a worker thread, its events handed
     to the event loop through a queue."""
 
-    def __init__(self, server: Server, prompt: list[int], options, processors=()):
-        self.server = server
+    def __init__(self, model, prompt: list[int], options, processors=(), adapters=None, model_name=None):
+        self.model = model  # the ServedModel: its scheduler, slots and metrics
+        self.adapters = adapters  # LoRA adapters (`cera.adapters.ActiveAdapters`); None: the base model
+        self.model_name = model_name or model.id  # what the responses say they came from
         self.prompt = prompt
         self.options = options
         self.processors = list(processors)
@@ -343,9 +330,9 @@ class Generation:
     def _run(self, loop) -> None:
         put = lambda item: loop.call_soon_threadsafe(self.queue.put_nowait, item)  # noqa: E731
         session = None
-        self.server.metrics.started()
+        self.model.metrics.started()
         try:
-            session = self.server.scheduler.new_session()
+            session = self.model.scheduler.new_session(adapters=self.adapters or [])
             self.session = session
             if self.cancelled.is_set():
                 session.cancel()
@@ -357,9 +344,9 @@ class Generation:
         finally:
             if session is not None:
                 session.close()
-            self.server.metrics.ended()
+            self.model.metrics.ended()
             # the slot is free once its session is closed (not when the client stops reading)
-            loop.call_soon_threadsafe(self.server.slots.release)
+            loop.call_soon_threadsafe(self.model.release)
             put(None)
 
     def cancel(self) -> None:
@@ -408,26 +395,26 @@ def _logprob_entry(loaded, token: int, logprob, top) -> dict:
 def create_app(config: ServerConfig) -> Starlette:
     from cera.errors import CeraError
 
+    from . import messages, page, rerank, responses
+
     server = Server(config)
 
     def authorized(request: Request) -> None:
         if not config.api_key:
             return
         header = request.headers.get("authorization", "")
-        given = header[7:] if header.lower().startswith("bearer ") else ""
+        given = header[7:] if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
         if not hmac.compare_digest(given.encode(), config.api_key.encode()):
             raise APIError(401, "a valid API key is required (Authorization: Bearer KEY)", "authentication_error",
                            code="invalid_api_key")  # fmt: skip
 
-    def endpoint(fn, auth: bool = True, needs_model: bool = True):
+    def endpoint(fn, auth: bool = True):
         async def handler(request: Request) -> Response:
             started = time.perf_counter()
             status = 500
             try:
                 if auth:
                     authorized(request)
-                if needs_model:
-                    server.ready()
                 response = await fn(request)
                 status = response.status_code
                 return response
@@ -452,8 +439,19 @@ def create_app(config: ServerConfig) -> Starlette:
         return JSONResponse(body, status_code=200 if server.status == "ready" else 503)
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "cera"}]})  # fmt: skip
+        data = [m.describe() for m in server.models]
+        base = server.models.default
+        for entry in base.adapters.listing() if base.adapters else ():
+            data.append({"id": entry["name"], "object": "model", "created": base.created, "owned_by": "cera",
+                         "parent": base.id, "lora": entry})  # fmt: skip
+        return JSONResponse({"object": "list", "data": data})
+
+    async def lora_adapters(request: Request) -> Response:
+        base = await server.models.get(None)
+        return JSONResponse(base.adapters.listing())
+
+    def chosen_adapters(model, data: dict):
+        return model.adapters.choose(data, lambda message, param: APIError(400, message, param=param))
 
     async def metrics(request: Request) -> Response:
         return PlainTextResponse(server.metrics.render(server), media_type="text/plain; version=0.0.4")
@@ -464,15 +462,17 @@ def create_app(config: ServerConfig) -> Starlette:
         if not isinstance(content, str):
             raise APIError(400, "'content' must be a string", param="content")
         add_special = data.get("add_special", True)
-        return JSONResponse({"tokens": server.loaded.tokenize(content, add_special=bool(add_special))})
+        loaded = (await server.model(data)).loaded
+        return JSONResponse({"tokens": loaded.tokenize(content, add_special=bool(add_special))})
 
     async def detokenize(request: Request) -> Response:
         data = await read_json(request)
         tokens = data.get("tokens")
-        n_vocab = server.loaded.model.n_vocab
+        loaded = (await server.model(data)).loaded
+        n_vocab = loaded.model.n_vocab
         if not isinstance(tokens, list) or not all(isinstance(t, int) and 0 <= t < n_vocab for t in tokens):
             raise APIError(400, f"'tokens' must be a list of token ids in [0, {n_vocab})", param="tokens")
-        return JSONResponse({"content": server.loaded.detokenize(tokens)})
+        return JSONResponse({"content": loaded.detokenize(tokens)})
 
     async def embeddings(request: Request) -> Response:
         from cera.errors import CeraError
@@ -483,19 +483,21 @@ def create_app(config: ServerConfig) -> Starlette:
             inputs = [inputs]
         if not isinstance(inputs, list) or not inputs or not all(isinstance(t, str) for t in inputs):
             raise APIError(400, "'input' must be a string or a non-empty list of strings", param="input")
-        embed = getattr(server.loaded, "embed", None)
+        model = await server.model(data)
+        embed = getattr(model.loaded, "embed", None)
         if embed is None:
             raise APIError(400, "this cera has no embeddings API", code="unsupported")
-        await server.slot()
+        adapters, _ = chosen_adapters(model, data)
+        await model.slot()
         try:
-            vectors = await asyncio.get_running_loop().run_in_executor(None, embed, inputs)
+            vectors = await asyncio.get_running_loop().run_in_executor(None, lambda: embed(inputs, adapters=adapters))
         except CeraError as e:
             raise APIError(400, f"this model cannot embed: {e}", code="unsupported") from None
         finally:
-            server.slots.release()
-        n_tokens = sum(len(server.loaded.tokenize(t)) for t in inputs)
+            model.release()
+        n_tokens = sum(len(model.loaded.tokenize(t)) for t in inputs)
         return JSONResponse({
-            "object": "list", "model": server.model_name,
+            "object": "list", "model": model.id,
             "data": [{"object": "embedding", "index": i, "embedding": [float(x) for x in v]} for i, v in enumerate(vectors)],
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         })  # fmt: skip
@@ -508,18 +510,23 @@ def create_app(config: ServerConfig) -> Starlette:
 
     async def _generate(request: Request, chat: bool) -> Response:
         data = await read_json(request)
-        loaded = server.loaded
+        model = await server.model(data)
+        loaded = model.loaded
+        adapters, adapter_name = chosen_adapters(model, data)
+        model_name = adapter_name or model.id
         reader = None  # a chat's ChatPrompt: the tool format, the reply splitter
         if chat:
-            prompt, reader = chat_prompt(loaded, data)
+            prompt, reader = chat_prompt(loaded, data, server.config.allow_local_images)
         else:
             if data.get("tools"):
                 raise APIError(400, "tools are for /v1/chat/completions", param="tools")
             prompt = completion_prompt(loaded, data)
-        bad = [t for t in prompt if not 0 <= t < loaded.model.n_vocab]
+        from cera.vision.image_tokens import IMAGE_ID_BASE
+
+        bad = [t for t in prompt if not 0 <= t < loaded.model.n_vocab and not (chat and t >= IMAGE_ID_BASE)]
         if bad:
             raise APIError(400, f"token ids {bad[:5]} are outside the vocabulary", param="prompt")
-        options = response_format(generation_options(data, len(prompt), server.scheduler.state.n_ctx), data)
+        options = response_format(generation_options(data, len(prompt), model.scheduler.state.n_ctx), data)
         processors, choice = [], "none"
         if reader is not None and reader.tools:
             # calls are held to the declared tools and their schemas once one starts (lazily,
@@ -559,8 +566,8 @@ def create_app(config: ServerConfig) -> Starlette:
             return reader.splitter(calls=choice != "none") if reader is not None else None
 
         if stream:
-            await server.slot()
-            gen = Generation(server, prompt, options, processors)
+            await model.slot()
+            gen = Generation(model, prompt, options, processors, adapters, model_name)
             gen.start(loop)
             return StreamingResponse(
                 _stream(gen, request, rid, created, chat, include_usage, len(prompt), splitter(), markers),
@@ -568,8 +575,8 @@ def create_app(config: ServerConfig) -> Starlette:
             )  # fmt: skip
 
         async def one(i: int) -> dict:
-            await server.slot()
-            gen = Generation(server, prompt, options_for(i), processors)
+            await model.slot()
+            gen = Generation(model, prompt, options_for(i), processors, adapters, model_name)
             gen.start(loop)
             tokens, logprobs, text, summary = [], [], [], None
             split = splitter()
@@ -594,6 +601,7 @@ def create_app(config: ServerConfig) -> Starlette:
             reason = FINISH.get(summary.finish_reason.value, "stop")
             out = {"index": i, "text": "".join(text), "finish_reason": reason, "n": len(tokens),
                    "logprobs": logprobs if options.logprobs else None,
+                   "stop_reason": matched_stop(loaded, summary, options.stop),
                    "drafted": summary.drafted, "accepted": summary.accepted}  # fmt: skip
             if split is not None:
                 split.feed(out["text"])
@@ -609,7 +617,7 @@ def create_app(config: ServerConfig) -> Starlette:
         if chat:
             choices = [
                 {"index": r["index"], "message": _message(r), "finish_reason": r["finish_reason"],
-                 "logprobs": {"content": r["logprobs"]} if r["logprobs"] is not None else None}
+                 "stop_reason": r["stop_reason"], "logprobs": {"content": r["logprobs"]} if r["logprobs"] is not None else None}
                 for r in results
             ]  # fmt: skip
             obj = "chat.completion"
@@ -620,7 +628,7 @@ def create_app(config: ServerConfig) -> Starlette:
                 for r in results
             ]  # fmt: skip
             obj = "text_completion"
-        body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": choices,
+        body = {"id": rid, "object": obj, "created": created, "model": model_name, "choices": choices,
                 "usage": usage}  # fmt: skip
         if any(r["drafted"] for r in results):  # llama.cpp's server reports its drafts so too
             body["timings"] = {"draft_n": sum(r["drafted"] for r in results),
@@ -634,12 +642,14 @@ def create_app(config: ServerConfig) -> Starlette:
         obj = "chat.completion.chunk" if chat else "text_completion"
         markers = markers or {}
 
-        def chunk(delta: dict | None, text: str | None, reason: str | None, logprobs=None) -> str:
+        def chunk(delta: dict | None, text: str | None, reason: str | None, logprobs=None, stop=None) -> str:
             if chat:
                 choice = {"index": 0, "delta": delta or {}, "finish_reason": reason, "logprobs": logprobs}
             else:
                 choice = {"index": 0, "text": text or "", "finish_reason": reason, "logprobs": logprobs}
-            body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": [choice]}
+            if stop is not None:
+                choice["stop_reason"] = stop
+            body = {"id": rid, "object": obj, "created": created, "model": gen.model_name, "choices": [choice]}
             return f"data: {json.dumps(body)}\n\n"
 
         n_calls = 0
@@ -672,7 +682,7 @@ def create_app(config: ServerConfig) -> Starlette:
                     elif ev.text:
                         yield chunk({"content": ev.text}, ev.text, None)
                     reason = "tool_calls" if n_calls else FINISH.get(ev.summary.finish_reason.value, "stop")
-                    yield chunk({}, "", reason)
+                    yield chunk({}, "", reason, stop=matched_stop(gen.model.loaded, ev.summary, gen.options.stop))
                     drafted, accepted = ev.summary.drafted, ev.summary.accepted
                     server.metrics.drafts(drafted, accepted)
                     continue
@@ -681,7 +691,7 @@ def create_app(config: ServerConfig) -> Starlette:
                 n_tokens += 1
                 lp = None
                 if gen.options.logprobs:
-                    entry = _logprob_entry(server.loaded, ev.id, ev.logprob, ev.top_logprobs)
+                    entry = _logprob_entry(gen.model.loaded, ev.id, ev.logprob, ev.top_logprobs)
                     lp = {"content": [entry]} if chat else _completion_logprobs([entry])
                 if split is not None:
                     for c in reply_chunks(split.feed(markers.get(ev.id, ev.text))):
@@ -694,7 +704,7 @@ def create_app(config: ServerConfig) -> Starlette:
                     gen.cancel()
             if include_usage:
                 usage = {"prompt_tokens": n_prompt, "completion_tokens": n_tokens, "total_tokens": n_prompt + n_tokens}
-                body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": [],
+                body = {"id": rid, "object": obj, "created": created, "model": gen.model_name, "choices": [],
                         "usage": usage}  # fmt: skip
                 if drafted:
                     body["timings"] = {"draft_n": drafted, "draft_n_accepted": accepted}
@@ -708,21 +718,28 @@ def create_app(config: ServerConfig) -> Starlette:
             server.metrics.tokens(n_prompt, n_tokens)
 
     routes = [
-        Route("/health", endpoint(health, auth=False, needs_model=False)),
-        Route("/v1/models", endpoint(models, needs_model=False)),
-        Route("/metrics", endpoint(metrics, needs_model=False)),
+        Route("/", endpoint(page.route(), auth=False)),
+        Route("/health", endpoint(health, auth=False)),
+        Route("/v1/models", endpoint(models)),
+        Route("/lora-adapters", endpoint(lora_adapters)),
+        Route("/metrics", endpoint(metrics)),
         Route("/tokenize", endpoint(tokenize), methods=["POST"]),
         Route("/detokenize", endpoint(detokenize), methods=["POST"]),
         Route("/v1/embeddings", endpoint(embeddings), methods=["POST"]),
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
         Route("/v1/chat/completions", endpoint(chat_completions), methods=["POST"]),
+        Route("/v1/responses", endpoint(responses.route(server, chat_completions)), methods=["POST"]),
+        Route("/v1/messages", endpoint(messages.route(server, chat_completions)), methods=["POST"]),
+        Route("/v1/rerank", endpoint(rerank.route(server)), methods=["POST"]),
+        Route("/rerank", endpoint(rerank.route(server)), methods=["POST"]),
     ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        server.slots = asyncio.Semaphore(config.parallel)
-        await asyncio.get_running_loop().run_in_executor(None, server.load)
+        with contextlib.suppress(APIError):  # a failed load is reported by /health and every request
+            await server.models.get(None)  # the first model loads at start; the others on first use
         yield
+        server.models.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.server = server

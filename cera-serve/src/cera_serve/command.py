@@ -8,7 +8,30 @@ import click
 
 
 @click.command("serve")
-@click.option("-m", "--model", default=None, help="GGUF file, bundle name or hub repo (default: the default bundle).")
+@click.option(
+    "-m",
+    "--model",
+    "models",
+    multiple=True,
+    help="GGUF file, bundle name or hub repo (default: the default bundle); repeat to serve several. "
+    "A model's id is what you give here, or its --alias.",
+)
+@click.option("-a", "--alias", "aliases", multiple=True, help="The id clients use for each -m, in order.")
+@click.option(
+    "--chat-template",
+    "chat_templates",
+    multiple=True,
+    metavar="FILE|NAME",
+    help="Chat template instead of the model's own, for each -m in order: a Jinja file, 'chatml', or the name of "
+    "a template the file carries.",
+)
+@click.option(
+    "--models-memory",
+    default=None,
+    metavar="SIZE",
+    help="Memory the loaded models may take (e.g. 6GiB; default: half the machine's); the least "
+    "recently used idle model is unloaded to make room.",
+)
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback unless you say otherwise)."
 )
@@ -63,17 +86,53 @@ import click
               help="A shorter draft is not verified (the token is evaluated plainly).")  # fmt: skip
 @click.option("--draft-p-min", "draft_p_min", type=click.FloatRange(0.0, 1.0), default=0.75, show_default=True,
               help="Drafting stops where the draft gives its token less probability than this.")  # fmt: skip
-def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, max_queue, prompt_cache, model_draft,
-              device_draft, draft_max, draft_min, draft_p_min):  # fmt: skip
-    """Serve a model over the OpenAI HTTP API (chat, completions, embeddings)."""
+@click.option(
+    "--lora", "lora", multiple=True, metavar="[NAME=]FILE[:SCALE]",
+    help="LoRA adapter (GGUF adapter or PEFT directory) that requests may choose by NAME (its file's stem unless given): "
+    "\"model\": NAME, or llama.cpp's \"lora\": [{\"id\": N, \"scale\": S}]; listed in /v1/models; repeatable.",
+)  # fmt: skip
+@click.option(
+    "--lora-scaled", "lora_scaled", multiple=True, nargs=2, type=(str, float), metavar="[NAME=]FILE SCALE",
+    help="LoRA adapter with the scale a request that names it gets (llama.cpp's spelling); repeatable.",
+)  # fmt: skip
+@click.option("--mmproj", default=None, metavar="FILE", help="Multimodal projector (mmproj GGUF): chat messages may hold images.")
+@click.option(
+    "--allow-local-images", is_flag=True,
+    help="Let image parts name files on this machine (path or file:// URL); by default only data: URLs are read.",
+)  # fmt: skip
+def serve_cmd(models, aliases, chat_templates, models_memory, host, port, parallel, ctx_size, threads, device, api_key,
+              max_queue, prompt_cache, model_draft, device_draft, draft_max, draft_min, draft_p_min, mmproj, allow_local_images, lora=(),
+              lora_scaled=()):  # fmt: skip
+    """Serve models over the OpenAI HTTP API (chat, completions, responses, embeddings, rerank),
+    Anthropic's messages API, and a chat page at /."""
     import uvicorn
 
-    from .app import ServerConfig, create_app
+    from cera.errors import CeraError
 
+    from .adapters import parse_spec
+    from .app import ServerConfig, create_app
+    from .models import model_ids, parse_size
+
+    try:
+        loras = tuple(parse_spec(v) for v in lora) + tuple(parse_spec(v, s) for v, s in lora_scaled)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--lora'") from None
+    try:
+        model_ids(list(models) or ["default"], list(aliases))
+        if len(chat_templates) > max(1, len(models)):
+            raise click.UsageError(f"{len(chat_templates)} chat templates for {max(1, len(models))} models: give one "
+                                   "--chat-template per -m, in order")  # fmt: skip
+        budget = parse_size(models_memory) if models_memory is not None else None
+    except CeraError as e:
+        raise click.UsageError(str(e)) from None
+    model = models[0] if len(models) == 1 else None
     config = ServerConfig(
-        model=model, device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
+        model=model, models=tuple(models) if len(models) > 1 else (), aliases=tuple(aliases), memory_budget=budget,
+        chat_templates=tuple(chat_templates),
+        device=device, threads=threads, parallel=parallel, n_ctx=ctx_size, api_key=api_key or None,
         max_queue=max_queue, prompt_cache=prompt_cache, model_draft=model_draft, device_draft=device_draft,
-        draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min,
+        draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, loras=loras, mmproj=mmproj,
+        allow_local_images=allow_local_images,
     )  # fmt: skip
     if device_draft is not None and model_draft is None:
         raise click.UsageError("--device-draft needs a draft model: -md/--model-draft")
@@ -81,6 +140,7 @@ def serve_cmd(model, host, port, parallel, ctx_size, threads, device, api_key, m
         click.echo(f"cera serve: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     app = create_app(config)
     click.echo(
-        f"cera serve: loading {model or 'the default model'}; http://{host}:{port}/v1 (pid {os.getpid()})", err=True
+        f"cera serve: loading {models[0] if models else 'the default model'}; http://{host}:{port}/ (pid {os.getpid()})",
+        err=True,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -17,6 +17,7 @@ import time
 import click
 
 from ..draft import attach_draft, draft_options
+from ..lora_options import apply_loras, lora_options
 from ..options import Console, load_model, model_options
 
 
@@ -85,6 +86,7 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 
 @click.command("bench")
 @model_options
+@lora_options
 @click.option("-p", "--n-prompt", default="128,512", callback=_ints, show_default=True, help="Prompt lengths for pp tests.")
 @click.option("-n", "--n-gen", default="128", callback=_ints, show_default=True, help="Token counts for tg tests.")
 @click.option("-d", "--depth", default="0", callback=_ints, show_default=True, help="Context depths at which tg runs.")
@@ -96,7 +98,7 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("--profile", is_flag=True, help="Also time every kernel of one decoded token, at the largest --depth (backends with a kernel profile: vulkan).")
 @draft_options
 def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_prompt, n_gen, depth, reps, kv_type,
-              spec, parallel, as_json, profile, model_draft, device_draft):  # fmt: skip
+              spec, parallel, as_json, profile, model_draft, device_draft, loras=()):  # fmt: skip
     """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
     import numpy as np
 
@@ -110,6 +112,7 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
     KV_TYPE = kv_type
     console = Console(verbose, quiet)
     loaded = load_model(model, device, threads, console, n_gpu_layers)
+    apply_loras(loaded, loras)
     drafting = attach_draft(loaded, model, model_draft, device_draft, threads, console, spec)
     rng = np.random.default_rng(1234)
     n_ctx = max([*n_prompt, 1]) + max(depth) + max([*n_gen, 1]) + 2
@@ -171,11 +174,11 @@ def _kernel_profile(loaded, rng, n_tokens: int = 1, depth: int = 16) -> list[dic
     state = session.state
     ids = rng.integers(0, loaded.model.n_vocab, size=n_tokens).tolist()
     layout = Layout((n_tokens,), prompt_rows=n_tokens >= 64)
-    exe = loaded.runner.executable(layout, ARGMAX, state)
+    exe = loaded.runner.executable(layout, ARGMAX, state, session.adapters)
     backend.profile = True
     try:
         loaded.runner.forward(state, [SeqStep(session.slot, ids, range(depth, depth + n_tokens))], ARGMAX,
-                              prompt_rows=n_tokens >= 64)  # fmt: skip
+                              prompt_rows=n_tokens >= 64, adapters=session.adapters)  # fmt: skip
     finally:
         backend.profile = False
     by: dict = {}

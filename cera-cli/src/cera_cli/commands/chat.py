@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from ..chat_template_option import apply_chat_template, chat_template_option
 from ..conversation import messages_of, prompt_length, say, set_messages
 from ..options import (
     Console,
@@ -27,6 +28,7 @@ from ..options import (
     sampling_options,
 )
 from ..draft import attach_draft, draft_options, drafting
+from ..lora_options import apply_loras, lora_options
 from ..tools_cli import describe_call, tool_options
 
 HELP = """Commands:
@@ -323,6 +325,8 @@ class ChatLoop:
 
 @click.command("chat")
 @model_options
+@lora_options
+@chat_template_option
 @sampling_options
 @click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message.")
 @click.option(
@@ -338,12 +342,13 @@ class ChatLoop:
 @tool_options
 @draft_options
 def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, system, kv_type, prompt_cache, tools,
-             tool_choice, constrain_tools, model_draft, device_draft, **kw):  # fmt: skip
+             tool_choice, constrain_tools, model_draft, device_draft, loras=(), **kw):  # fmt: skip
     """Chat with a model. Each turn evaluates only the new messages; /help lists the
     commands (/system, /clear, /save, /load)."""
     options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     console = Console(verbose, quiet)
-    loaded = load_model(model, device, threads, console, n_gpu_layers)
+    loaded = apply_chat_template(load_model(model, device, threads, console, n_gpu_layers))
+    apply_loras(loaded, loras, console)
     attach_draft(loaded, model, model_draft, device_draft, threads, console, options.spec)
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)

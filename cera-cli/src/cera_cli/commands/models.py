@@ -31,9 +31,17 @@ def human_size(n: int | None) -> str:
 @click.command("models")
 @click.option("--kind", default=None, help="Only bundles of this kind (llm, embedding, vad, kws, whisper, test-data).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def models_cmd(kind, as_json):
+@click.option("--disk", is_flag=True, help="List what is on disk instead: every fetched model with its size and path.")
+def models_cmd(kind, as_json, disk):
     """List the known model bundles: size, licence, whether cached, what they are for."""
     from cera.sources import bundles
+
+    if disk:
+        from .disk import show_disk
+
+        if kind is not None:
+            raise click.UsageError("--kind lists bundles by kind; --disk lists what is on disk: give one of them")
+        return show_disk(as_json)
 
     entries = bundles.listing(kind)
     if kind is not None and not entries:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..chat_template_option import apply_chat_template, chat_template_option
 from ..options import (
     Console,
     context_hint,
@@ -17,6 +18,8 @@ from ..options import (
     sampling_options,
 )
 from ..draft import attach_draft, draft_options, drafting
+from ..images_cli import attach_projector, image_options, user_content
+from ..lora_options import apply_loras, lora_options
 from ..tools_cli import run_turn, tool_options
 
 
@@ -48,6 +51,8 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
 
 @click.command("run")
 @model_options
+@lora_options
+@chat_template_option
 @sampling_options
 @click.argument("words", nargs=-1, metavar="[PROMPT]...")
 @click.option(
@@ -71,17 +76,20 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
     help="Directory of a prompt cache: a later run whose prompt starts the same evaluates only the rest.",
 )
 @click.option("--no-timings", is_flag=True, help="Do not print the summary (timings, seed) to stderr.")
+@image_options
 @tool_options
 @draft_options
 def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, words, prompt, file, chat, system,
-            kv_type, prompt_cache, no_timings, tools, tool_choice, constrain_tools, model_draft, device_draft,
-            **kw):  # fmt: skip
+            kv_type, prompt_cache, no_timings, mmproj, images, tools, tool_choice, constrain_tools, model_draft,
+            device_draft, loras=(), **kw):  # fmt: skip
     """Generate text from a prompt: cera run -m MODEL "PROMPT". Only the generated text goes
     to stdout; notes and the summary (timings, the seed that repeats the run) go to stderr."""
     options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     text = read_prompt(words, prompt, file)
     console = Console(verbose, quiet)
-    loaded = load_model(model, device, threads, console, n_gpu_layers)
+    loaded = apply_chat_template(load_model(model, device, threads, console, n_gpu_layers))
+    attach_projector(loaded, mmproj, images, console)
+    apply_loras(loaded, loras, console)
     attach_draft(loaded, model, model_draft, device_draft, threads, console, options.spec)
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)
@@ -96,12 +104,13 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
         from cera.chat.session import ChatSession
 
         conversation = ChatSession(session, system=system, tools=tools)
-        n_prompt = len(conversation.prompt.prompt_ids([*conversation.messages, {"role": "user", "content": text}]))
-        chunks = conversation.reply(text, options) if not tools else None
+        content = user_content(text, images)
+        n_prompt = len(conversation.prompt.prompt_ids([*conversation.messages, {"role": "user", "content": content}]))
+        chunks = conversation.reply({"role": "user", "content": content}, options) if not tools else None
     else:
         if system:
             raise click.UsageError("--system needs --chat (a raw prompt has no system turn)")
-        n_prompt = len(session.append_text(text))
+        n_prompt = len(session.append_prompt(text, images) if images else session.append_text(text))
         chunks = session.stream(options)
     if n_prompt >= session.n_ctx:
         raise click.UsageError(
@@ -111,7 +120,7 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     out = sys.stdout
     if tools:  # stdout carries the calls' JSON array alone; the text goes to stderr
         console.detail(f"cera: tool calls in the {conversation.tool_format.name} format")
-        run_turn(conversation, text, options, tool_choice, constrain_tools)
+        run_turn(conversation, {"role": "user", "content": content}, options, tool_choice, constrain_tools)
     else:
         for chunk in chunks:
             out.write(chunk)

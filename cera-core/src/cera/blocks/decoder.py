@@ -23,7 +23,7 @@ import numpy as np
 from gguf.constants import MODEL_TENSOR
 from gguf.constants import Keys as K
 
-from ..errors import ModelConfigError
+from ..errors import ModelConfigError, UnsupportedOperation
 from ..graph.builder import GraphBuilder, Tensor
 from .hparams import HParams
 from .layers import (
@@ -314,8 +314,12 @@ class DecoderModel(Model):
 
     def forward(self, g: GraphBuilder) -> None:
         c = self.config
-        x = g.embedding(self.tok_embd, g.tokens)
+        x = g.token_embeddings(self.tok_embd)
         if c.embedding_scale != 1.0:
+            if g.layout.embeds:  # llama.cpp scales token rows only for some families, all for others
+                raise UnsupportedOperation(
+                    f"the {self.family} family scales its token embeddings; cera does not feed it image embeddings"
+                )
             x = g.scale(x, c.embedding_scale)
         for i, L in enumerate(self.layers):
             h = g.rms_norm(x, L.attn_norm, c.eps) if L.attn_norm is not None else x

@@ -27,7 +27,9 @@ ROLES = ("system", "user", "assistant", "tool", "developer")
 
 def message(m, role: str = "user") -> dict:
     """A chat message, checked: a string is a ``role`` message; OpenAI's text content parts
-    are joined; an assistant's tool calls take the shape templates read."""
+    are joined, an image part becoming the marker ``<__media__>`` in the text and its
+    source going to the message's ``images`` list (`cera.vision.content_parts`); an
+    assistant's tool calls take the shape templates read."""
     if isinstance(m, str):
         return {"role": role, "content": m}
     if not isinstance(m, dict):
@@ -40,13 +42,24 @@ def message(m, role: str = "user") -> dict:
     if content is None:
         m["content"] = ""
     elif not isinstance(content, str):
-        if isinstance(content, list):  # OpenAI content parts: the text parts, joined
-            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            if len(texts) != len(content):
-                raise ChatError("only text content parts are supported (no images or audio in chat messages)")
+        if isinstance(content, list):  # OpenAI content parts: the text parts joined, images as markers
+            from ..vision.content_parts import MEDIA_MARKER, is_image_part, part_source
+
+            texts, images = [], list(m.get("images") or [])
+            for p in content:
+                if is_image_part(p):
+                    texts.append(MEDIA_MARKER)
+                    images.append(part_source(p))
+                elif isinstance(p, dict) and p.get("type") == "text":
+                    texts.append(p.get("text", ""))
+                else:
+                    kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+                    raise ChatError(f"content parts of type {kind!r} are not supported (text and image parts are)")
             if not all(isinstance(t, str) for t in texts):
                 raise ChatError("a text content part's 'text' must be a string")
             m["content"] = "".join(texts)
+            if images:
+                m["images"] = images
         else:
             raise ChatError(f"a message's content must be a string, got {type(content).__name__}")
     if r == "assistant" and m.get("tool_calls"):
@@ -132,6 +145,8 @@ class ChatPrompt:
         self.tools = normalize_tools(tools)
         self._last_render: tuple[str, str] | None = None  # (what was rendered, the text)
         self._last_encode: tuple[str, tuple[int, ...]] | None = None  # (text, its tokens)
+        self._images: dict[str, list] = {}  # rendered text -> the image sources its markers stand for
+        self.allow_image_files = True  # images from local paths (the server allows them only when told)
 
     # -- rendering ---------------------------------------------------------------------------
 
@@ -164,17 +179,28 @@ class ChatPrompt:
 
     def render(self, messages, add_generation_prompt: bool = True) -> str:
         view, tools = self.view(messages)
+        images = [src for m in view for src in (m.get("images") or ())]
+        if images:  # the template sees the markers; the sources stay with the rendered text
+            view = [{k: v for k, v in m.items() if k != "images"} for m in view]
         key = json.dumps([view, tools, add_generation_prompt], sort_keys=True, default=repr)
         last = self._last_render
         if last is not None and last[0] == key:
-            return last[1]
-        text = self.template.render(view, add_generation_prompt=add_generation_prompt, tools=tools)
-        self._last_render = (key, text)
+            text = last[1]
+        else:
+            text = self.template.render(view, add_generation_prompt=add_generation_prompt, tools=tools)
+            self._last_render = (key, text)
+        if images:
+            self._images[text] = images
+            while len(self._images) > 4:  # the latest renders (a chat renders a turn two ways)
+                del self._images[next(iter(self._images))]
         return text
 
     def encode(self, text: str) -> list[int]:
         """A whole rendered prompt as tokens (BOS once: the tokenizer adds it where the
         vocabulary asks, so a BOS the template wrote goes)."""
+        images = self._images.get(text)
+        if images:
+            return self._encode_with_images(text, images)
         last = self._last_encode
         if last is not None and last[0] == text:
             return list(last[1])
@@ -183,6 +209,38 @@ class ChatPrompt:
         body = text[len(bos_text) :] if tok.add_bos and bos_text and text.startswith(bos_text) else text
         ids = tok.encode(body, add_special=True, parse_special=True)
         self._last_encode = (text, tuple(ids))
+        return ids
+
+    def _encode_with_images(self, text: str, images: list) -> list[int]:
+        """A rendered prompt whose ``<__media__>`` markers stand for ``images``: the text
+        between them tokenized piece by piece, each image as the projector places it
+        (its opening text, its rows, its closing text), as libmtmd tokenizes a prompt."""
+        from ..vision.content_parts import MEDIA_MARKER, readable
+        from ..vision.image_tokens import ids_for
+
+        pieces = text.split(MEDIA_MARKER)
+        if len(pieces) - 1 != len(images):
+            raise ChatError(
+                f"the rendered prompt has {len(pieces) - 1} image markers ({MEDIA_MARKER}) for {len(images)} images; "
+                f"a message's text must not contain {MEDIA_MARKER} itself"
+            )
+        projector = getattr(self.loaded, "projector", None)
+        if projector is None:
+            from ..errors import UnsupportedOperation
+
+            raise UnsupportedOperation(
+                f"{self.loaded.path.name} has no multimodal projector, so it takes no images: load its mmproj file "
+                f"with it (cera.load(..., mmproj=FILE), --mmproj FILE)"
+            )
+        tok = self.tokenizer
+        ids = self.encode(pieces[0]) if pieces[0] else ([tok.bos_id] if tok.add_bos and tok.bos_id is not None else [])
+        for n, (src, piece) in enumerate(zip(images, pieces[1:], strict=True)):
+            emb = projector.encode(readable(src, self.allow_image_files), f"image {n + 1}")
+            for part in (emb.before, None, emb.after, piece):
+                if part is None:
+                    ids += ids_for(emb)
+                elif part:
+                    ids += tok.encode(part, add_special=False, parse_special=True)
         return ids
 
     def prompt_ids(self, messages) -> list[int]:

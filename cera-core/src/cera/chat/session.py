@@ -42,6 +42,7 @@ import attrs
 from .prompt import ChatError, ChatPrompt, template_call
 from .prompt import message as as_message
 from ..errors import CeraError
+from ..vision.content_parts import MEDIA_MARKER
 from ..generation.events import EndEvent, GenerationSummary
 from ..generation.options import GenerateOptions, make_options
 from ..generation.sink import FinishReason, Sink
@@ -377,6 +378,8 @@ class ChatSession:
                 return self._resync_ids(new)
             raise TemplateProfileError(f"{label} does not end this reply with {end!r} as it ends others")
         delta = tail_new[at + len(end) :] if end else tail_new[c:]
+        if MEDIA_MARKER in delta and self.prompt._images.get(new):  # a new image: placed by the whole prompt's encoding
+            return self._resync_ids(new)
         return list(self.profile.turn_end_ids) + self.tokenizer.encode(delta, add_special=False, parse_special=True)
 
     def _resync_ids(self, new: str) -> list[int]:

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CeraError
 from .checkpoint_header import CheckpointError, check_fit, check_positions, validate
 
 MAGIC = b"CERACKPT"
@@ -179,11 +178,19 @@ def remove_stale_tmp(folder: Path, target: str | None = None, older_than: float 
 def encode(session, extra: dict | None = None) -> list[bytes]:
     """The chunks of a checkpoint of ``session`` (its state snapshot and its tokens)."""
     snap = session.state.snapshot(session.slot)
-    return encode_snapshot(session.loaded, session.state, snap, session.tokens, session.pending, session.last, extra)
+    return encode_snapshot(session.loaded, session.state, snap, session.tokens, session.pending, session.last, extra,
+                           adapters=adapters_key(session))  # fmt: skip
 
 
-def encode_snapshot(loaded, state, snap, tokens, pending, last, extra: dict | None = None) -> list[bytes]:
-    """The chunks of a checkpoint of a state snapshot with its tokens."""
+def adapters_key(session) -> list:
+    """The LoRA adapters a session's state was computed with: [[fingerprint, scale], ...]."""
+    active = getattr(session, "adapters", None)
+    return [list(k) for k in active.key] if active else []
+
+
+def encode_snapshot(loaded, state, snap, tokens, pending, last, extra: dict | None = None, adapters=()) -> list[bytes]:
+    """The chunks of a checkpoint of a state snapshot with its tokens (``adapters``: see
+    `adapters_key`)."""
     arrays = _arrays_of(snap)
     last = dict(last or {})
     if "logits" in last:
@@ -207,6 +214,8 @@ def encode_snapshot(loaded, state, snap, tokens, pending, last, extra: dict | No
         "arrays": entries,
         "extra": extra or {},
     }
+    if adapters:
+        header["adapters"] = [list(a) for a in adapters]
     head = json.dumps(header).encode()
     chunks = [MAGIC, struct.pack("<IQ", FORMAT_VERSION, len(head)), head]
     chunks += [np.ascontiguousarray(a).tobytes() for _, a in arrays]
@@ -218,7 +227,14 @@ def encode_snapshot(loaded, state, snap, tokens, pending, last, extra: dict | No
 
 def save(session, path, extra: dict | None = None, _crash_at: int | None = None) -> Path:
     """Write a checkpoint of ``session`` to ``path`` atomically."""
+    from ..vision.image_tokens import holds_images
+
     path = Path(path)
+    if holds_images(session.tokens) or holds_images(session.pending):
+        raise CheckpointError(
+            "this session holds an image: checkpoint files of sessions with images are not supported (an image's "
+            "rows are known only to this process); save before the image, or append it again after loading"
+        )
     try:
         write_atomic(path, encode(session, extra), _crash_at)
     except OSError as e:
@@ -325,6 +341,10 @@ def check(header: dict, session, path) -> None:
     if header.get("model") != model_fingerprint(session.loaded):
         raise CheckpointError(
             f"{path} was saved from another model ({header.get('model_name')!r}); load it with the model it came from"
+        )
+    if header.get("adapters", []) != adapters_key(session):
+        raise CheckpointError(
+            f"{path} was saved with other LoRA adapters or scales; load it in a session with the adapters it was saved with"
         )
     if header.get("kv_type") != session.state.kv_type:
         raise CheckpointError(

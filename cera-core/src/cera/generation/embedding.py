@@ -42,14 +42,19 @@ def _batches(lengths: list[int], max_tokens: int, max_texts: int) -> list[list[i
 
 
 def embed(loaded, texts: str | Iterable[str], pooling: str | None = None, normalize: bool = True,
-          batch_tokens: int = 2048) -> np.ndarray | list[np.ndarray]:  # fmt: skip
+          batch_tokens: int = 2048, adapters=None) -> np.ndarray | list[np.ndarray]:  # fmt: skip
     """Embed ``texts`` (a string or an iterable of strings) with ``loaded``.
 
     Returns a float32 array ``[n_texts, dim]`` (``[dim]`` for a single string), or with
     ``pooling="none"`` a list of ``[n_tokens, dim]`` arrays (one row per token).
     ``pooling``: "mean", "cls", "last" or "none"; default the model's own (its file's
     ``pooling_type``), else "mean". ``batch_tokens``: tokens per forward pass at most.
+    ``adapters``: LoRA adapters (`cera.adapters.attach.resolve`); default the model's
+    (`LoadedModel.use_adapters`).
     """
+    from ..adapters.attach import resolve
+
+    active = resolve(loaded, getattr(loaded, "default_adapters", None) if adapters is None else adapters)
     single = isinstance(texts, str)
     items = [texts] if single else list(texts)
     if not all(isinstance(t, str) for t in items):
@@ -80,7 +85,7 @@ def embed(loaded, texts: str | Iterable[str], pooling: str | None = None, normal
         steps = []
         for s in seqs:
             steps.append(SeqStep(state.acquire(), s, range(len(s))))
-        result = loaded.runner.forward(state, steps, wanted)
+        result = loaded.runner.forward(state, steps, wanted, adapters=active)
         if pooling == "mean":
             vectors = list(result["pooled"])
         elif pooling == "last":

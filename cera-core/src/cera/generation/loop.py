@@ -43,9 +43,13 @@ def stop_reason(step: Stepper, hit: bool, full: bool) -> FinishReason | None:
 
 def choose_strategy(step: Stepper):
     """Draft-model speculation where the model has a draft attached (unless ``draft_max``
-    is 0), prompt lookup under ``spec``, else plain decoding."""
+    is 0, or the context holds images, which the draft model cannot see: the same tokens
+    come by plain decoding), prompt lookup under ``spec``, else plain decoding."""
+    from ..vision.image_tokens import holds_images
+
     s, options = step.session, step.options
-    if getattr(s.loaded, "draft", None) is not None and options.draft_max > 0:
+    if (getattr(s.loaded, "draft", None) is not None and options.draft_max > 0
+            and not holds_images(s.tokens + s.pending)):  # fmt: skip
         return draft_model_speculation(step, DraftSpeculation(s, options, step.sampler))
     if options.spec:
         return prompt_lookup(step, PromptLookup(s, options, step.sampler))

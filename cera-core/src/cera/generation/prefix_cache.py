@@ -31,6 +31,7 @@ from pathlib import Path
 
 import attrs
 
+from ..vision.image_tokens import holds_images
 from ..errors import CeraError
 
 # A cold entry's header lists its tokens (a few bytes each in JSON): one of a context of a
@@ -69,6 +70,12 @@ class Entry:
     snapshot: object
     last: dict | None
     nbytes: int
+    adapters: tuple = ()  # the LoRA adapters' key (`cera.adapters.ActiveAdapters.key`) it was computed with
+
+
+def _adapters(session) -> tuple:
+    active = getattr(session, "adapters", None)
+    return active.key if active else ()
 
 
 def _snapshot_bytes(snap) -> int:
@@ -113,7 +120,8 @@ class PrefixCache:
         tokens = tuple(session.tokens)
         if len(tokens) < self.min_tokens:
             return
-        key = prefix_key(tokens)
+        adapters = _adapters(session)
+        key = prefix_key(tokens) if not adapters else prefix_key(tokens) + repr(adapters)
         with self._lock:
             if key in self._warm:
                 self._warm.move_to_end(key)
@@ -121,7 +129,7 @@ class PrefixCache:
         snap = session.state.snapshot(session.slot)
         from .session import _copy
 
-        entry = Entry(tokens, snap, _copy(session.last), _snapshot_bytes(snap))
+        entry = Entry(tokens, snap, _copy(session.last), _snapshot_bytes(snap), adapters)
         with self._lock:
             self._warm[key] = entry
             self._bytes += entry.nbytes
@@ -132,7 +140,7 @@ class PrefixCache:
             if self._bytes > self.max_bytes:  # one entry larger than the whole budget
                 _, old = self._warm.popitem(last=False)
                 self._drop(old)
-        if self.directory is not None:
+        if self.directory is not None and not adapters and not holds_images(tokens):  # the disk tier holds the base model's prefixes; image ids mean nothing in another process
             self._store_cold(session, tokens, snap, entry.last)
 
     def _drop(self, entry: Entry) -> None:
@@ -204,21 +212,24 @@ class PrefixCache:
 
     # -- looking up ------------------------------------------------------------------------------
 
-    def lookup(self, tokens, cut: bool = True, state=None) -> tuple[Entry, int] | None:
+    def lookup(self, tokens, cut: bool = True, state=None, adapters: tuple = ()) -> tuple[Entry, int] | None:
         """The entry sharing the longest prefix with ``tokens`` and that prefix's length,
         or None. Without ``cut`` (state that cannot be cut back) only whole entries count.
-        ``state``: the state the entry is for (disk entries must fit it)."""
+        ``state``: the state the entry is for (disk entries must fit it); ``adapters``: the
+        key of the LoRA adapters the entry must have been computed with."""
         tokens = tuple(int(t) for t in tokens)
         best: tuple[Entry, int] | None = None
         with self._lock:
             for key, entry in self._warm.items():
+                if entry.adapters != adapters:
+                    continue
                 n = _common(entry.tokens, tokens)
                 if self._usable(entry, n, cut) and (best is None or n > best[1]):
                     best = (entry, n, key)
             if best is not None:
                 self._warm.move_to_end(best[2])
                 best = best[:2]
-        if self.directory is not None:
+        if self.directory is not None and not adapters:
             cold = self._lookup_cold(tokens, cut, best[1] if best else 0, state)
             if cold is not None:
                 best = cold

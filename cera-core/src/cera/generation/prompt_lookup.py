@@ -12,6 +12,7 @@ import numpy as np
 
 from .decode_step import Draw, Halt, Stepper
 from ..errors import InvalidOptions
+from ..vision.image_tokens import IMAGE_ID_BASE
 from .sink import FinishReason
 from .verification import verify_greedy
 
@@ -45,7 +46,9 @@ class PromptLookup:
             hits = np.nonzero((windows == tail).all(axis=1))[0]
             if len(hits):
                 start = int(hits[-1]) + n
-                return h[start : start + min(self.k, room)].tolist()
+                draft = h[start : start + min(self.k, room)].tolist()
+                cut = next((i for i, t in enumerate(draft) if t >= IMAGE_ID_BASE), len(draft))
+                return draft[:cut]  # an image's rows are no token to draft
         return []
 
     def step(self, left: int | None) -> list[int] | None:

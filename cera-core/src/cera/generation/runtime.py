@@ -17,8 +17,8 @@ import attrs
 import numpy as np
 
 from ..backend import StepInputs
-from ..errors import SessionError
-from ..graph.builder import Layout, Outputs
+from ..errors import SessionError, UnsupportedOperation
+from ..graph.builder import EMBEDS, Layout, Outputs
 from ..state import shape_key
 
 
@@ -47,8 +47,10 @@ class Runner:
         return self.backend.new_state(self.model.state, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch,
                                       swa_full=swa_full)  # fmt: skip
 
-    def executable(self, layout: Layout, outputs: Outputs, state):
+    def executable(self, layout: Layout, outputs: Outputs, state, adapters=None):
         key = (layout, outputs, shape_key(state), self.backend.compile_key())
+        if adapters:  # LoRA adapters (`cera.adapters.ActiveAdapters`): a graph of their own
+            key = key + (adapters.key,)
         last = self._last  # decoding asks for the same graph token after token
         if last is not None and last[0] == key:  # (its parts are the same objects: compared by identity)
             return last[1]
@@ -58,7 +60,7 @@ class Runner:
                 self._cache.move_to_end(key)
                 self._last = (key, exe)
                 return exe
-        graph = self.model.build(layout, outputs, n_ctx=state.n_ctx)
+        graph = self.model.build(layout, outputs, n_ctx=state.n_ctx, adapters=adapters)
         exe = self.backend.compile(graph, self.weights, state)
         with self._lock:
             self._cache[key] = exe
@@ -69,19 +71,34 @@ class Runner:
         return exe
 
     def forward(self, state, steps: list[SeqStep], outputs: Outputs, exact_rows: bool = False,
-                prompt_rows: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
+                prompt_rows: bool = False, adapters=None, embeds: np.ndarray | None = None) -> dict[str, np.ndarray]:  # fmt: skip
         """Evaluate each sequence's tokens in its slot, as one batch (``exact_rows`` and
-        ``prompt_rows``: see `cera.graph.builder.Layout`)."""
+        ``prompt_rows``: see `cera.graph.builder.Layout`), with the LoRA ``adapters``
+        (`cera.adapters.ActiveAdapters`, the same for every sequence of the batch).
+        ``embeds``: the rows' input vectors ``[n_tokens, n_embd]`` (an image's embeddings)
+        instead of the tokens' own; the tokens then only stand for them in the session's record."""
         if not steps:
             raise SessionError("a forward pass needs at least one sequence")
         lens = (len(steps[0].tokens),) if len(steps) == 1 else tuple(len(s.tokens) for s in steps)
-        shape = (lens, exact_rows, prompt_rows)
+        with_embeds = embeds is not None
+        shape = (lens, exact_rows, prompt_rows, with_embeds)
         layout = self._layouts.get(shape)
         if layout is None:
-            layout = Layout(shape[0], exact_rows=exact_rows, prompt_rows=prompt_rows)
+            layout = Layout(shape[0], exact_rows=exact_rows, prompt_rows=prompt_rows, embeds=with_embeds)
             if len(self._layouts) < 4096:
                 self._layouts[shape] = layout
-        exe = self.executable(layout, outputs, state)
+        exe = self.executable(layout, outputs, state, adapters)
+        extra = {}
+        if with_embeds:
+            if EMBEDS not in exe.graph.inputs:
+                raise UnsupportedOperation(
+                    f"the {self.model.family} family takes token ids only, not embeddings (images need a family that "
+                    f"feeds them, such as lfm2)"
+                )
+            want = exe.graph.inputs[EMBEDS].shape
+            if tuple(embeds.shape) != tuple(want):
+                raise SessionError(f"embeddings of shape {tuple(embeds.shape)} for a pass of {want}")
+            extra = {EMBEDS: embeds}
         started: list[int] = []
         try:
             starts = []
@@ -97,11 +114,11 @@ class Runner:
                 positions = [p for s in steps for p in s.positions]
             pos = np.array(positions, np.int32)
             inputs = StepInputs(
-                tokens=np.array(tokens, np.int32),
+                tokens=np.zeros(len(tokens), np.int32) if with_embeds else np.array(tokens, np.int32),
                 positions=pos,
                 slots=np.array([s.slot for s in steps], np.int32),
                 starts=np.array(starts, np.int32),
-                extra=self.model.position_inputs(pos),
+                extra={**self.model.position_inputs(pos), **extra},
             )
             out = exe.run(state, inputs)
         except BaseException:

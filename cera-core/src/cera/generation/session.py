@@ -28,7 +28,7 @@ import attrs
 import numpy as np
 
 from .decode_step import has_output
-from ..errors import CeraError, ContextFull, GenerationError, ResourceExhausted, SessionError
+from ..errors import CeraError, ContextFull, GenerationError, ResourceExhausted, SessionError, UnsupportedOperation
 from .events import EndEvent, GenerationSummary, TokenEvent
 from .loop import generate
 from ..graph.builder import LAST_LOGITS, NONE, Outputs
@@ -36,6 +36,7 @@ from .options import GenerateOptions, make_options
 from .runtime import SeqStep
 from .sink import FinishReason, Sink
 from ..state import StateNotRewindable
+from ..vision.image_tokens import IMAGE_ID_BASE, image_number as _image_number, known as _image_known, rows_for as _image_rows
 
 __all__ = ["Checkpoint", "GenerateOptions", "GenerationSummary", "Session"]
 
@@ -62,11 +63,12 @@ class Session:
     """One conversation's state on a loaded model. See the module docstring."""
 
     def __init__(self, loaded, n_ctx: int, kv_type: str = "f16", n_batch: int = 512, scheduler=None,
-                 swa_full: bool = False):  # fmt: skip
+                 swa_full: bool = False, adapters=None):  # fmt: skip
         for what, v in (("n_ctx", n_ctx), ("n_batch", n_batch)):
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise SessionError(f"{what} must be a positive integer, got {v!r}")
         self.loaded = loaded
+        self.adapters = _resolve_adapters(loaded, adapters)  # LoRA adapters applied (`set_adapters`)
         self.model = loaded.model
         self._n_vocab = int(self.model.n_vocab)
         self.tokenizer = loaded.tokenizer
@@ -91,6 +93,7 @@ class Session:
         self._cancelled = False  # set by cancel() from any thread (a bool: reads and writes are atomic)
         self._lock = threading.RLock()
         self.last_summary: GenerationSummary | None = None
+        self._images: dict[int, object] = {}  # image number -> ImageEmbedding this session placed (cera.vision.image_tokens)
 
     # -- input ------------------------------------------------------------------------
 
@@ -107,7 +110,7 @@ class Session:
             raise SessionError(f"token ids must be integers, got {bad!r:.40} ({type(bad).__name__})")
         ids = [int(t) for t in ids]
         n_vocab = self._n_vocab
-        bad = [t for t in ids if not 0 <= t < n_vocab]
+        bad = [t for t in ids if not 0 <= t < n_vocab and not (t >= IMAGE_ID_BASE and _image_known(t, self._images))]
         if bad:
             raise SessionError(f"token ids {bad[:5]} are outside the vocabulary (0..{n_vocab - 1})")
         self.pending.extend(ids)
@@ -123,6 +126,55 @@ class Session:
         ids = self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
         self.append_tokens(ids)
         return ids
+
+    def append_image(self, image, projector=None, what: str | None = None):
+        """Encode an image (a path, encoded bytes, a ``data:`` URL or an RGB array) with
+        ``projector`` (default: the model's, `LoadedModel.load_projector`) and queue it as
+        libmtmd places one: the projector's opening text, the image's rows, its closing
+        text. Returns the `cera.vision.projector.ImageEmbedding`."""
+        from ..vision.image_tokens import ids_for
+
+        projector = projector or getattr(self.loaded, "projector", None)
+        if projector is None:
+            raise UnsupportedOperation(
+                f"{self.loaded.path.name} has no multimodal projector: load its mmproj file with the model "
+                f"(cera.load(..., mmproj=FILE), cera run --mmproj FILE) to give it images"
+            )
+        embedding = projector.encode(image, what)
+        ids = ids_for(embedding)
+        with self._lock:
+            if embedding.before:
+                self.append_text(embedding.before, parse_special=True)
+            self._images[_image_number(ids[0])] = embedding
+            self.pending.extend(ids)
+            if embedding.after:
+                self.append_text(embedding.after, parse_special=True, add_special=False)
+        return embedding
+
+    def append_prompt(self, text: str, images=(), parse_special: bool = False) -> list[int]:
+        """Queue a raw prompt whose ``<__media__>`` markers (llama.cpp's) place ``images``,
+        in order; without markers the images go first, as llama-mtmd-cli puts them. Returns
+        the queued ids (an image's rows as their ids, `cera.vision.image_tokens`)."""
+        from ..vision.content_parts import MEDIA_MARKER
+
+        images = list(images)
+        pieces = text.split(MEDIA_MARKER)
+        if images and len(pieces) == 1:
+            pieces = [""] * len(images) + [text]
+        if len(pieces) - 1 != len(images):
+            raise SessionError(f"the prompt has {len(pieces) - 1} image markers ({MEDIA_MARKER}) for {len(images)} images")
+        with self._lock:
+            start = len(self.pending)
+            try:
+                for n, piece in enumerate(pieces):
+                    if piece:
+                        self.append_text(piece, parse_special=parse_special)
+                    if n < len(images):
+                        self.append_image(images[n], what=f"image {n + 1}")
+            except BaseException:
+                del self.pending[start:]  # all of the prompt or none of it
+                raise
+            return self.pending[start:]
 
     def sync_tokens(self, ids) -> int:
         """Make the session hold exactly ``ids``: keep the longest evaluated prefix they
@@ -174,16 +226,33 @@ class Session:
         return SeqStep(self.slot, tuple(tokens), tuple(range(start, start + len(tokens))))
 
     def _forward(self, tokens: list[int], outputs: Outputs, **layout) -> dict:
+        if tokens and tokens[0] >= IMAGE_ID_BASE:  # a run of image rows (see _next_chunk)
+            layout["embeds"] = _image_rows(tokens, self._images)
         step = self._seq_step(tokens)
         if self.scheduler is not None:
             return self.scheduler.forward(self, step, outputs, **layout)
-        return self.runner.forward(self.state, [step], outputs, **layout)
+        return self.runner.forward(self.state, [step], outputs, adapters=self.adapters, **layout)
+
+    def set_adapters(self, adapters) -> None:
+        """Apply other LoRA adapters (or scales, or none) from now on, on the same loaded
+        model (`cera.adapters.attach.resolve` says what ``adapters`` may be). The state was
+        computed with the previous ones, so what the session holds is queued to be
+        evaluated again; with the same adapters and scales nothing changes."""
+        new = _resolve_adapters(self.loaded, adapters)
+        with self._lock:
+            if new == self.adapters:
+                return
+            everything = self.tokens + self.pending
+            self.state.clear(self.slot)
+            self.tokens, self.pending, self.last, self._snapshots = [], everything, None, []
+            self.adapters = new
 
     def _use_prefix_cache(self) -> None:
         """Before evaluating: restore the longest cached prefix of what this session holds
         and queues, when it reaches further than what the state holds."""
         everything = self.tokens + self.pending
-        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable, state=self.state)
+        found = self.prefix_cache.lookup(everything, cut=self.model.state.rewindable, state=self.state,
+                                         adapters=self.adapters.key)  # fmt: skip
         if found is None:
             return
         entry, n = found
@@ -222,20 +291,31 @@ class Session:
         prompt_rows = len(self.pending) > 1 and (len(self.pending) >= PROMPT_ROWS or len(self.tokens) > held)
         self._check_room()
         size = min(self.n_batch, CANCEL_MIN_CHUNK) if responsive else self.n_batch
-        while self.pending:
-            if self._cancelled:
-                return False
-            chunk = self.pending[:size]
-            last = len(chunk) == len(self.pending)
-            t0 = time.perf_counter() if responsive else 0.0
-            try:
-                out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
-            except MemoryError as e:
-                raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
-            if responsive:
-                rate = len(chunk) / max(time.perf_counter() - t0, 1e-6)
-                size = max(min(int(rate * CANCEL_LATENCY_S), self.n_batch), min(self.n_batch, CANCEL_MIN_CHUNK))
-            self._took(len(chunk), out if last else None)
+        # through a scheduler, a long prompt goes in its chunks, each a pass between the
+        # decode batches of the sequences generating (cera.generation.scheduler)
+        chunks = self.scheduler if prompt_rows and self.scheduler is not None else None
+        if chunks is not None:
+            chunks.prompting(self, True)
+        try:
+            while self.pending:
+                if self._cancelled:
+                    return False
+                if chunks is not None:
+                    size = chunks.chunk_size()
+                chunk = _next_chunk(self.pending, size)
+                last = len(chunk) == len(self.pending)
+                t0 = time.perf_counter() if responsive else 0.0
+                try:
+                    out = self._forward(chunk, final if last else NONE, prompt_rows=prompt_rows)
+                except MemoryError as e:
+                    raise ResourceExhausted(f"out of memory evaluating {len(chunk)} tokens: {e}") from e
+                if responsive and chunks is None:
+                    rate = len(chunk) / max(time.perf_counter() - t0, 1e-6)
+                    size = max(min(int(rate * CANCEL_LATENCY_S), self.n_batch), min(self.n_batch, CANCEL_MIN_CHUNK))
+                self._took(len(chunk), out if last else None)
+        finally:
+            if chunks is not None:
+                chunks.prompting(self, False)
         return True
 
     def _check_room(self) -> None:
@@ -485,6 +565,12 @@ class Session:
         return len(self.tokens)
 
 
+def _resolve_adapters(loaded, adapters):
+    from ..adapters.attach import resolve
+
+    return resolve(loaded, adapters)
+
+
 def guarded(events, sink: Sink | None = None):
     """Pass events through; on a failure tell the sink (ERROR, or CANCELLED for Ctrl-C)
     and raise a CeraError (an unexpected exception becomes a GenerationError)."""
@@ -509,6 +595,20 @@ def guarded(events, sink: Sink | None = None):
             sink.on_error(f"generation failed: {type(e).__name__}: {e}")
             sink.on_finish(FinishReason.ERROR)
         raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
+
+
+def _next_chunk(pending: list[int], size: int) -> list[int]:
+    """The next pass of a queue: up to ``size`` of its first tokens, all of text or all of
+    one image (an image's rows enter as vectors, in passes of their own, as libmtmd's)."""
+    head = pending[:size]
+    if not head:
+        return head
+    first_is_image = head[0] >= IMAGE_ID_BASE
+    number = _image_number(head[0]) if first_is_image else -1
+    for i, t in enumerate(head):
+        if (t >= IMAGE_ID_BASE) != first_is_image or (first_is_image and _image_number(t) != number):
+            return head[:i]
+    return head
 
 
 def _row0(out: dict) -> dict:

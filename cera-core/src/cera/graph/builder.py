@@ -45,11 +45,15 @@ class Layout:
     in tiles) however few rows the pass has, so the rows of a long prompt come out the same
     however the prompt is cut into passes (a prompt-cache hit evaluates only the rest, and
     must give what evaluating it all gives). Otherwise the kernels are chosen by the row
-    count, as llama.cpp chooses them."""
+    count, as llama.cpp chooses them.
+
+    ``embeds``: the rows enter as embedding vectors (graph input ``embeds``, an image
+    encoder's output) instead of token ids; see `GraphBuilder.token_embeddings`."""
 
     seq_lens: tuple[int, ...] = attrs.field(converter=tuple)
     exact_rows: bool = False
     prompt_rows: bool = False
+    embeds: bool = False
 
     def __attrs_post_init__(self):
         if not self.seq_lens or any((not isinstance(n, int)) or n < 1 for n in self.seq_lens):
@@ -94,6 +98,7 @@ class Layout:
         return 1 if self.row_exact else 2 if self.prompt_rows else 0
 
 
+EMBEDS = "embeds"  # the graph input of a layout of embeddings (Layout.embeds)
 OUTPUT_KINDS = ("logits", "argmax", "top_k", "hidden", "pooled")
 
 
@@ -260,6 +265,10 @@ class GraphBuilder:
         self.outputs: dict[str, Tensor] = {}
         self._row_selected: set[int] = set()
         self._states: set[int] = set()
+        # LoRA pairs by the weight they adapt (`cera.adapters.active.ActiveAdapters.by_target`),
+        # and the weights adapted so far: `linear` and `embedding` add ``s * B(Ax)`` beside them
+        self.adapters: dict = {}
+        self.adapted: set[str] = set()
         n = layout.n_tokens
         self.tokens = self.input("tokens", (n,), "i32")
         self.positions = self.input("positions", (n,), "i32")
@@ -388,10 +397,32 @@ class GraphBuilder:
     # -- the vocabulary ------------------------------------------------------------------------
 
     def embedding(self, table: WeightRef, ids: Tensor) -> Tensor:
-        return self._node("embedding", (table, ids))
+        out = self._node("embedding", (table, ids))
+        pairs = self.adapters.get(table.name) if self.adapters else None
+        if pairs:  # llama.cpp's order: rows of the transposed A, then B, scaled, added
+            for pair, s in pairs:
+                out = self.add(out, self.scale(self._node("linear", (self._node("embedding", (pair.a, ids)), pair.b)), s))
+            self.adapted.add(table.name)
+        return out
+
+    def token_embeddings(self, table: WeightRef) -> Tensor:
+        """The rows' input vectors: ``table``'s rows of the batch's tokens, or, for a layout
+        of embeddings (``layout.embeds``), the graph input ``embeds`` ``[n_tokens, width]``
+        (an image encoder's rows, fed as they are). A family that calls this takes images."""
+        if self.layout.embeds:
+            return self.input(EMBEDS, (self.layout.n_tokens, table.shape[0]))
+        return self.embedding(table, self.tokens)
 
     def linear(self, x: Tensor, w: WeightRef, bias: WeightRef | None = None) -> Tensor:
-        return self._node("linear", (x, w, bias))
+        pairs = self.adapters.get(w.name) if self.adapters else None
+        if not pairs or pairs[0][0].embedding:
+            return self._node("linear", (x, w, bias))
+        # llama.cpp's order of operations: W x, then each adapter's s * B(A x), then the bias
+        out = self._node("linear", (x, w))
+        for pair, s in pairs:
+            out = self.add(out, self.scale(self._node("linear", (self._node("linear", (x, pair.a)), pair.b)), s))
+        self.adapted.add(w.name)
+        return out if bias is None else self.add(out, bias)
 
     def rms_norm(self, x: Tensor, w=None, eps: float = 1e-6) -> Tensor:
         return self._node("rms_norm", (x, w), eps=float(eps))
@@ -592,6 +623,7 @@ def run_eager(
 __all__ = [
     "ARGMAX",
     "ALL_LOGITS",
+    "EMBEDS",
     "Graph",
     "GraphBuilder",
     "LAST_LOGITS",

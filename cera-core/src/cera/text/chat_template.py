@@ -230,6 +230,37 @@ class ChatTemplate:
         return f"<ChatTemplate {kind}{self.name or 'default'} ({len(self.source)} chars)>"
 
 
+def chosen_template(gguf_file, choice: str) -> ChatTemplate:
+    """The template a user chose over the file's own (``--chat-template``): a template the
+    file carries by that name (``tokenizer.chat_template.<name>``), ``chatml``, or a Jinja
+    file. It is compiled now, so a template that does not parse is an error before any
+    prompt; a choice that is none of these is an error listing the names there are."""
+    from pathlib import Path
+
+    if not isinstance(choice, str) or not choice:
+        raise TemplateError("a chat template choice must be a name or the path of a Jinja file")
+    meta = gguf_file.metadata
+    specials = _special_token_texts(meta)
+    names = available_templates(meta)
+    if choice in names:
+        template = ChatTemplate.from_gguf(gguf_file, name=choice)
+    elif choice == "chatml":
+        template = ChatTemplate(CHATML_FALLBACK, name="chatml", **specials)
+    else:
+        path = Path(choice).expanduser()
+        if not path.is_file():
+            known = ", ".join(repr(n) for n in ["chatml", *names])
+            raise TemplateError(f"--chat-template {choice!r} is neither a Jinja file nor a template name; the names "
+                                f"here are {known}")  # fmt: skip
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise TemplateError(f"cannot read the chat template file {path}: {e}") from None
+        template = ChatTemplate(source, name=path.name, lazy=True, **specials)
+    template._compiled()
+    return template
+
+
 def available_templates(meta: dict) -> list[str]:
     """Names of the named templates a file carries."""
     names = {k[len(TEMPLATE_KEY) + 1 :] for k in meta if k.startswith(TEMPLATE_KEY + ".")}
