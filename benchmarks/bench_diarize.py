@@ -1,13 +1,14 @@
 """Speaker diarization: DER against an RTTM and speed, on synthesized conversations.
 
-    python benchmarks/bench_diarize.py [AUDIO ...] [--threshold 0.21] [--speakers 4]
+    python benchmarks/bench_diarize.py [AUDIO ...] [-m MODEL] [--threshold 0.21] [--speakers 4]
                                        [--collar 0.25] [--threads 2] [--out results.json]
 
 Without AUDIO, the longer conversations of tests/audio_diarizer/data/make_conversations.py
 (``--long``: 12 turns of 2 and 3 espeak-ng voices) are synthesized into a temporary
 folder. Each AUDIO file needs its reference beside it (same name, ``.rttm``). For every file
-the GE2E diarizer (`cera.audio.load_diarizer` on cera-audio-diarizer's default model)
-streams the audio in 0.5 s chunks; the table gives the DER (missed speech, false alarm,
+the diarizer (`cera.audio.load_diarizer` on ``-m`` as `cera diarize -m` resolves it: by
+default the GE2E diarizer, else a GGUF, a Streaming Sortformer ``.nemo`` or its Hub
+repository) streams the audio in 0.5 s chunks; the table gives the DER (missed speech, false alarm,
 speaker confusion; NIST's definitions, ``--collar`` seconds around each reference boundary
 not scored) and the real-time factor (wall time of the diarizer over the audio's length).
 """
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("audio", nargs="*", type=Path)
+    ap.add_argument("-m", "--model", default=None)
     ap.add_argument("--threshold", type=float, default=None)
     ap.add_argument("--speakers", type=int, default=4)
     ap.add_argument("--collar", type=float, default=0.25)
@@ -36,8 +38,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     from cera.audio import load_diarizer
-    from cera_audio_diarizer.cluster import DEFAULT_THRESHOLD
-    from cera_audio_diarizer.default import default_model_path
+    from cera_audio_diarizer.commands import resolve_model
     from cera_audio_diarizer.der import Turn, der, read_rttm
     from cera_audio_io import read_audio
 
@@ -48,9 +49,11 @@ def main(argv=None) -> None:
         script = ROOT / "tests" / "audio_diarizer" / "data" / "make_conversations.py"
         out = subprocess.run([sys.executable, str(script), tmp.name, "--long"], check=True, capture_output=True, text=True)
         files = [Path(line) for line in out.stdout.split()]
-    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
-    diarizer = load_diarizer(default_model_path(), threads=args.threads, threshold=threshold,
-                             max_speakers=args.speakers)  # fmt: skip
+    options = {} if args.threshold is None else {"threshold": args.threshold}
+    diarizer = load_diarizer(resolve_model(args.model), threads=args.threads, max_speakers=args.speakers, **options)
+    threshold = getattr(diarizer, "threshold", None)
+    if threshold is None:
+        threshold = diarizer.clusters.threshold
     rows = []
     for path in files:
         ref = read_rttm(path.with_suffix(".rttm"))

@@ -17,7 +17,8 @@ DEFAULT_MODEL = "resemblyzer-ge2e"
 
 
 def resolve_model(model: str | None) -> str:
-    """A GGUF path for ``-m``: the default bundle's conversion, or a file."""
+    """A GGUF path for ``-m``: the default bundle's conversion, a GGUF file, a ``.nemo``
+    Sortformer (converted once, cached) or a Hub repository holding one."""
     from cera.errors import ModelNotFound
 
     if model in (None, DEFAULT_MODEL):
@@ -31,10 +32,9 @@ def resolve_model(model: str | None) -> str:
             f"`cera diarize-convert --pt {model} encoder.gguf`, or leave out -m to use the default model"
         )
     if path.suffix == ".nemo" or (not path.exists() and "/" in model and not model.startswith((".", "/"))):
-        raise ModelNotFound(
-            f"{model}: Streaming Sortformer (NeMo) models are not supported by cera-audio-diarizer yet; "
-            f"the installed diarizer runs the GE2E speaker encoder ({DEFAULT_MODEL}, the default)"
-        )
+        from .sortformer_source import sortformer_gguf
+
+        return str(sortformer_gguf(model))
     if not path.is_file():
         raise ModelNotFound(f"{model}: no such model file; give a GGUF path or leave out -m for {DEFAULT_MODEL}")
     return str(path)
@@ -43,11 +43,14 @@ def resolve_model(model: str | None) -> str:
 @click.command(name="diarize")
 @click.option("--audio", "audio_path", type=click.Path(dir_okay=False), required=True,
               help="Audio file (anything libsndfile reads); resampled to 16 kHz mono.")  # fmt: skip
-@click.option("-m", "--model", default=None, help=f"Speaker-encoder GGUF, or {DEFAULT_MODEL} (the default).")
+@click.option("-m", "--model", default=None,
+              help=f"A diarizer GGUF, a Streaming Sortformer .nemo file or Hub repository "
+                   f"(nvidia/diar_streaming_sortformer_4spk-v2.1), or {DEFAULT_MODEL} (the default).")  # fmt: skip
 @click.option("--speakers", type=click.IntRange(1, 64), default=DEFAULT_MAX_SPEAKERS, show_default=True,
               help="At most this many speakers.")  # fmt: skip
-@click.option("--threshold", type=click.FloatRange(0.0, 2.0, min_open=True, max_open=True), default=DEFAULT_THRESHOLD,
-              show_default=True, help="Cosine distance above which a segment starts a new speaker.")  # fmt: skip
+@click.option("--threshold", type=click.FloatRange(0.0, 2.0, min_open=True, max_open=True), default=None,
+              help=f"GE2E: cosine distance above which a segment starts a new speaker (default {DEFAULT_THRESHOLD}); "
+                   f"Sortformer: speaker-activity probability above which a frame is speech (default 0.5).")  # fmt: skip
 @click.option("--rttm", "as_rttm", is_flag=True, help="Print RTTM lines (NIST's format).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the turns.")
 @click.option("--device", default="auto", show_default=True, help="Backend for the speaker encoder.")
@@ -63,7 +66,8 @@ def diarize_command(audio_path, model, speakers, threshold, as_rttm, as_json, de
     path = resolve_model(model)
     turns, n = [], 0
     with open_audio(audio_path, 16000) as stream:  # the file is checked before the model loads
-        diarizer = load_diarizer(path, device=device, threads=threads, max_speakers=speakers, threshold=threshold)
+        options = {} if threshold is None else {"threshold": threshold}
+        diarizer = load_diarizer(path, device=device, threads=threads, max_speakers=speakers, **options)
         try:
             for block in stream:
                 n += len(block)
@@ -91,8 +95,25 @@ def diarize_command(audio_path, model, speakers, threshold, as_rttm, as_json, de
 @click.argument("output", type=click.Path(dir_okay=False))
 @click.option("--pt", "pt_path", type=click.Path(dir_okay=False), default=None,
               help="resemblyzer's pretrained.pt (default: the resemblyzer package's, fetched and checked).")  # fmt: skip
-def diarize_convert_command(output, pt_path):
-    """Convert the GE2E speaker encoder (resemblyzer's PyTorch checkpoint) to a GGUF file OUTPUT."""
+@click.option("--nemo", "nemo_source", default=None,
+              help="A Streaming Sortformer: a .nemo file or a Hub repository holding one.")  # fmt: skip
+def diarize_convert_command(output, pt_path, nemo_source):
+    """Convert a diarizer to a GGUF file OUTPUT: the GE2E speaker encoder (resemblyzer's
+    PyTorch checkpoint) or NVIDIA's Streaming Sortformer (--nemo)."""
+    from cera.errors import InvalidOptions
+
+    if pt_path is not None and nemo_source is not None:
+        raise InvalidOptions("--pt and --nemo name two models; give one of them")
+    if nemo_source is not None:
+        from .sortformer_convert import convert_nemo
+
+        nemo_path = Path(nemo_source)
+        if nemo_path.suffix != ".nemo":
+            from .sortformer_source import hub_nemo
+
+            nemo_path = hub_nemo(nemo_source)
+        click.echo(str(convert_nemo(nemo_path, output)))
+        return
     from .convert import convert
 
     if pt_path is None:

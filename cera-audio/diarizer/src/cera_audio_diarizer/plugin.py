@@ -1,7 +1,7 @@
 """The cera plugin module of cera-audio-diarizer.
 
-Registers the GE2E speaker diarizer (GGUF architecture ``ge2e``) and the ``cera diarize``
-and ``cera diarize-convert`` commands. It imports only cera and click: numpy and the model
+Registers the GE2E speaker diarizer (GGUF architecture ``ge2e``), the Streaming Sortformer
+(``sortformer``) and the ``cera diarize`` and ``cera diarize-convert`` commands. It imports only cera and click: numpy and the model
 load when a command runs or a file is opened.
 """
 
@@ -21,6 +21,15 @@ def cera_register_audio(register):
             architectures=("ge2e",),
             factory="cera_audio_diarizer.diarizer:SpeakerDiarizer",
             description="speaker diarization: Silero VAD segments, GE2E speaker embeddings (LSTM graph on a backend), online clustering",
+        )
+    )
+    register(
+        cera.AudioComponent(
+            name="sortformer-diarizer",
+            kind="diarizer",
+            architectures=("sortformer",),
+            factory="cera_audio_diarizer.sortformer_diarizer:SortformerDiarizer",
+            description="NVIDIA's Streaming Sortformer: FastConformer and Transformer graphs on a backend, arrival-order speaker cache",
         )
     )
 

@@ -57,6 +57,7 @@ AUDIO = {
     "silero-vad": ("cera-audio-vad", "a voice activity detector (Silero VAD)", "cera vad --model FILE --audio AUDIO"),
     "microwakeword": ("cera-audio-kws", "a wake-word detector (microWakeWord)", "cera kws --model FILE --audio AUDIO"),
     "ge2e": ("cera-audio-diarizer", "a speaker encoder for diarization (GE2E)", "cera diarize --model FILE --audio AUDIO"),
+    "sortformer": ("cera-audio-diarizer", "a speaker diarizer (Streaming Sortformer)", "cera diarize --model FILE --audio AUDIO"),
 }
 
 
