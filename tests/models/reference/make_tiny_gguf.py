@@ -2,13 +2,13 @@
 classes the reference venv does not have.
 
     PYTHONPATH=<llama-cpp-python 0.3.36 sdist>/vendor/llama.cpp/gguf-py \\
-        python tests/models/reference/make_tiny_gguf.py [--only olmo3,nanbeige,mistral3,gemma4]
+        python tests/models/reference/make_tiny_gguf.py [--only olmo3,nanbeige,mistral3,gemma4,minicpm5]
 
 Each family starts from a Hugging Face config of the architecture's real shape, shrunk
 (the CONFIGS below: the keys the model's config.json has, with small sizes). The metadata
 is what llama.cpp's convert_hf_to_gguf.py (the llama-cpp-python 0.3.36 sdist) writes for
 that config: its TextModel/LlamaModel `set_gguf_parameters` and the family's own class
-(conversion/olmo.py, nanbeige.py, mistral3.py, gemma.py), through the same GGUFWriter methods; the
+(conversion/olmo.py, nanbeige.py, mistral3.py, gemma.py; llama.py for minicpm5), through the same GGUFWriter methods; the
 tensors carry the names and shapes its tensor map gives. Weights are seeded Gaussians
 divided by sqrt(fan-in), norms 1 +- 0.1 (as make_tiny_models.py draws them). The tokenizer
 is copied from one of the converted tiny files beside this script.
@@ -79,9 +79,25 @@ CONFIGS = {
         ),
         tie_word_embeddings=True, vocab_size=512, tokenizer_from="tiny-gemma2.gguf",
     ),
+    # openbmb/MiniCPM5-1B (LlamaForCausalLM, its model card: 24 layers, 16 query heads on 2
+    # KV heads, untied embeddings): the llama graph; what is MiniCPM5's own is the
+    # tokenizer's pre-tokenizer, which the converter names "minicpm5" (digits in runs of at
+    # most three, then a Qwen-like split; whole pieces found in the vocabulary taken as they
+    # are, llama.cpp's ignore_merges), so the tiny file has that pre-tokenizer over the
+    # byte-level BPE vocabulary of tiny-qwen3, whose last six tokens (and the merges that
+    # made them) give way to pieces only those rules reach: digit runs of three and less
+    # ("123", "12", "202", "199"), one of four ("2024", which the split never yields) and
+    # " quick", which no merge makes. GQA 8:1 as the real one.
+    "minicpm5": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=128, intermediate_size=256,
+        num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=1, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, vocab_size=512,
+        tokenizer_from="tiny-qwen3.gguf", tokenizer_pre="minicpm5",
+        tokenizer_last=["123", "12", "202", "199", "2024", "\u0120quick"],
+    ),
 }
-SEED_OFFSETS = {"mistral3": 0, "nanbeige": 1, "olmo3": 2, "gemma4": 3}  # fixed: the stored files depend on them
-ARCH = {"olmo3": "olmo2", "nanbeige": "nanbeige", "mistral3": "mistral3", "gemma4": "gemma4"}
+SEED_OFFSETS = {"mistral3": 0, "nanbeige": 1, "olmo3": 2, "gemma4": 3, "minicpm5": 4}  # fixed: the stored files depend on them
+ARCH = {"olmo3": "olmo2", "nanbeige": "nanbeige", "mistral3": "mistral3", "gemma4": "gemma4", "minicpm5": "llama"}
 
 
 # -- metadata, as the converter writes it ------------------------------------------------------
@@ -175,7 +191,8 @@ def gemma4_params(w: GGUFWriter, c: dict) -> None:
     w.add_file_type(0)
 
 
-PARAMS = {"olmo3": olmo3_params, "nanbeige": nanbeige_params, "mistral3": mistral3_params, "gemma4": gemma4_params}
+PARAMS = {"olmo3": olmo3_params, "nanbeige": nanbeige_params, "mistral3": mistral3_params, "gemma4": gemma4_params,
+          "minicpm5": llama_model_params}
 
 
 # -- tensors -----------------------------------------------------------------------------------
@@ -252,10 +269,29 @@ def gemma4_tensors(c: dict, lin, norm, rng) -> dict[str, np.ndarray]:
 # -- the tokenizer of a converted tiny file -----------------------------------------------------
 
 
-def copy_tokenizer(w: GGUFWriter, source: Path) -> None:
+def copy_tokenizer(w: GGUFWriter, source: Path, pre: str | None = None, last: list[str] | None = None) -> None:
+    """The tokenizer keys of ``source``; ``pre`` replaces its pre-tokenizer name, ``last``
+    its last tokens (ordinary ones, without merges; the merges that made the replaced
+    tokens are dropped)."""
     r = GGUFReader(str(source))
+    tokens = list(r.fields["tokenizer.ggml.tokens"].contents())
+    merges = list(r.fields["tokenizer.ggml.merges"].contents()) if "tokenizer.ggml.merges" in r.fields else []
+    if last:
+        gone = set(tokens[-len(last):])
+        assert not gone & set(last) and not set(last) & set(tokens), "the new tokens must be new"
+        tokens[-len(last):] = last
+        merges = [m for m in merges if m.replace(" ", "") not in gone and not set(m.split(" ")) & gone]
     for key, field in r.fields.items():
         if not key.startswith("tokenizer."):
+            continue
+        if key == "tokenizer.ggml.pre" and pre is not None:
+            w.add_string(key, pre)
+            continue
+        if key == "tokenizer.ggml.tokens":
+            w.add_array(key, tokens)
+            continue
+        if key == "tokenizer.ggml.merges":
+            w.add_array(key, merges)
             continue
         vtype = field.types[0]
         if vtype == GGUFValueType.ARRAY:
@@ -274,7 +310,7 @@ def make(name: str) -> Path:
     w.add_type("model")
     w.add_name(f"tiny-{name}")
     PARAMS[name](w, c)
-    copy_tokenizer(w, TINY / c["tokenizer_from"])
+    copy_tokenizer(w, TINY / c["tokenizer_from"], c.get("tokenizer_pre"), c.get("tokenizer_last"))
     for tname, value in tensors(name, c, rng).items():
         w.add_tensor(tname, value)
     w.write_header_to_file()
