@@ -83,6 +83,8 @@ def moe(lw, node) -> None:
         raise ShapeError(f"moe: expert tensors {g.shape}, {u.shape}, {d.shape} do not fit together")
     if a["activation"] not in ("silu", "gelu"):
         raise UnsupportedOperation(f"backend 'vulkan': moe with {a['activation']!r} experts")
+    if a.get("groups", 1) > 1:
+        raise UnsupportedOperation("backend 'vulkan': moe with group-limited routing (expert groups) has no kernel yet")
     bind_r, bind_g, bind_u, bind_d = (_whole(lw, node, w) for w in (r, g, u, d))
     xo, xs = lw.off(x), lw.stride(x)
     logits, ids, wts, h = lw.scratch(M * E), lw.scratch(M * k), lw.scratch(M * k), lw.scratch(M * k * F)

@@ -370,6 +370,9 @@ def _shape_moe(x, router, gate, up, down, selection_bias=None, k=1, **_):
     _need(len(gate) == 3 and gate[2] == n_expert and tuple(up) == tuple(gate) and len(down) == 3 and down[2] == n_expert, f"moe: expert tensors {gate}, {up}, {down} for {n_expert} experts")
     _need(gate[0] == x[1] and down[0] == gate[1], f"moe: expert tensors {gate}, {down} for inputs of {x[1]}")
     _need(0 < k <= n_expert, f"moe: k={k} experts per token out of {n_expert}")
+    groups, used = _.get("groups", 1), _.get("groups_used", 1)
+    _need(groups <= 1 or (n_expert % groups == 0 and 0 < used <= groups and k <= used * (n_expert // groups)),
+          f"moe: {n_expert} experts in {groups} groups, {used} of them used, cannot give k={k}")  # fmt: skip
     return (x[0], down[1]), "f32"
 
 
@@ -725,7 +728,7 @@ def conv1d_causal(ctx, x, w, state):
     ``y[t, c] = sum_j w[c, j] * xx[t + j, c]``, where xx is the sequence's carried last
     ``kernel - 1`` inputs followed by ``x`` (ggml_ssm_conv); the carried inputs advance."""
     x = _f64(x)
-    kernel = _f64(w)  # numpy shape [channels, kernel]
+    kernel = _f64(w).reshape(x.shape[1], -1)  # [channels, kernel] (files may add unit axes)
     d = kernel.shape[1]
     y = np.zeros_like(x)
     for s, (r0, n) in enumerate(ctx.groups):
@@ -782,14 +785,18 @@ def ssm_scan(ctx, x, dt, A, B, C, state):
 
 
 @op("moe", "x:tensor router:weight gate:weight up:weight down:weight selection_bias:weight?",
-    "k gating norm_topk weight_scale activation", shape=_shape_moe,
+    "k gating norm_topk weight_scale activation groups groups_used", shape=_shape_moe,
     choices={"gating": MOE_GATINGS, "activation": MOE_ACTIVATIONS})
-def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softmax", norm_topk=False, weight_scale=None, activation="silu"):
+def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softmax", norm_topk=False, weight_scale=None,
+        activation="silu", groups=1, groups_used=1):  # fmt: skip
     """Top-k mixture of experts, as llama.cpp's build_moe_ffn: router logits, then
     probabilities by ``gating`` ("softmax" or "sigmoid"); experts chosen by probability
     (plus ``selection_bias`` when given, which only chooses); the k weights renormalised
     to sum 1 when ``norm_topk`` and multiplied by ``weight_scale``; each chosen expert's
     gated FFN (``activation`` "silu": SwiGLU, "gelu": GeGLU) summed with its weight.
+    ``groups`` > 1: group-limited routing (DeepSeek V3's, llama.cpp's expert groups): the
+    experts in that many equal groups, each scored by the sum of its two best selection
+    values, and only the ``groups_used`` best groups' experts chosen from.
     gate/up are GGML ``[dim, ff, experts]``, down ``[ff, dim, experts]``."""
     x = _f64(x)
     logits = x @ _f64(router).T
@@ -799,6 +806,7 @@ def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softm
     else:
         probs = 1.0 / (1.0 + np.exp(-logits))
     select = probs + (_f64(selection_bias).reshape(-1) if selection_bias is not None else 0.0)
+    select = limit_groups(select, groups, groups_used)
     top = np.argsort(-select, axis=-1, kind="stable")[:, :k]
     weights = np.take_along_axis(probs, top, axis=-1)
     if norm_topk:
@@ -815,8 +823,24 @@ def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softm
     return out.astype(np.float32)
 
 
+def limit_groups(select: np.ndarray, groups: int, groups_used: int) -> np.ndarray:
+    """Selection values ``[n, experts]`` with the experts outside each row's ``groups_used``
+    best groups (scored by their two best values) at -inf; as they are for ``groups`` <= 1."""
+    if groups <= 1:
+        return select
+    n, e = select.shape
+    grouped = select.reshape(n, groups, e // groups)
+    score = np.sort(grouped, axis=-1)[..., -2:].sum(-1)
+    keep = np.argsort(-score, axis=-1, kind="stable")[:, :groups_used]
+    mask = np.full((n, groups), -np.inf)
+    np.put_along_axis(mask, keep, 0.0, axis=-1)
+    return (grouped + mask[:, :, None]).reshape(n, e)
+
+
 def activation_fn(kind, x):
     return activation(kind, x)
 
+
+from . import mixer_ops  # noqa: E402,F401 - registers head_linear, sigmoid_gate and kda
 
 __all__ = ["OPS", "OpDef", "Arg", "RopeSpec", "AttentionSpec", "RunContext", "names", "rotate", "activation"]
