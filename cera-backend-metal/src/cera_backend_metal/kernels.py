@@ -210,7 +210,7 @@ def head_linear(x, w):
 
 
 def kda(q, k, v, f, b, A, st, eps, lower_bound):
-    """Kimi delta attention over the rows of one sequence (cera.graph.mixer_ops.kda);
+    """Kimi delta attention over the rows of one sequence (cera.graph.ops.kda);
     st [H, dv, dk] -> (y [n, H, dv], st)."""
     q = q / mx.sqrt(mx.sum(q * q, axis=-1, keepdims=True) + eps)
     k = k / mx.sqrt(mx.sum(k * k, axis=-1, keepdims=True) + eps)
