@@ -12,11 +12,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from fidelity import load_reference, teacher_forced
+from fidelity import MARGIN, load_reference, teacher_forced
 
 import cera
-from cera.errors import CeraError, ModelConfigError
+from cera.errors import ModelConfigError
 from cera.state import AttentionKV, ShortConv, SSMState
 
 HERE = Path(__file__).parent
@@ -31,6 +32,9 @@ from gguf_edit import rewrite  # noqa: E402
 # are within 2.1e-3 of its stored ones (CPU, 2 threads); llama.cpp itself moves by 0.043
 # between one batch and token by token (the data's self_consistency).
 TOLERANCE = 5e-3
+# Vulkan against the CPU: the CPU follows llama.cpp's f16 cache and f16 attention sums, the
+# GPU sums otherwise (0.042 seen on lavapipe), as much as llama.cpp moves by itself
+VULKAN_TOLERANCE = 0.05
 
 
 def _worst(path: Path, cases) -> tuple[float, int]:
@@ -83,11 +87,30 @@ def test_variants_cera_does_not_compute_are_refused_by_name(tmp_path, kv, match)
         cera.load(path, device="cpu", quiet=True)
 
 
-def test_vulkan_says_which_ops_it_lacks():
+def _steps(device: str, case: dict) -> np.ndarray:
+    """Logits after the prompt and after each of llama.cpp's tokens (teacher forced)."""
+    with cera.load(TINY, device=device, quiet=True) as loaded:
+        session = loaded.new_session(n_ctx=len(case["prompt_tokens"]) + len(case["steps"]) + 8)
+        session.append_tokens(case["prompt_tokens"])
+        rows = [session.evaluate()]
+        for step in case["steps"][:-1]:
+            session.append_tokens([step["token"]])
+            rows.append(session.evaluate())
+    return np.array(rows, dtype=np.float64)
+
+
+def test_vulkan_follows_the_cpu_and_llama_cpp():
+    """Vulkan (lavapipe in CI: its kda, head_linear and sigmoid_gate kernels and grouped
+    routing) against the CPU on the teacher-forced steps of two prompts: logits within
+    VULKAN_TOLERANCE, the arg-max equal to llama.cpp's wherever its margin is over 0.5."""
     pytest.importorskip("wgpu", reason="wgpu is not installed")
     from cera_backend_vulkan import device
 
     if not device.adapters():
         pytest.skip("no Vulkan adapter here (Debian: apt-get install mesa-vulkan-drivers gives lavapipe)")
-    with pytest.raises(CeraError, match="kda"):
-        cera.load(TINY, device="vulkan", quiet=True)
+    for case in load_reference("tiny-bailingmoe3")["cases"][:2]:
+        cpu, gpu = _steps("cpu", case), _steps("vulkan", case)
+        assert np.abs(gpu - cpu).max() <= VULKAN_TOLERANCE, case["id"]
+        for i, step in enumerate(case["steps"]):
+            if step["margin"] > MARGIN:
+                assert int(np.argmax(gpu[i])) == step["token"], (case["id"], i)
