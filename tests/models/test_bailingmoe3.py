@@ -103,14 +103,41 @@ def test_vulkan_follows_the_cpu_and_llama_cpp():
     """Vulkan (lavapipe in CI: its kda, head_linear and sigmoid_gate kernels and grouped
     routing) against the CPU on the teacher-forced steps of two prompts: logits within
     VULKAN_TOLERANCE, the arg-max equal to llama.cpp's wherever its margin is over 0.5."""
-    pytest.importorskip("wgpu", reason="wgpu is not installed")
-    from cera_backend_vulkan import device
-
-    if not device.adapters():
-        pytest.skip("no Vulkan adapter here (Debian: apt-get install mesa-vulkan-drivers gives lavapipe)")
+    _vulkan_or_skip()
     for case in load_reference("tiny-bailingmoe3")["cases"][:2]:
         cpu, gpu = _steps("cpu", case), _steps("vulkan", case)
         assert np.abs(gpu - cpu).max() <= VULKAN_TOLERANCE, case["id"]
         for i, step in enumerate(case["steps"]):
             if step["margin"] > MARGIN:
                 assert int(np.argmax(gpu[i])) == step["token"], (case["id"], i)
+
+
+def _vulkan_or_skip():
+    pytest.importorskip("wgpu", reason="wgpu is not installed")
+    from cera_backend_vulkan import device
+
+    if not device.adapters():
+        pytest.skip("no Vulkan adapter here (Debian: apt-get install mesa-vulkan-drivers gives lavapipe)")
+
+
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+def test_sequences_decoded_together_equal_each_alone(device):
+    """Three prompts in one scheduler (their KDA states and MLA caches in slots of one
+    state, decode steps batched) give the tokens each gives alone."""
+    if device == "vulkan":
+        _vulkan_or_skip()
+    prompts = [c["prompt_tokens"] for c in load_reference("tiny-bailingmoe3")["cases"][:3]]
+    with cera.load(TINY, device=device, quiet=True) as loaded:
+        alone = []
+        for p in prompts:
+            s = loaded.new_session(n_ctx=256)
+            s.append_tokens(p)
+            alone.append(s.generate(max_tokens=6, temperature=0, ignore_eos=True).tokens)
+        together = loaded.scheduler(n_slots=3, n_ctx=256).generate_many(prompts, max_tokens=6, temperature=0, ignore_eos=True)
+    assert [r.tokens for r in together] == alone
+
+
+def test_an_unknown_key_is_refused(tmp_path):
+    path = rewrite(TINY, tmp_path / "m.gguf", kv={"bailingmoe3.mystery_gain": 2.0})
+    with pytest.raises(ModelConfigError, match=r"bailingmoe3\.mystery_gain"):
+        cera.load(path, device="cpu", quiet=True)
