@@ -890,18 +890,16 @@ def kda(ctx, q, k, v, f, b, a, state, *, eps, lower_bound):
     A = _f64(a).reshape(-1)
     g = lower_bound / (1.0 + np.exp(-(f * A[None, :, None])))
     beta = 1.0 / (1.0 + np.exp(-b))
-    H, S = q.shape[1], q.shape[2]
-    scale = 1.0 / math.sqrt(S)
+    scale = 1.0 / math.sqrt(q.shape[2])
     y = np.zeros_like(v)
     for s, (r0, n) in enumerate(ctx.groups):
         st = ctx.state.ssm(state, int(ctx.slots[s]))
-        M = st.astype(np.float64)
-        for t in range(r0, r0 + n):
-            for h in range(H):
-                M[h] *= np.exp(g[t, h])[None, :]
-                d = (v[t, h] - M[h] @ k[t, h]) * beta[t, h]
-                M[h] += d[:, None] * k[t, h][None, :]
-                y[t, h] = (M[h] @ q[t, h]) * scale
+        M = st.astype(np.float64)  # [heads, dim_v, dim_k]
+        for t in range(r0, r0 + n):  # every head at once
+            M *= np.exp(g[t])[:, None, :]
+            d = (v[t] - np.einsum("hjc,hc->hj", M, k[t])) * beta[t][:, None]
+            M += d[:, :, None] * k[t][:, None, :]
+            y[t] = np.einsum("hjc,hc->hj", M, q[t]) * scale
         st[...] = M
     return y.astype(np.float32)
 
