@@ -1,6 +1,7 @@
 """bailingmoe3 (Ling 3.0) on its tiny file (reference/make_tiny_gguf.py): KDA layers 0 and 2,
 gated MLA layers 1 and 3, a dense first feed-forward, 8 experts in 4 groups (2 used), 2 per
-token, sigmoid scores with a selection bias, a shared expert.
+token, sigmoid scores with a selection bias, a shared expert; a multi-token-prediction layer
+after them (blk.4), as the converter exports it.
 
 test_fidelity.py holds cera's greedy and teacher-forced tokens to llama.cpp's stored data
 (data/tiny-bailingmoe3.json); here the logits within a stated tolerance, what the family
@@ -59,7 +60,8 @@ def test_without_group_limited_routing_the_logits_part_from_llama_cpp(tmp_path):
 def test_the_layers_and_their_state():
     with cera.load(TINY, device="cpu", quiet=True) as m:
         model, c = m.model, m.model.config
-        assert c.mixers == ("ssm", "attention", "ssm", "attention")
+        assert c.mixers == ("ssm", "attention", "ssm", "attention") and (c.n_layer, c.n_mtp) == (4, 1)
+        assert len(model.layers) == 4  # the MTP layer (blk.4) is known and not run
         assert (c.n_expert, c.n_expert_used, c.n_groups, c.n_groups_used) == (8, 2, 4, 2)
         assert (c.gating, c.expert_norm, c.expert_scale, c.n_dense, c.n_ff_shexp) == ("sigmoid", True, 2.5, 1, 32)
         assert c.attention_scale == pytest.approx(1 / 24**0.5)  # 1/sqrt(nope + rope)
@@ -73,7 +75,7 @@ def test_the_layers_and_their_state():
 @pytest.mark.parametrize(
     ("kv", "match"),
     [
-        ({"bailingmoe3.nextn_predict_layers": 1}, "multi-token prediction"),
+        ({"bailingmoe3.nextn_predict_layers": 5}, "nextn_predict_layers"),
         ({"bailingmoe3.rope.dimension_sections": [2, 1, 1, 0]}, "multimodal RoPE"),
         ({"bailingmoe3.swiglu_clamp_exp": 7.0}, "swiglu_clamp_exp"),
         ({"bailingmoe3.expert_gating_func": 3}, "expert_gating_func"),

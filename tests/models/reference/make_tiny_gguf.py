@@ -100,7 +100,8 @@ CONFIGS = {
     # layers then one multi-head latent attention layer, 2 dense layers first, 512 experts in
     # 8 groups of which 4 are used, 8 per token, sigmoid scores with a selection bias,
     # renormalised and scaled by 2.5, a shared expert), shrunk: 4 layers in groups of 2
-    # (KDA, MLA, KDA, MLA), the first dense; 8 experts in 4 groups, 2 used, 2 per token.
+    # (KDA, MLA, KDA, MLA), the first dense; 8 experts in 4 groups, 2 used, 2 per token; and,
+    # as the converter exports by default, the multi-token-prediction layer after them.
     "bailingmoe3": dict(
         architectures=["BailingMoeV3ForCausalLM"], model_type="bailing_hybrid", hidden_size=64, intermediate_size=128,
         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, head_dim=16, max_position_embeddings=1024,
@@ -109,7 +110,7 @@ CONFIGS = {
         kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
         num_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, score_function="sigmoid",
         moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, num_shared_experts=1,
-        first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, num_nextn_predict_layers=0,
+        first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, num_nextn_predict_layers=1,
         tie_word_embeddings=False, vocab_size=512, tokenizer_from="tiny-qwen3.gguf",
     ),
 }
@@ -221,7 +222,7 @@ def bailingmoe3_params(w: GGUFWriter, c: dict) -> None:
     attention layers and none on the KDA layers, KDA's head dimension, conv kernel and gate
     bound, the MLA ranks and head dimensions (key_length is the cached key: the KV rank
     plus the rotary part), the experts (TextModel: count, used, groups, sigmoid gating)."""
-    n = c["num_hidden_layers"]
+    n = c["num_hidden_layers"] + c["num_nextn_predict_layers"]  # the MTP layers follow the trunk's
     w.add_block_count(n)
     w.add_context_length(c["max_position_embeddings"])
     w.add_embedding_length(c["hidden_size"])
@@ -253,6 +254,8 @@ def bailingmoe3_params(w: GGUFWriter, c: dict) -> None:
     w.add_leading_dense_block_count(c["first_k_dense_replace"])
     w.add_expert_weights_scale(c["routed_scaling_factor"])
     w.add_expert_weights_norm(c["norm_topk_prob"])
+    if c["num_nextn_predict_layers"]:
+        w.add_nextn_predict_layers(c["num_nextn_predict_layers"])
 
 
 PARAMS = {"olmo3": olmo3_params, "nanbeige": nanbeige_params, "mistral3": mistral3_params, "gemma4": gemma4_params,
@@ -382,6 +385,16 @@ def bailingmoe3_tensors(c: dict, lin, norm, rng) -> dict[str, np.ndarray]:
             out[b + "ffn_gate_shexp.weight"] = lin(fs, d)
             out[b + "ffn_up_shexp.weight"] = lin(fs, d)
             out[b + "ffn_down_shexp.weight"] = lin(d, fs)
+    for i in range(c["num_hidden_layers"], c["num_hidden_layers"] + c["num_nextn_predict_layers"]):
+        b = f"blk.{i}."  # the MTP layer (drawn after the trunk's, which stay as they were without it)
+        for name, value in bailingmoe3_tensors({**c, "num_hidden_layers": 1, "num_nextn_predict_layers": 0,
+                                                "layer_group_size": 1, "first_k_dense_replace": 0},
+                                               lin, norm, rng).items():  # fmt: skip
+            out[b + name[len("blk.0."):]] = value
+        out[b + "nextn.eh_proj.weight"] = lin(d, 2 * d)
+        out[b + "nextn.enorm.weight"] = norm(d)
+        out[b + "nextn.hnorm.weight"] = norm(d)
+        out[b + "layer_output_norm.weight"] = norm(d)
     return out
 
 

@@ -18,7 +18,8 @@ latent and the rotary key part; values are the latent)::
 The first ``leading_dense_block_count`` feed-forwards are dense SwiGLU; the others route
 each token to ``expert_used_count`` experts by sigmoid scores (a selection bias only
 chooses; group-limited when the file has expert groups; weights renormalised and scaled)
-and add a shared expert.
+and add a shared expert. The multi-token-prediction layers after the trunk
+(``nextn_predict_layers``) are not run.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class BailingMoe3Config(DecoderConfig):
     n_ff_exp: int = 0
     n_ff_shexp: int = 0
     n_dense: int = 0
+    n_mtp: int = 0  # multi-token-prediction layers after the trunk (not run: see __init__)
     expert_scale: float | None = None
     expert_norm: bool = False
 
@@ -106,12 +108,19 @@ class BailingMoe3Model(DecoderModel):
         path = gguf.path
         if not hp.opt("kda.safe_gate", True, bool):
             raise ModelConfigError(f"{path}: {hp.key('kda.safe_gate')} is false; llama.cpp and cera compute safe gates only")
-        for key in ("rope.dimension_sections", "nextn_predict_layers"):
-            if hp.has(key):
-                what = "multimodal RoPE sections (a VL file)" if "rope" in key else "multi-token prediction layers"
-                raise ModelConfigError(f"{path}: {hp.key(key)}: {what} are not served by cera yet; use a text-only file without them")
+        if hp.has("rope.dimension_sections"):
+            raise ModelConfigError(
+                f"{path}: {hp.key('rope.dimension_sections')}: multimodal RoPE sections (a VL file) are not served by "
+                f"cera yet; use a text-only file"
+            )
+        n_mtp = hp.opt("nextn_predict_layers", 0, int)
+        if not 0 <= n_mtp < config.n_layer:
+            raise ModelConfigError(f"{path}: {hp.key('nextn_predict_layers')} is {n_mtp} of {config.n_layer} blocks")
+        if n_mtp:  # the trunk is the first block_count - n_mtp layers (llama.cpp's n_layer)
+            n = config.n_layer - n_mtp
+            config = attrs.evolve(config, n_layer=n, kv_heads=config.kv_heads[:n], windows=config.windows[:n])
         for key in ("swiglu_clamp_exp", "swiglu_clamp_shexp"):
-            if any(v != 0 for v in hp.per_layer(key, config.n_layer, 0.0, float)):
+            if any(v != 0 for v in hp.per_layer(key, config.n_layer + n_mtp, 0.0, float)):
                 raise ModelConfigError(f"{path}: {hp.key(key)} clamps the experts' SwiGLU, which cera does not compute yet")
         gating = hp.req("expert_gating_func")
         if gating not in GATINGS:
@@ -133,6 +142,7 @@ class BailingMoe3Model(DecoderModel):
             n_ff_exp=hp.req("expert_feed_forward_length"),
             n_ff_shexp=hp.opt("expert_shared_feed_forward_length", 0, int),
             n_dense=hp.req("leading_dense_block_count"),
+            n_mtp=n_mtp,
             expert_norm=hp.opt("expert_weights_norm", False, bool),
         )
         scale = hp.opt("expert_weights_scale", 0.0, float)
@@ -156,6 +166,14 @@ class BailingMoe3Model(DecoderModel):
         mixers = tuple("ssm" if kv == 0 else "attention" for kv in config.kv_heads)
         config = attrs.evolve(config, mixers=mixers, attention_scale=1.0 / math.sqrt(nope_rope))
         return BailingMoe3Config(**attrs.asdict(config, recurse=False), **extra)
+
+    def __init__(self, config: BailingMoe3Config, weights):
+        super().__init__(config, weights)
+        # The MTP layers predict a further token for speculative decoding; a plain forward
+        # pass never reads them (llama.cpp skips them unless asked to load them). Known,
+        # not used.
+        for i in range(config.n_layer, config.n_layer + config.n_mtp):
+            weights.used.update(n for n in weights.tensors if n.startswith(f"blk.{i}."))
 
     # -- weights ---------------------------------------------------------------------------
 
