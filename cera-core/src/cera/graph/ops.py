@@ -363,14 +363,14 @@ def _shape_ssm_scan(x, dt, A, B, C, state, **_):
     return tuple(x), "f32"
 
 
-def _shape_moe(x, router, gate, up, down, selection_bias=None, k=1, **_):
+def _shape_moe(x, router, gate, up, down, selection_bias=None, k=1, groups=1, groups_used=1, **_):
     _need(len(x) == 2, f"moe expects [n_tokens, dim], got {x}")
     _need(len(router) == 2 and router[0] == x[1], f"moe: router of GGML shape {router} for inputs of {x[1]}")
     n_expert = router[1]
     _need(len(gate) == 3 and gate[2] == n_expert and tuple(up) == tuple(gate) and len(down) == 3 and down[2] == n_expert, f"moe: expert tensors {gate}, {up}, {down} for {n_expert} experts")
     _need(gate[0] == x[1] and down[0] == gate[1], f"moe: expert tensors {gate}, {down} for inputs of {x[1]}")
     _need(0 < k <= n_expert, f"moe: k={k} experts per token out of {n_expert}")
-    groups, used = _.get("groups", 1), _.get("groups_used", 1)
+    used = groups_used
     _need(groups <= 1 or (n_expert % groups == 0 and 0 < used <= groups and k <= used * (n_expert // groups)),
           f"moe: {n_expert} experts in {groups} groups, {used} of them used, cannot give k={k}")  # fmt: skip
     return (x[0], down[1]), "f32"
