@@ -37,6 +37,7 @@ from cera.errors import (
 )
 from cera.graph.ops import OPS as OP_TABLE
 from cera.graph.ops import names as op_names
+from cera.graph.ops import limit_groups
 from cera.state import KV_CODES, HostState, kv_row_shape
 
 from ._native import best_variant, compiled_variants, cpu_features, ffi, lib
@@ -456,9 +457,10 @@ class CpuBackend(Backend):
         probabilities; ``selection_bias`` (a Weight of n_expert values added to the
         probabilities only to choose experts); ``norm_topk`` (renormalise the k chosen
         weights to sum 1); ``weight_scale`` (multiply them); ``activation`` "silu"
-        (SwiGLU, default) or "gelu" (GeGLU). gate/up are [n_embd, n_ff, n_expert] and
+        (SwiGLU, default) or "gelu" (GeGLU); ``groups``/``groups_used`` (group-limited
+        routing, `cera.graph.ops.limit_groups`). gate/up are [n_embd, n_ff, n_expert] and
         down [n_ff, n_embd, n_expert] in GGML order, like ffn_{gate,up,down}_exps."""
-        unknown = set(kw) - {"gating", "selection_bias", "norm_topk", "weight_scale", "activation"}
+        unknown = set(kw) - {"gating", "selection_bias", "norm_topk", "weight_scale", "activation", "groups", "groups_used"}
         if unknown:
             raise UnsupportedOperation(f"backend 'cpu': moe has no option(s) {sorted(unknown)}")
         x = _f32(x)
@@ -480,6 +482,7 @@ class CpuBackend(Backend):
         select = probs
         if kw.get("selection_bias") is not None:
             select = probs + _f32(kw["selection_bias"]).reshape(-1)
+        select = limit_groups(select, kw.get("groups", 1), kw.get("groups_used", 1))
         top = np.argsort(-select, axis=-1, kind="stable")[:, :k]
         weights = np.take_along_axis(probs, top, axis=-1)
         if kw.get("norm_topk"):

@@ -62,6 +62,9 @@ OPS = (
     "conv1d",
     "ssm_scan",
     "moe",
+    "head_linear",  # on the host (the op table's numpy reference), as sigmoid_gate and kda
+    "sigmoid_gate",
+    "kda",
 )
 
 # Names accepted by CERA_CPU_VARIANT (and CpuBackend(variant=...)), worst to best.

@@ -60,6 +60,11 @@ def _binary_ready(exe, node) -> bool:
     return tuple(b.shape) == tuple(a.shape) or (b.size == a.shape[-1] and b.shape[-1] == a.shape[-1])
 
 
+def _moe_ready(exe, node) -> bool:
+    """The C routing has no expert groups: group-limited routing runs on the host."""
+    return node.attrs.get("groups", 1) <= 1 and all(exe._contiguous(t) for t in node.tensors)
+
+
 def _norm_ready(exe, node) -> bool:
     return all(not isinstance(w, Tensor) or (w.size == node.args[0].shape[-1]) for w in node.args[1:])
 
@@ -344,7 +349,7 @@ LOWERERS: dict[str, Lowerer] = {
     "store_cross": Lowerer(_encoder, ("store_cross",)),
     "conv1d_causal": Lowerer(_recurrent, ("conv_causal",)),
     "ssm_scan": Lowerer(_recurrent, ("ssm_scan",)),
-    "moe": Lowerer(_moe, ("moe",)),
+    "moe": Lowerer(_moe, ("moe",), _moe_ready),
 }
 
 # The ops with a C kernel here (the rest run on the host between C segments).

@@ -31,6 +31,7 @@ OPS = (
     "embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "attention_full", "unary", "glu",
     "add", "mul", "scale", "softcap", "softmax", "argmax", "top_k", "take", "concat", "rows", "seq_mean",
     "reshape", "slice", "copy", "conv1d_causal", "moe", "ssm_scan", "conv1d", "cross_attention", "store_cross",
+    "head_linear", "sigmoid_gate", "kda",
 )  # fmt: skip
 
 # KV cache precisions the attention reads

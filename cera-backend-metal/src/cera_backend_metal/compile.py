@@ -36,7 +36,7 @@ from cera.state import StateRef
 from . import kernels as K
 
 CELL_BUCKET = 256  # cells a step's attention reads are a multiple of this (or the whole ring)
-STATEFUL = {"attention": ("k", "v"), "conv1d_causal": ("conv_state",), "ssm_scan": ("ssm_state",),
+STATEFUL = {"attention": ("k", "v"), "conv1d_causal": ("conv_state",), "ssm_scan": ("ssm_state",), "kda": ("ssm_state",),
             "store_cross": ("cross_k", "cross_v"), "cross_attention": ("cross_k", "cross_v")}  # fmt: skip
 
 
@@ -281,6 +281,7 @@ class MetalExecutable(Executable):
                 y = a[0]
             elif op == "conv1d_causal":
                 w = a[1].values()
+                w = w.reshape(-1, w.shape[-1])  # [channels, kernel] (files may add unit axes)
                 outs = []
                 for s, (r0, n) in enumerate(groups):
                     ys, cur[("conv_state", ref.index, s)] = K.conv1d_causal(
@@ -301,9 +302,24 @@ class MetalExecutable(Executable):
                     )
                     outs.append(ys)
                 y = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
+            elif op == "kda":
+                outs = []
+                for s, (r0, n) in enumerate(groups):
+                    sl = slice(r0, r0 + n)
+                    ys, cur[("ssm_state", ref.index, s)] = K.kda(
+                        a[0][sl], a[1][sl], a[2][sl], a[3][sl], a[4][sl], a[5].values().reshape(-1),
+                        cur[("ssm_state", ref.index, s)], at["eps"], at["lower_bound"],
+                    )  # fmt: skip
+                    outs.append(ys)
+                y = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
+            elif op == "head_linear":
+                y = K.head_linear(a[0], a[1])
+            elif op == "sigmoid_gate":
+                y = a[0] * mx.sigmoid(a[1])
             elif op == "moe":
                 y = K.moe(a[0], a[1], a[2], a[3], a[4], a[5], k=at["k"], gating=at["gating"], norm_topk=at["norm_topk"],
-                          weight_scale=at["weight_scale"], activation_kind=at["activation"])  # fmt: skip
+                          weight_scale=at["weight_scale"], activation_kind=at["activation"],
+                          groups=at.get("groups", 1), groups_used=at.get("groups_used", 1))  # fmt: skip
             else:  # the backend's check_ops refuses the graph before this
                 raise ShapeError(f"backend 'metal' has no program for op {op!r}")
             vals[node.out.id] = y

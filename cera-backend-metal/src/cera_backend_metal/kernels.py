@@ -203,6 +203,29 @@ def ssm_scan(x, dt, A, B, C, st):
     return mx.stack(ys), st
 
 
+def head_linear(x, w):
+    """x [n, H, in] and a MetalWeight of numpy shape [H, out, in] -> [n, H, out]."""
+    W = w.values()
+    return (W[None] @ x[:, :, :, None])[..., 0]
+
+
+def kda(q, k, v, f, b, A, st, eps, lower_bound):
+    """Kimi delta attention over the rows of one sequence (cera.graph.ops.kda);
+    st [H, dv, dk] -> (y [n, H, dv], st)."""
+    q = q / mx.sqrt(mx.sum(q * q, axis=-1, keepdims=True) + eps)
+    k = k / mx.sqrt(mx.sum(k * k, axis=-1, keepdims=True) + eps)
+    g = lower_bound * mx.sigmoid(f * A[None, :, None])
+    beta = mx.sigmoid(b)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    ys = []
+    for t in range(q.shape[0]):
+        st = st * mx.exp(g[t])[:, None, :]
+        d = (v[t] - (st @ k[t][:, :, None])[..., 0]) * beta[t][:, None]
+        st = st + d[:, :, None] * k[t][:, None, :]
+        ys.append((st @ q[t][:, :, None])[..., 0] * scale)
+    return mx.stack(ys), st
+
+
 def conv1d(x, w, bias=None, stride=1, padding=0):
     """Whisper's front end: x [frames, in], w a MetalWeight of numpy shape [out, in, kernel]."""
     kernel = w.values().transpose(0, 2, 1)  # [out, kernel, in], as mx.conv1d takes it
@@ -226,10 +249,18 @@ def _experts(x, w, idx):
     return mx.gather_mm(x, wd.swapaxes(-1, -2), rhs_indices=idx)
 
 
-def moe(x, router, gate, up, down, selection_bias=None, *, k, gating, norm_topk, weight_scale, activation_kind):
+def moe(x, router, gate, up, down, selection_bias=None, *, k, gating, norm_topk, weight_scale, activation_kind,
+        groups=1, groups_used=1):  # fmt: skip
     logits = linear(x, router)
     probs = mx.softmax(logits, axis=-1, precise=True) if gating == "softmax" else mx.sigmoid(logits)
     select = probs if selection_bias is None else probs + selection_bias.values().reshape(-1)
+    if groups > 1:  # group-limited routing (cera.graph.ops.limit_groups)
+        n, e = select.shape
+        grouped = select.reshape(n, groups, e // groups)
+        score = mx.sum(mx.sort(grouped, axis=-1)[..., -2:], axis=-1)
+        keep = mx.argsort(-score, axis=-1)[:, :groups_used]
+        hit = mx.sum(mx.arange(groups)[None, :, None] == keep[:, None, :], axis=-1) > 0  # [n, groups]
+        select = mx.where(hit[:, :, None], grouped, -mx.inf).reshape(n, e)
     top = mx.argsort(-select, axis=-1)[:, :k]
     weights = mx.take_along_axis(probs, top, axis=-1)
     if norm_topk:

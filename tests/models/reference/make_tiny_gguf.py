@@ -2,13 +2,13 @@
 classes the reference venv does not have.
 
     PYTHONPATH=<llama-cpp-python 0.3.36 sdist>/vendor/llama.cpp/gguf-py \\
-        python tests/models/reference/make_tiny_gguf.py [--only olmo3,nanbeige,mistral3,gemma4]
+        python tests/models/reference/make_tiny_gguf.py [--only olmo3,nanbeige,mistral3,gemma4,minicpm5,bailingmoe3]
 
 Each family starts from a Hugging Face config of the architecture's real shape, shrunk
 (the CONFIGS below: the keys the model's config.json has, with small sizes). The metadata
 is what llama.cpp's convert_hf_to_gguf.py (the llama-cpp-python 0.3.36 sdist) writes for
 that config: its TextModel/LlamaModel `set_gguf_parameters` and the family's own class
-(conversion/olmo.py, nanbeige.py, mistral3.py, gemma.py), through the same GGUFWriter methods; the
+(conversion/olmo.py, nanbeige.py, mistral3.py, gemma.py, bailingmoe3.py; llama.py for minicpm5), through the same GGUFWriter methods; the
 tensors carry the names and shapes its tensor map gives. Weights are seeded Gaussians
 divided by sqrt(fan-in), norms 1 +- 0.1 (as make_tiny_models.py draws them). The tokenizer
 is copied from one of the converted tiny files beside this script.
@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter, RopeScalingType
+from gguf import ExpertGatingFuncType, GGUFReader, GGUFValueType, GGUFWriter, RopeScalingType
 
 HERE = Path(__file__).resolve().parent
 TINY = HERE / "tiny"
@@ -79,9 +79,44 @@ CONFIGS = {
         ),
         tie_word_embeddings=True, vocab_size=512, tokenizer_from="tiny-gemma2.gguf",
     ),
+    # openbmb/MiniCPM5-1B (LlamaForCausalLM, its model card: 24 layers, 16 query heads on 2
+    # KV heads, untied embeddings): the llama graph; what is MiniCPM5's own is the
+    # tokenizer's pre-tokenizer, which the converter names "minicpm5" (digits in runs of at
+    # most three, then a Qwen-like split; whole pieces found in the vocabulary taken as they
+    # are, llama.cpp's ignore_merges), so the tiny file has that pre-tokenizer over the
+    # byte-level BPE vocabulary of tiny-qwen3, whose last six tokens (and the merges that
+    # made them) give way to pieces only those rules reach: digit runs of three and less
+    # ("123", "12", "202", "199"), one of four ("2024", which the split never yields) and
+    # " quick", which no merge makes. GQA 8:1 as the real one.
+    "minicpm5": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=128, intermediate_size=256,
+        num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=1, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, vocab_size=512,
+        tokenizer_from="tiny-qwen3.gguf", tokenizer_pre="minicpm5",
+        tokenizer_last=["123", "12", "202", "199", "2024", "\u0120quick"],
+    ),
+    # inclusionAI's Ling 3.0 (BailingMoeV3ForCausalLM; its config as transformers'
+    # BailingHybridConfig defaults it: 42 layers in groups of 6, five Kimi delta attention
+    # layers then one multi-head latent attention layer, 2 dense layers first, 512 experts in
+    # 8 groups of which 4 are used, 8 per token, sigmoid scores with a selection bias,
+    # renormalised and scaled by 2.5, a shared expert), shrunk: 4 layers in groups of 2
+    # (KDA, MLA, KDA, MLA), the first dense; 8 experts in 4 groups, 2 used, 2 per token; and,
+    # as the converter exports by default, the multi-token-prediction layer after them.
+    "bailingmoe3": dict(
+        architectures=["BailingMoeV3ForCausalLM"], model_type="bailing_hybrid", hidden_size=64, intermediate_size=128,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, head_dim=16, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, rope_theta=6000000.0, layer_group_size=2, short_conv_kernel_size=4, kda_safe_gate=True,
+        kda_lower_bound=-5.0, no_kda_lora=True, gated_attention_proj_granularity_type="head_wise",
+        kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+        num_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, score_function="sigmoid",
+        moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, num_shared_experts=1,
+        first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, num_nextn_predict_layers=1,
+        tie_word_embeddings=False, vocab_size=512, tokenizer_from="tiny-qwen3.gguf",
+    ),
 }
-SEED_OFFSETS = {"mistral3": 0, "nanbeige": 1, "olmo3": 2, "gemma4": 3}  # fixed: the stored files depend on them
-ARCH = {"olmo3": "olmo2", "nanbeige": "nanbeige", "mistral3": "mistral3", "gemma4": "gemma4"}
+SEED_OFFSETS = {"mistral3": 0, "nanbeige": 1, "olmo3": 2, "gemma4": 3, "minicpm5": 4, "bailingmoe3": 5}  # fixed: the stored files depend on them
+ARCH = {"olmo3": "olmo2", "nanbeige": "nanbeige", "mistral3": "mistral3", "gemma4": "gemma4", "minicpm5": "llama",
+        "bailingmoe3": "bailingmoe3"}
 
 
 # -- metadata, as the converter writes it ------------------------------------------------------
@@ -175,7 +210,56 @@ def gemma4_params(w: GGUFWriter, c: dict) -> None:
     w.add_file_type(0)
 
 
-PARAMS = {"olmo3": olmo3_params, "nanbeige": nanbeige_params, "mistral3": mistral3_params, "gemma4": gemma4_params}
+def bailing_full_attention(c: dict, i: int) -> bool:
+    """BailingMoeV3Model.is_full_attention: the last layer of each group (and the rest past
+    the last whole group) attends; the others are Kimi delta attention layers."""
+    n, g = c["num_hidden_layers"], c["layer_group_size"]
+    return (i + 1) % g == 0 or i >= n // g * g
+
+
+def bailingmoe3_params(w: GGUFWriter, c: dict) -> None:
+    """conversion/bailingmoe3.py BailingMoeV3Model over TextModel: one KV head on the
+    attention layers and none on the KDA layers, KDA's head dimension, conv kernel and gate
+    bound, the MLA ranks and head dimensions (key_length is the cached key: the KV rank
+    plus the rotary part), the experts (TextModel: count, used, groups, sigmoid gating)."""
+    n = c["num_hidden_layers"] + c["num_nextn_predict_layers"]  # the MTP layers follow the trunk's
+    w.add_block_count(n)
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv([1 if bailing_full_attention(c, i) else 0 for i in range(n)])
+    w.add_rope_freq_base(c["rope_theta"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_expert_count(c["num_experts"])
+    w.add_expert_used_count(c["num_experts_per_tok"])
+    w.add_expert_group_count(c["n_group"])
+    w.add_expert_group_used_count(c["topk_group"])
+    w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
+    w.add_value_length(c["head_dim"])  # TextModel's head_dim (KDA's); MLA reads value_length_mla
+    w.add_file_type(0)
+    w.add_vocab_size(c["vocab_size"])
+    w.add_ssm_conv_kernel(c["short_conv_kernel_size"])
+    w.add_kda_head_dim(c["head_dim"])
+    w.add_kda_safe_gate(c["kda_safe_gate"])
+    w.add_kda_gate_lower_bound(c["kda_lower_bound"])
+    w.add_kv_lora_rank(c["kv_lora_rank"])
+    w.add_rope_dimension_count(c["qk_rope_head_dim"])
+    w.add_key_length(c["kv_lora_rank"] + c["qk_rope_head_dim"])
+    w.add_key_length_mla(c["qk_nope_head_dim"] + c["qk_rope_head_dim"])
+    w.add_value_length_mla(c["v_head_dim"])
+    w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+    w.add_expert_shared_feed_forward_length(c["moe_shared_expert_intermediate_size"])
+    w.add_expert_shared_count(c["num_shared_experts"])
+    w.add_leading_dense_block_count(c["first_k_dense_replace"])
+    w.add_expert_weights_scale(c["routed_scaling_factor"])
+    w.add_expert_weights_norm(c["norm_topk_prob"])
+    if c["num_nextn_predict_layers"]:
+        w.add_nextn_predict_layers(c["num_nextn_predict_layers"])
+
+
+PARAMS = {"olmo3": olmo3_params, "nanbeige": nanbeige_params, "mistral3": mistral3_params, "gemma4": gemma4_params,
+          "minicpm5": llama_model_params, "bailingmoe3": bailingmoe3_params}
 
 
 # -- tensors -----------------------------------------------------------------------------------
@@ -198,6 +282,8 @@ def tensors(name: str, c: dict, rng) -> dict[str, np.ndarray]:
         out["output.weight"] = lin(V, d, 4.0)
     if name == "gemma4":
         return out | gemma4_tensors(c, lin, norm, rng)
+    if name == "bailingmoe3":
+        return out | bailingmoe3_tensors(c, lin, norm, rng)
     for i in range(c["num_hidden_layers"]):
         b = f"blk.{i}."
         out[b + "attn_q.weight"] = lin(H * hd, d, 2.0)
@@ -249,13 +335,95 @@ def gemma4_tensors(c: dict, lin, norm, rng) -> dict[str, np.ndarray]:
     return out
 
 
+def bailingmoe3_tensors(c: dict, lin, norm, rng) -> dict[str, np.ndarray]:
+    """Bailing MoE V3's layers under the converter's names and shapes (numpy order): KDA
+    layers (q/k/v with depthwise convs stored [1, channels, 1, kernel], f/g projections, the
+    per-head beta projection and A = exp(A_log) as [heads, 1], dt bias, the per-head output
+    norm), MLA layers (the joint KV projection with its rotary part, the absorbed per-head
+    key and value projections k_b [heads, rank, nope] and v_b [heads, v, rank], a gate per
+    head), a dense first feed-forward, then routers (scaled up so that routing is
+    decisive), selection biases, experts and the shared expert."""
+    d, ff, H = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"]
+    hd, conv, rank = c["head_dim"], c["short_conv_kernel_size"], c["kv_lora_rank"]
+    nope, rope, vd = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+    E, fe, fs = c["num_experts"], c["moe_intermediate_size"], c["moe_shared_expert_intermediate_size"]
+    inner = H * hd
+    out = {}
+    for i in range(c["num_hidden_layers"]):
+        b = f"blk.{i}."
+        out[b + "attn_norm.weight"] = norm(d)
+        if not bailing_full_attention(c, i):
+            for x in "qkv":
+                out[b + f"attn_{x}.weight"] = lin(inner, d, 2.0 if x != "v" else 1.0)
+                out[b + f"ssm_conv1d_{x}.weight"] = (rng.standard_normal((1, inner, 1, conv)) / math.sqrt(conv)).astype(np.float32)
+            out[b + "ssm_f_a.weight"] = lin(inner, d)
+            out[b + "ssm_beta.weight"] = lin(H, d)
+            out[b + "ssm_a"] = np.exp(rng.uniform(0.0, 1.5, (H, 1))).astype(np.float32)
+            out[b + "ssm_dt.bias"] = (0.5 * rng.standard_normal(inner)).astype(np.float32)
+            out[b + "ssm_g_a.weight"] = lin(inner, d)
+            out[b + "ssm_norm.weight"] = norm(hd)
+            out[b + "attn_output.weight"] = lin(d, inner)
+        else:
+            out[b + "attn_q.weight"] = lin(H * (nope + rope), d, 2.0)
+            out[b + "attn_kv_a_mqa.weight"] = lin(rank + rope, d, 2.0)
+            out[b + "attn_kv_a_norm.weight"] = norm(rank)
+            out[b + "attn_k_b.weight"] = (rng.standard_normal((H, rank, nope)) / math.sqrt(nope)).astype(np.float32)
+            out[b + "attn_v_b.weight"] = (rng.standard_normal((H, vd, rank)) / math.sqrt(rank)).astype(np.float32)
+            out[b + "attn_gate.weight"] = lin(H, d)
+            out[b + "attn_output.weight"] = lin(d, H * vd)
+        out[b + "ffn_norm.weight"] = norm(d)
+        if i < c["first_k_dense_replace"]:
+            out[b + "ffn_gate.weight"] = lin(ff, d)
+            out[b + "ffn_up.weight"] = lin(ff, d)
+            out[b + "ffn_down.weight"] = lin(d, ff)
+        else:
+            out[b + "ffn_gate_inp.weight"] = lin(E, d, 6.0)
+            out[b + "exp_probs_b.bias"] = (0.1 * rng.standard_normal(E)).astype(np.float32)
+            out[b + "ffn_gate_exps.weight"] = (rng.standard_normal((E, fe, d)) / math.sqrt(d)).astype(np.float32)
+            out[b + "ffn_up_exps.weight"] = (rng.standard_normal((E, fe, d)) / math.sqrt(d)).astype(np.float32)
+            out[b + "ffn_down_exps.weight"] = (rng.standard_normal((E, d, fe)) / math.sqrt(fe)).astype(np.float32)
+            out[b + "ffn_gate_shexp.weight"] = lin(fs, d)
+            out[b + "ffn_up_shexp.weight"] = lin(fs, d)
+            out[b + "ffn_down_shexp.weight"] = lin(d, fs)
+    for i in range(c["num_hidden_layers"], c["num_hidden_layers"] + c["num_nextn_predict_layers"]):
+        b = f"blk.{i}."  # the MTP layer (drawn after the trunk's, which stay as they were without it)
+        for name, value in bailingmoe3_tensors({**c, "num_hidden_layers": 1, "num_nextn_predict_layers": 0,
+                                                "layer_group_size": 1, "first_k_dense_replace": 0},
+                                               lin, norm, rng).items():  # fmt: skip
+            out[b + name[len("blk.0."):]] = value
+        out[b + "nextn.eh_proj.weight"] = lin(d, 2 * d)
+        out[b + "nextn.enorm.weight"] = norm(d)
+        out[b + "nextn.hnorm.weight"] = norm(d)
+        out[b + "layer_output_norm.weight"] = norm(d)
+    return out
+
+
 # -- the tokenizer of a converted tiny file -----------------------------------------------------
 
 
-def copy_tokenizer(w: GGUFWriter, source: Path) -> None:
+def copy_tokenizer(w: GGUFWriter, source: Path, pre: str | None = None, last: list[str] | None = None) -> None:
+    """The tokenizer keys of ``source``; ``pre`` replaces its pre-tokenizer name, ``last``
+    its last tokens (ordinary ones, without merges; the merges that made the replaced
+    tokens are dropped)."""
     r = GGUFReader(str(source))
+    tokens = list(r.fields["tokenizer.ggml.tokens"].contents())
+    merges = list(r.fields["tokenizer.ggml.merges"].contents()) if "tokenizer.ggml.merges" in r.fields else []
+    if last:
+        gone = set(tokens[-len(last):])
+        assert not gone & set(last) and not set(last) & set(tokens), "the new tokens must be new"
+        tokens[-len(last):] = last
+        merges = [m for m in merges if m.replace(" ", "") not in gone and not set(m.split(" ")) & gone]
     for key, field in r.fields.items():
         if not key.startswith("tokenizer."):
+            continue
+        if key == "tokenizer.ggml.pre" and pre is not None:
+            w.add_string(key, pre)
+            continue
+        if key == "tokenizer.ggml.tokens":
+            w.add_array(key, tokens)
+            continue
+        if key == "tokenizer.ggml.merges":
+            w.add_array(key, merges)
             continue
         vtype = field.types[0]
         if vtype == GGUFValueType.ARRAY:
@@ -274,7 +442,7 @@ def make(name: str) -> Path:
     w.add_type("model")
     w.add_name(f"tiny-{name}")
     PARAMS[name](w, c)
-    copy_tokenizer(w, TINY / c["tokenizer_from"])
+    copy_tokenizer(w, TINY / c["tokenizer_from"], c.get("tokenizer_pre"), c.get("tokenizer_last"))
     for tname, value in tensors(name, c, rng).items():
         w.add_tensor(tname, value)
     w.write_header_to_file()

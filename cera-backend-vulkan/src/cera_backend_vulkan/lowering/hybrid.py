@@ -55,6 +55,44 @@ def ssm_scan(lw, node) -> None:
             label="ssm_scan")  # fmt: skip
 
 
+def kda(lw, node) -> None:
+    """A thread per (sequence, head, value row) with its row of the slot's state in
+    registers (wgsl.kda, one variant per head dimension)."""
+    q, k, v, f, b, A, ref = node.args
+    lw.need_contiguous(node, q, k, v, f, b)
+    _recurrent_state(lw, node, ref, "ssm_state")
+    H, D = q.shape[1], q.shape[2]
+    if D > 256:
+        raise UnsupportedOperation(f"backend 'vulkan': kda with heads of {D} (at most 256)")
+    mem = lw.mem
+    count = mem.n_seq * H * D
+    at = node.attrs
+    params = [count, H, lw.off(q), lw.off(k), lw.off(v), lw.off(f), lw.off(b), lw.operand(A), lw.off(node.out),
+              mem.seq_off, mem.n_seq, f32_bits(at["eps"]), f32_bits(at["lower_bound"])]  # fmt: skip
+    lw.emit(("kda", D), lambda: wgsl.kda(D), params, -(-count // 64), binds=[("ssm", ref.index)], label="kda")
+
+
+def head_linear(lw, node) -> None:
+    """A thread per output (wgsl.head_linear), the weight as a float constant."""
+    x, w = node.args
+    n, H, I = x.shape
+    O = node.out.shape[2]
+    lw.need_contiguous(node, node.out)
+    count = n * H * O
+    params = [count, H, I, O, lw.off(x), I if lw.contiguous(x) else lw.stride(x), lw.operand(w), lw.off(node.out)]
+    lw.emit(("head_linear",), wgsl.head_linear, params, -(-count // 64), label="head_linear")
+
+
+def sigmoid_gate(lw, node) -> None:
+    x, g = node.args
+    lw.need_contiguous(node, x, g)
+    per = x.size // g.size
+    if g.size * per != x.size or (per > 1 and g.shape[-1] != 1):
+        raise UnsupportedOperation(f"backend 'vulkan': sigmoid_gate of {x.shape} by {g.shape}")
+    params = [x.size, lw.off(x), lw.off(g), lw.off(node.out), per]
+    lw.emit(("sigmoid_gate",), wgsl.sigmoid_gate, params, -(-x.size // 64), label="sigmoid_gate")
+
+
 def _whole(lw, node, w) -> tuple:
     """A weight bound whole (an expert tensor: its rows are indexed by expert at run
     time, so it cannot be split into chunks as a product's rows are)."""
@@ -83,6 +121,9 @@ def moe(lw, node) -> None:
         raise ShapeError(f"moe: expert tensors {g.shape}, {u.shape}, {d.shape} do not fit together")
     if a["activation"] not in ("silu", "gelu"):
         raise UnsupportedOperation(f"backend 'vulkan': moe with {a['activation']!r} experts")
+    groups = a.get("groups", 1)
+    if groups > 32:
+        raise UnsupportedOperation(f"backend 'vulkan': moe with {groups} expert groups (at most 32)")
     bind_r, bind_g, bind_u, bind_d = (_whole(lw, node, w) for w in (r, g, u, d))
     xo, xs = lw.off(x), lw.stride(x)
     logits, ids, wts, h = lw.scratch(M * E), lw.scratch(M * k), lw.scratch(M * k), lw.scratch(M * k * F)
@@ -93,7 +134,7 @@ def moe(lw, node) -> None:
     scale = a["weight_scale"] if a["weight_scale"] is not None else 1.0
     lw.emit(("moe_route",), wgsl.moe_route,
             [M, E, k, logits, ids, wts, int(a["gating"] == "sigmoid"), b, int(bool(a["norm_topk"])),
-             f32_bits(scale)], -(-M // 64), label="moe route")  # fmt: skip
+             f32_bits(scale), groups, a.get("groups_used", 1)], -(-M // 64), label="moe route")  # fmt: skip
     types = (g.ggml_type, u.ggml_type)
     act = OPS["unary"].code("kind", a["activation"])
     lw.emit(("moe_up", types), lambda: wgsl.moe_up(*types),

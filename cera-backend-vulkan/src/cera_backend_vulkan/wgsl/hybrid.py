@@ -94,9 +94,12 @@ def moe_route() -> str:
     in place; the k experts of largest probability plus selection bias (ties to the lower
     index, as a stable sort), picked one after another each below the last in (value,
     index) order; their probabilities as weights, renormalised to sum 1 when asked and
-    scaled. P: 0 rows, 1 experts, 2 k, 3 logits offset, 4 ids offset ([rows, k] u32),
-    5 weights offset ([rows, k]), 6 gating (0 softmax, 1 sigmoid), 7 selection bias
-    offset + 1 (0: none), 8 renormalise, 9 scale (f32)."""
+    scaled. With expert groups (P 10 > 1), only the experts of the P 11 groups whose two best
+    selection values sum highest (ties to the lower group) are picked from (group-limited
+    routing, cera.graph.ops.limit_groups). P: 0 rows, 1 experts, 2 k, 3 logits offset,
+    4 ids offset ([rows, k] u32), 5 weights offset ([rows, k]), 6 gating (0 softmax,
+    1 sigmoid), 7 selection bias offset + 1 (0: none), 8 renormalise, 9 scale (f32),
+    10 groups (at most 32), 11 groups used."""
     return (
         HEADER
         + ARENA_U32
@@ -123,11 +126,35 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     } else {
         for (var e = 0u; e < E; e++) { A[lo + e] = bitcast<u32>(1.0 / (1.0 + exp(-F(lo + e)))); }
     }
+    let G = P(10u);
+    var keep = 0xffffffffu;
+    if (G > 1u) {
+        let per = E / G;
+        var score: array<f32, 32>;
+        for (var gi = 0u; gi < G; gi++) {
+            var b1 = -3.4e38; var b2 = -3.4e38;
+            for (var e = gi * per; e < (gi + 1u) * per; e++) {
+                let v = sel(lo, e);
+                if (v > b1) { b2 = b1; b1 = v; } else if (v > b2) { b2 = v; }
+            }
+            score[gi] = b1 + b2;
+        }
+        keep = 0u;
+        for (var j = 0u; j < P(11u); j++) {
+            var bg = 0u; var bv = 0.0; var found = false;
+            for (var gi = 0u; gi < G; gi++) {
+                if (((keep >> gi) & 1u) == 0u && (!found || score[gi] > bv)) { bg = gi; bv = score[gi]; found = true; }
+            }
+            keep = keep | (1u << bg);
+        }
+    }
+    let per_group = max(E / max(G, 1u), 1u);
     var last_v = 0.0; var last_e = 0u;
     var total = 0.0;
     for (var j = 0u; j < k; j++) {
         var best = 0u; var best_v = 0.0; var found = false;
         for (var e = 0u; e < E; e++) {
+            if (G > 1u && ((keep >> (e / per_group)) & 1u) == 0u) { continue; }
             let v = sel(lo, e);
             let below = j == 0u || v < last_v || (v == last_v && e > last_e);
             if (below && (!found || v > best_v)) { best = e; best_v = v; found = true; }
@@ -265,5 +292,110 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
     for (var j = 0u; j < {d_state}u; j++) {{ S[sb + j] = st[j]; }}
 }}
+"""
+    )
+
+
+def kda(dim: int) -> str:
+    """Kimi delta attention (cera.graph.ops.kda): a thread per (sequence, head, value row j)
+    keeps row j of the head's state ([dim_v, dim_k], ``dim`` values a row) in registers and
+    walks the sequence's tokens: q and k L2-normalised, the decay exp(lower_bound *
+    sigmoid(A_h f)) per key channel, d = (v_j - row . k) * sigmoid(b), row += d k,
+    y_j = row . q / sqrt(dim); the row goes back to the slot (binding 2: [slot, heads, dim,
+    dim]) at the end. P: 0 n_seq * heads * dim, 1 heads, 2 q, 3 k, 4 v, 5 f, 6 b, 7 A,
+    8 y offsets, 9 seq table offset, 10 n_seq, 11 eps (f32), 12 lower bound (f32)."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+@group(0) @binding(2) var<storage, read_write> S: array<f32>;
+fn F(o: u32) -> f32 {{ return bitcast<f32>(A[o]); }}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= P(0u)) {{ return; }}
+    let H = P(1u); let D = {dim}u;
+    let j = i % D; let h = (i / D) % H; let s = i / (D * H);
+    let seq = P(9u); let n_seq = P(10u);
+    let slot = A[seq + s]; let r0 = A[seq + 2u * n_seq + s]; let n = A[seq + 3u * n_seq + s];
+    let sb = ((slot * H + h) * D + j) * D;
+    var st: array<f32, {dim}>;
+    for (var c = 0u; c < D; c++) {{ st[c] = S[sb + c]; }}
+    let a = F(P(7u) + h); let eps = PF(11u); let lb = PF(12u);
+    let scale = 1.0 / sqrt(f32(D));
+    for (var r = r0; r < r0 + n; r++) {{
+        let o = (r * H + h) * D;
+        var qq = 0.0; var kk = 0.0;
+        for (var c = 0u; c < D; c++) {{
+            let qc = F(P(2u) + o + c); let kc = F(P(3u) + o + c);
+            qq += qc * qc; kk += kc * kc;
+        }}
+        let qn = 1.0 / sqrt(qq + eps); let kn = 1.0 / sqrt(kk + eps);
+        var dot = 0.0;
+        for (var c = 0u; c < D; c++) {{
+            let g = lb / (1.0 + exp(-(F(P(5u) + o + c) * a)));
+            st[c] = st[c] * exp(g);
+            dot += st[c] * F(P(3u) + o + c) * kn;
+        }}
+        let beta = 1.0 / (1.0 + exp(-F(P(6u) + r * H + h)));
+        let d = (F(P(4u) + o + j) - dot) * beta;
+        var y = 0.0;
+        for (var c = 0u; c < D; c++) {{
+            st[c] += d * F(P(3u) + o + c) * kn;
+            y += st[c] * F(P(2u) + o + c) * qn;
+        }}
+        A[P(8u) + o + j] = bitcast<u32>(y * scale);
+    }}
+    for (var c = 0u; c < D; c++) {{ S[sb + c] = st[c]; }}
+}}
+"""
+    )
+
+
+def head_linear() -> str:
+    """A product per head (cera.graph.ops.head_linear): a thread per output (row, head,
+    out), y = W[h, out, :] . x[row, h, :] with W a float constant [heads, out, in].
+    P: 0 rows * heads * out, 1 heads, 2 in, 3 out, 4 x offset, 5 x row stride, 6 W offset,
+    7 y offset."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + """
+fn F(o: u32) -> f32 { return bitcast<f32>(A[o]); }
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= P(0u)) { return; }
+    let H = P(1u); let I = P(2u); let O = P(3u);
+    let o = i % O; let h = (i / O) % H; let r = i / (O * H);
+    let xo = P(4u) + (r * H + h) * P(5u);
+    let wo = P(6u) + (h * O + o) * I;
+    var y = 0.0;
+    for (var c = 0u; c < I; c++) { y += F(wo + c) * F(xo + c); }
+    A[P(7u) + i] = bitcast<u32>(y);
+}
+"""
+    )
+
+
+def sigmoid_gate() -> str:
+    """x * sigmoid(g) (cera.graph.ops.sigmoid_gate), a thread per element; g per element
+    or one per run of P 4 elements (a gate per head). P: 0 count, 1 x offset, 2 g offset,
+    3 y offset, 4 elements per gate value."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + """
+fn F(o: u32) -> f32 { return bitcast<f32>(A[o]); }
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= P(0u)) { return; }
+    let g = F(P(2u) + i / P(4u));
+    A[P(3u) + i] = bitcast<u32>(F(P(1u) + i) / (1.0 + exp(-g)));
+}
 """
     )

@@ -533,9 +533,23 @@ class GraphBuilder:
     def ssm_scan(self, x: Tensor, dt: Tensor, A, B: Tensor, C: Tensor, state: StateRef) -> Tensor:
         return self._node("ssm_scan", (x, dt, A, B, C, state))
 
+    def head_linear(self, x: Tensor, w: WeightRef) -> Tensor:
+        return self._node("head_linear", (x, w))
+
+    def sigmoid_gate(self, x: Tensor, g: Tensor) -> Tensor:
+        return self._node("sigmoid_gate", (x, g))
+
+    def kda(self, q: Tensor, k: Tensor, v: Tensor, f: Tensor, b: Tensor, a: WeightRef, state: StateRef, eps: float,
+            lower_bound: float) -> Tensor:  # fmt: skip
+        decl = state.decl
+        if (decl.n_heads, decl.head_dim, decl.state_dim) != (v.shape[1], v.shape[2], q.shape[2]):
+            raise ShapeError(f"kda: a state of {decl} for v {v.shape} and q {q.shape}")
+        return self._node("kda", (q, k, v, f, b, a, state), eps=float(eps), lower_bound=float(lower_bound))
+
     def moe(self, x: Tensor, router: WeightRef, gate: WeightRef, up: WeightRef, down: WeightRef, k: int,
             gating: str = "softmax", selection_bias: WeightRef | None = None, norm_topk: bool = False,
-            weight_scale: float | None = None, activation: str = "silu") -> Tensor:  # fmt: skip
+            weight_scale: float | None = None, activation: str = "silu", groups: int = 1,
+            groups_used: int = 1) -> Tensor:  # fmt: skip
         from .ops import MOE_ACTIVATIONS, MOE_GATINGS
 
         if gating not in MOE_GATINGS:
@@ -545,6 +559,7 @@ class GraphBuilder:
         return self._node(
             "moe", (x, router, gate, up, down, selection_bias), k=int(k), gating=gating, norm_topk=bool(norm_topk),
             weight_scale=None if weight_scale is None else float(weight_scale), activation=activation,
+            groups=int(groups), groups_used=int(groups_used),
         )  # fmt: skip
 
     # -- finishing -------------------------------------------------------------------------------

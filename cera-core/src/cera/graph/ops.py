@@ -363,13 +363,16 @@ def _shape_ssm_scan(x, dt, A, B, C, state, **_):
     return tuple(x), "f32"
 
 
-def _shape_moe(x, router, gate, up, down, selection_bias=None, k=1, **_):
+def _shape_moe(x, router, gate, up, down, selection_bias=None, k=1, groups=1, groups_used=1, **_):
     _need(len(x) == 2, f"moe expects [n_tokens, dim], got {x}")
     _need(len(router) == 2 and router[0] == x[1], f"moe: router of GGML shape {router} for inputs of {x[1]}")
     n_expert = router[1]
     _need(len(gate) == 3 and gate[2] == n_expert and tuple(up) == tuple(gate) and len(down) == 3 and down[2] == n_expert, f"moe: expert tensors {gate}, {up}, {down} for {n_expert} experts")
     _need(gate[0] == x[1] and down[0] == gate[1], f"moe: expert tensors {gate}, {down} for inputs of {x[1]}")
     _need(0 < k <= n_expert, f"moe: k={k} experts per token out of {n_expert}")
+    used = groups_used
+    _need(groups <= 1 or (n_expert % groups == 0 and 0 < used <= groups and k <= used * (n_expert // groups)),
+          f"moe: {n_expert} experts in {groups} groups, {used} of them used, cannot give k={k}")  # fmt: skip
     return (x[0], down[1]), "f32"
 
 
@@ -725,7 +728,7 @@ def conv1d_causal(ctx, x, w, state):
     ``y[t, c] = sum_j w[c, j] * xx[t + j, c]``, where xx is the sequence's carried last
     ``kernel - 1`` inputs followed by ``x`` (ggml_ssm_conv); the carried inputs advance."""
     x = _f64(x)
-    kernel = _f64(w)  # numpy shape [channels, kernel]
+    kernel = _f64(w).reshape(x.shape[1], -1)  # [channels, kernel] (files may add unit axes)
     d = kernel.shape[1]
     y = np.zeros_like(x)
     for s, (r0, n) in enumerate(ctx.groups):
@@ -782,14 +785,18 @@ def ssm_scan(ctx, x, dt, A, B, C, state):
 
 
 @op("moe", "x:tensor router:weight gate:weight up:weight down:weight selection_bias:weight?",
-    "k gating norm_topk weight_scale activation", shape=_shape_moe,
+    "k gating norm_topk weight_scale activation groups groups_used", shape=_shape_moe,
     choices={"gating": MOE_GATINGS, "activation": MOE_ACTIVATIONS})
-def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softmax", norm_topk=False, weight_scale=None, activation="silu"):
+def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softmax", norm_topk=False, weight_scale=None,
+        activation="silu", groups=1, groups_used=1):  # fmt: skip
     """Top-k mixture of experts, as llama.cpp's build_moe_ffn: router logits, then
     probabilities by ``gating`` ("softmax" or "sigmoid"); experts chosen by probability
     (plus ``selection_bias`` when given, which only chooses); the k weights renormalised
     to sum 1 when ``norm_topk`` and multiplied by ``weight_scale``; each chosen expert's
     gated FFN (``activation`` "silu": SwiGLU, "gelu": GeGLU) summed with its weight.
+    ``groups`` > 1: group-limited routing (DeepSeek V3's, llama.cpp's expert groups): the
+    experts in that many equal groups, each scored by the sum of its two best selection
+    values, and only the ``groups_used`` best groups' experts chosen from.
     gate/up are GGML ``[dim, ff, experts]``, down ``[ff, dim, experts]``."""
     x = _f64(x)
     logits = x @ _f64(router).T
@@ -799,6 +806,7 @@ def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softm
     else:
         probs = 1.0 / (1.0 + np.exp(-logits))
     select = probs + (_f64(selection_bias).reshape(-1) if selection_bias is not None else 0.0)
+    select = limit_groups(select, groups, groups_used)
     top = np.argsort(-select, axis=-1, kind="stable")[:, :k]
     weights = np.take_along_axis(probs, top, axis=-1)
     if norm_topk:
@@ -813,6 +821,87 @@ def moe(ctx, x, router, gate, up, down, selection_bias=None, *, k, gating="softm
             h = activation_fn(act, x[t] @ g[e_].T) * (x[t] @ u[e_].T)
             out[t] += weights[t, j] * (h @ d[e_].T)
     return out.astype(np.float32)
+
+
+def limit_groups(select: np.ndarray, groups: int, groups_used: int) -> np.ndarray:
+    """Selection values ``[n, experts]`` with the experts outside each row's ``groups_used``
+    best groups (scored by their two best values) at -inf; as they are for ``groups`` <= 1."""
+    if groups <= 1:
+        return select
+    n, e = select.shape
+    grouped = select.reshape(n, groups, e // groups)
+    score = np.sort(grouped, axis=-1)[..., -2:].sum(-1)
+    keep = np.argsort(-score, axis=-1, kind="stable")[:, :groups_used]
+    mask = np.full((n, groups), -np.inf)
+    np.put_along_axis(mask, keep, 0.0, axis=-1)
+    return (grouped + mask[:, :, None]).reshape(n, e)
+
+
+# -- mixers beyond one attention per head: products per head (multi-head latent attention),
+# a sigmoid gate, Kimi delta attention's recurrence
+
+
+def _shape_head_linear(x, w, **_):
+    _need(len(x) == 3, f"head_linear expects [n, heads, in], got {x}")
+    _need(len(w) == 3 and w[0] == x[2] and w[2] == x[1],
+          f"head_linear: a weight of GGML shape {w} for inputs {x} (needs [in, out, heads])")  # fmt: skip
+    return (x[0], x[1], w[1]), "f32"
+
+
+@op("head_linear", "x:tensor w:weight", shape=_shape_head_linear)
+def head_linear(ctx, x, w):
+    """A product per head: ``y[t, h] = W[h] x[t, h]``, x ``[n, heads, in]``, w of GGML shape
+    ``[in, out, heads]`` (numpy ``[heads, out, in]``; ggml_mul_mat over the head axis, as
+    multi-head latent attention's absorbed key and value projections ``attn_k_b``/``attn_v_b``)."""
+    return np.einsum("thi,hoi->tho", _f64(x), _f64(w)).astype(np.float32)
+
+
+@op("sigmoid_gate", "x:tensor g:tensor", shape=_shape_binary)
+def sigmoid_gate(ctx, x, g):
+    """``x * sigmoid(g)``, g of x's shape or broadcast over it (``[n, heads, 1]``: one gate
+    per head)."""
+    g = _f64(g)
+    return (_f64(x) * (1.0 / (1.0 + np.exp(-g)))).astype(np.float32)
+
+
+def _shape_kda(q, k, v, f, b, a, state, **_):
+    _need(len(q) == 3 and tuple(k) == tuple(q) and tuple(v) == tuple(q) and tuple(f) == tuple(q),
+          f"kda: q {q}, k {k}, v {v} and f {f} must be one shape [n, heads, dim]")  # fmt: skip
+    _need(tuple(b) == tuple(q[:2]), f"kda: beta {b} for q {q} (needs [n, heads])")
+    _need(math.prod(a) == q[1], f"kda: A has {math.prod(a)} values for {q[1]} heads")
+    return tuple(q), "f32"
+
+
+@op("kda", "q:tensor k:tensor v:tensor f:tensor b:tensor a:weight state:state", "eps lower_bound", state_kind="ssm",
+    writes_state=True, shape=_shape_kda)
+def kda(ctx, q, k, v, f, b, a, state, *, eps, lower_bound):
+    """Kimi delta attention (Bailing MoE V3's linear layers), token by token within each
+    sequence: the gated delta rule with a decay per key channel. q and k are L2-normalised
+    (``x / sqrt(sum x^2 + eps)``, llama.cpp's build_gdn_l2_norm); the log decay is
+    ``g = lower_bound * sigmoid(A_h f)`` (``lower_bound`` < 0), ``beta = sigmoid(b)``; per
+    head, with the state M ``[dim_v, dim_k]`` (an `SSMState` of ``[heads, dim, dim]``)::
+
+        M = M * exp(g)[None, :];  d = (v - M k) * beta;  M = M + d k^T;  y = (M q) / sqrt(dim)
+
+    (ggml_gated_delta_net with a per-channel gate)."""
+    q, k, v, f, b = _f64(q), _f64(k), _f64(v), _f64(f), _f64(b)
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + eps)
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + eps)
+    A = _f64(a).reshape(-1)
+    g = lower_bound / (1.0 + np.exp(-(f * A[None, :, None])))
+    beta = 1.0 / (1.0 + np.exp(-b))
+    scale = 1.0 / math.sqrt(q.shape[2])
+    y = np.zeros_like(v)
+    for s, (r0, n) in enumerate(ctx.groups):
+        st = ctx.state.ssm(state, int(ctx.slots[s]))
+        M = st.astype(np.float64)  # [heads, dim_v, dim_k]
+        for t in range(r0, r0 + n):  # every head at once
+            M *= np.exp(g[t])[:, None, :]
+            d = (v[t] - np.einsum("hjc,hc->hj", M, k[t])) * beta[t][:, None]
+            M += d[:, :, None] * k[t][:, None, :]
+            y[t] = np.einsum("hjc,hc->hj", M, q[t]) * scale
+        st[...] = M
+    return y.astype(np.float32)
 
 
 def activation_fn(kind, x):

@@ -42,6 +42,7 @@ FAMILIES = {
     "nanbeige": "cera-model-llama",
     "mistral3": "cera-model-llama",
     "gemma4": "cera-model-gemma",
+    "bailingmoe3": "cera-model-bailing",
     "lfm2": "cera-model-lfm2",
     "lfm2moe": "cera-model-lfm2",
     "clip.lfm2": "cera-model-lfm2",

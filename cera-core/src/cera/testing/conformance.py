@@ -427,6 +427,39 @@ def _all_cases() -> list[OpCase]:
                    (_emb(64), WeightSpec("r", (8, 64)), WeightSpec("g", (8, 32, 64)), WeightSpec("u", (8, 32, 64)),
                     WeightSpec("d", (8, 64, 32)), WeightSpec("b", (8,), "F32", 0.05)),
                    passes=((19,), (1, 1, 1)), tolerance=TOL_F16_TABLE if act == "gelu" else TOL_FLOAT))  # fmt: skip
+
+    # group-limited routing (Bailing MoE V3, DeepSeek V3): 8 experts in 4 groups, 2 used
+    def moe_groups(g, w, s):
+        g.output("y", g.moe(_x(g, 64), w["r"], w["g"], w["u"], w["d"], k=3, gating="sigmoid", selection_bias=w["b"],
+                            norm_topk=True, weight_scale=2.5, groups=4, groups_used=2))  # fmt: skip
+
+    add(OpCase("moe[groups]", "moe", moe_groups,
+               (_emb(64), WeightSpec("r", (8, 64)), WeightSpec("g", (8, 32, 64)), WeightSpec("u", (8, 32, 64)),
+                WeightSpec("d", (8, 64, 32)), WeightSpec("b", (8,), "F32", 0.05)),
+               passes=((19,), (1, 1, 1))))  # fmt: skip
+
+    # multi-head latent attention's per-head products and gates, Kimi delta attention
+    def head_linear(g, w, s):
+        g.output("y", g.head_linear(g.reshape(_x(g, 24), (g.layout.n_tokens, 3, 8)), w["w"]))
+
+    add(OpCase("head_linear", "head_linear", head_linear, (_emb(24), WeightSpec("w", (3, 5, 8)))))
+
+    for per in ("head", "element"):
+        def gate(g, w, s, per=per):
+            n = g.layout.n_tokens
+            gates = g.reshape(_x(g, 4, "g"), (n, 4, 1)) if per == "head" else g.reshape(_x(g, 32, "g"), (n, 4, 8))
+            g.output("y", g.sigmoid_gate(g.reshape(_x(g, 32), (n, 4, 8)), gates))
+
+        add(OpCase(f"sigmoid_gate[{per}]", "sigmoid_gate", gate, (_emb(32), _emb(4 if per == "head" else 32, "g"))))
+
+    def kda(g, w, s):
+        n = g.layout.n_tokens
+        q, k, v, f = (g.reshape(_x(g, 32, name), (n, 4, 8)) for name in "qkvf")
+        g.output("y", g.kda(q, k, v, f, _x(g, 4, "b"), w["a"], s[0], eps=1e-6, lower_bound=-5.0))
+
+    add(OpCase("kda", "kda", kda,
+               (*(_emb(32, name) for name in "qkvf"), _emb(4, "b"), WeightSpec("a", (4,), "F32", 1.0)),
+               state=(SSMState(4, 8, 8),), passes=((4,), (1,), (1, 2))))  # fmt: skip
     return cases
 
 

@@ -1,0 +1,1 @@
+"""cera model family: Bailing MoE (inclusionAI's Ling)."""
