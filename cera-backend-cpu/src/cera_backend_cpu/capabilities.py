@@ -61,6 +61,7 @@ OPS = (
     "conv1d_causal",
     "conv1d",
     "ssm_scan",
+    "gated_delta_net",
     "moe",
 )
 

@@ -502,6 +502,13 @@ class GraphBuilder:
     def ssm_scan(self, x: Tensor, dt: Tensor, A, B: Tensor, C: Tensor, state: StateRef) -> Tensor:
         return self._node("ssm_scan", (x, dt, A, B, C, state))
 
+    def gated_delta_net(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: StateRef,
+                        grouped: bool = False) -> Tensor:  # fmt: skip
+        decl = state.decl
+        if (decl.n_heads, decl.head_dim, decl.state_dim) != (v.shape[1], v.shape[2], q.shape[2]):
+            raise ShapeError(f"gated_delta_net: a state of {decl} for v {v.shape} and q {q.shape}")
+        return self._node("gated_delta_net", (q, k, v, g, beta, state), grouped=bool(grouped))
+
     def moe(self, x: Tensor, router: WeightRef, gate: WeightRef, up: WeightRef, down: WeightRef, k: int,
             gating: str = "softmax", selection_bias: WeightRef | None = None, norm_topk: bool = False,
             weight_scale: float | None = None, activation: str = "silu") -> Tensor:  # fmt: skip
