@@ -214,10 +214,11 @@ def _products(exe, plan, step: Step) -> int:
     for m, node in zip(members, step.nodes, strict=True):
         _, wref, bias = node.args
         w = exe.weights[wref.name]
-        if len(w.shape) != 2:
+        if len(w.shape) not in (1, 2):
             raise ShapeError(f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed")
-        m.wtype, m.w, m.w_row_bytes, m.N = w.type_id, w.ptr, w.row_bytes, w.shape[1]
-        m.y, m.y_stride = exe.ptr(node.out), w.shape[1]
+        n_out = w.shape[1] if len(w.shape) == 2 else 1  # a GGML vector {n} is one row: a one-output projection
+        m.wtype, m.w, m.w_row_bytes, m.N = w.type_id, w.ptr, w.row_bytes, n_out
+        m.y, m.y_stride = exe.ptr(node.out), n_out
         m.bias = exe.operand(bias)
     if step.residual is not None:
         add, k, other = step.residual

@@ -426,8 +426,10 @@ def embedding(ctx, table, ids):
 
 @op("linear", "x:tensor w:weight bias:weight?", shape=_shape_linear, strided=True)
 def linear(ctx, x, w, bias=None):
-    """``x @ W.T (+ bias)``: ``[..., in] -> [..., out]``."""
-    y = _f64(x) @ _f64(w).T
+    """``x @ W.T (+ bias)``: ``[..., in] -> [..., out]``. A GGML vector ``{in}`` (one row) is a
+    one-output projection."""
+    w = _f64(w)
+    y = _f64(x) @ (w.reshape(1, -1) if w.ndim == 1 else w).T
     if bias is not None:
         y = y + _f64(bias).reshape(-1)
     return y.astype(np.float32)

@@ -55,8 +55,8 @@ def check_text_rope_sections(hp, n_rot: int) -> None:
             )
 
 
-def read_qwen35_config(cls, gguf):
-    config, hp = read_decoder_config(gguf, cls.family, neox=True)
+def read_qwen35_config(cls, gguf, dense_ffn: bool = True):
+    config, hp = read_decoder_config(gguf, cls.family, neox=True, dense_ffn=dense_ffn)
     delta = read_delta_net_config(hp)
     recurrent = recurrent_layers(hp, config.n_layer)
     check_text_rope_sections(hp, config.rope.n_dims)
