@@ -35,7 +35,7 @@ from .attention_tiles import ATT_TILE_CELLS, ATT_TILE_ROWS, attention_tiles
 from .blocks import BLOCKS, DQ8, IQ4NL_TABLE, KSCALE, READERS, WEIGHT_BINDING, row_bytes, weight_lib
 from .common import ACTIVATIONS, ARENA_F32, ARENA_U32, GRID, HEADER, SEQ_FN, WG
 from .encdec import im2col, store_cross
-from .hybrid import CONV_MAX, conv_causal, moe_down, moe_logits, moe_route, moe_up, ssm_scan
+from .hybrid import CONV_MAX, DELTA_MAX, conv_causal, delta_net, moe_down, moe_logits, moe_route, moe_up, ssm_scan
 from .kv_store import kv_store, rope_kv
 from .pointwise import NORM_WG, elementwise, norm
 from .products import (
@@ -157,6 +157,8 @@ __all__ = [
     "moe_up",
     "moe_down",
     "ssm_scan",
+    "delta_net",
+    "DELTA_MAX",
     "im2col",
     "store_cross",
 ]
