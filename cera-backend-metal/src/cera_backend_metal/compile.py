@@ -37,6 +37,7 @@ from . import kernels as K
 
 CELL_BUCKET = 256  # cells a step's attention reads are a multiple of this (or the whole ring)
 STATEFUL = {"attention": ("k", "v"), "conv1d_causal": ("conv_state",), "ssm_scan": ("ssm_state",),
+            "gated_delta_net": ("ssm_state",),
             "store_cross": ("cross_k", "cross_v"), "cross_attention": ("cross_k", "cross_v")}  # fmt: skip
 
 
@@ -298,6 +299,15 @@ class MetalExecutable(Executable):
                     sl = slice(r0, r0 + n)
                     ys, cur[("ssm_state", ref.index, s)] = K.ssm_scan(
                         x[sl], dt[sl], A, B[sl], C[sl], cur[("ssm_state", ref.index, s)]
+                    )
+                    outs.append(ys)
+                y = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
+            elif op == "gated_delta_net":
+                outs = []
+                for s, (r0, n) in enumerate(groups):
+                    sl = slice(r0, r0 + n)
+                    ys, cur[("ssm_state", ref.index, s)] = K.gated_delta_net(
+                        *(t[sl] for t in a[:5]), cur[("ssm_state", ref.index, s)], grouped=at["grouped"]
                     )
                     outs.append(ys)
                 y = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
