@@ -23,8 +23,14 @@ from cera.blocks.layers import AttentionWeights, tensor_name
 from cera.errors import InvalidModelFile, ModelConfigError
 from cera.graph.builder import GraphBuilder, Tensor
 
-from .delta_net import DeltaNetConfig, DeltaNetWeights, declare_delta_net_state, delta_net_mixer, read_delta_net_config
-from .delta_net import recurrent_layers
+from .delta_net import (
+    DeltaNetConfig,
+    DeltaNetWeights,
+    declare_delta_net_state,
+    delta_net_mixer,
+    read_delta_net_config,
+    recurrent_layers,
+)
 
 
 @attrs.frozen
