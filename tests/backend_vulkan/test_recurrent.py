@@ -1,5 +1,5 @@
 """The hybrid and mixture-of-experts families on the Vulkan backend beyond the conformance
-suite's prompt and steps: the conv and SSM state on the device survives checkpoints,
+suite's prompt and steps: the conv, SSM and delta-rule state on the device survives checkpoints,
 restores and resets as the reference's host arrays do, and a decode batch of several slots
 gives each row its one-row logits bit for bit (the kernels keep each sequence's sums to
 one thread, in its own order)."""
@@ -14,7 +14,7 @@ import pytest
 from .conftest import needs_vulkan
 
 TINY = Path(__file__).resolve().parent.parent / "models" / "reference" / "tiny"
-FAMILIES = ["lfm2", "lfm2moe", "qwen3moe", "mamba2", "falcon-h1", "granitehybrid"]
+FAMILIES = ["lfm2", "lfm2moe", "qwen3moe", "mamba2", "falcon-h1", "granitehybrid", "qwen35", "qwen35moe", "qwen3next"]
 
 
 def _load(name: str):
@@ -32,7 +32,7 @@ def _load(name: str):
 
 
 @needs_vulkan
-@pytest.mark.parametrize("name", ["lfm2", "granitehybrid"])
+@pytest.mark.parametrize("name", ["lfm2", "granitehybrid", "qwen35"])
 def test_state_checkpoint_restore_reset(name):
     from cera.testing import reference
 
@@ -129,7 +129,7 @@ def test_moe_expert_types(vulkan, types):
 
 
 @needs_vulkan
-@pytest.mark.parametrize("name", ["lfm2", "mamba2"])
+@pytest.mark.parametrize("name", ["lfm2", "mamba2", "qwen3next"])
 def test_copy_cells_as_the_reference(name):
     """Slots copied on the device (`VulkanState.copy_cells`: caches, conv/SSM state and
     positions; a search's hypotheses, as Whisper's beams) and then decoded give the

@@ -97,14 +97,18 @@ def test_generation_stops_where_llama_cpp_stops(name):
         assert summary.tokens == case["generated_tokens"][:-1], case["id"]  # the EOG token itself is not emitted
 
 
-# Files whose logits cera reproduces to the stored precision: every real file, and the
-# tiny MiniCPM5 (the llama graph in F32).
+# Files whose logits cera reproduces to the stored precision: every real file, the tiny
+# MiniCPM5 (the llama graph in F32), and the tiny files of the recurrent families whose
+# every op follows llama.cpp's order (the gated delta rule, the causal convolution with one
+# fused multiply-add per tap).
 BIT_EXACT = {
     "tiny-minicpm5",
     "smollm2-135m-instruct-q4_1",
     "gemma3-270m-q4_k_m",
     "qwen2.5-coder-0.5b-instruct-q4_k_m",
     "qwen2.5-coder-1.5b-instruct-q4_k_m",
+    "tiny-qwen35",
+    "tiny-lfm2",
 }
 
 

@@ -1,5 +1,5 @@
 """The families whose tiny files are written with gguf-py (reference/make_tiny_gguf.py:
-OLMo 3, nanbeige, mistral3, gemma4, MiniCPM5, bailingmoe3) live against llama.cpp. Skipped without llama_cpp.
+OLMo 3, nanbeige, mistral3, gemma4, MiniCPM5, bailingmoe3, the qwen35 families) live against llama.cpp. Skipped without llama_cpp.
 
 test_fidelity.py compares cera with the stored llama.cpp data (data/tiny-<family>.json)
 everywhere; here llama.cpp runs now, loaded as the data was made (reference/llamacpp_driver.py),
@@ -22,7 +22,8 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip 
 sys.path.insert(0, str(REFERENCE))
 from llamacpp_driver import greedy_steps  # noqa: E402
 
-NAMES = [n for n in ("tiny-olmo3", "tiny-nanbeige", "tiny-mistral3", "tiny-gemma4", "tiny-minicpm5", "tiny-bailingmoe3") if (TINY / f"{n}.gguf").exists()]
+NAMES = [n for n in ("tiny-olmo3", "tiny-nanbeige", "tiny-mistral3", "tiny-gemma4", "tiny-minicpm5", "tiny-bailingmoe3",
+                     "tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next") if (TINY / f"{n}.gguf").exists()]  # fmt: skip
 STEPS = 16
 
 

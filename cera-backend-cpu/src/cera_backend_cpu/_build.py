@@ -35,6 +35,7 @@ SOURCES = [
     "ops.c",
     "attention.c",
     "recurrent.c",
+    "delta_net.c",
     "moe.c",
     "encoder.c",
     "plan.c",

@@ -61,6 +61,7 @@ OPS = (
     "conv1d_causal",
     "conv1d",
     "ssm_scan",
+    "gated_delta_net",
     "moe",
     "head_linear",  # on the host (the op table's numpy reference), as sigmoid_gate and kda
     "sigmoid_gate",

@@ -219,10 +219,11 @@ def _products(exe, plan, step: Step) -> int:
     for m, node in zip(members, step.nodes, strict=True):
         _, wref, bias = node.args
         w = exe.weights[wref.name]
-        if len(w.shape) != 2:
+        if len(w.shape) not in (1, 2):
             raise ShapeError(f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed")
-        m.wtype, m.w, m.w_row_bytes, m.N = w.type_id, w.ptr, w.row_bytes, w.shape[1]
-        m.y, m.y_stride = exe.ptr(node.out), w.shape[1]
+        n_out = w.shape[1] if len(w.shape) == 2 else 1  # a GGML vector {n} is one row: a one-output projection
+        m.wtype, m.w, m.w_row_bytes, m.N = w.type_id, w.ptr, w.row_bytes, n_out
+        m.y, m.y_stride = exe.ptr(node.out), n_out
         m.bias = exe.operand(bias)
     if step.residual is not None:
         add, k, other = step.residual
@@ -294,6 +295,24 @@ def _recurrent(exe, plan, step: Step) -> int:
     return fn(plan, a)
 
 
+def _delta_net(exe, plan, step: Step) -> int:
+    """gated_delta_net: each sequence reads and advances its slot of the state."""
+    node = step.nodes[0]
+    q, k, v, g, beta, ref = node.args
+    if exe._template is None:
+        raise ShapeError("gated_delta_net needs a state to compile against")
+    (index,) = exe.table_index[ref.index]
+    a = ffi.new("cera_delta_net_args *")
+    a.q, a.k, a.v, a.g, a.beta, a.y = (exe.ptr(q), exe.ptr(k), exe.ptr(v), exe.ptr(g), exe.ptr(beta),
+                                       exe.ptr(node.out))  # fmt: skip
+    a.key_heads, a.value_heads, a.dim = q.shape[1], v.shape[1], v.shape[2]
+    a.grouped = int(bool(node.attrs["grouped"]))
+    a.state_index, a.n_slots = index, exe._template.n_slots
+    a.n_seq, a.rows, a.slots = exe.graph.layout.n_seq, exe._seq_rows(), exe._slots_p
+    exe._keep.append(a)
+    return lib.cera_plan_delta_net(plan, a)
+
+
 def _moe(exe, plan, step: Step) -> int:
     node = step.nodes[0]
     x, router, gate, up, down, bias = node.args
@@ -349,6 +368,7 @@ LOWERERS: dict[str, Lowerer] = {
     "store_cross": Lowerer(_encoder, ("store_cross",)),
     "conv1d_causal": Lowerer(_recurrent, ("conv_causal",)),
     "ssm_scan": Lowerer(_recurrent, ("ssm_scan",)),
+    "gated_delta_net": Lowerer(_delta_net, ("delta_net",)),
     "moe": Lowerer(_moe, ("moe",), _moe_ready),
 }
 

@@ -352,6 +352,10 @@ class _Lowering:
             return self.op("Gelu", [x])
         if kind == "relu":
             return self.op("Relu", [x])
+        if kind == "sigmoid":
+            return self.op("Sigmoid", [x])
+        if kind == "softplus":  # log(1 + e^x); ggml's identity above 20 is the same in float
+            return self.op("Softplus", [x])
         raise UnsupportedOperation(f"backend 'hexagon': no activation {kind!r}")
 
     def _unary(self, node, x, *, kind):

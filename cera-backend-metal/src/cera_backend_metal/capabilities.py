@@ -30,7 +30,7 @@ DEQUANTIZED = ("Q6_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS")
 OPS = (
     "embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "attention_full", "unary", "glu",
     "add", "mul", "scale", "softcap", "softmax", "argmax", "top_k", "take", "concat", "rows", "seq_mean",
-    "reshape", "slice", "copy", "conv1d_causal", "moe", "ssm_scan", "conv1d", "cross_attention", "store_cross",
+    "reshape", "slice", "copy", "conv1d_causal", "moe", "ssm_scan", "gated_delta_net", "conv1d", "cross_attention", "store_cross",
     "head_linear", "sigmoid_gate", "kda",
 )  # fmt: skip
 

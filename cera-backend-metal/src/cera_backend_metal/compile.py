@@ -37,6 +37,7 @@ from . import kernels as K
 
 CELL_BUCKET = 256  # cells a step's attention reads are a multiple of this (or the whole ring)
 STATEFUL = {"attention": ("k", "v"), "conv1d_causal": ("conv_state",), "ssm_scan": ("ssm_state",), "kda": ("ssm_state",),
+            "gated_delta_net": ("ssm_state",),
             "store_cross": ("cross_k", "cross_v"), "cross_attention": ("cross_k", "cross_v")}  # fmt: skip
 
 
@@ -316,6 +317,15 @@ class MetalExecutable(Executable):
                 y = K.head_linear(a[0], a[1])
             elif op == "sigmoid_gate":
                 y = a[0] * mx.sigmoid(a[1])
+            elif op == "gated_delta_net":
+                outs = []
+                for s, (r0, n) in enumerate(groups):
+                    sl = slice(r0, r0 + n)
+                    ys, cur[("ssm_state", ref.index, s)] = K.gated_delta_net(
+                        *(t[sl] for t in a[:5]), cur[("ssm_state", ref.index, s)], grouped=at["grouped"]
+                    )
+                    outs.append(ys)
+                y = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
             elif op == "moe":
                 y = K.moe(a[0], a[1], a[2], a[3], a[4], a[5], k=at["k"], gating=at["gating"], norm_topk=at["norm_topk"],
                           weight_scale=at["weight_scale"], activation_kind=at["activation"],

@@ -28,10 +28,12 @@ def linear(x, w, bias=None, per_row=False):
     if w.quant is not None:
         q, s, b, bits = w.quant
         y = mx.quantized_matmul(x, q, s, b, transpose=True, group_size=GROUP, bits=bits)
-    elif w.dense.dtype == F32:
-        y = x @ w.dense.T
-    else:  # f16 / bf16 weights: activations rounded to the weight's type (llama.cpp's vec_dot_type)
-        y = (x.astype(w.dense.dtype) @ w.dense.T).astype(F32)
+    else:
+        wd = w.dense if w.dense.ndim == 2 else w.dense.reshape(1, -1)  # a GGML vector: one output
+        if wd.dtype == F32:
+            y = x @ wd.T
+        else:  # f16 / bf16 weights: activations rounded to the weight's type (llama.cpp's vec_dot_type)
+            y = (x.astype(wd.dtype) @ wd.T).astype(F32)
     if bias is not None:
         y = y + bias.values().reshape(-1)
     return y
@@ -86,6 +88,10 @@ def activation(kind, x):
         return 0.5 * x * (1 + mx.erf(x / math.sqrt(2)))
     if kind == "relu":
         return mx.maximum(x, 0.0)
+    if kind == "sigmoid":
+        return mx.sigmoid(x)
+    if kind == "softplus":  # ggml_softplus: the identity above 20
+        return mx.where(x > 20.0, x, mx.log1p(mx.exp(mx.minimum(x, 20.0))))
     raise ValueError(kind)
 
 
@@ -221,6 +227,24 @@ def kda(q, k, v, f, b, A, st, eps, lower_bound):
     for t in range(q.shape[0]):
         st = st * mx.exp(g[t])[:, None, :]
         d = (v[t] - (st @ k[t][:, :, None])[..., 0]) * beta[t][:, None]
+        st = st + d[:, :, None] * k[t][:, None, :]
+        ys.append((st @ q[t][:, :, None])[..., 0] * scale)
+    return mx.stack(ys), st
+
+
+def gated_delta_net(q, k, v, g, beta, st, grouped=False):
+    """The gated delta rule over the rows of one sequence (cera.graph.ops.gated_delta_net);
+    st [Hv, dim, dim] (row j: value channel j) -> (y [n, Hv, dim], st)."""
+    n, Hk, dim = q.shape
+    Hv = v.shape[1]
+    r = Hv // Hk
+    if r > 1:  # each value head's key head: h // r (grouped) or h % Hk
+        q, k = ((mx.repeat(t, r, axis=1) if grouped else mx.tile(t, (1, r, 1))) for t in (q, k))
+    scale = 1.0 / math.sqrt(dim)
+    ys = []
+    for t in range(n):
+        st = st * mx.exp(g[t])[:, None, None]
+        d = (v[t] - (st @ k[t][:, :, None])[..., 0]) * beta[t][:, None]  # [Hv, dim]
         st = st + d[:, :, None] * k[t][:, None, :]
         ys.append((st @ q[t][:, :, None])[..., 0] * scale)
     return mx.stack(ys), st

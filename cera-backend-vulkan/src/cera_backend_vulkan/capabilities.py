@@ -8,15 +8,15 @@ TENSOR_TYPES = (
 )  # fmt: skip
 
 # The ops of cera.graph.ops with a kernel here: everything the dense decoder families use, the
-# hybrid and mixture-of-experts families' short convolution, Mamba-2 scan (their state in
-# device buffers per layer) and experts, and the encoder-decoder families' (Whisper's)
+# hybrid and mixture-of-experts families' short convolution, Mamba-2 scan, gated delta rule
+# (their state in device buffers per layer) and experts, and the encoder-decoder families' (Whisper's)
 # full convolution and cross-attention over a memory in device buffers per layer. That is
 # every op of cera.graph.ops.
 OPS = (
     "embedding", "linear", "rms_norm", "layer_norm", "rope", "attention", "attention_full", "unary", "glu",
     "add", "mul", "scale", "softcap", "softmax", "argmax", "top_k", "take", "concat", "rows", "seq_mean",
-    "reshape", "slice", "copy", "conv1d_causal", "moe", "ssm_scan", "conv1d", "cross_attention", "store_cross",
-    "head_linear", "sigmoid_gate", "kda",
+    "reshape", "slice", "copy", "conv1d_causal", "moe", "ssm_scan", "gated_delta_net", "conv1d", "cross_attention",
+    "store_cross", "head_linear", "sigmoid_gate", "kda",
 )  # fmt: skip
 
 # KV cache precisions the attention kernels read

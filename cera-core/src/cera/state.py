@@ -72,7 +72,8 @@ class ShortConv:
 
 @attrs.frozen
 class SSMState:
-    """A state-space layer's recurrent state: ``[n_heads, head_dim, state_dim]`` float32."""
+    """A recurrent layer's matrix state: ``[n_heads, head_dim, state_dim]`` float32 (Mamba-2's
+    SSM state; the gated delta rule's ``[value_heads, dim_v, dim_k]``)."""
 
     kind = "ssm"
     n_heads: int

@@ -2,13 +2,13 @@
 classes the reference venv does not have.
 
     PYTHONPATH=<llama-cpp-python 0.3.36 sdist>/vendor/llama.cpp/gguf-py \\
-        python tests/models/reference/make_tiny_gguf.py [--only olmo3,nanbeige,mistral3,gemma4,minicpm5,bailingmoe3]
+        python tests/models/reference/make_tiny_gguf.py [--only olmo3,nanbeige,mistral3,gemma4,minicpm5,bailingmoe3,qwen35,qwen35moe,qwen3next]
 
 Each family starts from a Hugging Face config of the architecture's real shape, shrunk
 (the CONFIGS below: the keys the model's config.json has, with small sizes). The metadata
 is what llama.cpp's convert_hf_to_gguf.py (the llama-cpp-python 0.3.36 sdist) writes for
 that config: its TextModel/LlamaModel `set_gguf_parameters` and the family's own class
-(conversion/olmo.py, nanbeige.py, mistral3.py, gemma.py, bailingmoe3.py; llama.py for minicpm5), through the same GGUFWriter methods; the
+(conversion/olmo.py, nanbeige.py, mistral3.py, gemma.py, bailingmoe3.py, qwen.py; llama.py for minicpm5), through the same GGUFWriter methods; the
 tensors carry the names and shapes its tensor map gives. Weights are seeded Gaussians
 divided by sqrt(fan-in), norms 1 +- 0.1 (as make_tiny_models.py draws them). The tokenizer
 is copied from one of the converted tiny files beside this script.
@@ -113,10 +113,41 @@ CONFIGS = {
         first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, num_nextn_predict_layers=1,
         tie_word_embeddings=False, vocab_size=512, tokenizer_from="tiny-qwen3.gguf",
     ),
+    # Qwen/Qwen3.5-9B's text config (Qwen3_5ForCausalLM): three gated delta-net layers per
+    # gated attention layer; 16 key heads shared by 32 value heads of 128 (here 2 by 4 of
+    # 64), a conv kernel of 4; attention heads of 256 with a quarter rotated by interleaved
+    # M-RoPE [11, 11, 10] (here heads of 64, sections [3, 3, 2]).
+    "qwen35": dict(
+        architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text", hidden_size=64, intermediate_size=128,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        max_position_embeddings=1024, rms_norm_eps=1e-6, full_attention_interval=4,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        linear_conv_kernel_dim=4, linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25,
+                             mrope_section=[3, 3, 2], mrope_interleaved=True),
+        tie_word_embeddings=False, vocab_size=512, tokenizer_from="tiny-qwen3.gguf",
+    ),
 }
-SEED_OFFSETS = {"mistral3": 0, "nanbeige": 1, "olmo3": 2, "gemma4": 3, "minicpm5": 4, "bailingmoe3": 5}  # fixed: the stored files depend on them
+# Qwen/Qwen3.5-35B-A3B's text config (Qwen3_5MoeForCausalLM): qwen35's layers with 256
+# experts, 8 per token, of 512, and a gated shared expert of 512 (here 8, 2, 32 and 64);
+# no dense feed-forward size.
+CONFIGS["qwen35moe"] = dict(
+    CONFIGS["qwen35"], architectures=["Qwen3_5MoeForCausalLM"], model_type="qwen3_5_moe_text", num_experts=8,
+    num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=64, intermediate_size=None,
+)
+# Qwen/Qwen3-Next-80B-A3B-Instruct's config (Qwen3NextForCausalLM): 16 key heads and 32 value
+# heads of 128 (here 2 and 4 of 64), one in_proj_ba, plain RoPE over a quarter of heads of
+# 256 (here 64), 512 experts, 10 per token, of 512, a shared expert of 512, a dense size
+# of 5120 in the config (here 128).
+CONFIGS["qwen3next"] = dict(
+    CONFIGS["qwen35moe"], architectures=["Qwen3NextForCausalLM"], model_type="qwen3_next", intermediate_size=128,
+    rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
+)
+SEED_OFFSETS = {"mistral3": 0, "nanbeige": 1, "olmo3": 2, "gemma4": 3, "minicpm5": 4, "bailingmoe3": 5, "qwen35": 4,
+                "qwen35moe": 5, "qwen3next": 6}  # fixed: the stored files depend on them  # fmt: skip
 ARCH = {"olmo3": "olmo2", "nanbeige": "nanbeige", "mistral3": "mistral3", "gemma4": "gemma4", "minicpm5": "llama",
-        "bailingmoe3": "bailingmoe3"}
+        "bailingmoe3": "bailingmoe3", "qwen35": "qwen35", "qwen35moe": "qwen35moe", "qwen3next": "qwen3next"}  # fmt: skip
 
 
 # -- metadata, as the converter writes it ------------------------------------------------------
@@ -127,9 +158,13 @@ def text_model_params(w: GGUFWriter, c: dict) -> None:
     w.add_block_count(c["num_hidden_layers"])
     w.add_context_length(c["max_position_embeddings"])
     w.add_embedding_length(c["hidden_size"])
-    w.add_feed_forward_length(c["intermediate_size"])
+    if c.get("intermediate_size") is not None:
+        w.add_feed_forward_length(c["intermediate_size"])
     w.add_head_count(c["num_attention_heads"])
     w.add_head_count_kv(c["num_key_value_heads"])
+    if c.get("num_experts"):
+        w.add_expert_count(c["num_experts"])
+        w.add_expert_used_count(c["num_experts_per_tok"])
     rope = dict(c.get("rope_parameters") or c.get("rope_scaling") or {})
     rope.setdefault("rope_theta", c.get("rope_theta"))
     if rope.get("rope_type") == "yarn" and rope.get("factor") is not None:
@@ -258,8 +293,30 @@ def bailingmoe3_params(w: GGUFWriter, c: dict) -> None:
         w.add_nextn_predict_layers(c["num_nextn_predict_layers"])
 
 
+def qwen35_params(w: GGUFWriter, c: dict) -> None:
+    """conversion/qwen.py Qwen3_5TextModel over Qwen3NextModel, Qwen2MoeModel and TextModel:
+    the linear-attention sizes, the per-layer pattern, the interval, a quarter of each head
+    rotated, the M-RoPE sections (no MTP layers here: --no-mtp)."""
+    text_model_params(w, c)
+    w.add_ssm_conv_kernel(c["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(c["linear_key_head_dim"])
+    w.add_ssm_group_count(c["linear_num_key_heads"])
+    w.add_ssm_time_step_rank(c["linear_num_value_heads"])
+    w.add_ssm_inner_size(c["linear_value_head_dim"] * c["linear_num_value_heads"])
+    w.add_recurrent_layers([t == "linear_attention" for t in c["layer_types"]])
+    w.add_full_attention_interval(c["full_attention_interval"])
+    rope = c["rope_parameters"]
+    w.add_rope_dimension_count(int(c["head_dim"] * rope["partial_rotary_factor"]))
+    if "mrope_section" in rope:
+        w.add_rope_dimension_sections((rope["mrope_section"] + [0, 0, 0, 0])[:4])
+    if c.get("moe_intermediate_size"):  # Qwen2MoeModel
+        w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+        w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
+
+
 PARAMS = {"olmo3": olmo3_params, "nanbeige": nanbeige_params, "mistral3": mistral3_params, "gemma4": gemma4_params,
-          "minicpm5": llama_model_params, "bailingmoe3": bailingmoe3_params}
+          "minicpm5": llama_model_params, "bailingmoe3": bailingmoe3_params, "qwen35": qwen35_params,
+          "qwen35moe": qwen35_params, "qwen3next": qwen35_params}
 
 
 # -- tensors -----------------------------------------------------------------------------------
@@ -284,6 +341,8 @@ def tensors(name: str, c: dict, rng) -> dict[str, np.ndarray]:
         return out | gemma4_tensors(c, lin, norm, rng)
     if name == "bailingmoe3":
         return out | bailingmoe3_tensors(c, lin, norm, rng)
+    if name in ("qwen35", "qwen35moe", "qwen3next"):
+        return out | qwen35_tensors(c, lin, norm, rng, fused_ba=name == "qwen3next")
     for i in range(c["num_hidden_layers"]):
         b = f"blk.{i}."
         out[b + "attn_q.weight"] = lin(H * hd, d, 2.0)
@@ -395,6 +454,60 @@ def bailingmoe3_tensors(c: dict, lin, norm, rng) -> dict[str, np.ndarray]:
         out[b + "nextn.enorm.weight"] = norm(d)
         out[b + "nextn.hnorm.weight"] = norm(d)
         out[b + "layer_output_norm.weight"] = norm(d)
+def qwen35_tensors(c: dict, lin, norm, rng, fused_ba: bool = False) -> dict[str, np.ndarray]:
+    """Qwen3.5's layers as the converter writes them: linear attention as attn_qkv,
+    attn_gate, ssm_beta, ssm_alpha, the conv kernel squeezed to [channels, kernel], ssm_a =
+    -exp(A_log), ssm_dt.bias, ssm_norm and ssm_out; attention with a query and a gate per
+    head in attn_q; post_attention_norm before the feed-forward. Norm weights are stored
+    with the +1 the converter adds (1 +- 0.1 here); A_log and dt_bias as transformers
+    initialises them (log of uniform [1, 16), dt from [1e-3, 0.1] through inverse softplus).
+    With experts (qwen35moe, qwen3next): the router, the stacked experts and the shared
+    expert with its one-output gate. ``fused_ba``: Qwen3-Next's ssm_ba (per key head its
+    group's beta rows then alpha rows, as the converter keeps in_proj_ba)."""
+    d, ff, H, Hkv, hd = (c[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                          "num_key_value_heads", "head_dim"))  # fmt: skip
+    kd, vd = c["linear_key_head_dim"] * c["linear_num_key_heads"], c["linear_value_head_dim"] * c["linear_num_value_heads"]
+    hv, kernel = c["linear_num_value_heads"], c["linear_conv_kernel_dim"]
+    out = {}
+    for i, kind in enumerate(c["layer_types"]):
+        b = f"blk.{i}."
+        out[b + "attn_norm.weight"] = norm(d)
+        out[b + "post_attention_norm.weight"] = norm(d)
+        if kind == "linear_attention":
+            out[b + "attn_qkv.weight"] = lin(2 * kd + vd, d, 2.0)
+            out[b + "attn_gate.weight"] = lin(vd, d)
+            if fused_ba:
+                out[b + "ssm_ba.weight"] = lin(2 * hv, d)
+            else:
+                out[b + "ssm_beta.weight"] = lin(hv, d)
+                out[b + "ssm_alpha.weight"] = lin(hv, d)
+            out[b + "ssm_conv1d.weight"] = (rng.standard_normal((2 * kd + vd, kernel)) / math.sqrt(kernel)).astype(np.float32)
+            out[b + "ssm_a"] = (-np.exp(np.log(rng.uniform(1.0, 16.0, hv)))).astype(np.float32)
+            dt = np.exp(rng.uniform(math.log(1e-3), math.log(0.1), hv))
+            out[b + "ssm_dt.bias"] = (dt + np.log(-np.expm1(-dt))).astype(np.float32)
+            out[b + "ssm_norm.weight"] = norm(c["linear_value_head_dim"])
+            out[b + "ssm_out.weight"] = lin(d, vd)
+        else:
+            out[b + "attn_q.weight"] = lin(2 * H * hd, d, 2.0)
+            out[b + "attn_k.weight"] = lin(Hkv * hd, d, 2.0)
+            out[b + "attn_v.weight"] = lin(Hkv * hd, d)
+            out[b + "attn_q_norm.weight"] = norm(hd)
+            out[b + "attn_k_norm.weight"] = norm(hd)
+            out[b + "attn_output.weight"] = lin(d, H * hd)
+        if c.get("num_experts"):
+            ne, fe, fs = c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+            out[b + "ffn_gate_inp.weight"] = lin(ne, d, 2.0)
+            out[b + "ffn_gate_exps.weight"] = np.stack([lin(fe, d) for _ in range(ne)])
+            out[b + "ffn_up_exps.weight"] = np.stack([lin(fe, d) for _ in range(ne)])
+            out[b + "ffn_down_exps.weight"] = np.stack([lin(d, fe) for _ in range(ne)])
+            out[b + "ffn_gate_shexp.weight"] = lin(fs, d)
+            out[b + "ffn_up_shexp.weight"] = lin(fs, d)
+            out[b + "ffn_down_shexp.weight"] = lin(d, fs)
+            out[b + "ffn_gate_inp_shexp.weight"] = lin(1, d).reshape(d)
+        else:
+            out[b + "ffn_gate.weight"] = lin(ff, d)
+            out[b + "ffn_up.weight"] = lin(ff, d)
+            out[b + "ffn_down.weight"] = lin(d, ff)
     return out
 
 

@@ -266,6 +266,24 @@ typedef struct {
 } cera_ssm_scan_args;
 int cera_ssm_scan(cera_ctx *ctx, const cera_ssm_scan_args *args, void *const *table);
 
+/* The gated delta rule (ggml_gated_delta_net with one decay per head), token by token within
+ * each sequence: per value head h, key head h % key_heads (grouped: h / (value_heads /
+ * key_heads)), state M [dim][dim] (row j: value
+ * channel j): M *= exp(g[h]); d = (v[h] - M k) beta[h]; M += d k^T; y[h] = M q / sqrt(dim).
+ * q, k: [n, key_heads, dim]; v, y: [n, value_heads, dim]; g, beta: [n, value_heads];
+ * table[state_index]: slot 0 of [n_slots][value_heads][dim][dim]. dim <= 1024. */
+typedef struct {
+    const float *q, *k, *v, *g, *beta;
+    float *y;
+    int64_t key_heads, value_heads, dim;
+    int grouped;
+    int state_index, n_slots;
+    int n_seq;
+    const int64_t *rows;
+    const int32_t *slots;
+} cera_delta_net_args;
+int cera_delta_net(cera_ctx *ctx, const cera_delta_net_args *args, void *const *table);
+
 /* Top-k routed experts (llama.cpp's build_moe_ffn): gating 0 softmax, 1 sigmoid; experts
  * chosen by probability plus selection_bias (NULL: none); the k weights renormalised when
  * norm_topk, multiplied by weight_scale unless it is 0 or 1; act 0 SwiGLU, 1 GeGLU. x, out:
@@ -288,6 +306,7 @@ int cera_moe(cera_ctx *ctx, const cera_moe_args *args);
 
 int cera_plan_conv_causal(cera_plan *plan, const cera_conv_causal_args *args);
 int cera_plan_ssm_scan(cera_plan *plan, const cera_ssm_scan_args *args);
+int cera_plan_delta_net(cera_plan *plan, const cera_delta_net_args *args);
 int cera_plan_moe(cera_plan *plan, const cera_moe_args *args);
 
 /* -- encoder ops (encoder.c): full convolution, attention without a cache, cross-attention -- */

@@ -313,6 +313,12 @@ int cera_unary(cera_ctx *ctx, int op, const float *x, float *y, int64_t n) {
     case 3:
         for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
         return CERA_OK;
+    case 4: /* ggml_sigmoid (scalar in ggml-cpu) */
+        for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+        return CERA_OK;
+    case 5: /* ggml_softplus */
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 20.0f ? x[i] : logf(1.0f + expf(x[i]));
+        return CERA_OK;
     default:
         return CERA_EINVAL;
     }

@@ -39,6 +39,7 @@ enum {
     OP_ATTENTION_FULL,
     OP_CROSS_ATTENTION,
     OP_STORE_CROSS,
+    OP_DELTA_NET,
     OP_COUNT
 };
 
@@ -46,7 +47,7 @@ static const char *const OP_NAMES[OP_COUNT] = {
     "get_rows", "products", "rms_norm", "layer_norm", "rope", "attention",
     "unary", "glu", "binary", "scale", "softcap", "copy_rows", "argmax",
     "top_k", "take", "conv_causal", "ssm_scan", "moe",
-    "conv1d", "attention_full", "cross_attention", "store_cross",
+    "conv1d", "attention_full", "cross_attention", "store_cross", "delta_net",
 };
 
 typedef struct {
@@ -144,6 +145,7 @@ typedef struct {
         top_k_args top_k;
         cera_conv_causal_args conv_causal;
         cera_ssm_scan_args ssm_scan;
+        cera_delta_net_args delta_net;
         cera_moe_args moe;
         conv1d_args conv1d;
         cera_attention_full_args attention_full;
@@ -321,7 +323,7 @@ static int add_ew(cera_plan *plan, int op, int code, const float *a, const float
 }
 
 int cera_plan_unary(cera_plan *plan, int op, const float *x, float *y, int64_t n) {
-    if (op < 0 || op > 3) return CERA_EINVAL;
+    if (op < 0 || op > 5) return CERA_EINVAL;
     return add_ew(plan, OP_UNARY, op, x, NULL, 0, y, 1, n);
 }
 
@@ -461,6 +463,15 @@ int cera_plan_ssm_scan(cera_plan *plan, const cera_ssm_scan_args *args) {
     return CERA_OK;
 }
 
+int cera_plan_delta_net(cera_plan *plan, const cera_delta_net_args *args) {
+    const int rc = cera_delta_net_check(args);
+    if (rc != CERA_OK) return rc;
+    plan_node *node = append(plan, OP_DELTA_NET);
+    if (!node) return CERA_ENOMEM;
+    node->u.delta_net = *args;
+    return CERA_OK;
+}
+
 int cera_plan_moe(cera_plan *plan, const cera_moe_args *args) {
     const int rc = cera_moe_check(args);
     if (rc != CERA_OK) return rc;
@@ -532,6 +543,8 @@ static int run_node(cera_plan *plan, const plan_node *node) {
         return cera_ssm_scan_unlocked(ctx, &node->u.ssm_scan, plan->table);
     case OP_MOE:
         return cera_moe_unlocked(ctx, &node->u.moe);
+    case OP_DELTA_NET:
+        return cera_delta_net_unlocked(ctx, &node->u.delta_net, plan->table);
     case OP_CONV1D: {
         const conv1d_args *a = &node->u.conv1d;
         return cera_conv1d_unlocked(ctx, a->x, a->n_in, a->c_in, a->wt, a->kernel, a->c_out, a->bias, a->stride,

@@ -61,6 +61,7 @@ LOWERERS = {
     "attention_full": attention.attention_full,
     "conv1d_causal": hybrid.conv1d_causal,
     "ssm_scan": hybrid.ssm_scan,
+    "gated_delta_net": hybrid.gated_delta_net,
     "moe": hybrid.moe,
     "kda": hybrid.kda,
     "head_linear": hybrid.head_linear,

@@ -1,4 +1,5 @@
-"""Lowering of the hybrid families' ops: the short convolution and the SSM scan (their
+"""Lowering of the hybrid families' ops: the short convolution, the SSM scan and the gated
+delta rule (their
 state in the state's device buffers, a slot per sequence) and the experts of a
 mixture-of-experts layer."""
 
@@ -91,6 +92,21 @@ def sigmoid_gate(lw, node) -> None:
         raise UnsupportedOperation(f"backend 'vulkan': sigmoid_gate of {x.shape} by {g.shape}")
     params = [x.size, lw.off(x), lw.off(g), lw.off(node.out), per]
     lw.emit(("sigmoid_gate",), wgsl.sigmoid_gate, params, -(-x.size // 64), label="sigmoid_gate")
+def gated_delta_net(lw, node) -> None:
+    """A thread per (sequence, value head, value channel) with its row of the head's state
+    in registers (wgsl.delta_net, one variant per head width)."""
+    q, k, v, g, beta, ref = node.args
+    lw.need_contiguous(node, q, k, v, g, beta)
+    _recurrent_state(lw, node, ref, "ssm_state")
+    Hk, Hv, dim = q.shape[1], v.shape[1], v.shape[2]
+    if dim > wgsl.DELTA_MAX:
+        raise UnsupportedOperation(f"backend 'vulkan': gated_delta_net with heads of {dim} (at most {wgsl.DELTA_MAX})")
+    mem = lw.mem
+    count = mem.n_seq * Hv * dim
+    params = [count, Hv, Hk, int(bool(node.attrs["grouped"])), lw.off(q), lw.off(k), lw.off(v), lw.off(g),
+              lw.off(beta), lw.off(node.out), mem.seq_off, mem.n_seq]  # fmt: skip
+    lw.emit(("delta_net", dim), lambda: wgsl.delta_net(dim), params, -(-count // 64), binds=[("ssm", ref.index)],
+            label="gated_delta_net")  # fmt: skip
 
 
 def _whole(lw, node, w) -> tuple:
@@ -145,4 +161,4 @@ def moe(lw, node) -> None:
             binds=[bind_d], read_only=(2,), label=f"moe down {d.ggml_type}")  # fmt: skip
 
 
-__all__ = ["conv1d_causal", "moe", "ssm_scan"]
+__all__ = ["conv1d_causal", "gated_delta_net", "moe", "ssm_scan"]

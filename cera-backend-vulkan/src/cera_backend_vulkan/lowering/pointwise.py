@@ -13,7 +13,7 @@ from cera.graph.ops import OPS
 from .. import wgsl
 from ..memory import f32_bits
 
-EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6}
+EW = {"unary": 0, "glu": 1, "add": 2, "mul": 3, "scale": 4, "softcap": 5, "copy": 6, "mul_rows": 7}
 
 
 def elementwise(lw, node, code: int, count: int, a_off: int, b_off: int = 0, b_len: int = 1, kind: int = 0,
@@ -46,6 +46,11 @@ def _binary(lw, node, code: int) -> None:
         elementwise(lw, node, code, a.size, lw.off(a), lw.operand(b), vals.size)
         return
     lw.need_contiguous(node, b)
+    rows = a.size // a.shape[-1]
+    if code == EW["mul"] and tuple(b.shape) == tuple(a.shape[:-1]) + (1,) and b.size == rows and b.size != a.size:
+        # one value per row (a per-token gate, Qwen3.5-MoE's shared expert's)
+        elementwise(lw, node, EW["mul_rows"], a.size, lw.off(a), lw.off(b), b.size, row=a.shape[-1])
+        return
     if b.size not in (a.size, a.shape[-1]) and tuple(b.shape) != tuple(a.shape):
         # a general broadcast: expand the operand into a constant index table is not
         # needed by any family; refuse rather than guess

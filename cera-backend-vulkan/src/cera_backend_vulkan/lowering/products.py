@@ -24,6 +24,22 @@ from . import pointwise
 PRE_ADD_MAX_GROUPS = 4096
 
 
+
+class _AsMatrix:
+    """A GGML vector ``{n}`` seen as the one-row matrix ``{n, 1}`` it is (a one-output
+    projection, as Qwen3.5-MoE's shared-expert gate)."""
+
+    def __init__(self, w):
+        self._w = w
+        self.shape = (w.shape[0], 1)
+
+    def __getattr__(self, name):
+        return getattr(self._w, name)
+
+
+def _matrix(w):
+    return _AsMatrix(w) if len(w.shape) == 1 else w
+
 def lower(lw, step: Step) -> None:
     choice = lw.choice
     first = step.nodes[0]
@@ -54,7 +70,7 @@ def lower(lw, step: Step) -> None:
         and consumers.get(step.nodes[0].out.id, 0) == 1 and consumers.get(step.nodes[1].out.id, 0) == 1
     )  # fmt: skip
     blk = choice.blk(K)
-    wts = [lw.weights[n.args[1].name] for n in step.nodes]
+    wts = [_matrix(lw.weights[n.args[1].name]) for n in step.nodes]
     unit_seg = choice.unit(lw.off(x), xs, K, sum(w.shape[1] for w in wts), tuple(w.ggml_type for w in wts),
                            mv_rows(M), segments=True)  # fmt: skip
     segments = (
@@ -82,7 +98,7 @@ def lower(lw, step: Step) -> None:
         return
     for i, node in enumerate(step.nodes):
         _, wref, bias = node.args
-        w = lw.weights[wref.name]
+        w = _matrix(lw.weights[wref.name])
         if len(w.shape) != 2:
             raise ShapeError(f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed")
         out, res, res_stride = node.out, 0, 0
@@ -224,7 +240,7 @@ def _segments(lw, step, x, K, M, xs, residual, nparams, fuse, unit) -> None:
     binds, types, at, n_all = [], [], 0, 0
     for i, node in enumerate(step.nodes):
         _, wref, bias = node.args
-        w = lw.weights[wref.name]
+        w = _matrix(lw.weights[wref.name])
         N = w.shape[1]
         n_all += N
         out, res, res_stride = node.out, 0, 0

@@ -35,7 +35,8 @@ from .attention_tiles import ATT_TILE_CELLS, ATT_TILE_ROWS, attention_tiles
 from .blocks import BLOCKS, DQ8, IQ4NL_TABLE, KSCALE, READERS, WEIGHT_BINDING, row_bytes, weight_lib
 from .common import ACTIVATIONS, ARENA_F32, ARENA_U32, GRID, HEADER, SEQ_FN, WG
 from .encdec import im2col, store_cross
-from .hybrid import CONV_MAX, conv_causal, head_linear, kda, moe_down, moe_logits, moe_route, moe_up, sigmoid_gate, ssm_scan
+from .hybrid import (CONV_MAX, DELTA_MAX, conv_causal, delta_net, head_linear, kda, moe_down, moe_logits, moe_route,
+                     moe_up, sigmoid_gate, ssm_scan)  # fmt: skip
 from .kv_store import kv_store, rope_kv
 from .pointwise import NORM_WG, elementwise, norm
 from .products import (
@@ -160,6 +161,8 @@ __all__ = [
     "kda",
     "head_linear",
     "sigmoid_gate",
+    "delta_net",
+    "DELTA_MAX",
     "im2col",
     "store_cross",
 ]

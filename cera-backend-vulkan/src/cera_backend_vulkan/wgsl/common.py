@@ -41,6 +41,8 @@ fn act_(kind: u32, x: f32) -> f32 {
         case 0u: { return silu_(x); }
         case 1u: { return gelu_(x); }
         case 2u: { return gelu_erf_(x); }
+        case 4u: { return 1.0 / (1.0 + exp(-x)); }
+        case 5u: { return select(log(1.0 + exp(min(x, 20.0))), x, x > 20.0); }
         default: { return max(x, 0.0); }
     }
 }

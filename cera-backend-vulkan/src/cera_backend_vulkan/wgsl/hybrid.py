@@ -296,6 +296,62 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 
 
+DELTA_MAX = 256  # gated_delta_net: the widest head (Qwen3.5's and Qwen3-Next's are 128)
+
+
+def delta_net(dim: int) -> str:
+    """The gated delta rule (ggml_gated_delta_net, one decay per head): a thread per
+    (sequence, value head, value channel j) keeps row j of the head's [dim, dim] state in
+    registers and walks the sequence's tokens in order: row *= exp(g); d = (v_j - row . k) *
+    beta; row += d k; y_j = (row . q) / sqrt(dim). The row goes back to the slot (binding 2:
+    [slot, value heads, dim, dim]) at the end; no thread reads another's values, so a decode
+    batch row is its one-row pass. Value head h reads key head h % key_heads, or
+    h / (value_heads / key_heads) when grouped. P: 0 n_seq * value_heads * dim, 1 value
+    heads, 2 key heads, 3 grouped, 4 q, 5 k, 6 v, 7 g, 8 beta, 9 y offsets, 10 seq table
+    offset, 11 n_seq."""
+    return (
+        HEADER
+        + ARENA_U32
+        + GRID
+        + f"""
+@group(0) @binding(2) var<storage, read_write> S: array<f32>;
+fn F(o: u32) -> f32 {{ return bitcast<f32>(A[o]); }}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let i = wg_linear(wid, nwg) * 64u + t;
+    if (i >= P(0u)) {{ return; }}
+    let Hv = P(1u); let Hk = P(2u);
+    let j = i % {dim}u; let h = (i / {dim}u) % Hv; let s = i / ({dim}u * Hv);
+    let hk = select(h % Hk, h / (Hv / Hk), P(3u) != 0u);
+    let seq = P(10u); let n_seq = P(11u);
+    let slot = A[seq + s]; let r0 = A[seq + 2u * n_seq + s]; let n = A[seq + 3u * n_seq + s];
+    let sb = ((slot * Hv + h) * {dim}u + j) * {dim}u;
+    var row: array<f32, {dim}>;
+    for (var c = 0u; c < {dim}u; c++) {{ row[c] = S[sb + c]; }}
+    let scale = 1.0 / sqrt(f32({dim}u));
+    for (var r = r0; r < r0 + n; r++) {{
+        let ko = P(5u) + (r * Hk + hk) * {dim}u;
+        let qo = P(4u) + (r * Hk + hk) * {dim}u;
+        let decay = exp(F(P(7u) + r * Hv + h));
+        var sk = 0.0;
+        for (var c = 0u; c < {dim}u; c++) {{
+            row[c] = row[c] * decay;
+            sk += row[c] * F(ko + c);
+        }}
+        let d = (F(P(6u) + (r * Hv + h) * {dim}u + j) - sk) * F(P(8u) + r * Hv + h);
+        var y = 0.0;
+        for (var c = 0u; c < {dim}u; c++) {{
+            row[c] = row[c] + d * F(ko + c);
+            y += row[c] * F(qo + c);
+        }}
+        A[P(9u) + (r * Hv + h) * {dim}u + j] = bitcast<u32>(y * scale);
+    }}
+    for (var c = 0u; c < {dim}u; c++) {{ S[sb + c] = row[c]; }}
+}}
+"""
+    )
+
+
 def kda(dim: int) -> str:
     """Kimi delta attention (cera.graph.ops.kda): a thread per (sequence, head, value row j)
     keeps row j of the head's state ([dim_v, dim_k], ``dim`` values a row) in registers and

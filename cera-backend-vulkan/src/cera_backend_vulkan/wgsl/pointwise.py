@@ -8,7 +8,7 @@ from .common import ACTIVATIONS, ARENA_F32, GRID, HEADER, workgroup_sum
 def elementwise() -> str:
     """One kernel for the elementwise ops, by opcode P(0): 0 unary (P(6) kind), 1 glu
     (P(6) 0 swiglu / 1 geglu), 2 add, 3 mul, 4 scale (P(7) s), 5 softcap (P(7) cap),
-    6 copy of a row-strided view. P: 1 count, 2 out offset, 3 a offset, 4 b offset,
+    6 copy of a row-strided view, 7 mul by one value per row of P(8). P: 1 count, 2 out offset, 3 a offset, 4 b offset,
     5 b length (b broadcast: index mod its length), 8 row length, 9 a row stride
     (copy)."""
     return (
@@ -38,6 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let u = a / c;
             y = c * select(1.0 - 2.0 / (exp(2.0 * u) + 1.0), sign(u), abs(u) > 15.0);
         }
+        case 7u: { y = a * A[P(4u) + i / P(8u)]; }
         default: {
             let n = P(8u);
             y = A[P(3u) + (i / n) * P(9u) + i % n];

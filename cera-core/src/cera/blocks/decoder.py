@@ -85,13 +85,16 @@ class DecoderConfig:
 
 
 def read_decoder_config(
-    gguf, family: str, neox: bool = False, eps_key: str = K.Attention.LAYERNORM_RMS_EPS, mixed_kv_heads: bool = False
+    gguf, family: str, neox: bool = False, eps_key: str = K.Attention.LAYERNORM_RMS_EPS, mixed_kv_heads: bool = False,
+    dense_ffn: bool = True,
 ) -> tuple[DecoderConfig, HParams]:
     """The keys every llama-shaped decoder has. Returns the HParams so the family can read
     its own keys and then call ``hp.check_all_understood()``. ``eps_key``: the norm's
     epsilon (LayerNorm families such as starcoder2 store ``attention.layer_norm_epsilon``).
     ``mixed_kv_heads``: layers may have KV head counts of their own (gemma4's sliding and
-    full layers); the family then declares each layer's cache itself."""
+    full layers); the family then declares each layer's cache itself. ``dense_ffn=False``:
+    every layer's feed-forward is routed experts, so ``feed_forward_length`` may be absent
+    (n_ff is then 0)."""
     hp = HParams(gguf, family)
     n_layer = hp.req(K.LLM.BLOCK_COUNT)
     n_embd = hp.req(K.LLM.EMBEDDING_LENGTH)
@@ -140,10 +143,10 @@ def read_decoder_config(
     tokens = gguf.get_array("tokenizer.ggml.tokens", str)
     n_vocab = hp.opt(K.LLM.VOCAB_SIZE, len(tokens) if tokens is not None else 0, int)
     scale = hp.opt(K.Attention.SCALE, 0.0, float)
-    n_ff = hp.req(K.LLM.FEED_FORWARD_LENGTH)
+    n_ff = hp.req(K.LLM.FEED_FORWARD_LENGTH) if dense_ffn else hp.opt(K.LLM.FEED_FORWARD_LENGTH, 0, int)
     n_ctx_train = hp.opt(K.LLM.CONTEXT_LENGTH, 0, int)
     eps = hp.req(eps_key, float)
-    if n_ff < 1:
+    if n_ff < (1 if dense_ffn else 0):
         raise ModelConfigError(f"{gguf.path}: {hp.key('feed_forward_length')} is {n_ff}; it must be positive")
     if not 0 <= n_ctx_train < 2**31:  # positions are int32
         raise ModelConfigError(f"{gguf.path}: {hp.key('context_length')} is {n_ctx_train}; it must be in [0, 2^31)")

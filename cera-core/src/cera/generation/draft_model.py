@@ -103,12 +103,6 @@ class DraftSpeculation:
             )
         if options.draft_min > options.draft_max:
             raise InvalidOptions(f"draft_min ({options.draft_min}) must not exceed draft_max ({options.draft_max})")
-        for what, loaded in (("target", session.loaded), ("draft", draft)):
-            if not loaded.model.state.rewindable:
-                raise InvalidOptions(
-                    f"speculative decoding with a draft model needs state that can be rewound; the {what} model "
-                    f"{loaded.name!r} has recurrent layers: detach the draft (set_draft(None)) or set draft_max=0"
-                )
         self.s = session
         self.sampler = sampler
         self.n_vocab = int(session.model.n_vocab)
@@ -129,6 +123,9 @@ class DraftSpeculation:
         d.sync_tokens(history)
         if not d.pending and (d.last is None or "logits" not in d.last):
             d._refresh_last(LAST_LOGITS)
+        if d.pending:
+            d._evaluate(LAST_LOGITS)
+        d._snapshot_here()  # recurrent state: the next round's rewind restores this point
         tokens: list[int] = []
         dists: list[np.ndarray] = []
         while len(tokens) < room:

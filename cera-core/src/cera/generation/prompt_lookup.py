@@ -26,8 +26,6 @@ class PromptLookup:
                 "speculative decoding (spec) gives exactly the greedy output, so it needs greedy decoding "
                 "(temperature 0) without penalties, banned tokens, grammars or log-probabilities"
             )
-        if not session.model.state.rewindable:
-            raise InvalidOptions("speculative decoding needs state that can be rewound; this model has recurrent layers")
         if options.spec_ngram < 1 or options.spec_k < 1:
             raise InvalidOptions(f"spec_ngram and spec_k must be >= 1, got {options.spec_ngram} and {options.spec_k}")
         self.s = session

@@ -90,6 +90,7 @@ class Session:
         self.prefix_cache = getattr(loaded, "prefix_cache", None)  # cera.generation.prefix_cache (None: off)
         self._snapshots: list[tuple[int, object]] = []  # (tokens, state snapshot) for recurrent state
         self.draft_session = None  # the draft model's session (cera.generation.draft_model), made on first use
+        self._verify_snapshot = None  # recurrent state before a verification pass (cera.generation.verification)
         self._cancelled = False  # set by cancel() from any thread (a bool: reads and writes are atomic)
         self._lock = threading.RLock()
         self.last_summary: GenerationSummary | None = None

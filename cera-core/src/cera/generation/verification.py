@@ -4,6 +4,12 @@ model together, every row computed as a one-token step would compute it
 The strategies that draft (`cera.generation.prompt_lookup`, `cera.generation.draft_model`)
 verify here and keep what the rules below accept; `keep` cuts the rest away.
 
+Recurrent state (conv, SSM and delta-rule layers) cannot be cut back: `verify` snapshots the
+sequence's slot before the pass, and where a draft is refused `keep` restores it and
+evaluates the kept tokens again, row by row as plain decoding does, so the state is the one
+plain decoding reaches (llama.cpp's speculative server re-evaluates the same way where it
+keeps no per-token states).
+
 Two rules decide how much of a draft is kept:
 
 - greedy (`verify_greedy`): the draft tokens equal to the model's own argmax, then the
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.builder import Outputs
+from ..graph.builder import NONE, Outputs
 
 ALL_ARGMAX = Outputs(("argmax",), rows="all")
 
@@ -33,6 +39,7 @@ def verify(session, draft: list[int], outputs: Outputs) -> tuple[dict, int, int]
     s = session
     n_before, n_queued = len(s.tokens), len(s.pending)
     batch = s.pending + draft
+    s._verify_snapshot = None if s.model.state.rewindable else (n_before, s.state.snapshot(s.slot))
     out = s._forward(batch, outputs, exact_rows=True)
     s.tokens.extend(batch)
     s.pending = []
@@ -45,9 +52,20 @@ def keep(session, n_before: int, n_queued: int, accepted: int) -> int:
     is cut back past the rest. Returns the row of the last kept token's output."""
     s = session
     n = n_before + n_queued + accepted
+    saved, s._verify_snapshot = getattr(s, "_verify_snapshot", None), None
     if n < len(s.tokens):
-        s.state.truncate(s.slot, n)
-        del s.tokens[n:]
+        if saved is None:
+            s.state.truncate(s.slot, n)
+            del s.tokens[n:]
+        else:  # recurrent state: back to the snapshot, then the kept tokens again
+            start, snap = saved
+            s.state.restore(s.slot, snap)
+            again = s.tokens[start:n]
+            del s.tokens[start:]
+            if again:
+                s._forward(again, NONE, exact_rows=True)
+                s.tokens.extend(again)
+                s.n_evaluated += len(again)
     return n_queued - 1 + accepted
 
 

@@ -545,6 +545,12 @@ class GraphBuilder:
         if (decl.n_heads, decl.head_dim, decl.state_dim) != (v.shape[1], v.shape[2], q.shape[2]):
             raise ShapeError(f"kda: a state of {decl} for v {v.shape} and q {q.shape}")
         return self._node("kda", (q, k, v, f, b, a, state), eps=float(eps), lower_bound=float(lower_bound))
+    def gated_delta_net(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: StateRef,
+                        grouped: bool = False) -> Tensor:  # fmt: skip
+        decl = state.decl
+        if (decl.n_heads, decl.head_dim, decl.state_dim) != (v.shape[1], v.shape[2], q.shape[2]):
+            raise ShapeError(f"gated_delta_net: a state of {decl} for v {v.shape} and q {q.shape}")
+        return self._node("gated_delta_net", (q, k, v, g, beta, state), grouped=bool(grouped))
 
     def moe(self, x: Tensor, router: WeightRef, gate: WeightRef, up: WeightRef, down: WeightRef, k: int,
             gating: str = "softmax", selection_bias: WeightRef | None = None, norm_topk: bool = False,

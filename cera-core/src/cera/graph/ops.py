@@ -16,7 +16,7 @@ Conventions (all backends):
   ``[n, in] -> [n, out]``. References see weights dequantized to float32 in numpy order
   (the reverse of GGML's).
 - Ops that touch per-sequence state (`attention`, `conv1d_causal`, `ssm_scan`,
-  `cross_attention`, `store_cross`) get a handle to a declared piece of state
+  `gated_delta_net`, `cross_attention`, `store_cross`) get a handle to a declared piece of state
   (`cera.state`), never a bare layer number; the rows of a batch are grouped by sequence
   (`cera.graph.builder.Layout`), and each sequence has its own slot of that state.
 
@@ -102,7 +102,7 @@ class AttentionSpec:
             raise ShapeError(f"attention: soft-cap {self.softcap} must be a non-negative number")
 
 
-UNARY_KINDS = ("silu", "gelu", "gelu_erf", "relu")
+UNARY_KINDS = ("silu", "gelu", "gelu_erf", "relu", "sigmoid", "softplus")
 GLU_KINDS = ("swiglu", "geglu")
 MOE_GATINGS = ("softmax", "sigmoid")
 MOE_ACTIVATIONS = ("silu", "gelu")
@@ -363,6 +363,15 @@ def _shape_ssm_scan(x, dt, A, B, C, state, **_):
     return tuple(x), "f32"
 
 
+def _shape_gated_delta_net(q, k, v, g, beta, state, **_):
+    _need(len(q) == 3 and tuple(k) == tuple(q), f"gated_delta_net: q {q} / k {k} must be one shape [n, key_heads, dim]")
+    _need(len(v) == 3 and v[0] == q[0] and v[2] == q[2] and v[1] % q[1] == 0,
+          f"gated_delta_net: v {v} for q {q} (needs [n, value_heads, dim], value heads a multiple of key heads)")
+    _need(tuple(g) == tuple(v[:2]) and tuple(beta) == tuple(v[:2]),
+          f"gated_delta_net: g {g} / beta {beta} for v {v} (need [n, value_heads])")
+    return tuple(v), "f32"
+
+
 def _shape_moe(x, router, gate, up, down, selection_bias=None, k=1, groups=1, groups_used=1, **_):
     _need(len(x) == 2, f"moe expects [n_tokens, dim], got {x}")
     _need(len(router) == 2 and router[0] == x[1], f"moe: router of GGML shape {router} for inputs of {x[1]}")
@@ -420,8 +429,10 @@ def embedding(ctx, table, ids):
 
 @op("linear", "x:tensor w:weight bias:weight?", shape=_shape_linear, strided=True)
 def linear(ctx, x, w, bias=None):
-    """``x @ W.T (+ bias)``: ``[..., in] -> [..., out]``."""
-    y = _f64(x) @ _f64(w).T
+    """``x @ W.T (+ bias)``: ``[..., in] -> [..., out]``. A GGML vector ``{in}`` (one row) is a
+    one-output projection."""
+    w = _f64(w)
+    y = _f64(x) @ (w.reshape(1, -1) if w.ndim == 1 else w).T
     if bias is not None:
         y = y + _f64(bias).reshape(-1)
     return y.astype(np.float32)
@@ -609,13 +620,18 @@ def activation(kind: str, x: np.ndarray) -> np.ndarray:
         return _gelu_erf(x)
     if kind == "relu":
         return np.maximum(x, 0.0)
+    if kind == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-x))
+    if kind == "softplus":  # ggml_softplus: the identity above 20
+        return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
     raise ShapeError(f"unknown activation {kind!r} (known: {', '.join(UNARY_KINDS)})")
 
 
 @op("unary", "x:tensor", "kind", shape=_shape_same, choices={"kind": UNARY_KINDS})
 def unary(ctx, x, *, kind):
     """An activation elementwise: "silu", "gelu" (tanh approximation, as ggml_gelu),
-    "gelu_erf", "relu"."""
+    "gelu_erf", "relu", "sigmoid", "softplus" (log(1 + e^x), x itself above 20, as
+    ggml_softplus)."""
     return activation(kind, x).astype(np.float32)
 
 
@@ -781,6 +797,36 @@ def ssm_scan(ctx, x, dt, A, B, C, state):
                 cur[h] = cur[h] * math.exp(d[h] * A[h]) + (d[h] * x[t, h])[:, None] * B[t, g][None, :]
                 y[t, h] = cur[h] @ C[t, g]
         st[...] = cur
+    return y.astype(np.float32)
+
+
+@op("gated_delta_net", "q:tensor k:tensor v:tensor g:tensor beta:tensor state:state", "grouped", state_kind="ssm",
+    writes_state=True, shape=_shape_gated_delta_net)
+def gated_delta_net(ctx, q, k, v, g, beta, state, *, grouped=False):
+    """The gated delta rule (Qwen3-Next / Qwen3.5 linear attention; ggml_gated_delta_net
+    with one decay per head), token by token within each sequence. Per value head h, with
+    key head h mod key_heads (Qwen3.5's files, ggml's broadcast), or h // (value_heads /
+    key_heads) when ``grouped`` (Qwen3-Next's repeat-interleave), the state M (``[dim_v, dim_k]``, row j = value channel j):
+    M = M * exp(g_h); d = (v_h - M k) * beta_h; M = M + d k^T; y_h = (M q) / sqrt(dim).
+    q, k ``[n, key_heads, dim]`` (the family normalizes them), v ``[n, value_heads, dim]``,
+    g (log decay, <= 0) and beta ``[n, value_heads]``; the state is an `SSMState` of
+    ``[value_heads, dim, dim]`` per sequence."""
+    q, k, v, g, beta = _f64(q), _f64(k), _f64(v), _f64(g), _f64(beta)
+    Hk, Hv, S = q.shape[1], v.shape[1], v.shape[2]
+    key_head = [h // (Hv // Hk) if grouped else h % Hk for h in range(Hv)]
+    scale = 1.0 / math.sqrt(S)
+    y = np.zeros_like(v)
+    for s, (r0, n) in enumerate(ctx.groups):
+        st = ctx.state.ssm(state, int(ctx.slots[s]))
+        M = st.astype(np.float64)
+        for t in range(r0, r0 + n):
+            for h in range(Hv):
+                kh, qh = k[t, key_head[h]], q[t, key_head[h]]
+                M[h] *= math.exp(g[t, h])
+                d = (v[t, h] - M[h] @ kh) * beta[t, h]
+                M[h] += d[:, None] * kh[None, :]
+                y[t, h] = (M[h] @ qh) * scale
+        st[...] = M
     return y.astype(np.float32)
 
 

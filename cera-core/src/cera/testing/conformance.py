@@ -286,7 +286,7 @@ def _all_cases() -> list[OpCase]:
 
         add(OpCase(f"rope[{label}]", "rope", build, (_emb(64),), passes=((7,), (2,))))
 
-    for kind in ("silu", "gelu", "gelu_erf", "relu"):
+    for kind in ("silu", "gelu", "gelu_erf", "relu", "sigmoid", "softplus"):
         add(OpCase(f"unary[{kind}]", "unary", lambda g, w, s, k=kind: g.output("y", g.unary(k, _x(g, 64))),
                    (_emb(64),), tolerance=TOL_F16_TABLE if kind == "gelu" else TOL_FLOAT))  # fmt: skip
     for kind in ("swiglu", "geglu"):
@@ -406,6 +406,26 @@ def _all_cases() -> list[OpCase]:
     add(OpCase("ssm_scan", "ssm_scan", ssm,
                (_emb(32), _emb(4, "dt"), _emb(32, "B"), _emb(32, "C"), WeightSpec("A", (4,), "F32", 1.0)),
                state=(SSMState(4, 8, 16),), passes=((4,), (1,), (1, 2))))  # fmt: skip
+
+    # Qwen3.5's linear attention: two key heads shared by four value heads (head h reads
+    # key head h mod 2), L2-normed q/k, beta = sigmoid(b), log decay g = -softplus(a)
+    def delta(g, w, s, grouped=False):
+        n = g.layout.n_tokens
+
+        def l2(x):
+            return g.scale(g.rms_norm(g.reshape(x, (n, 2, 16)), None, 1e-6 / 16), 0.25)
+
+        q, k = l2(_x(g, 32, "q")), l2(_x(g, 32, "k"))
+        v = g.reshape(_x(g, 64, "v"), (n, 4, 16))
+        beta = g.unary("sigmoid", _x(g, 4, "b"))
+        decay = g.scale(g.unary("softplus", _x(g, 4, "a")), -1.0)
+        g.output("y", g.gated_delta_net(q, k, v, decay, beta, s[0], grouped=grouped))
+
+    for grouped in (False, True):  # Qwen3-Next's files pair value heads with key heads in groups
+        add(OpCase(f"gated_delta_net[{'grouped' if grouped else 'tiled'}]", "gated_delta_net",
+                   lambda g, w, s, grouped=grouped: delta(g, w, s, grouped),
+                   (_emb(32, "q"), _emb(32, "k"), _emb(64, "v"), _emb(4, "b"), _emb(4, "a")),
+                   state=(SSMState(4, 16, 16),), passes=((5,), (1,), (1, 3), (2, 1))))  # fmt: skip
 
     for t in ("F32", "Q8_0"):
         def moe(g, w, s):
