@@ -44,6 +44,7 @@ FAMILIES = {
     "gemma4": "cera-model-gemma",
     "lfm2": "cera-model-lfm2",
     "lfm2moe": "cera-model-lfm2",
+    "clip.lfm2": "cera-model-lfm2",  # LFM2-VL's multimodal projector (an mmproj file)
     "mamba2": "cera-model-mamba",
     "granitehybrid": "cera-model-mamba",
     "falcon-h1": "cera-model-mamba",
