@@ -1,8 +1,9 @@
 """The chat page at ``/`` in a real headless browser (Debian's chromium, driven through the
 DevTools protocol): what it shows streamed is the text chat completions gives for the same
 conversation (system prompt and sampling settings included, a second turn carrying the
-first), Stop cancels the generation on the server, and the model choice lists the
-server's models and sends to the one chosen. Skips where no chromium is installed."""
+first), Stop cancels the generation on the server, the model choice lists the
+server's models and sends to the one chosen, and a model that takes images gets an image
+button whose files go as image_url data: parts. Skips where no chromium is installed."""
 
 from __future__ import annotations
 
@@ -123,6 +124,7 @@ def _assistant(browser) -> list[str]:
 def test_the_page_streams_what_chat_completions_gives(server, browser):
     browser.open(f"http://127.0.0.1:{server.port}/")
     assert browser.js("[...$('model').options].map(o => o.value)") == ["small", "again"]
+    assert browser.js("$('attach').hidden") is True  # a text model takes no images
     for name, value in (("system", SYSTEM), ("temperature", 0), ("max_tokens", 16), ("top_k", 0), ("top_p", 1)):
         browser.set(name, value)
     # count the updates of the reply as it streams
@@ -192,3 +194,36 @@ def test_the_page_is_self_contained(server):
         html = r.read().decode()
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy
     assert "http://" not in html and "https://" not in html  # nothing fetched from elsewhere
+
+
+def test_an_attached_image_goes_as_an_image_url_part(browser):
+    """The tiny random-weight LFM2-VL with its projector: the page offers the image button,
+    and its reply to an attached PNG is the server's reply to the same data: URL."""
+    import base64
+
+    import cera
+
+    vl = Path(__file__).parents[1] / "models" / "reference"
+    image = vl / "data" / "vl" / "gradient.png"
+    with cera.load(str(vl / "tiny" / "vl" / "tiny-lfm2-vl.gguf"), device="cpu", threads=2, quiet=True,
+                   mmproj=vl / "tiny" / "vl" / "tiny-lfm2-vl-mmproj.gguf") as loaded:  # fmt: skip
+        with ServerThread(loaded, aliases=("vl",), parallel=1, n_ctx=1024) as server:
+            listed = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/models", timeout=10).read())
+            assert listed["data"][0]["input_modalities"] == ["text", "image"]
+            browser.open(f"http://127.0.0.1:{server.port}/")
+            assert browser.js("$('attach').hidden") is False
+            root = browser.call("DOM.getDocument")["root"]["nodeId"]
+            node = browser.call("DOM.querySelector", nodeId=root, selector="#image")["nodeId"]
+            browser.call("DOM.setFileInputFiles", nodeId=node, files=[str(image)])
+            browser.wait("$('attached').textContent === 'gradient.png attached'")
+            browser.set("temperature", 0)
+            browser.set("max_tokens", 12)
+            browser.say("What is in it?")
+            browser.wait("document.body.dataset.state === 'idle' && $('status').textContent === 'ready'")
+            url = "data:image/png;base64," + base64.b64encode(image.read_bytes()).decode()
+            content = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "What is in it?"}]
+            want = server.client().chat.completions.create(
+                model="vl", messages=[{"role": "user", "content": content}], max_tokens=12, temperature=0
+            )
+            assert _assistant(browser) == [want.choices[0].message.content]
+            assert browser.js("$('attached').textContent") == ""  # the image went with that message

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 
-def say(conversation, text: str, options):
-    """Add a user message and stream the reply's text."""
-    return conversation.reply(text, options)
+def say(conversation, message, options):
+    """Add a user message (text, or a message dict) and stream the reply's text."""
+    return conversation.reply(message, options)
 
 
 def messages_of(conversation) -> list[dict]:

@@ -66,3 +66,49 @@ def user_content(text: str, images):
         if n < len(images):
             parts.append({"type": "image", "image": images[n]})
     return parts
+
+
+class PendingImages:
+    """The images `cera chat` gives its next message: the --image files for the first one,
+    then those each ``/image FILE`` attaches."""
+
+    def __init__(self, loaded, images=()):
+        self.loaded = loaded
+        self.paths = [str(p) for p in images]
+        if self.paths:
+            from cera.vision.image import load_image
+
+            for p in self.paths:
+                load_image(p)  # a bad --image ends the command before the chat starts
+
+    def attach(self, arg: str, console) -> None:
+        """``/image FILE``: check the file is an image the model can take, and keep it."""
+        if not arg:
+            console.note("cera: /image needs a file name: /image FILE")
+            return
+        if getattr(self.loaded, "projector", None) is None:
+            console.note("cera: this model was loaded without a multimodal projector: start cera chat with --mmproj FILE")
+            return
+        from cera.errors import CeraError
+        from cera.vision.image import load_image
+
+        path = Path(arg).expanduser()
+        try:
+            load_image(path)  # a bad file is refused now, not when the message is sent
+        except CeraError as e:
+            console.note(f"cera: {e}")
+            return
+        self.paths.append(str(path))
+        n = len(self.paths)
+        console.note(f"cera: {path} goes with the next message ({n} image{'s' if n != 1 else ''})")
+
+    def content(self, line: str, console):
+        """The next user message's content (None, with a note, when its markers do not match)."""
+        try:
+            return user_content(line, self.paths)
+        except click.UsageError as e:
+            console.note(f"cera: {e.message}; the images wait for the next message")
+            return None
+
+    def sent(self) -> None:
+        self.paths = []

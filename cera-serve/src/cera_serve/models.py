@@ -141,8 +141,16 @@ class ServedModel:
         self.last_used = time.monotonic()
         self.slots.release()
 
+    @property
+    def takes_images(self) -> bool:
+        """Whether chat messages to this model may hold images (it has, or will load, a projector)."""
+        if self.loaded is not None:
+            return getattr(self.loaded, "projector", None) is not None
+        return self.first and self.config.mmproj is not None
+
     def describe(self) -> dict:
-        body = {"id": self.id, "object": "model", "created": self.created, "owned_by": "cera", "status": self.status}
+        body = {"id": self.id, "object": "model", "created": self.created, "owned_by": "cera", "status": self.status,
+                "input_modalities": ["text", "image"] if self.takes_images else ["text"]}  # fmt: skip
         if self.error:
             body["error"] = self.error
         return body

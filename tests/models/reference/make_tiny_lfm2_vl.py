@@ -83,8 +83,7 @@ def write_text_model(path: Path, rng: np.random.Generator) -> None:
     w.close()
 
 
-def write_mmproj(path: Path, rng: np.random.Generator, n_embd_text: int) -> None:
-    v = VISION
+def write_mmproj(path: Path, rng: np.random.Generator, n_embd_text: int, v: dict = VISION) -> None:
     C, F, P = v["n_embd"], v["n_ff"], v["patch"]
     w = GGUFWriter(str(path), "clip")
     w.add_type("mmproj")

@@ -28,6 +28,7 @@ from ..options import (
     sampling_options,
 )
 from ..draft import attach_draft, draft_options, drafting
+from ..images_cli import PendingImages, attach_projector, image_options
 from ..lora_options import apply_loras, lora_options
 from ..tools_cli import describe_call, tool_options
 
@@ -36,6 +37,7 @@ HELP = """Commands:
   /clear          start over, keeping the system message (/reset does the same)
   /save FILE      save the conversation (messages and evaluated state) to FILE
   /load FILE      continue a conversation saved with /save
+  /image FILE     attach an image to the next message (repeatable; needs --mmproj)
   /help           this list
   /exit, /quit    quit (so does Ctrl-D; Ctrl-C stops a reply, and quits at the prompt)"""
 
@@ -107,7 +109,7 @@ class StopOnInterrupt:
 
 class ChatLoop:
     def __init__(self, loaded, session, system, options, console: Console, kv_type: str, tools=None,
-                 tool_choice: str = "auto", constrain_tools: bool = False, read_line=None):  # fmt: skip
+                 tool_choice: str = "auto", constrain_tools: bool = False, read_line=None, images=()):  # fmt: skip
         from cera.chat.session import Chat
 
         self.loaded = loaded
@@ -120,6 +122,7 @@ class ChatLoop:
         self.read_line = read_line  # asks the user for a tool's result
         self.conversation = Chat(session, system=system, tools=tools)
         self.dropped = 0  # exchanges dropped for room, in all
+        self.images = PendingImages(loaded, images)  # --image and /image: they go with the next message
 
     # -- the context ----------------------------------------------------------------------
 
@@ -128,10 +131,10 @@ class ChatLoop:
         """Index of the first message that may be dropped (after the system message)."""
         return 1 if msgs and msgs[0]["role"] == "system" else 0
 
-    def _tokens_with(self, msgs, text: str) -> int:
-        return prompt_length(self.conversation, msgs + [{"role": "user", "content": text}])
+    def _tokens_with(self, msgs, content) -> int:
+        return prompt_length(self.conversation, msgs + [{"role": "user", "content": content}])
 
-    def make_room(self, text: str) -> bool:
+    def make_room(self, content) -> bool:
         """Drop the oldest exchanges until this message and room for a reply fit the
         context. False (and says why) when even the message alone does not fit."""
         n_ctx = self.session.n_ctx
@@ -140,7 +143,7 @@ class ChatLoop:
         reserve = 0 if self.options.context_shift else min(limit if limit else n_ctx // 4, n_ctx // 2)
         msgs = messages_of(self.conversation)
         dropped = []  # the user messages of the exchanges dropped
-        while self._tokens_with(msgs, text) + reserve > n_ctx and len(msgs) > self._start(msgs):
+        while self._tokens_with(msgs, content) + reserve > n_ctx and len(msgs) > self._start(msgs):
             start = self._start(msgs)
             dropped.append(msgs.pop(start))
             while len(msgs) > start and msgs[start]["role"] != "user":
@@ -154,7 +157,7 @@ class ChatLoop:
                 f"{'s' if len(dropped) > 1 else ''} ({named}) to make room ({self.dropped} so far); "
                 f"{context_hint(self.session)} to keep more"
             )
-        need = self._tokens_with(msgs, text)
+        need = self._tokens_with(msgs, content)
         if need + (1 if self.options.context_shift else reserve) > n_ctx:
             self.console.note(
                 f"cera: this message is {need} tokens with the conversation's start and the reply needs room too, "
@@ -165,16 +168,18 @@ class ChatLoop:
 
     # -- a turn ---------------------------------------------------------------------------
 
-    def send(self, text: str) -> None:
-        if not self.make_room(text):
+    def send(self, line: str) -> None:
+        content = self.images.content(line, self.console)
+        if content is None or not self.make_room(content):
             return
+        self.images.sent()
         shifted = self.session.n_shifted
         out = sys.stdout
         with StopOnInterrupt(self.session):
             if self.tools:
-                self.tool_turns(text)
+                self.tool_turns({"role": "user", "content": content})
             else:
-                for chunk in say(self.conversation, text, self.options):
+                for chunk in say(self.conversation, {"role": "user", "content": content}, self.options):
                     out.write(chunk)
                     out.flush()
         out.write("\n")
@@ -197,14 +202,14 @@ class ChatLoop:
             f"{s.n_generated} generated at {s.tokens_per_second:.1f} tok/s]"
         )
 
-    def tool_turns(self, text: str) -> None:
+    def tool_turns(self, message) -> None:
         """A message, and the replies that follow while the model calls tools: each call is
         shown and its result asked for (an empty answer, or the end of input, stops)."""
         from cera.chat.session import Phase, TurnEnd
         from cera.tools import ReasoningDelta, TextDelta, ToolCallEvent, ToolCallFailed
 
         out = sys.stdout
-        self.conversation.ingest(text)
+        self.conversation.ingest(message)
         while True:
             calls = []
             for ev in self.conversation.stream(
@@ -248,6 +253,8 @@ class ChatLoop:
             self.save(arg)
         elif name == "/load":
             self.load(arg)
+        elif name == "/image":
+            self.images.attach(arg, self.console)
         elif name in ("/help", "/?"):
             self.console.note(HELP)
         else:
@@ -322,9 +329,12 @@ class ChatLoop:
         )
 
 
-def _quote(text: str, width: int = 40) -> str:
-    """A message as a note names it: its first words, quoted."""
-    one = " ".join(text.split())
+def _quote(text, width: int = 40) -> str:
+    """A message as a note names it: its first words, quoted (a message of parts: its text
+    parts, an image as [image])."""
+    if isinstance(text, list):
+        text = " ".join(p.get("text", "") if p.get("type") == "text" else "[image]" for p in text if isinstance(p, dict))
+    one = " ".join(str(text).split())
     return repr(one if len(one) <= width else one[: width - 3] + "...")
 
 
@@ -352,15 +362,17 @@ def _count(msgs) -> str:
     default=None,
     help="Directory of a prompt cache shared across runs (the chat keeps it warm in memory too).",
 )
+@image_options
 @tool_options
 @draft_options
-def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, system, kv_type, prompt_cache, tools,
-             tool_choice, constrain_tools, model_draft, device_draft, loras=(), **kw):  # fmt: skip
+def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, system, kv_type, prompt_cache, mmproj,
+             images, tools, tool_choice, constrain_tools, model_draft, device_draft, loras=(), **kw):  # fmt: skip
     """Chat with a model. Each turn evaluates only the new messages; /help lists the
-    commands (/system, /clear, /save, /load)."""
+    commands (/system, /clear, /save, /load, /image). --image files go with the first message."""
     options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     console = Console(verbose, quiet)
     loaded = apply_chat_template(load_model(model, device, threads, console, n_gpu_layers))
+    attach_projector(loaded, mmproj, images, console)
     apply_loras(loaded, loras, console)
     attach_draft(loaded, model, model_draft, device_draft, threads, console, options.spec)
     if prompt_cache:
@@ -384,7 +396,7 @@ def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, sys
         return line
 
     loop = ChatLoop(
-        loaded, session, system, options, console, kv_type, tools, tool_choice, constrain_tools, read_result
+        loaded, session, system, options, console, kv_type, tools, tool_choice, constrain_tools, read_result, images
     )
     if interactive:
         console.note(

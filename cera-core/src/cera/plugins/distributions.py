@@ -43,9 +43,12 @@ FAMILIES = {
     "mistral3": "cera-model-llama",
     "gemma4": "cera-model-gemma",
     "bailingmoe3": "cera-model-bailing",
+    "qwen35": "cera-model-qwen35",
+    "qwen35moe": "cera-model-qwen35",
+    "qwen3next": "cera-model-qwen35",
     "lfm2": "cera-model-lfm2",
     "lfm2moe": "cera-model-lfm2",
-    "clip.lfm2": "cera-model-lfm2",
+    "clip.lfm2": "cera-model-lfm2",  # LFM2-VL's multimodal projector (an mmproj file)
     "mamba2": "cera-model-mamba",
     "granitehybrid": "cera-model-mamba",
     "falcon-h1": "cera-model-mamba",
