@@ -51,6 +51,33 @@ def model_options(func):
     return wrapper
 
 
+# The KV cache types (cera.kv_types.KV_TYPE_NAMES; named here so that `--help` imports nothing).
+KV_TYPE_CHOICES = ("f16", "f32", "q8_0", "q4_0", "tq3", "tq2")
+
+
+def kv_type_options(func):
+    """--kv-type, and llama.cpp's -ctk/--cache-type-k and -ctv/--cache-type-v spellings of it:
+    cera keeps keys and values of one layer in one type, so the three must agree."""
+    choice = click.Choice(KV_TYPE_CHOICES)
+
+    @click.option("--kv-type", type=choice, default=None, help="KV cache type: f16 (default), f32, q8_0, q4_0, or TurboQuant tq3 / tq2.")
+    @click.option("-ctk", "--cache-type-k", "cache_type_k", type=choice, default=None, help="llama.cpp's spelling of --kv-type (keys).")
+    @click.option("-ctv", "--cache-type-v", "cache_type_v", type=choice, default=None, help="llama.cpp's spelling of --kv-type (values).")
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        given = {k: kwargs.pop(k) for k in ("kv_type", "cache_type_k", "cache_type_v")}
+        named = {v for v in given.values() if v is not None}
+        if len(named) > 1:
+            flags = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in given.items() if v is not None)
+            raise click.UsageError(
+                f"cera keeps a layer's keys and values in one cache type, got {flags}: give one type (--kv-type)"
+            )
+        kwargs["kv_type"] = named.pop() if named else "f16"
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
 def _max_tokens(ctx, param, value):
     # llama.cpp's -n -1 means "until the context is full"; any other negative is a mistake
     if value is not None and value < -1:

@@ -1,0 +1,103 @@
+"""The KV cache types: how one cached key or value row of ``dim`` numbers is stored.
+
+- ``f32``, ``f16``: the numbers (f16 rounded to nearest even);
+- ``q8_0``, ``q4_0``: ggml's blocks of 32 (an f16 scale and 32 int8, 34 bytes; or 32
+  4-bit codes, 18 bytes), quantized as llama.cpp quantizes its cache rows; the row length
+  must be a multiple of 32;
+- ``tq3``, ``tq2``: TurboQuant (`cera.kv_turboquant`): a fixed random rotation, then an
+  optimal scalar quantizer per rotated coordinate; keys add a 1-bit sketch of the residual
+  so that dot products with them are unbiased. tq3 spends 3 bits a coordinate on keys (2 +
+  the sketch) and on values, tq2 spends 2; the row length must be a multiple of 8.
+
+Everything a backend or the host storage needs to know about a type is here: its bytes per
+row (keys and values may differ), the code kernels are told, and the numpy encoder and
+decoder that the reference backend runs and every backend is tested against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import UnsupportedOperation
+
+KV_TYPE_NAMES = ("f16", "f32", "q8_0", "q4_0", "tq3", "tq2")
+KV_CODES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "tq3": 4, "tq2": 5}  # what kernels are told
+KV_DTYPES = {"f16": np.float16, "f32": np.float32}  # the rest are bytes (np.uint8)
+BLOCK_TYPES = {"q8_0": (32, 34), "q4_0": (32, 18)}  # values per block, bytes per block
+TURBOQUANT_BITS = {"tq3": (2, 3), "tq2": (1, 2)}  # scalar-quantizer bits of keys (+1 sketch bit), of values
+
+
+def kv_dtype(kv_type: str):
+    return KV_DTYPES.get(kv_type, np.uint8)
+
+
+def check_dim(kv_type: str, dim: int) -> str | None:
+    """None if rows of ``dim`` numbers can be kept in ``kv_type``, else why not."""
+    if kv_type in BLOCK_TYPES and dim % 32:
+        return f"a {kv_type} KV cache stores blocks of 32 numbers, so it needs head dimensions that are multiples of 32"
+    if kv_type in TURBOQUANT_BITS and dim % 8:
+        return f"a {kv_type} KV cache packs 8 coordinates a byte, so it needs head dimensions that are multiples of 8"
+    return None
+
+
+def row_size(kv_type: str, dim: int, key: bool = True) -> int:
+    """Elements (f16/f32) or bytes (the rest) of one cached key (``key``) or value row."""
+    if kv_type in BLOCK_TYPES:
+        per, nbytes = BLOCK_TYPES[kv_type]
+        return dim // per * nbytes
+    if kv_type in TURBOQUANT_BITS:
+        kb, vb = TURBOQUANT_BITS[kv_type]
+        return 4 + (kb + 1) * dim // 8 if key else 2 + vb * dim // 8
+    return dim
+
+
+def row_bytes(kv_type: str, dim: int, key: bool = True) -> int:
+    """Bytes of one cached row."""
+    return row_size(kv_type, dim, key) * np.dtype(kv_dtype(kv_type)).itemsize
+
+
+def cell_bytes(kv_type: str, k_dim: int, v_dim: int, n_kv_heads: int = 1) -> int:
+    """Bytes one cell (one token) takes in one attention layer."""
+    return n_kv_heads * (row_bytes(kv_type, k_dim, True) + row_bytes(kv_type, v_dim, False))
+
+
+def check_type(kv_type: str) -> None:
+    if kv_type not in KV_CODES:
+        raise UnsupportedOperation(
+            f"KV cache type {kv_type!r} does not exist; use one of {', '.join(KV_TYPE_NAMES)}"
+        )
+
+
+def encode(x: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
+    """Rows ``[..., dim]`` as stored: ``[..., row_size]`` of the type's dtype."""
+    if kv_type in KV_DTYPES:
+        return np.asarray(x).astype(KV_DTYPES[kv_type])
+    if kv_type in TURBOQUANT_BITS:
+        from . import kv_turboquant
+
+        return kv_turboquant.encode(x, kv_type, key)
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    return quantize(np.ascontiguousarray(x, np.float32), GGMLQuantizationType[kv_type.upper()])
+
+
+def decode(x: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
+    """Stored rows back to numbers, float64 ``[..., dim]`` (a TurboQuant key decodes to the
+    vector whose dot products are its estimates: the quantized part plus the sketch's)."""
+    if kv_type in KV_DTYPES:
+        return np.asarray(x).astype(np.float64)
+    if kv_type in TURBOQUANT_BITS:
+        from . import kv_turboquant
+
+        return kv_turboquant.decode(x, kv_type, key)
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    return dequantize(np.ascontiguousarray(x), GGMLQuantizationType[kv_type.upper()]).astype(np.float64)
+
+
+__all__ = [
+    "KV_CODES", "KV_TYPE_NAMES", "check_dim", "check_type", "cell_bytes", "decode", "encode", "kv_dtype", "row_bytes",
+    "row_size",
+]  # fmt: skip
