@@ -161,24 +161,6 @@ def test_json_matches_the_installed_entry_points_without_test_plugins():
     assert broken == [], f"installed plugins fail to load: {broken}"
 
 
-STUBS = ["metal", "hexagon"]  # vulkan is implemented: tests/backend_vulkan/test_plugin.py
-
-
-@pytest.mark.parametrize("backend", STUBS)
-def test_stub_backends_report_themselves_unusable(backend):
-    dist = f"cera-backend-{backend}"
-    try:
-        version = metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        pytest.skip(f"{dist} is not installed (pip install -e ./{dist})")
-    entry = by_name(json.loads(cera(["plugins", "--json"]).stdout))[backend]
-    assert (entry["distribution"], entry["version"], entry["status"]) == (dist, version, "ok")
-    assert entry["registered"]["backends"] == [backend]
-    [status] = entry["backend_status"]
-    assert status["usable"] is False
-    assert status["reason"].startswith(f"not implemented in this version of {dist}")
-
-
 def test_table_lists_plugins_backends_and_errors(sites):
     out = cera(["plugins"], sites).stdout
     lines = out.splitlines()

@@ -1,6 +1,6 @@
 """Hostile Hub answers (tests/hub/hub_server.py as a rogue HF_ENDPOINT): generated file
 names, commit ids and checksums in the repository info, redirects to any scheme,
-bodies longer than listed. Whatever the Hub says, `cera.sources.hub.resolve` ends in a file inside
+bodies longer than listed. Whatever the Hub says, `cera.sources.resolve` ends in a file inside
 the cache or a `CeraError`, and nothing is created, changed or linked outside the cache."""
 
 from __future__ import annotations

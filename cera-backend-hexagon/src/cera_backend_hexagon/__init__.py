@@ -1,4 +1,3 @@
-"""cera backend for Qualcomm Hexagon NPUs (HTP) through QNN: registered with cera, not implemented yet.
-
-See `cera_backend_hexagon.plugin` for what it registers and why it reports itself unusable.
-"""
+"""cera backend for Qualcomm Hexagon NPUs (HTP) through QNN (onnxruntime's QNN execution
+provider): graphs lowered to float16 ONNX, compiled to HTP context binaries that are cached
+per model file, SoC and graph, run on the NPU or on QNN's x86-64 simulator."""

@@ -1,4 +1,2 @@
-"""cera backend for Apple GPUs through MLX: registered with cera, not implemented yet.
-
-See `cera_backend_metal.plugin` for what it registers and why it reports itself unusable.
-"""
+"""cera backend for Apple GPUs through MLX (`cera_backend_metal.backend`); on other machines
+it runs on MLX's CPU device when ``CERA_METAL_DEVICE=cpu`` asks for it."""

@@ -124,7 +124,8 @@ def _probe(manager, backends: list[dict]) -> str | None:
         except Exception as e:  # noqa: BLE001 - reported, as auto would pass over it
             b["probe"] = {"error": f"starting it failed: {type(e).__name__}: {e}"}
             continue
-        b["probe"] = {"device": info.device, "usable": info.usable, "software": info.software, "reason": info.reason}
+        b["probe"] = {"device": info.device, "usable": info.usable, "software": info.software, "reason": info.reason,
+                      "memory_bytes": info.memory_bytes}  # fmt: skip
         if chosen is None and info.usable and not info.software:
             chosen = b["name"]
     return chosen

@@ -11,6 +11,7 @@ import click
 KIND_HELP = {
     "llm": "language model: `cera run -m NAME`, `cera chat -m NAME`",
     "vad": "voice activity detector: `cera vad`",
+    "kws": "wake-word detector (microWakeWord): `cera kws --model NAME`",
     "whisper": "speech recognition (Whisper): `cera transcribe`",
     "embedding": "text embeddings: `cera embed -m NAME`",
     "test-data": "files the tests use",
@@ -27,7 +28,7 @@ def human_size(n: int | None) -> str:
 
 
 @click.command("models")
-@click.option("--kind", default=None, help="Only bundles of this kind (llm, embedding, vad, whisper, test-data).")
+@click.option("--kind", default=None, help="Only bundles of this kind (llm, embedding, vad, kws, whisper, test-data).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models_cmd(kind, as_json):
     """List the known model bundles: size, licence, whether cached, what they are for."""

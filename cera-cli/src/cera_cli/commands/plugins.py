@@ -18,7 +18,13 @@ def _backend_status(manager, names: list[str]) -> list[dict]:
     for name in names:
         spec = manager.backends[name]
         reason = spec.unavailable_reason()
-        out.append({"name": name, "usable": reason is None, "reason": reason})
+        entry = {"name": name, "usable": reason is None, "reason": reason}
+        if spec.details is not None:
+            try:
+                entry["details"] = spec.details()
+            except Exception as e:  # noqa: BLE001 - a plugin's broken description must not take the listing down
+                entry["details"] = {"error": f"{type(e).__name__}: {e}"}
+        out.append(entry)
     return out
 
 

@@ -5,6 +5,7 @@
   components that plugins register with ``cera_register_audio``;
 - `Transcriber` (speech to text: whole recordings or chunks in, segments out) and
   `load_transcriber`;
+- `KeywordSpotter` (wake words: chunks in, `Detection`s out) and `load_kws`;
 - `SegmentParams`, `SpeechSegmenter`, `speech_segments`: per-frame speech probabilities
   to speech segments, the same for every VAD.
 
@@ -15,12 +16,15 @@ the library `cera_audio_io` of the distribution cera-audio-io.
 from __future__ import annotations
 
 from .component import StreamingAudioComponent, component_for, load_component
+from .kws import Detection, KeywordSpotter, load_kws
 from .pcm import as_pcm, downmix
 from .segments import SegmentParams, SpeechSegment, SpeechSegmenter, iter_speech_segments, speech_segments
 from .transcriber import Transcriber, TranscriptSegment, load_transcriber
 from .vad import VoiceActivityDetector, load_vad
 
 __all__ = [
+    "Detection",
+    "KeywordSpotter",
     "SegmentParams",
     "SpeechSegment",
     "SpeechSegmenter",
@@ -32,6 +36,7 @@ __all__ = [
     "component_for",
     "downmix",
     "iter_speech_segments",
+    "load_kws",
     "load_component",
     "load_transcriber",
     "load_vad",

@@ -51,6 +51,7 @@ FAMILIES = {
 # GGUF general.architecture of a non-LLM model -> (distribution, what it is, the command that runs it)
 AUDIO = {
     "silero-vad": ("cera-audio-vad", "a voice activity detector (Silero VAD)", "cera vad --model FILE --audio AUDIO"),
+    "microwakeword": ("cera-audio-kws", "a wake-word detector (microWakeWord)", "cera kws --model FILE --audio AUDIO"),
 }
 
 

@@ -1,7 +1,7 @@
 """Backends that are registered but not implemented yet, done once for all of them.
 
-A placeholder distribution (today: vulkan, metal, hexagon) registers its backend name so
-users see it in `cera plugins` and `cera inspect`, with the honest reason it cannot run.
+A placeholder distribution (none of the first-party backends is one now) registers its
+backend name before the backend runs, so users see it in `cera plugins` and `cera inspect`, with the honest reason it cannot run.
 It declares no tensor types and no ops, so admission never picks it, and its factory
 raises `BackendUnavailable` with that same reason: an explicit ``--device`` fails
 clearly instead of falling back to another device or pretending to compute.

@@ -63,6 +63,9 @@ class BackendSpec:
     # A registered name with no implementation yet (`cera.plugins.placeholder`): listed by `cera
     # plugins`, never announced as "passed over" when another backend runs a model.
     placeholder: bool = False
+    # An optional cheap description of the device and how each tensor type runs, as plain
+    # JSON data (`cera plugins --json` shows it); the plugin's code, like ``available``.
+    details: Callable[[], dict] | None = None
 
     def unavailable_reason(self) -> str | None:
         """None if the backend's availability check passes, else why not. The check is the

