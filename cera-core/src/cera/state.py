@@ -214,6 +214,7 @@ class SlotSnapshot:
     positions: np.ndarray
     kv: tuple  # per declaration: (k, v) in sequence order for kv, arrays for the rest, None
     cross_len: tuple
+    kv_type: str = "f16"  # the rows' type (`cera.kv_types`): restored only into a state of that type
 
 
 def shape_key(state) -> tuple:
@@ -503,6 +504,7 @@ class HostState:
             positions=self.pos[slot, :n].copy(),
             kv=tuple(items),
             cross_len=tuple(int(a[slot]) for a in self.cross_len.values()),
+            kv_type=self.kv_type,
         )
 
     def restore(self, slot: int, snap: SlotSnapshot) -> None:
@@ -513,6 +515,11 @@ class HostState:
             raise SessionError("this snapshot was not taken from a state of this model")
         if slot in self._pending:
             raise SessionError("cannot restore the state while a pass is in progress")
+        if snap.kv_type != self.kv_type and any(d.kind == "kv" for d in self.decls):
+            raise SessionError(
+                f"the snapshot holds a {snap.kv_type} KV cache and this state keeps {self.kv_type}: restore it into a "
+                f"state (a session) of kv_type {snap.kv_type!r}"
+            )
         n = snap.n_filled
         if n > self.n_ctx:
             raise ContextFull(f"the snapshot holds {n} cells; this state has room for {self.n_ctx}")
@@ -607,6 +614,29 @@ def memory_ceiling() -> int | None:
     except OSError:
         pass
     return total if total > 0 else None
+
+
+def convert_snapshot(snap: SlotSnapshot, spec: StateSpec, kv_type: str) -> SlotSnapshot:
+    """``snap`` with its attention caches turned into ``kv_type`` rows (decoded, then encoded
+    as a pass would store them: a lossy step into a compressed type), for a state of the
+    same spec keeping that type; the rest as it is."""
+    if kv_type not in KV_TYPES:
+        raise UnsupportedOperation(f"KV cache type {kv_type!r} does not exist; use one of {', '.join(KV_TYPE_NAMES)}")
+    decls = list(spec)
+    if len(decls) != len(snap.kv):
+        raise SessionError("this snapshot was not taken from a state of this spec")
+    items = []
+    dtype = KV_TYPES[kv_type]
+    for d, item in zip(decls, snap.kv, strict=True):
+        if d.kind == "kv" and snap.kv_type != kv_type:
+            why = check_dim(kv_type, d.k_dim) or check_dim(kv_type, d.v_dim)
+            if why:
+                raise UnsupportedOperation(f"{why}; this model's are {d.k_dim} (keys) and {d.v_dim} (values)")
+            k, v = item
+            item = (_encode(_decode(k, snap.kv_type, True), kv_type, dtype, True),
+                    _encode(_decode(v, snap.kv_type, False), kv_type, dtype, False))  # fmt: skip
+        items.append(item)
+    return attrs.evolve(snap, kv=tuple(items), kv_type=kv_type)
 
 
 def kv_cell_bytes(spec: StateSpec, kv_type: str) -> int:

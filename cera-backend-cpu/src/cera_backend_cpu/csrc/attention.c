@@ -108,7 +108,8 @@ static void attn_task(void *varg, int ith, int nth) {
     const int64_t DK = job->k_dim, DV = job->v_dim; /* the same layer: one shape for every job */
     float acc_stack[SMALL_DIM], vrow_stack[SMALL_DIM];
     uint16_t q16_stack[SMALL_DIM], acc16_stack[SMALL_DIM];
-    _Alignas(64) char q8_stack[SMALL_DIM / 32 * 34 + 256];
+    /* a Q8_0 activation row with its side data (cera_act_bytes: at most 70 bytes a block + 125) */
+    _Alignas(64) char q8_stack[SMALL_DIM / 32 * 70 + 128];
     float qx_stack[2 * SMALL_DIM];
     float *acc = acc_stack, *vrow = vrow_stack, *qx = qx_stack;
     uint16_t *q16 = q16_stack, *acc16 = acc16_stack;
@@ -426,7 +427,11 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
     job->out = out;
     job->partials = NULL;
     const int64_t work = n_tok * n_heads * n_cells * (k_dim + v_dim);
-    if (n_tok >= TQ || tiled) {
+    /* Q8_0 and Q4_0 caches take the per-row path for any row count, as llama.cpp's CPU flash
+     * attention does (its tiles are for f32 and f16 caches only): the query in Q8_0 against
+     * each key's blocks, each value widened to f32. */
+    const int tiles = !(kv_type == KV_Q8_0 || kv_type == KV_Q4_0);
+    if (tiles && (n_tok >= TQ || tiled)) {
         tiled_job tj;
         tj.job = job;
         tj.n_qtiles = (n_tok + TQ - 1) / TQ;
@@ -436,7 +441,7 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
         return tj.failed ? CERA_ENOMEM : 1;
     }
     job->chunk = n_cells;
-    if (n_tok == 1) {
+    if (n_tok == 1 && !tiled) { /* a prompt's row (tiled) is computed as every other prompt row */
         int64_t n_kv = (n_cells + 255) / 256 * 256;
         n_kv = n_kv < 256 ? 256 : n_kv > n_ctx ? n_ctx : n_kv; /* llama.cpp's view of a cache of n_ctx cells */
         if (n_kv >= 512) job->chunk = (n_kv + ctx->n_threads - 1) / ctx->n_threads;

@@ -347,7 +347,7 @@ def decode_snapshot(header: dict, arrays: dict, path):
             raise CheckpointError(f"{path}: the arrays of state {i} are missing")
         items.append((a, b) if lay[0] in ("kv", "cross") else a)
     snap = SlotSnapshot(owner=0, n_filled=int(header["n_filled"]), positions=arrays["positions"], kv=tuple(items),
-                        cross_len=())  # fmt: skip
+                        cross_len=(), kv_type=header["kv_type"])  # fmt: skip
     last = None
     if "last.logits" in arrays:
         last = {"logits": arrays["last.logits"]}

@@ -1,11 +1,13 @@
 """Perplexity of a text, by llama.cpp's `llama-perplexity` definition, so the figures compare.
 
-The text is tokenized once (with the model's special tokens, as llama-perplexity does) and
-cut into chunks of ``n_ctx`` tokens; a trailing part shorter than a chunk is dropped. Each
-chunk is evaluated from an empty cache, its first token replaced by BOS where the model
-adds one. Only the second half of each chunk is scored: the token after position j, for j
-from ``n_ctx // 2`` to ``n_ctx - 2``, by the log-softmax of the logits at j (in double
-precision, after subtracting the row's maximum). The perplexity is exp of the mean negative
+The text is tokenized once, as llama-perplexity does (``common_tokenize(ctx, text, true)``:
+BOS added where the model adds one, special-token text not parsed), and needs at least two
+chunks of ``n_ctx`` tokens; it is cut into chunks of ``n_ctx`` tokens, a trailing part
+shorter than a chunk dropped. Each chunk is evaluated from an empty cache, its first token
+replaced by BOS where the model adds one. Only the second half of each chunk is scored: the
+token after position j, for j from ``n_ctx // 2`` to ``n_ctx - 2``, by the log-softmax of
+the logits at j (the row's maximum subtracted and ``expf`` taken in float32, the sum of the
+exponentials in double, as its ``log_softmax``). The perplexity is exp of the mean negative
 log-likelihood over every scored token; its uncertainty is llama.cpp's: the standard error
 of the mean, times the perplexity.
 
@@ -57,12 +59,12 @@ class PerplexityResult:
 
 def token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Negative log-likelihood of ``targets[i]`` under the row ``logits[i]`` (float64), as
-    llama.cpp's log_softmax: the maximum subtracted in float, the sum of exponentials in double."""
+    llama.cpp's log_softmax: the maximum subtracted and the exponentials taken in float32,
+    their sum in double."""
     rows = np.asarray(logits, np.float32)
-    mx = rows.max(axis=1, keepdims=True)
-    shifted = (rows - mx).astype(np.float64)
-    lse = np.log(np.exp(shifted).sum(axis=1))
-    return lse - shifted[np.arange(len(targets)), targets]
+    shifted = rows - rows.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(shifted).sum(axis=1, dtype=np.float64))
+    return lse - shifted[np.arange(len(targets)), targets].astype(np.float64)
 
 
 def perplexity(loaded, text: str | list[int], n_ctx: int = 512, kv_type: str = "f16", n_batch: int = 2048,
@@ -77,10 +79,10 @@ def perplexity(loaded, text: str | list[int], n_ctx: int = 512, kv_type: str = "
         raise InvalidOptions(f"the number of chunks must be a positive integer, got {max_chunks!r}")
     tokens = loaded.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
     n_chunks = len(tokens) // n_ctx
-    if n_chunks == 0:
+    if len(tokens) < 2 * n_ctx:  # llama-perplexity's rule
         raise InvalidOptions(
-            f"the text is {len(tokens)} tokens, less than one chunk of {n_ctx}: give a longer text or a smaller "
-            f"context (-c)"
+            f"the text is {len(tokens)} tokens; perplexity with chunks of {n_ctx} needs at least {2 * n_ctx}: "
+            f"give a longer text or a smaller context (-c)"
         )
     if max_chunks is not None:
         n_chunks = min(n_chunks, max_chunks)

@@ -113,7 +113,7 @@ class PrefixCache:
         tokens = tuple(session.tokens)
         if len(tokens) < self.min_tokens:
             return
-        key = prefix_key(tokens)
+        key = f"{session.state.kv_type}:{prefix_key(tokens)}"  # one entry per cache type
         with self._lock:
             if key in self._warm:
                 self._warm.move_to_end(key)
@@ -212,6 +212,8 @@ class PrefixCache:
         best: tuple[Entry, int] | None = None
         with self._lock:
             for key, entry in self._warm.items():
+                if state is not None and getattr(entry.snapshot, "kv_type", state.kv_type) != state.kv_type:
+                    continue  # another cache type's rows: of no use to this state
                 n = _common(entry.tokens, tokens)
                 if self._usable(entry, n, cut) and (best is None or n > best[1]):
                     best = (entry, n, key)

@@ -1,0 +1,106 @@
+"""The KV cache row formats (`cera.kv_types`, `cera.kv_turboquant`): sizes, ggml's blocks as
+the gguf package writes them, and TurboQuant's quantizer and estimator against what the
+paper (arXiv:2504.19874) states: Lloyd-Max codebooks of N(0, 1), the MSE distortion of a
+rotated unit vector, and inner products with keys that are unbiased."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf.constants import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+
+from cera import kv_turboquant as tq
+from cera.errors import UnsupportedOperation
+from cera.kv_types import KV_TYPE_NAMES, cell_bytes, check_dim, check_type, decode, encode, row_bytes
+from cera.state import AttentionKV, HostState, StateSpec, estimate_bytes, kv_cell_bytes
+
+
+def test_row_bytes_of_every_type():
+    assert [row_bytes(t, 64, True) for t in KV_TYPE_NAMES] == [128, 256, 68, 36, 4 + 3 * 8, 4 + 2 * 8]
+    assert [row_bytes(t, 64, False) for t in KV_TYPE_NAMES] == [128, 256, 68, 36, 2 + 3 * 8, 2 + 2 * 8]
+    # tq3 at a head dimension of 128: 3.25 bits a key coordinate, 3.125 a value's, under a
+    # quarter of f16's 16
+    assert cell_bytes("tq3", 128, 128) * 4 <= cell_bytes("f16", 128, 128)
+
+
+def test_dimensions_each_type_takes():
+    assert check_dim("q4_0", 64) is None and "multiples of 32" in check_dim("q4_0", 80)
+    assert check_dim("tq3", 40) is None and "multiples of 8" in check_dim("tq2", 36)
+    with pytest.raises(UnsupportedOperation, match="'q5_0' does not exist"):
+        check_type("q5_0")
+    spec = StateSpec()
+    spec.add(AttentionKV(2, 48, 48))
+    with pytest.raises(UnsupportedOperation, match="multiples of 32; this model's are 48"):
+        HostState(spec, 8, kv_type="q4_0")
+
+
+def test_state_bytes_follow_the_rows():
+    spec = StateSpec()
+    spec.add(AttentionKV(2, 64, 64))
+    for t in KV_TYPE_NAMES:
+        state = HostState(spec, 32, kv_type=t)
+        assert state.k[0].nbytes + state.v[0].nbytes == 32 * kv_cell_bytes(spec, t)
+        assert estimate_bytes(spec, 32, kv_type=t) >= state.k[0].nbytes + state.v[0].nbytes
+
+
+def test_q4_0_rows_are_ggml_blocks():
+    x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    rows = encode(x, "q4_0")
+    assert rows.shape == (3, 36) and rows.dtype == np.uint8
+    assert np.array_equal(rows, quantize(x, GGMLQuantizationType.Q4_0))
+    np.testing.assert_array_equal(decode(rows, "q4_0"), dequantize(rows, GGMLQuantizationType.Q4_0))
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3])
+def test_codebooks_are_lloyd_max_of_the_normal(bits):
+    np.testing.assert_allclose(tq.lloyd_max(bits), tq.CODEBOOKS[bits], atol=1e-7)
+
+
+def test_rotation_is_orthogonal_and_fixed():
+    p, s = tq.matrices(64)
+    np.testing.assert_allclose(p.astype(np.float64) @ p.T, np.eye(64), atol=1e-5)
+    assert abs(float(s.std()) - 1) < 0.05 and not p.flags.writeable
+    g = np.random.default_rng(tq.ROTATION_SEED + 64).standard_normal((64, 64))
+    assert np.allclose(np.abs(np.linalg.qr(g)[0]), np.abs(p), atol=1e-6)
+
+
+@pytest.mark.parametrize("kv_type,bits,distortion", [("tq3", 3, 0.03454), ("tq2", 2, 0.1175)])
+def test_value_distortion_is_the_quantizers(kv_type, bits, distortion):
+    """A value keeps b bits a rotated coordinate: its relative squared error is about the
+    Lloyd-Max distortion of N(0, 1) at b bits (Max 1960; the paper's D_mse), whatever the
+    vector (here very unlike a Gaussian: a few large coordinates)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4000, 128)).astype(np.float32)
+    x[:, :4] *= 30
+    got = decode(encode(x, kv_type, key=False), kv_type, key=False)
+    err = ((got - x) ** 2).sum(axis=1) / (x.astype(np.float64) ** 2).sum(axis=1)
+    assert err.mean() == pytest.approx(distortion, rel=0.1)
+
+
+@pytest.mark.parametrize("kv_type", ["tq3", "tq2"])
+def test_key_inner_products_are_unbiased(kv_type):
+    """A key's (b - 1)-bit quantization plus the 1-bit sketch of its residual: the estimate
+    of <q, k> has mean <q, k> (TurboQuant_prod), while the quantized part alone is biased
+    towards zero."""
+    rng = np.random.default_rng(2)
+    k = rng.standard_normal((20000, 64)).astype(np.float32)
+    q = k * 0.5 + rng.standard_normal((20000, 64)).astype(np.float32)  # correlated with k: <q, k> ~ 32
+    true = np.einsum("ij,ij->i", q.astype(np.float64), k)
+    est = np.einsum("ij,ij->i", q.astype(np.float64), decode(encode(k, kv_type, key=True), kv_type, key=True))
+    assert abs(est.mean() - true.mean()) < 0.005 * true.mean()
+    # a value row spends one bit more on the quantizer and keeps no sketch: 3.5% (3 bits)
+    # or 12% (2 bits) short, the distortion's share
+    mse_only = decode(encode(k, kv_type, key=False), kv_type, key=False)
+    assert np.einsum("ij,ij->i", q.astype(np.float64), mse_only).mean() < 0.98 * true.mean()
+
+
+def test_turboquant_layout():
+    x = np.random.default_rng(4).standard_normal((2, 16)).astype(np.float32)
+    row = encode(x, "tq3", key=True)
+    assert row.shape == (2, 4 + 3 * 2)
+    np.testing.assert_allclose(row[:, :2].copy().view(np.float16)[:, 0], np.linalg.norm(x, axis=1), rtol=1e-3)
+    y = (x / np.linalg.norm(x, axis=1, keepdims=True)) @ tq.matrices(16)[0].T
+    idx = np.searchsorted(tq.thresholds(2), y * 4)
+    planes = np.unpackbits(row[:, 4:8], axis=1, bitorder="little").reshape(2, 2, 16)
+    assert np.array_equal(planes[:, 0] + 2 * planes[:, 1], idx)
