@@ -29,7 +29,7 @@ def test_perplexity_json_is_llama_cpps_figure(smollm2_path):
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     want = _want("q8_0")
-    assert got["ppl"] == pytest.approx(want["ppl"], rel=3e-3)
+    assert got["ppl"] == pytest.approx(want["ppl"], rel=6e-3)
     assert (got["chunks"], got["tokens"], got["kv_type"]) == (want["chunks"], want["tokens"], "q8_0")
     assert {"ppl", "chunks", "tokens", "kv_bytes", "seconds"} <= set(got)
     assert "perplexity" in r.stderr  # the progress bar
