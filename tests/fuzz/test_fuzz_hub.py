@@ -19,15 +19,11 @@ from hypothesis import strategies as st
 pytest.importorskip("huggingface_hub")
 
 from cera.sources import hub as H  # noqa: E402
-from cera.sources import resolve as resolve_source  # noqa: E402
 from cera.errors import CeraError  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub"))
 from hub_server import HubServer  # noqa: E402
+from hub_server import resolve_path as resolve  # noqa: E402
 
-
-def resolve(source, **kw):
-    """The GGUF path a source resolves to (`cera.sources.resolve`)."""
-    return resolve_source(source, **kw).path
 
 DATA = b"GGUF" + bytes(2000)
 

@@ -395,3 +395,11 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def resolve_path(source, **kw) -> Path:
+    """The GGUF path `cera.sources.resolve` gives for ``source`` (the tests of this server
+    mostly check where a download lands)."""
+    from cera.sources import resolve
+
+    return resolve(source, **kw).path

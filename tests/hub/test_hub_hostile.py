@@ -14,13 +14,9 @@ from pathlib import Path
 import pytest
 
 from cera.sources import hub as H
-from cera.sources import resolve as resolve_source
 from cera.errors import CeraError, DownloadError, ModelNotFound
+from hub_server import resolve_path as resolve
 
-
-def resolve(source, **kw):
-    """The GGUF path a source resolves to (`cera.sources.resolve`)."""
-    return resolve_source(source, **kw).path
 
 pytest.importorskip("huggingface_hub")
 

@@ -18,7 +18,7 @@ import cera
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install llama-cpp-python==0.3.36)")
 sys.path.insert(0, str(REFERENCE))
-from llamacpp_driver import ContextSettings, LlamaCppModel  # noqa: E402
+from llamacpp_driver import greedy_steps  # noqa: E402
 
 NAME = "smollm2-135m-instruct-q4_1"
 
@@ -38,22 +38,7 @@ def path():
 @pytest.fixture(scope="module")
 def live(record, path):
     """llama.cpp's greedy steps, computed now: per case, (token, top-1 logit, margin) for 8 steps."""
-    s = record["settings"]
-    model = LlamaCppModel(path, ContextSettings(n_ctx=s["n_ctx"], n_threads=s["n_threads"]))
-    out = {}
-    try:
-        for case in record["cases"][:4]:
-            model.reset()
-            logits = model.eval(case["prompt_tokens"])
-            steps = []
-            for _ in range(8):
-                order = np.argsort(-logits, kind="stable")[:2]
-                steps.append((int(order[0]), float(logits[order[0]]), float(logits[order[0]] - logits[order[1]])))
-                logits = model.eval([int(order[0])])
-            out[case["id"]] = steps
-    finally:
-        model.close()
-    return out
+    return greedy_steps(path, record, 8, cases=4)
 
 
 def test_llama_cpp_still_produces_the_stored_reference(record, live):

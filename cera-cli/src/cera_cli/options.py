@@ -117,6 +117,9 @@ _CLICK_TYPES = {
     "n_keep": click.IntRange(min=0),
     "spec_ngram": click.IntRange(min=1),
     "spec_k": click.IntRange(min=1),
+    "draft_max": click.IntRange(min=0),
+    "draft_min": click.IntRange(min=0),
+    "draft_p_min": click.FloatRange(0.0, 1.0),
 }
 _CALLBACKS = {"max_tokens": _max_tokens, "stop": _stops}
 
@@ -148,15 +151,16 @@ def sampling_options(func):
     return func
 
 
-def generate_options(kw: dict):
+def generate_options(kw: dict, drafting: bool = False):
     """Pop the generation options out of a command's keyword arguments. A random seed
-    (none given, or -1) is drawn here, so that the run can print it and be repeated."""
+    (none given, or -1) is drawn here, so that the run can print it and be repeated.
+    ``drafting``: a draft model speculates (`cera_cli.draft`), which may sample."""
     from cera.generation.options import GenerateOptions
 
     values = {f.name: kw.pop(f.name) for f in _generate_fields()}
-    if values.get("spec") and values.get("temperature", 0) > 0:
+    if values.get("spec") and values.get("temperature", 0) > 0 and not drafting:
         # the engine's refusal speaks of "temperature 0"; say which flag (the default is 0.8)
-        raise click.UsageError("--spec gives exactly the greedy output: it needs --temp 0")
+        raise click.UsageError("--spec gives exactly the greedy output: it needs --temp 0 (or a draft model: -md/--model-draft)")
     if values.get("temperature", 0) > 0 and (values.get("seed") is None or values["seed"] < 0):
         values["seed"] = secrets.randbelow(2**32)
     return GenerateOptions(**values)

@@ -178,6 +178,7 @@ class LoadedModel:
         self.backend_notes = backend_notes
         self.runner = Runner(model, backend, weights)
         self.prefix_cache = None  # see enable_prefix_cache
+        self.draft: LoadedModel | None = None  # see set_draft
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
 
@@ -213,6 +214,20 @@ class LoadedModel:
 
         self.prefix_cache = PrefixCache(self, max_bytes=max_bytes, directory=directory, max_disk_bytes=max_disk_bytes)
         return self.prefix_cache
+
+    def set_draft(self, draft: LoadedModel | None) -> None:
+        """Speculate with ``draft``, a loaded model of the same vocabulary (on any backend):
+        each session's generations then draft with it and verify in one pass
+        (`cera.generation.draft_model`; ``draft_max=0`` turns it off for one generation).
+        Raises IncompatibleDraft when its vocabulary differs; None detaches it. The draft
+        stays its caller's to close."""
+        if draft is not None:
+            from .generation.draft_model import check_vocabularies
+
+            if not isinstance(draft, LoadedModel):
+                raise InvalidOptions(f"a draft model is a LoadedModel from cera.load, not {type(draft).__name__}")
+            check_vocabularies(self, draft)
+        self.draft = draft
 
     def scheduler(self, n_slots: int = 4, n_ctx: int | None = None, kv_type: str = "f16", n_batch: int = 512):
         """A batching scheduler: sessions made by it decode together (`cera.generation.scheduler`)."""

@@ -80,6 +80,10 @@ class InvalidOptions(CeraError, ValueError):
     """An option (sampling, generation, backend, session) has a value outside its range."""
 
 
+class IncompatibleDraft(InvalidOptions):
+    """A draft model for speculative decoding whose vocabulary is not the target's."""
+
+
 class ResourceExhausted(CeraError):
     """Memory (or another resource) ran out: a context too large for the machine, a model
     bigger than the device, a state that does not fit its memory limit."""

@@ -116,6 +116,12 @@ class Model(ABC):
     def n_ctx_train(self) -> int:
         return int(getattr(self.config, "n_ctx_train", 0) or 0)
 
+    def position_inputs(self, positions: np.ndarray) -> dict[str, np.ndarray]:
+        """Graph inputs (declared with ``g.input`` in `forward`) whose values follow from
+        the rows' positions alone, by name; the runtime computes them on the host for every
+        pass, as llama.cpp sets such inputs (mistral3's attention temperature). None here."""
+        return {}
+
     def build(self, layout: Layout, outputs: Outputs, n_ctx: int = 0) -> Graph:
         """The graph of one pass of this shape: ``layout`` sequences, ``outputs`` wanted,
         for a state of ``n_ctx`` cells per sequence (a few families depend on it)."""

@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from .metrics import Metrics
+from .speculation import attach_draft, speculation_options
 
 MAX_BODY = 8 * 2**20  # bytes of a request body
 # How deeply a request body's objects and arrays may nest (schemas and tools included): room
@@ -52,6 +53,11 @@ class ServerConfig:
     api_key: str | None = None
     max_queue: int = 64
     prompt_cache: str | None = None
+    model_draft: str | None = None  # a draft model for speculative decoding (cera_serve.speculation)
+    device_draft: str | None = None  # its backend (default: the model's)
+    draft_max: int = 16
+    draft_min: int = 0
+    draft_p_min: float = 0.75
     loaded: object = None  # an already loaded model (tests, embedding applications)
 
 
@@ -98,6 +104,8 @@ class Server:
             if loaded is None:
                 loaded = cera.load(self.config.model or bundles.DEFAULT_MODEL, device=self.config.device,
                                    threads=self.config.threads, quiet=True)  # fmt: skip
+            if self.config.model_draft is not None:
+                attach_draft(loaded, self.config)
             if loaded.prefix_cache is None:
                 loaded.enable_prefix_cache(directory=self.config.prompt_cache)
             self.scheduler = loaded.scheduler(n_slots=self.config.parallel, n_ctx=self.config.n_ctx)
@@ -525,6 +533,10 @@ def create_app(config: ServerConfig) -> Starlette:
                 raise APIError(400, str(e), param="tool_choice") from None
         elif data.get("tool_choice") not in (None, "none", "auto"):
             raise APIError(400, "tool_choice needs tools", param="tool_choice")
+        try:
+            options = speculation_options(options, data, config, loaded, processors)
+        except CeraError as e:
+            raise APIError(400, str(e), param="speculative.n_max") from None
         n = _num(data, "n", 1, int, 1, 8)
         stream = bool(data.get("stream", False))
         if stream and n > 1:
@@ -578,9 +590,11 @@ def create_app(config: ServerConfig) -> Starlette:
             finally:
                 gen.cancel()  # a request that failed or went away: stop its sequence
             server.metrics.tokens(len(prompt), len(tokens))
+            server.metrics.drafts(summary.drafted, summary.accepted)
             reason = FINISH.get(summary.finish_reason.value, "stop")
             out = {"index": i, "text": "".join(text), "finish_reason": reason, "n": len(tokens),
-                   "logprobs": logprobs if options.logprobs else None}  # fmt: skip
+                   "logprobs": logprobs if options.logprobs else None,
+                   "drafted": summary.drafted, "accepted": summary.accepted}  # fmt: skip
             if split is not None:
                 split.feed(out["text"])
                 split.finish()
@@ -606,8 +620,12 @@ def create_app(config: ServerConfig) -> Starlette:
                 for r in results
             ]  # fmt: skip
             obj = "text_completion"
-        return JSONResponse({"id": rid, "object": obj, "created": created, "model": server.model_name,
-                             "choices": choices, "usage": usage})  # fmt: skip
+        body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": choices,
+                "usage": usage}  # fmt: skip
+        if any(r["drafted"] for r in results):  # llama.cpp's server reports its drafts so too
+            body["timings"] = {"draft_n": sum(r["drafted"] for r in results),
+                               "draft_n_accepted": sum(r["accepted"] for r in results)}  # fmt: skip
+        return JSONResponse(body)
 
     async def _stream(gen: Generation, request: Request, rid: str, created: int, chat: bool, include_usage: bool,
                       n_prompt: int, split=None, markers=None):  # fmt: skip
@@ -641,7 +659,7 @@ def create_app(config: ServerConfig) -> Starlette:
                 elif isinstance(e, ToolCallFailed):  # what the model wrote stays visible, as text
                     yield chunk({"content": e.failure.raw}, e.failure.raw, None)
 
-        n_tokens = 0
+        n_tokens = drafted = accepted = 0
         first = time.perf_counter()
         try:
             if chat:
@@ -655,6 +673,8 @@ def create_app(config: ServerConfig) -> Starlette:
                         yield chunk({"content": ev.text}, ev.text, None)
                     reason = "tool_calls" if n_calls else FINISH.get(ev.summary.finish_reason.value, "stop")
                     yield chunk({}, "", reason)
+                    drafted, accepted = ev.summary.drafted, ev.summary.accepted
+                    server.metrics.drafts(drafted, accepted)
                     continue
                 if n_tokens == 0:
                     server.metrics.first_token(time.perf_counter() - first)
@@ -676,6 +696,8 @@ def create_app(config: ServerConfig) -> Starlette:
                 usage = {"prompt_tokens": n_prompt, "completion_tokens": n_tokens, "total_tokens": n_prompt + n_tokens}
                 body = {"id": rid, "object": obj, "created": created, "model": server.model_name, "choices": [],
                         "usage": usage}  # fmt: skip
+                if drafted:
+                    body["timings"] = {"draft_n": drafted, "draft_n_accepted": accepted}
                 yield f"data: {json.dumps(body)}\n\n"
             yield "data: [DONE]\n\n"
         except Exception as e:  # noqa: BLE001 - the stream has started: report the error in it

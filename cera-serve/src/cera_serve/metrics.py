@@ -42,6 +42,8 @@ class Metrics:
         self.completion_tokens = 0
         self.running = 0
         self.rejected = 0
+        self.drafted = 0  # draft-model tokens verified, and accepted (speculative decoding)
+        self.accepted = 0
 
     def request(self, route: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -52,6 +54,11 @@ class Metrics:
         with self._lock:
             self.prompt_tokens += prompt
             self.completion_tokens += completion
+
+    def drafts(self, drafted: int, accepted: int) -> None:
+        with self._lock:
+            self.drafted += drafted
+            self.accepted += accepted
 
     def started(self) -> None:
         # sequences start and end in their own worker threads; += alone is not atomic
@@ -86,5 +93,9 @@ class Metrics:
                 "# TYPE cera_sequences_running gauge", f"cera_sequences_running {self.running}",
                 "# TYPE cera_requests_waiting gauge", f"cera_requests_waiting {server.waiting}",
                 "# TYPE cera_requests_rejected_total counter", f"cera_requests_rejected_total {self.rejected}",
+                "# HELP cera_draft_tokens_total Draft tokens verified (speculative decoding).",
+                "# TYPE cera_draft_tokens_total counter", f"cera_draft_tokens_total {self.drafted}",
+                "# HELP cera_draft_tokens_accepted_total Draft tokens accepted.",
+                "# TYPE cera_draft_tokens_accepted_total counter", f"cera_draft_tokens_accepted_total {self.accepted}",
             ]  # fmt: skip
         return "\n".join(lines) + "\n"

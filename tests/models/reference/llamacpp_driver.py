@@ -232,6 +232,28 @@ class LlamaCppModel:
         L.llama_model_free(self.model)
 
 
+def greedy_steps(path, record: dict, steps: int, cases: int | None = None) -> dict:
+    """llama.cpp's greedy continuation of each stored case, computed now, loaded with the
+    record's settings: {case id: [(token, top-1 logit, top-2 margin), ...]}, at most `steps`
+    per case (never more than the record stores), for the first `cases` cases (all: None)."""
+    s = record["settings"]
+    model = LlamaCppModel(path, ContextSettings(n_ctx=s["n_ctx"], n_threads=s["n_threads"]))
+    out = {}
+    try:
+        for case in record["cases"][:cases]:
+            model.reset()
+            logits = model.eval(case["prompt_tokens"])
+            taken = []
+            for _ in range(min(steps, len(case["steps"]))):
+                order = np.argsort(-logits, kind="stable")[:2]
+                taken.append((int(order[0]), float(logits[order[0]]), float(logits[order[0]] - logits[order[1]])))
+                logits = model.eval([int(order[0])])
+            out[case["id"]] = taken
+    finally:
+        model.close()
+    return out
+
+
 def llama_cpp_facts() -> dict:
     """Which llama.cpp build produced the numbers (kernels differ between builds and CPUs)."""
     _init_backend()

@@ -11,8 +11,6 @@ import sys
 
 import click
 
-RAW_BLOCK = 16000 * 2 // 10  # bytes of 16-bit PCM read from standard input at a time (100 ms)
-
 
 def _emit(obj: dict) -> None:
     click.echo(json.dumps(obj))
@@ -34,10 +32,8 @@ def _emit(obj: dict) -> None:
 @click.option("--no-agc", is_flag=True, help="No adaptive gain control.")
 def kws_command(audio_path, model, threshold, as_json, trace, no_vad, no_agc):
     """Detect a wake word in audio (microWakeWord); prints the time of each detection."""
-    import numpy as np
 
-    from cera_audio_io import open_audio
-    from cera.errors import AudioError
+    from cera_audio_io import open_audio, read_raw_pcm
 
     from .detector import load_hotword_detector
     from .gated import HotwordIterator
@@ -62,19 +58,8 @@ def kws_command(audio_path, model, threshold, as_json, trace, no_vad, no_agc):
     n = 0
     if audio_path == "-":
         it = HotwordIterator(detector, vad=False if no_vad else None, agc=not no_agc)
-        stream = sys.stdin.buffer
-        carry = b""
-        while True:
-            block = stream.read(RAW_BLOCK)
-            if not block:
-                break
-            block = carry + block
-            usable = len(block) - len(block) % 2
-            carry = block[usable:]
-            pcm = np.frombuffer(block[:usable], dtype="<i2").astype(np.float32) / 32768.0
+        for pcm in read_raw_pcm(sys.stdin.buffer):
             n += report(it.push(pcm, steps))
-        if carry:
-            raise AudioError("standard input ended in the middle of a 16-bit sample (an odd number of bytes)")
         n += report(it.flush(steps))
     else:
         with open_audio(audio_path, [detector.sample_rate]) as stream:

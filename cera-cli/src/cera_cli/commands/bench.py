@@ -16,6 +16,7 @@ import time
 
 import click
 
+from ..draft import attach_draft, draft_options
 from ..options import Console, kv_type_options, load_model, model_options
 
 
@@ -63,6 +64,14 @@ def _tg_spec(loaded, n: int, rng, depth: int = 0) -> float:
     return summary.n_generated / summary.generate_seconds
 
 
+def _tg_draft(loaded, n: int, rng, depth: int = 0) -> float:
+    """Greedy decoding with the attached draft model after a random prompt."""
+    session = loaded.new_session(n_ctx=depth + n + 2, n_batch=512, kv_type=KV_TYPE)
+    session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=depth + 1).tolist())
+    summary = session.generate(max_tokens=n, temperature=0.0, ignore_eos=True)
+    return summary.n_generated / summary.generate_seconds
+
+
 def _tg(loaded, n: int, rng, depth: int = 0) -> float:
     session = loaded.new_session(n_ctx=depth + n + 2, n_batch=512, kv_type=KV_TYPE)
     session.append_tokens(rng.integers(0, loaded.model.n_vocab, size=depth + 1).tolist())
@@ -85,8 +94,9 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("-P", "--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoding at once in tg tests (aggregate tokens/s).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--profile", is_flag=True, help="Also time every kernel of one decoded token, at the largest --depth (backends with a kernel profile: vulkan).")
+@draft_options
 def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_prompt, n_gen, depth, reps, kv_type,
-              spec, parallel, as_json, profile):  # fmt: skip
+              spec, parallel, as_json, profile, model_draft, device_draft):  # fmt: skip
     """Measure prompt processing (pp) and decode (tg) speed in tokens per second."""
     import numpy as np
 
@@ -98,16 +108,19 @@ def bench_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, n_
         )
     global KV_TYPE
     KV_TYPE = kv_type
-    loaded = load_model(model, device, threads, Console(verbose, quiet), n_gpu_layers)
+    console = Console(verbose, quiet)
+    loaded = load_model(model, device, threads, console, n_gpu_layers)
+    drafting = attach_draft(loaded, model, model_draft, device_draft, threads, console, spec)
     rng = np.random.default_rng(1234)
     n_ctx = max([*n_prompt, 1]) + max(depth) + max([*n_gen, 1]) + 2
     kv_bytes = loaded.runner.new_state(n_ctx, kv_type=kv_type).nbytes()
     if not as_json:
         click.echo(f"KV cache ({kv_type}) for {n_ctx} tokens: {kv_bytes / 2**20:.1f} MiB")
-    tg = _tg_spec if spec else _tg
+    tg = _tg_draft if drafting else _tg_spec if spec else _tg
+    suffix = "+draft" if drafting else "+spec" if spec else ""
     tests = [(f"pp{n}", lambda n=n: _pp(loaded, n, rng)) for n in n_prompt if n > 0]
     if parallel == 1:
-        tests += [(f"tg{n}" + (f"@d{d}" if d else "") + ("+spec" if spec else ""), lambda n=n, d=d: tg(loaded, n, rng, d)) for n in n_gen if n > 0 for d in depth]
+        tests += [(f"tg{n}" + (f"@d{d}" if d else "") + suffix, lambda n=n, d=d: tg(loaded, n, rng, d)) for n in n_gen if n > 0 for d in depth]
     else:
         tests += [
             (f"tg{n}" + (f"@d{d}" if d else "") + f"x{parallel}", lambda n=n, d=d: _tg_parallel(loaded, n, rng, parallel, d))

@@ -27,6 +27,7 @@ from ..options import (
     open_session,
     sampling_options,
 )
+from ..draft import attach_draft, draft_options, drafting
 from ..tools_cli import describe_call, tool_options
 
 HELP = """Commands:
@@ -334,13 +335,15 @@ class ChatLoop:
     help="Directory of a prompt cache shared across runs (the chat keeps it warm in memory too).",
 )
 @tool_options
+@draft_options
 def chat_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, system, kv_type, prompt_cache, tools,
-             tool_choice, constrain_tools, **kw):  # fmt: skip
+             tool_choice, constrain_tools, model_draft, device_draft, **kw):  # fmt: skip
     """Chat with a model. Each turn evaluates only the new messages; /help lists the
     commands (/system, /clear, /save, /load)."""
-    options = generate_options(kw)
+    options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     console = Console(verbose, quiet)
     loaded = load_model(model, device, threads, console, n_gpu_layers)
+    attach_draft(loaded, model, model_draft, device_draft, threads, console, options.spec)
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)
     if loaded.chat_template.is_fallback:

@@ -13,6 +13,7 @@ KIND_HELP = {
     "vad": "voice activity detector: `cera vad`",
     "kws": "wake-word detector (microWakeWord): `cera kws --model NAME`",
     "whisper": "speech recognition (Whisper): `cera transcribe`",
+    "diarizer": "speaker diarization: `cera diarize`",
     "embedding": "text embeddings: `cera embed -m NAME`",
     "test-data": "files the tests use",
 }

@@ -17,6 +17,7 @@ from ..options import (
     open_session,
     sampling_options,
 )
+from ..draft import attach_draft, draft_options, drafting
 from ..tools_cli import run_turn, tool_options
 
 
@@ -70,16 +71,19 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
 )
 @click.option("--no-timings", is_flag=True, help="Do not print the summary (timings, seed) to stderr.")
 @tool_options
+@draft_options
 def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, words, prompt, file, chat, system,
-            kv_type, prompt_cache, no_timings, tools, tool_choice, constrain_tools, **kw):  # fmt: skip
+            kv_type, prompt_cache, no_timings, tools, tool_choice, constrain_tools, model_draft, device_draft,
+            **kw):  # fmt: skip
     """Generate text from a prompt: cera run -m MODEL "PROMPT". Only the generated text goes
     to stdout; notes and the summary (timings, the seed that repeats the run) go to stderr."""
     from cera.state import kv_cell_bytes
 
-    options = generate_options(kw)
+    options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     text = read_prompt(words, prompt, file)
     console = Console(verbose, quiet)
     loaded = load_model(model, device, threads, console, n_gpu_layers)
+    attach_draft(loaded, model, model_draft, device_draft, threads, console, options.spec)
     if prompt_cache:
         loaded.enable_prefix_cache(directory=prompt_cache)
     use_chat = chat if chat is not None else not loaded.chat_template.is_fallback

@@ -59,7 +59,7 @@ def component_for(architecture: str, kind: str, path: str | os.PathLike = "", ma
     if served:
         hint = f"the installed {kind} components serve: {', '.join(served)}"
     else:
-        package = {"vad": "cera-audio-vad", "kws": "cera-audio-kws", "transcriber": "cera-audio-whisper"}.get(kind, "cera-audio")
+        package = {"vad": "cera-audio-vad", "kws": "cera-audio-kws", "transcriber": "cera-audio-whisper", "diarizer": "cera-audio-diarizer"}.get(kind, "cera-audio")
         hint = f"no {kind} component is installed (`pip install {package}`)"
     raise AudioError(
         f"{where}GGUF architecture {architecture!r} is not a {_KIND_NAMES.get(kind, kind)} model; {hint}"

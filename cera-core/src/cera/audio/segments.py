@@ -145,6 +145,17 @@ class SpeechSegmenter:
         self._last_raw_end = 0  # raw end of the last closed segment
         self._waiting: tuple[int, int] | None = None  # (final start, raw end) of a segment not yet handed out
 
+    @property
+    def settled(self) -> int:
+        """Samples before which every segment has been handed out: the start of the speech
+        still open or waiting for its end, else all the frames pushed."""
+        at = self.frame_samples * self.frames
+        if self._waiting is not None:
+            at = min(at, self._waiting[0])
+        if self._triggered and self._start is not None:
+            at = min(at, max(0, int(self._start - self._pad)))
+        return int(at)
+
     # -- detection ------------------------------------------------------------------
 
     def push(self, prob: float) -> list[SpeechSegment]:

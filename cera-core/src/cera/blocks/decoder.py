@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 import attrs
+import numpy as np
 from gguf.constants import MODEL_TENSOR
 from gguf.constants import Keys as K
 
@@ -84,11 +85,13 @@ class DecoderConfig:
 
 
 def read_decoder_config(
-    gguf, family: str, neox: bool = False, eps_key: str = K.Attention.LAYERNORM_RMS_EPS
+    gguf, family: str, neox: bool = False, eps_key: str = K.Attention.LAYERNORM_RMS_EPS, mixed_kv_heads: bool = False
 ) -> tuple[DecoderConfig, HParams]:
     """The keys every llama-shaped decoder has. Returns the HParams so the family can read
     its own keys and then call ``hp.check_all_understood()``. ``eps_key``: the norm's
-    epsilon (LayerNorm families such as starcoder2 store ``attention.layer_norm_epsilon``)."""
+    epsilon (LayerNorm families such as starcoder2 store ``attention.layer_norm_epsilon``).
+    ``mixed_kv_heads``: layers may have KV head counts of their own (gemma4's sliding and
+    full layers); the family then declares each layer's cache itself."""
     hp = HParams(gguf, family)
     n_layer = hp.req(K.LLM.BLOCK_COUNT)
     n_embd = hp.req(K.LLM.EMBEDDING_LENGTH)
@@ -107,7 +110,13 @@ def read_decoder_config(
     # one KV head count for all layers, or one per layer (0: a layer that does not attend)
     kv_heads = tuple(hp.per_layer(K.Attention.HEAD_COUNT_KV, n_layer, n_head))
     n_head_kv = max(kv_heads)
-    if n_head_kv < 1 or any(k not in (0, n_head_kv) for k in kv_heads):
+    if mixed_kv_heads:
+        if any(k < 1 or n_head % k for k in kv_heads):
+            raise ModelConfigError(
+                f"{gguf.path}: {hp.key('attention.head_count_kv')} is {list(kv_heads)}; each layer's count must be "
+                f"positive and divide {hp.key('attention.head_count')} ({n_head})"
+            )
+    elif n_head_kv < 1 or any(k not in (0, n_head_kv) for k in kv_heads):
         raise ModelConfigError(f"{gguf.path}: {hp.key('attention.head_count_kv')} is {list(kv_heads)}; cera needs one positive count (0 for layers that do not attend)")
     head_dim = hp.opt(K.Attention.KEY_LENGTH, n_embd // n_head, int)
     head_dim_v = hp.opt(K.Attention.VALUE_LENGTH, head_dim, int)
@@ -161,16 +170,30 @@ def read_decoder_config(
 
 
 def read_sliding_windows(hp: HParams, n_layer: int, default_window: int | None, default_pattern: int) -> tuple:
-    """Per-layer windows from ``attention.sliding_window`` and its pattern key."""
+    """Per-layer windows from ``attention.sliding_window`` and its pattern key: a period
+    (all but the last layer of each group slide) or, as the converter writes from a config's
+    ``layer_types`` (OLMo 3, Gemma 3n/4), one boolean per layer."""
     window = hp.opt(K.Attention.SLIDING_WINDOW, default_window or 0, int) or None
-    pattern = hp.opt("attention.sliding_window_pattern", default_pattern, int)
+    key = hp.key("attention.sliding_window_pattern")
+    value = hp.gguf.metadata.get(key)
+    if isinstance(value, np.ndarray):
+        hp.ignore("attention.sliding_window_pattern")
+        if value.dtype.kind != "b" or len(value) != n_layer:
+            raise ModelConfigError(
+                f"{hp.gguf.path}: {key} is an array of {len(value)} {value.dtype} values; it must hold one boolean "
+                f"per layer ({n_layer})"
+            )
+        slides = tuple(bool(v) for v in value)
+    else:
+        pattern = hp.opt("attention.sliding_window_pattern", default_pattern, int)
+        if pattern < 0:
+            raise ModelConfigError(f"{hp.gguf.path}: {key} is {pattern}")
+        slides = sliding_window_layers(n_layer, pattern)
     if window is not None and not 0 < window < 2**31:  # a window sizes ring caches; positions are int32
         raise ModelConfigError(f"{hp.gguf.path}: {hp.key('attention.sliding_window')} is {window}; it must be in [1, 2^31)")
-    if pattern < 0:
-        raise ModelConfigError(f"{hp.gguf.path}: {hp.key('attention.sliding_window_pattern')} is {pattern}")
     if window is None:
         return (None,) * n_layer
-    return tuple(window if swa else None for swa in sliding_window_layers(n_layer, pattern))
+    return tuple(window if swa else None for swa in slides)
 
 
 @attrs.define
@@ -269,8 +292,13 @@ class DecoderModel(Model):
             return short_conv(g, h, L.attn, self.kv[i])
         return self_attention(
             g, h, L.attn, self.kv[i], c.attn, self.layer_rope(i, getattr(g, "n_ctx", 0)), self.attn_specs[i], c.eps,
-            qk_norm=c.qk_norm, q_scale=c.q_scale,
+            qk_norm=c.qk_norm, q_scale=c.q_scale, q_factor=self.query_factor(g, i),
         )  # fmt: skip
+
+    def query_factor(self, g: GraphBuilder, i: int) -> Tensor | None:
+        """A tensor multiplying layer i's rotated queries (a graph input the family fills
+        through `position_inputs`), or None (here)."""
+        return None
 
     @property
     def n_vocab(self) -> int:

@@ -134,6 +134,7 @@ def self_attention(
     eps: float = 1e-6,
     qk_norm: str = "head",
     q_scale: float | None = None,
+    q_factor: Tensor | None = None,
 ) -> Tensor:
     """Project to Q/K/V, optionally normalize Q and K, rotate, attend (storing K/V in the
     layer's cache ``kv``), project out.
@@ -143,6 +144,8 @@ def self_attention(
     ``q_scale``: multiply the rotated queries by it before attention (gemma's graph in
     llama.cpp does this instead of scaling the attention logits; the difference shows
     where the query is rounded to f16 for an f16 cache). ``spec.scale`` then should be 1.
+    ``q_factor``: a tensor of the queries' shape ``[n, heads, head_dim]`` multiplying the
+    rotated queries elementwise (mistral3's attention temperature, one value per row).
     """
     n = x.shape[0]
     H, Hkv, dk, dv = shape.n_head, shape.n_head_kv, shape.head_dim_k, shape.head_dim_v
@@ -169,6 +172,8 @@ def self_attention(
     if rope is not None:
         q = g.rope(q, g.positions, rope)
         k = g.rope(k, g.positions, rope)
+    if q_factor is not None:
+        q = g.mul(q, q_factor)
     if q_scale is not None:
         q = g.scale(q, q_scale)
     out = g.attention(q, k, v, kv, spec)

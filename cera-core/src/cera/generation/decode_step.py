@@ -3,7 +3,8 @@ evaluate what is queued.
 
 A `Stepper` holds what a generation decided at its start (the sampler with its
 processors, the tokens that end it, what each pass reads back) and what it has produced
-so far. Strategies (`cera.generation.plain_decoding`, `cera.generation.prompt_lookup`) are generators over it
+so far. Strategies (`cera.generation.plain_decoding`, `cera.generation.prompt_lookup`,
+`cera.generation.draft_model`) are generators over it
 that offer tokens as `Draw`s (or end with a `Halt`); the generation loop
 (`cera.generation.loop`) decides whether each token ends the generation.
 """
@@ -69,7 +70,7 @@ class Stepper:
         self.want = Outputs(("top_k",), k=k) if needs == NEEDS_TOP_K else _OUTPUTS[needs]
         self.generated: list[int] = []
         self.logprobs: list[float] = []
-        self.drafted = self.accepted = 0  # draft tokens verified and kept (cera.generation.prompt_lookup)
+        self.drafted = self.accepted = 0  # draft tokens verified and kept (prompt lookup, a draft model)
 
     def left(self) -> int | None:
         """Tokens the generation may still produce (None: no limit)."""

@@ -1,6 +1,7 @@
 """The generation loop: a strategy offers tokens, the loop decides where generation ends.
 
-A strategy (`cera.generation.plain_decoding`, `cera.generation.prompt_lookup`) is a generator over the
+A strategy (`cera.generation.plain_decoding`, `cera.generation.prompt_lookup`,
+`cera.generation.draft_model`: a session whose model has a draft attached) is a generator over the
 session's `cera.generation.decode_step.Stepper` that offers each next token as a `Draw`; resuming
 it means the loop took the token and generation goes on. The loop holds the stop rules,
 once for every strategy: a stop token, a stop string, a complete grammar, a full context
@@ -16,6 +17,7 @@ from __future__ import annotations
 import time
 
 from .decode_step import Draw, Halt, Stepper
+from .draft_model import DraftSpeculation, draft_model_speculation
 from ..errors import GenerationError
 from .events import EndEvent, GenerationSummary, TokenEvent
 from .lockstep import DecodeStep
@@ -39,6 +41,17 @@ def stop_reason(step: Stepper, hit: bool, full: bool) -> FinishReason | None:
     return None
 
 
+def choose_strategy(step: Stepper):
+    """Draft-model speculation where the model has a draft attached (unless ``draft_max``
+    is 0), prompt lookup under ``spec``, else plain decoding."""
+    s, options = step.session, step.options
+    if getattr(s.loaded, "draft", None) is not None and options.draft_max > 0:
+        return draft_model_speculation(step, DraftSpeculation(s, options, step.sampler))
+    if options.spec:
+        return prompt_lookup(step, PromptLookup(s, options, step.sampler))
+    return plain_decoding(step)
+
+
 def generate(session, options, processors=(), lockstep: bool = False):
     """The events of one generation on ``session`` (see `cera.generation.session.Session.events`)."""
     s = session
@@ -50,14 +63,11 @@ def generate(session, options, processors=(), lockstep: bool = False):
         n_prompt = len(s.pending)
         t0 = time.perf_counter()
         reason = None if s._ready_to_generate(step.needs) else FinishReason.CANCELLED
-        t1 = time.perf_counter()
-        stop_token = error = None
-        if options.spec:
-            strategy = prompt_lookup(step, PromptLookup(s, options, step.sampler))
-        else:
-            strategy = plain_decoding(step)
         if reason is None and step.left() is not None and step.left() <= 0:
             reason = FinishReason.LENGTH
+        strategy = None if reason is not None else choose_strategy(step)  # a draft model evaluates the prompt too
+        t1 = time.perf_counter()
+        stop_token = error = None
         if reason is None:
             reason, stop_token, error = yield from _take_tokens(step, strategy, stops, detok, text)
         tail = ""
@@ -128,4 +138,4 @@ def _take_tokens(step: Stepper, strategy, stops: StopStrings, detok, text: list[
     raise GenerationError("the generation strategy ended without a reason")  # pragma: no cover
 
 
-__all__ = ["generate", "stop_reason"]
+__all__ = ["choose_strategy", "generate", "stop_reason"]

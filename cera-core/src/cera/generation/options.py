@@ -59,6 +59,9 @@ class GenerateOptions:
     spec: bool = _opt(False, "--spec", "Speculative decoding by prompt lookup (greedy only; the output is the greedy output).")
     spec_ngram: int = _opt(3, "--spec-ngram", "Longest n-gram matched in the context to draft from.")
     spec_k: int = _opt(8, "--spec-k", "Tokens drafted per verification pass.")
+    draft_max: int = _opt(16, "--draft-max/--draft/--draft-n", "With a draft model: most tokens it drafts per verification pass (0: no draft-model speculation).")
+    draft_min: int = _opt(0, "--draft-min/--draft-n-min", "With a draft model: a shorter draft is not verified (the token is evaluated plainly).")
+    draft_p_min: float = _opt(0.75, "--draft-p-min", "With a draft model: drafting stops where the draft gives its token less probability than this.")
     grammar: object = _opt(None, "--grammar", "GBNF grammar the output must follow (text, or @file.gbnf); a cera.grammar.Constraint from Python.")
     json_schema: object = _opt(None, "--json-schema", "JSON Schema the output must follow (JSON text, or @file.json); stdout carries the JSON value alone.")
     json: bool = _opt(False, "--json", "Output one JSON object; stdout carries it alone.")
@@ -73,10 +76,12 @@ class GenerateOptions:
                 raise InvalidOptions(f"max_tokens must be an integer or None, got {self.max_tokens!r}")
             if self.max_tokens < 0:
                 self.max_tokens = None  # llama.cpp's -n -1: until the context is full
-        for name in ("n_keep", "spec_ngram", "spec_k"):
+        for name in ("n_keep", "spec_ngram", "spec_k", "draft_max", "draft_min"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise InvalidOptions(f"{name} must be a non-negative integer, got {v!r}")
+        if not isinstance(self.draft_p_min, (int, float)) or isinstance(self.draft_p_min, bool) or not 0.0 <= self.draft_p_min <= 1.0:
+            raise InvalidOptions(f"draft_p_min must be a number in [0, 1], got {self.draft_p_min!r}")
         if not isinstance(self.top_logprobs, int) or self.top_logprobs < 0:
             raise InvalidOptions(f"top_logprobs must be a non-negative integer, got {self.top_logprobs!r}")
         self.sampling()  # validates the sampling fields

@@ -2,7 +2,7 @@
 
 Draft the tokens that followed the last occurrence of the newest n-gram in the context,
 verify them in one pass whose every row computes as a one-token step would
-(`Layout.exact_rows`), keep the run the model agrees with. The output is the greedy
+(`cera.generation.verification`), keep the run the model agrees with. The output is the greedy
 output, token for token.
 """
 
@@ -12,8 +12,8 @@ import numpy as np
 
 from .decode_step import Draw, Halt, Stepper
 from ..errors import InvalidOptions
-from ..graph.builder import Outputs
 from .sink import FinishReason
+from .verification import verify_greedy
 
 
 class PromptLookup:
@@ -59,21 +59,7 @@ class PromptLookup:
         draft = self.draft(s.tokens + s.pending, room) if room > 0 else []
         if not draft:
             return None
-        n_before = len(s.tokens)
-        batch = s.pending + draft
-        out = s._forward(batch, Outputs(("argmax",), rows="all"), exact_rows=True)
-        choice = [int(t) for t in out["argmax"].reshape(-1)]
-        s.tokens.extend(batch)
-        s.pending = []
-        s.n_evaluated += len(batch)
-        accepted = 0
-        while accepted < len(draft) and choice[len(s.tokens) - n_before - len(draft) - 1 + accepted] == draft[accepted]:
-            accepted += 1
-        keep = n_before + (len(batch) - len(draft)) + accepted
-        if keep < len(s.tokens):
-            s.state.truncate(s.slot, keep)
-            del s.tokens[keep:]
-        s.last = {"argmax": choice[keep - n_before - 1]}
+        accepted, _ = verify_greedy(s, draft)
         self.drafted += len(draft)
         self.accepted += accepted
         return draft[:accepted]

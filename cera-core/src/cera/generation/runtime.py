@@ -95,11 +95,13 @@ class Runner:
             else:
                 tokens = [t for s in steps for t in s.tokens]
                 positions = [p for s in steps for p in s.positions]
+            pos = np.array(positions, np.int32)
             inputs = StepInputs(
                 tokens=np.array(tokens, np.int32),
-                positions=np.array(positions, np.int32),
+                positions=pos,
                 slots=np.array([s.slot for s in steps], np.int32),
                 starts=np.array(starts, np.int32),
+                extra=self.model.position_inputs(pos),
             )
             out = exe.run(state, inputs)
         except BaseException:

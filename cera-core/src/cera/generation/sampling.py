@@ -279,6 +279,33 @@ class Sampler:
     def choose(self, c: Candidates, history) -> int:
         return self._choose(c, history, [])
 
+    def distribution(self, logits: np.ndarray, history, n_vocab: int) -> np.ndarray:
+        """What this chain draws from, given full ``logits``: float64 probabilities over
+        ``n_vocab`` ids (a one-hot at the choice for greedy decoding). Logits beyond
+        ``n_vocab`` are left out and missing ones count as excluded (a draft model's
+        vocabulary may be a few padding rows larger or smaller). Stateful processors are
+        not told of any choice (`Processor.accept`): speculative decoding judges draft
+        tokens with it (`cera.generation.draft_model`)."""
+        x = np.full(n_vocab, -np.inf, np.float32)
+        m = min(n_vocab, logits.shape[-1])
+        x[:m] = logits[:m]
+        c = Candidates(logits=x)
+        for p in self.masks:
+            p.apply(c, history)
+        out = np.zeros(n_vocab, np.float64)
+        if self.options.greedy:
+            out[int(np.argmax(c.logits))] = 1.0
+            return out
+        for p in self.cuts:
+            p.apply(c, history)
+        ok = np.isfinite(c.values)
+        ids, values = c.ids[ok], c.values[ok]
+        if not len(ids):
+            raise SessionError("every token is excluded (banned or masked): nothing to sample")
+        w = np.exp(values - values.max())
+        out[ids] = w / w.sum()
+        return out
+
     def _choose(self, c: Candidates, history, extra) -> int:
         if c.full and np.isnan(c.logits).any():
             raise SessionError("the model returned NaN logits: its weights or the computation are broken")

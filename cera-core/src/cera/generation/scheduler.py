@@ -73,6 +73,7 @@ class Scheduler:
         self._queue: list[_Request] = []
         self._leading = False
         self._generating: set[int] = set()
+        self._draft = None  # the draft model's scheduler (draft_scheduler)
         self.n_batches = 0  # decode batches run (diagnostics)
         self.rows_per_batch: list[int] = []
 
@@ -82,6 +83,19 @@ class Scheduler:
         from .session import Session
 
         return Session(self.loaded, n_ctx=self.state.n_ctx, kv_type=self.state.kv_type, n_batch=self.n_batch, scheduler=self)
+
+    def draft_scheduler(self) -> Scheduler:
+        """A scheduler of the loaded model's draft (`cera.engine.LoadedModel.set_draft`) with
+        as many slots and as large a context, made on first use: the sessions of this one
+        draft on its sessions (`cera.generation.draft_model`), whose passes it serialises."""
+        draft = self.loaded.draft
+        if draft is None:
+            raise SessionError("this model has no draft model attached (set_draft)")
+        with self._cond:
+            if self._draft is None or self._draft.loaded is not draft:
+                self._draft = Scheduler(draft, n_slots=self.state.n_slots, n_ctx=self.state.n_ctx,
+                                        n_batch=self.n_batch, gather_seconds=0.0)  # fmt: skip
+            return self._draft
 
     def acquire(self, session) -> int:
         with self._cond:

@@ -87,6 +87,7 @@ class Session:
         self.n_shifted = 0  # tokens dropped by context shifts
         self.prefix_cache = getattr(loaded, "prefix_cache", None)  # cera.generation.prefix_cache (None: off)
         self._snapshots: list[tuple[int, object]] = []  # (tokens, state snapshot) for recurrent state
+        self.draft_session = None  # the draft model's session (cera.generation.draft_model), made on first use
         self._cancelled = False  # set by cancel() from any thread (a bool: reads and writes are atomic)
         self._lock = threading.RLock()
         self.last_summary: GenerationSummary | None = None
@@ -471,7 +472,11 @@ class Session:
         checkpoint.restore(self, path)
 
     def close(self) -> None:
-        """Give the session's slot back (sessions of a scheduler share one state)."""
+        """Give the session's slot back (sessions of a scheduler share one state), and its
+        draft model's session's (`cera.generation.draft_model`)."""
+        if self.draft_session is not None:
+            self.draft_session.close()
+            self.draft_session = None
         if self.scheduler is not None:
             self.scheduler.release(self)
 

@@ -39,6 +39,9 @@ FAMILIES = {
     "phi3": "cera-model-phi3",
     "phi2": "cera-model-phi3",
     "olmo2": "cera-model-olmo2",
+    "nanbeige": "cera-model-llama",
+    "mistral3": "cera-model-llama",
+    "gemma4": "cera-model-gemma",
     "lfm2": "cera-model-lfm2",
     "lfm2moe": "cera-model-lfm2",
     "mamba2": "cera-model-mamba",
@@ -52,6 +55,7 @@ FAMILIES = {
 AUDIO = {
     "silero-vad": ("cera-audio-vad", "a voice activity detector (Silero VAD)", "cera vad --model FILE --audio AUDIO"),
     "microwakeword": ("cera-audio-kws", "a wake-word detector (microWakeWord)", "cera kws --model FILE --audio AUDIO"),
+    "ge2e": ("cera-audio-diarizer", "a speaker encoder for diarization (GE2E)", "cera diarize --model FILE --audio AUDIO"),
 }
 
 

@@ -65,6 +65,7 @@ FIRST_PARTY = frozenset(
         *(dist for dist, _, _ in distributions.AUDIO.values()),
         "cera-audio-vad",
         "cera-audio-whisper",
+        "cera-audio-listen",
         "cera-model-bert",
         "cera-model-mamba",
         "cera-serve",

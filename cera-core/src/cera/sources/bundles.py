@@ -187,6 +187,20 @@ BUNDLES: dict[str, Bundle] = {
                  "f8026e2ce93a0855ca23483036fd2d74ee924a2588d9ea6a6c6c7478fbf4be57"),
             )
         ),
+        Bundle(
+            name="resemblyzer-ge2e",
+            description="GE2E speaker encoder (PyTorch checkpoint), from the resemblyzer package",
+            license="Apache-2.0",
+            files=(
+                BundleFile(
+                    "pretrained.pt",
+                    (Part("resemblyzer==0.1.4", "resemblyzer/pretrained.pt"),),
+                    "39373b86598fa3da9fcddee6142382efe09777e8d37dc9c0561f41f0070f134e",
+                ),
+            ),
+            kind="diarizer",  # `cera diarize` converts it to GGUF on first use
+            size=17090379,
+        ),
         # Whisper as CTranslate2 float16 files (faster-whisper's format): the source that
         # `cera convert whisper` turns into GGUF; cera-audio-whisper's default model.
         Bundle(

@@ -23,3 +23,9 @@ def cera_register_models(register):
             name="starcoder2", architectures=("starcoder2",), factory="cera_model_llama.starcoder2:Starcoder2Model"
         )
     )
+    register(
+        cera.ModelFamily(name="nanbeige", architectures=("nanbeige",), factory="cera_model_llama.nanbeige:NanbeigeModel")
+    )
+    register(
+        cera.ModelFamily(name="mistral3", architectures=("mistral3",), factory="cera_model_llama.mistral3:Mistral3Model")
+    )

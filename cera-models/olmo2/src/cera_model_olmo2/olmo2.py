@@ -5,8 +5,9 @@ Per layer::
     x = x + post_attn_norm(attention(x))      # q_norm/k_norm over all heads at once
     x = x + post_ffw_norm(swiglu_ffn(x))
 
-With a `sliding_window` key (OLMo 3 files), three of every four layers slide and rotate
-without frequency scaling.
+With a `sliding_window` key (OLMo 3 files), the layers the pattern marks (three of every
+four; the converter writes one boolean per layer) slide and rotate without YaRN, which
+only the full layers use.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class Olmo2Model(DecoderModel):
         config, hp = read_decoder_config(gguf, cls.family, neox=True)
         windows = read_sliding_windows(hp, config.n_layer, None, 4)
         local_base = hp.opt("rope.freq_base_swa", config.rope.base, float)
+        # OLMo 3's converter stores YaRN's attention factor; llama.cpp's olmo2 never reads
+        # it and derives the factor from the scaling factor (0.1 ln f + 1, the value HF
+        # configs hold), as read_rope does.
+        hp.ignore("rope.scaling.yarn_attn_factor")
         hp.check_all_understood()
         return attrs.evolve(
             config,

@@ -1,0 +1,59 @@
+"""Online clustering of speaker embeddings: speakers in order of arrival.
+
+Each embedding (L2-normalized) goes to the nearest speaker by cosine distance
+(1 - cosine similarity to the speaker's centroid, the normalized sum of its embeddings);
+if the nearest is farther than ``threshold`` and fewer than ``max_speakers`` are known, it
+starts a new speaker. Speaker indices are given in the order speakers first appear. The
+decision for an embedding is final: nothing is relabelled later, so turns can be handed
+out as soon as they are heard.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cera.errors import AudioError
+
+from .thresholds import DEFAULT_MAX_SPEAKERS, DEFAULT_THRESHOLD
+
+
+
+class OnlineClusters:
+    def __init__(self, threshold: float = DEFAULT_THRESHOLD, max_speakers: int = DEFAULT_MAX_SPEAKERS):
+        if not 0.0 < threshold < 2.0:
+            raise AudioError(f"a cosine-distance threshold must be in (0, 2), got {threshold}")
+        if not (isinstance(max_speakers, int) and max_speakers >= 1):
+            raise AudioError(f"max_speakers must be a whole number of at least 1, got {max_speakers!r}")
+        self.threshold = float(threshold)
+        self.max_speakers = max_speakers
+        self._sums: list[np.ndarray] = []
+
+    @property
+    def n_speakers(self) -> int:
+        return len(self._sums)
+
+    def reset(self) -> None:
+        self._sums = []
+
+    def distances(self, embedding: np.ndarray) -> np.ndarray:
+        """Cosine distance of ``embedding`` to each speaker's centroid, in speaker order."""
+        if not self._sums:
+            return np.zeros(0)
+        c = np.stack(self._sums)
+        c = c / np.linalg.norm(c, axis=1, keepdims=True)
+        e = np.asarray(embedding, np.float64)
+        return 1.0 - c @ (e / np.linalg.norm(e))
+
+    def assign(self, embedding: np.ndarray, weight: float = 1.0) -> int:
+        """The speaker of ``embedding`` (a new one where it is far from all), updating its centroid."""
+        e = np.asarray(embedding, np.float64)
+        if e.ndim != 1 or not np.all(np.isfinite(e)) or not np.linalg.norm(e) > 0:
+            raise AudioError("a speaker embedding must be a finite, non-zero vector")
+        e = e / np.linalg.norm(e)
+        d = self.distances(e)
+        if len(d) and (d.min() <= self.threshold or len(d) >= self.max_speakers):
+            k = int(np.argmin(d))
+            self._sums[k] = self._sums[k] + weight * e
+            return k
+        self._sums.append(weight * e)
+        return len(self._sums) - 1

@@ -1,0 +1,143 @@
+"""`SpeakerDiarizer` and `cera diarize` on the synthesized conversations: DER against
+their RTTMs (exact turn boundaries from the synthesis, data/make_conversations.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from diar_cases import CONVERSATIONS, DATA
+
+from cera.audio import load_diarizer
+from cera.errors import AudioError
+from cera_audio_diarizer.der import Turn, der, read_rttm
+
+# DER at a 0.25 s collar, measured with the default threshold (0.21) and 4 s pieces:
+# two_voices 3.5%, three_voices 4.8%, two_voices_long_turns 2.9%. The bounds leave room
+# for a few tenths of a second moved by float rounding, and stay under 10%.
+DER_BOUND = {"two_voices": 0.06, "three_voices": 0.07, "two_voices_long_turns": 0.05}
+
+
+@pytest.fixture(scope="module")
+def diarizer(encoder_gguf):
+    d = load_diarizer(encoder_gguf, threads=2)
+    yield d
+    d.close()
+
+
+@pytest.fixture(scope="module")
+def turns(diarizer, conversations):
+    return {name: diarizer.diarize(conversations[name]) for name in CONVERSATIONS}
+
+
+def _hyp(turns):
+    return [Turn(t.start, t.end, t.label) for t in turns]
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+def test_der_of_each_conversation(turns, name):
+    ref = read_rttm(DATA / f"{name}.rttm")
+    r = der(ref, _hyp(turns[name]), collar=0.25)
+    assert r.der < DER_BOUND[name], (name, r.to_json())
+    # speakers holding more than 1 s of speech: one per voice (a short piece may start another)
+    held: dict[int, float] = {}
+    for t in turns[name]:
+        held[t.speaker] = held.get(t.speaker, 0.0) + t.end - t.start
+    assert len([s for s, d in held.items() if d > 1.0]) == len({t.speaker for t in ref}), held
+
+
+def test_speakers_are_numbered_in_order_of_arrival(turns):
+    for name in CONVERSATIONS:
+        seen: list[int] = []
+        for t in turns[name]:
+            if t.speaker not in seen:
+                seen.append(t.speaker)
+        assert seen == list(range(len(seen))), name
+
+
+def test_streaming_in_small_chunks_gives_the_same_turns(diarizer, conversations, turns):
+    x = conversations["two_voices"]
+    diarizer.reset()
+    got, covered = [], [0.0]
+    for at in range(0, len(x), 1600):
+        got += diarizer.push(x[at : at + 1600])
+        covered.append(diarizer.covered)
+        assert all(t.end <= diarizer.covered + 1e-9 for t in got)
+    got += diarizer.flush()
+    assert covered == sorted(covered) and covered[-1] <= len(x) / 16000
+    assert diarizer.covered == pytest.approx(len(x) / 16000)
+    # the same speakers; boundaries within a VAD frame (32 ms): where a chunk ends moves
+    # the last frame a segment end is decided on
+    want = turns["two_voices"]
+    assert [t.speaker for t in got] == [t.speaker for t in want]
+    assert all(abs(a.start - b.start) <= 0.033 and abs(a.end - b.end) <= 0.033 for a, b in zip(got, want, strict=True))
+    with pytest.raises(AudioError, match="flushed; call reset"):
+        diarizer.push(x[:100])
+    diarizer.reset()
+
+
+def test_at_most_n_speakers(encoder_gguf, conversations):
+    d = load_diarizer(encoder_gguf, threads=2, max_speakers=2)
+    try:
+        assert {t.speaker for t in d.diarize(conversations["three_voices"])} == {0, 1}
+    finally:
+        d.close()
+
+
+def test_bad_options_are_named(encoder_gguf):
+    with pytest.raises(AudioError, match="threshold must be in"):
+        load_diarizer(encoder_gguf, threshold=3.0)
+    with pytest.raises(AudioError, match="max_speakers must be"):
+        load_diarizer(encoder_gguf, max_speakers=0)
+    with pytest.raises(Exception, match=r"unknown diarizer option\(s\) \['speakers'\]"):
+        load_diarizer(encoder_gguf, speakers=2)
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def cera(*args, check=True):
+    env = dict(os.environ)
+    env.pop("CERA_PLUGINS", None)
+    proc = subprocess.run([sys.executable, "-m", "cera_cli.main", *map(str, args)], capture_output=True, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cera {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr.decode()}")
+    return proc
+
+
+def test_cli_rttm_and_json_match_the_api(turns, tmp_path):
+    name = "three_voices"
+    out = cera("diarize", "--audio", DATA / f"{name}.flac", "--rttm", "--threads", 2)
+    rttm = tmp_path / "hyp.rttm"
+    rttm.write_text(out.stdout.decode())
+    lines = out.stdout.decode().splitlines()
+    assert lines and all(line.startswith(f"SPEAKER {name} 1 ") for line in lines)
+    got = read_rttm(rttm)
+    assert [(t.speaker, round(t.start, 3)) for t in got] == [(t.label, round(t.start, 3)) for t in turns[name]]
+    assert der(read_rttm(DATA / f"{name}.rttm"), got).der < DER_BOUND[name]
+    doc = json.loads(cera("diarize", "--audio", DATA / f"{name}.flac", "--json", "--threads", 2).stdout)
+    assert doc["speakers"] == len({t.speaker for t in turns[name]}) and doc["duration"] == pytest.approx(24.9, abs=0.5)
+    assert doc["turns"] == [t.to_json() for t in turns[name]]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--audio", "MISSING.flac"], "MISSING.flac: no such file"),
+        (["--audio", DATA / "two_voices.rttm"], "not an audio file"),
+        (["--audio", DATA / "two_voices.flac", "--rttm", "--json"], "give one of them"),
+        (["--audio", DATA / "two_voices.flac", "-m", "encoder.pt"], "cera diarize-convert --pt encoder.pt"),
+        (["--audio", DATA / "two_voices.flac", "-m", "nvidia/diar_streaming_sortformer_4spk-v2.1"],
+         "Streaming Sortformer"),
+        (["--audio", DATA / "two_voices.flac", "-m", "absent.gguf"], "absent.gguf: no such model file"),
+        (["--audio", DATA / "two_voices.flac", "--speakers", "0"], "--speakers"),
+    ],
+)
+def test_cli_bad_inputs(args, message):
+    proc = cera("diarize", *args, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr.decode(), proc.stderr.decode()
+    assert "Traceback" not in proc.stderr.decode()
