@@ -12,7 +12,9 @@ from gguf.quants import dequantize, quantize
 
 from cera import kv_turboquant as tq
 from cera.errors import UnsupportedOperation
-from cera.kv_types import KV_TYPE_NAMES, cell_bytes, check_dim, check_type, decode, encode, row_bytes
+from cera.kv_types import (
+    KV_ROWS_VERSION, KV_TYPE_NAMES, cell_bytes, check_dim, check_type, decode, encode, hadamard_block, hadamard_turn, row_bytes,
+)  # fmt: skip
 from cera.state import AttentionKV, HostState, StateSpec, estimate_bytes, kv_cell_bytes
 
 
@@ -44,12 +46,43 @@ def test_state_bytes_follow_the_rows():
         assert estimate_bytes(spec, 32, kv_type=t) >= state.k[0].nbytes + state.v[0].nbytes
 
 
-def test_q4_0_rows_are_ggml_blocks():
-    x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
-    rows = encode(x, "q4_0")
-    assert rows.shape == (3, 36) and rows.dtype == np.uint8
-    assert np.array_equal(rows, quantize(x, GGMLQuantizationType.Q4_0))
-    np.testing.assert_array_equal(decode(rows, "q4_0"), dequantize(rows, GGMLQuantizationType.Q4_0))
+def _walsh_hadamard(n: int) -> np.ndarray:
+    """Sylvester's orthonormal Walsh-Hadamard matrix of order n (ggml_gen_hadamard's)."""
+    h = np.ones((1, 1))
+    while len(h) < n:
+        h = np.kron(np.array([[1, 1], [1, -1]]), h)
+    return h / np.sqrt(n)
+
+
+def test_the_turn_of_quantized_rows_is_llama_cpps():
+    """llama.cpp's attn_rot_k / attn_rot_v: keys over the largest power of two (>= 64) that
+    divides the head dimension, values over 64; only quantized types, only multiples of 64."""
+    assert [hadamard_block("q4_0", d, True) for d in (64, 128, 192, 256, 96, 32)] == [64, 128, 64, 256, 0, 0]
+    assert [hadamard_block("q8_0", d, False) for d in (64, 128, 256)] == [64, 64, 64]
+    assert hadamard_block("f16", 128) == 0 and hadamard_block("tq3", 128) == 0
+    x = np.random.default_rng(5).standard_normal((4, 256)).astype(np.float32)
+    want = (x.reshape(4, 2, 128).astype(np.float64) @ _walsh_hadamard(128).T).reshape(4, 256)
+    np.testing.assert_allclose(hadamard_turn(x, 128), want, atol=1e-5)
+    np.testing.assert_allclose(hadamard_turn(hadamard_turn(x, 64), 64), x, atol=1e-5)  # its own inverse
+
+
+@pytest.mark.parametrize("kv_type", ["q4_0", "q8_0"])
+def test_block_rows_are_ggml_blocks_of_the_turned_row(kv_type):
+    x = np.random.default_rng(0).standard_normal((3, 128)).astype(np.float32)
+    x[:, 7] *= 20  # an outlier, which the turn spreads over its block
+    ggml = GGMLQuantizationType[kv_type.upper()]
+    rows = encode(x, kv_type, key=True)
+    assert rows.dtype == np.uint8 and rows.shape == (3, 4 * (34 if kv_type == "q8_0" else 18))
+    assert np.array_equal(rows, quantize(hadamard_turn(x, 128), ggml))
+    back = decode(rows, kv_type, key=True)
+    np.testing.assert_allclose(back, hadamard_turn(dequantize(rows, ggml), 128), atol=1e-6)
+    plain = dequantize(quantize(x, ggml), ggml)
+    assert ((back - x) ** 2).sum() < ((plain - x) ** 2).sum()  # the turn's point
+    assert np.array_equal(encode(x, kv_type, key=True, turned=False), quantize(x, ggml))
+    values = encode(x, kv_type, key=False)
+    assert np.array_equal(values, quantize(hadamard_turn(x, 64), ggml))
+    odd = np.ascontiguousarray(x[:, :96])  # not a multiple of 64: kept unturned
+    assert np.array_equal(encode(odd, kv_type), quantize(odd, ggml))
 
 
 @pytest.mark.parametrize("bits", [1, 2, 3])
@@ -104,3 +137,20 @@ def test_turboquant_layout():
     idx = np.searchsorted(tq.thresholds(2), y * 4)
     planes = np.unpackbits(row[:, 4:8], axis=1, bitorder="little").reshape(2, 2, 16)
     assert np.array_equal(planes[:, 0] + 2 * planes[:, 1], idx)
+
+
+def test_a_checkpoint_of_unturned_q8_0_rows_is_converted():
+    """Checkpoints written before the turn (no "kv_rows" in the header) hold q8_0 rows of the
+    plain numbers: they are read back as the same numbers, never reinterpreted as turned."""
+    from cera.formats.checkpoint import decode_snapshot
+
+    rng = np.random.default_rng(6)
+    k, v = rng.standard_normal((2, 2, 5, 64)).astype(np.float32)
+    old = {"0.a": encode(k, "q8_0", True, turned=False), "0.b": encode(v, "q8_0", False, turned=False),
+           "positions": np.arange(5, dtype=np.int32)}  # fmt: skip
+    header = {"kv_type": "q8_0", "layout": [["kv", 2, 64, 64]], "n_filled": 5}
+    snap, _ = decode_snapshot(header, old, "old.ckpt")
+    np.testing.assert_allclose(decode(snap.kv[0][0], "q8_0", True), k, atol=0.05)
+    np.testing.assert_allclose(decode(snap.kv[0][1], "q8_0", False), v, atol=0.05)
+    now, _ = decode_snapshot({**header, "kv_rows": KV_ROWS_VERSION}, old, "new.ckpt")
+    assert now.kv[0][0] is old["0.a"]  # the current format is taken as it is

@@ -25,7 +25,7 @@ TEXT = (REFERENCE / "perplexity" / "text.txt").read_text(encoding="utf-8")
 
 # cera's perplexity against llama.cpp's with the same cache type (relative): measured
 # differences are listed in benchmarks/README.md; these bounds are several times those.
-TOLERANCE = {"f16": 2e-3, "q8_0": 6e-3, "q4_0": 1.5e-2}
+TOLERANCE = {"f16": 2e-3, "q8_0": 2e-3, "q4_0": 2e-3}
 
 
 def _record(name: str) -> dict:
@@ -51,7 +51,7 @@ def test_cera_tokenizes_the_text_as_llama_cpp(smollm2):
     assert smollm2.tokenize(TEXT) == _record("smollm2-135m-instruct-q4_1")["text_tokens"]
 
 
-@pytest.mark.parametrize("kv_type", ["f16", "q8_0", pytest.param("q4_0", marks=pytest.mark.xfail(strict=True, reason="open: cera's q4_0-cache perplexity is 5.9% above llama.cpp's (37.04 vs 34.97, chunks of 128) while f16 agrees to 1e-5"))])
+@pytest.mark.parametrize("kv_type", ["f16", "q8_0", "q4_0"])
 @pytest.mark.parametrize("n_ctx", [128, 256])
 def test_perplexity_matches_llama_cpp(smollm2, n_ctx, kv_type):
     record = _record("smollm2-135m-instruct-q4_1")
@@ -63,14 +63,13 @@ def test_perplexity_matches_llama_cpp(smollm2, n_ctx, kv_type):
     np.testing.assert_allclose(got.chunk_ppl, want["chunk_ppl"], rtol=2 * TOLERANCE[kv_type])
 
 
-@pytest.mark.xfail(strict=True, reason="open: the q4_0 cache's loss is larger in cera than in llama.cpp (see above)")
 def test_a_compressed_cache_costs_what_it_costs_in_llama_cpp(smollm2):
     """The quality a cache type loses is the loss llama.cpp's same type has (the deltas
     against f16 agree), and its state is smaller by the bytes of its rows."""
     record = _record("smollm2-135m-instruct-q4_1")
     runs = {r["type_k"]: r for r in record["runs"] if r["n_ctx"] == 256}
     got = {t: perplexity(smollm2, TEXT, n_ctx=256, kv_type=t) for t in ("f16", "q4_0")}
-    assert got["q4_0"].ppl / got["f16"].ppl == pytest.approx(runs["q4_0"]["ppl"] / runs["f16"]["ppl"], abs=1e-2)
+    assert got["q4_0"].ppl / got["f16"].ppl == pytest.approx(runs["q4_0"]["ppl"] / runs["f16"]["ppl"], abs=2e-3)
     # SmolLM2: 30 layers x 3 KV heads x 64 dims for keys and values; 256 cells, and 4 bytes a
     # cell for the positions
     assert got["f16"].kv_bytes - got["q4_0"].kv_bytes == 256 * 30 * 3 * 2 * (64 * 2 - 2 * 18)

@@ -37,7 +37,9 @@
  * 32), or TurboQuant rows (tq3, tq2). A Q4_0 key is dotted with the query in Q8_0, as
  * llama.cpp's vec_dot_type of Q4_0; its values are widened to f32. A TurboQuant key's dot
  * product is estimated from the turned query (tq_query: 2 * k_dim numbers), its values are
- * summed in the rotated space and the sum turned back once (tq_unrotate). */
+ * summed in the rotated space and the sum turned back once (tq_unrotate). Q8_0 and Q4_0
+ * rows are kept turned by a Walsh-Hadamard matrix where kv_hadamard says so, as llama.cpp
+ * keeps them: the query is turned the same way, and the output turned back. */
 
 /* One cached row widened to f32 (a TurboQuant key: its 2 * dim expanded numbers; a
  * TurboQuant value: in the rotated space). */
@@ -133,6 +135,7 @@ static void attn_task(void *varg, int ith, int nth) {
     const int kv_type = job->kv_type;
     const int f16acc = kv_type == KV_F16 && job->acc_f16;
     const int64_t group = job->n_heads / job->n_kv_heads;
+    const int rot_k = kv_hadamard(kv_type, DK, 1), rot_v = kv_hadamard(kv_type, DV, 0);
     int j = 0;
     for (;;) {
         const int64_t global = atomic_fetch_add_explicit(&batch->next, 1, memory_order_relaxed);
@@ -145,7 +148,15 @@ static void attn_task(void *varg, int ith, int nth) {
         const float *q = job->q + (t * job->n_heads + h) * DK;
         /* the query in the format the keys' dot product takes (llama.cpp's vec_dot_type) */
         if (kv_type == KV_F16) k->quant[ACT_F16](q, q16, DK); /* round to nearest even, as f32_to_f16 */
-        if (kv_type == KV_Q8_0 || kv_type == KV_Q4_0) k->quant[ACT_Q8_0](q, q8, DK);
+        if (kv_type == KV_Q8_0 || kv_type == KV_Q4_0) {
+            if (rot_k) { /* the query turned as the keys were (qx is free: not TurboQuant) */
+                memcpy(qx, q, sizeof(float) * (size_t)DK);
+                kv_hadamard_rotate(qx, DK, rot_k);
+                k->quant[ACT_Q8_0](qx, q8, DK);
+            } else {
+                k->quant[ACT_Q8_0](q, q8, DK);
+            }
+        }
         if (kv_is_tq(kv_type)) tq_query(DK, q, qx);
         const char *kc = job->k_cache + (size_t)(g * job->capacity) * job->k_row;
         const char *vc = job->v_cache + (size_t)(g * job->capacity) * job->v_row;
@@ -212,6 +223,7 @@ static void attn_task(void *varg, int ith, int nth) {
             const float inv = S == 0.0f ? 0.0f : 1.0f / S;
             if (kv_is_tq(kv_type)) tq_unrotate(DV, acc, vrow);
             for (int64_t i = 0; i < DV; i++) o[i] = acc[i] * inv;
+            if (rot_v) kv_hadamard_rotate(o, DV, rot_v); /* back from the values' turn */
         }
     }
     free(heap);
@@ -220,6 +232,7 @@ static void attn_task(void *varg, int ith, int nth) {
 /* The chunks of each (query row, head) combined in order, in f32. */
 static int reduce_chunks(const attn_job *job) {
     const int64_t DV = job->v_dim;
+    const int rot_v = kv_hadamard(job->kv_type, DV, 0);
     float *tmp = kv_is_tq(job->kv_type) ? malloc(sizeof(float) * (size_t)DV) : NULL;
     if (kv_is_tq(job->kv_type) && !tmp) return CERA_ENOMEM;
     for (int64_t th = 0; th < job->n_tok * job->n_heads; th++) {
@@ -239,6 +252,7 @@ static int reduce_chunks(const attn_job *job) {
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;
         if (tmp) tq_unrotate(DV, o, tmp);
         for (int64_t i = 0; i < DV; i++) o[i] *= inv;
+        if (rot_v) kv_hadamard_rotate(o, DV, rot_v);
     }
     free(tmp);
     return CERA_OK;
@@ -370,7 +384,7 @@ static int store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int
                        char *cache, int kv_type, int key, int64_t capacity, int64_t start) {
     const size_t row = kv_row_bytes(kv_type, dim, key);
     float *scratch = NULL;
-    if (kv_type == KV_Q8_0 || kv_is_tq(kv_type)) {
+    if (kv_type == KV_Q8_0 || kv_type == KV_Q4_0 || kv_is_tq(kv_type)) {
         const size_t need = sizeof(float) * (size_t)(3 * dim) + (size_t)cera_act_bytes(ACT_Q8_0, dim);
         scratch = malloc(need);
         if (!scratch) return CERA_ENOMEM;

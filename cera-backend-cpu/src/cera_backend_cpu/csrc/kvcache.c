@@ -69,6 +69,29 @@ int kv_check_dim(int kv_type, int64_t dim) {
     return CERA_OK;
 }
 
+int kv_hadamard(int kv_type, int64_t dim, int key) {
+    if ((kv_type != KV_Q8_0 && kv_type != KV_Q4_0) || dim % 64) return 0;
+    if (!key) return 64; /* llama.cpp: "using smaller rotation matrices for V seems beneficial" */
+    int64_t n = 64;
+    while (dim % (2 * n) == 0) n *= 2;
+    return (int)n;
+}
+
+void kv_hadamard_rotate(float *x, int64_t dim, int64_t n) {
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int64_t b = 0; b < dim; b += n) {
+        float *y = x + b;
+        for (int64_t i = 0; i < n; i++) y[i] *= scale;
+        for (int64_t len = 1; len < n; len <<= 1)
+            for (int64_t i = 0; i < n; i += 2 * len)
+                for (int64_t j = i; j < i + len; j++) {
+                    const float u = y[j], v = y[j + len];
+                    y[j] = u + v;
+                    y[j + len] = u - v;
+                }
+    }
+}
+
 /* llama.cpp's quantize_row_q4_0_ref: the scale is the signed value of largest magnitude
  * over -8, codes round(x / d) + 8 clamped to 15. */
 static void quant_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
@@ -154,6 +177,13 @@ static void tq_store(int kv_type, int key, const float *x, uint8_t *dst, int64_t
 }
 
 void kv_store_row(const cera_kernels *k, int kv_type, int key, const float *src, char *dst, int64_t dim, float *scratch) {
+    const int rot = kv_hadamard(kv_type, dim, key);
+    if (rot) { /* turned first (scratch[0:dim]); the quantizer's output goes after it */
+        memcpy(scratch, src, sizeof(float) * (size_t)dim);
+        kv_hadamard_rotate(scratch, dim, rot);
+        src = scratch;
+        scratch += dim;
+    }
     switch (kv_type) {
     case KV_F16: k->quant[ACT_F16](src, dst, dim); break; /* round to nearest even */
     case KV_Q8_0: /* the activation quantizer (llama.cpp quantizes cache rows with the same from_float):
