@@ -1,5 +1,5 @@
-"""TurboQuant KV rows on the CPU: the kernels take the rotation and the sketch matrix of
-each row length from cera.kv_turboquant (one source of the format), registered once."""
+"""TurboQuant KV rows on the CPU: the kernels take the rotation of each row length from
+cera.kv_turboquant (one source of the format), registered once."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ _registered: set[int] = set()
 def register_dim(dim: int) -> None:
     if dim in _registered:
         return
-    rot, sketch = kv_turboquant.matrices(dim)  # cached for the process: the kernels keep the pointers
-    rc = lib.cera_tq_register(dim, ffi.from_buffer("float[]", rot), ffi.from_buffer("float[]", sketch))
+    rot = kv_turboquant.rotation(dim)  # cached for the process: the kernels keep the pointer
+    rc = lib.cera_tq_register(dim, ffi.from_buffer("float[]", rot))
     if rc != 0:
         raise UnsupportedOperation(
             f"the CPU kernels cannot take TurboQuant rows of {dim} numbers (at most 16 row lengths of up to 4096, "
@@ -26,7 +26,7 @@ def register_dim(dim: int) -> None:
 
 
 def register_state(state) -> None:
-    """Make the matrices of every attention layer of ``state`` known to the kernels."""
+    """Make the rotations of every attention layer of ``state`` known to the kernels."""
     if getattr(state, "kv_type", None) not in TURBOQUANT_BITS:
         return
     for d in state.decls:

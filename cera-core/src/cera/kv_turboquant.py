@@ -1,25 +1,29 @@
 """TurboQuant KV rows (Zandieh, Daliri, Hadian, Mirrokni, arXiv:2504.19874), numpy reference.
 
-A row x of D numbers (D a multiple of 8) is stored as its norm and the direction u = x/|x|
+A row x of D numbers (D a multiple of 8) is stored as a norm and the direction u = x/|x|
 turned by a fixed random rotation P (an orthogonal D x D matrix): each coordinate of y = P u
 of a unit vector is distributed alike (close to N(0, 1/D) for the head sizes of language
 models), whatever the data, so one scalar quantizer serves every coordinate: y * sqrt(D) is
-rounded to the nearest centroid of the Lloyd-Max quantizer of N(0, 1) with 2^b levels.
+rounded to the nearest centroid of the Lloyd-Max quantizer of N(0, 1) with 2^b levels
+(the paper's TurboQuant_mse). Keys and values are stored alike, b bits a coordinate (tq3:
+3, tq2: 2): a row decodes to n P^T c[idx] / sqrt(D), so a key's dot product with a query is
+taken against the query turned once (P q), and an attention output, a weighted sum of
+values, is summed in the rotated space and turned back once.
 
-- A **value** keeps that (TurboQuant_mse, b bits a coordinate): it decodes to
-  |x| P^T c[idx] / sqrt(D), so an attention output (a weighted sum of values) is summed in
-  the rotated space and turned back once.
-- A **key** keeps b - 1 bits of the same, then a 1-bit sketch of the residual
-  r = y - c[idx] / sqrt(D) (TurboQuant_prod): z = sign(S r) with S a fixed D x D matrix of
-  N(0, 1) entries, and |r|. The dot product of a query q with the key is estimated without
-  bias as |x| (<P q, c[idx]> / sqrt(D) + sqrt(pi / 2) / D |r| <S P q, z>): the query is
-  turned once and each key costs two short sums (the sketch works in the rotated space:
-  S P is again a matrix of independent N(0, 1) entries).
+The stored norm n is |x| sqrt(D) / |c[idx]|: the decoded row has the norm of the row (the
+centroids alone would shrink it by the quantizer's distortion).
 
-Byte layout of a row: key: f16 |x|, f16 |r|, b - 1 bit planes and the sign plane of D/8
-bytes each; value: f16 |x|, b bit planes. Bit k of byte j of a plane belongs to coordinate
-8j + k; a coordinate's index is the sum of its plane bits times 1, 2, 4. The matrices come
-from numpy's PCG64 generator with fixed seeds (`matrices`), the same wherever numpy is.
+The paper's TurboQuant_prod spends one of a key's bits on a 1-bit QJL sketch of the residual
+instead, which makes inner products unbiased but noisier; attention's softmax pays for the
+noise more than for the bias. Measured on SmolLM2-135M (reference/perplexity/text.txt,
+chunks of 256; f16 cache: PPL 27.52): keys of 2 bits plus the sketch and values of 3 bits
+gave 126.2; the same keys without the sketch 76.8; keys and values of 3 bits 37.05, and
+with the norm kept 36.66.
+
+Byte layout of a row: f16 n, then b bit planes of D/8 bytes each. Bit k of byte j of a
+plane belongs to coordinate 8j + k; a coordinate's index is the sum of its plane bits times
+1, 2, 4. The rotation comes from numpy's PCG64 generator with a fixed seed (`rotation`),
+the same wherever numpy is.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ CODEBOOKS = {
     3: (-2.1519457051, -1.3439092613, -0.7560052489, -0.2450940842,
         0.2450940842, 0.7560052489, 1.3439092613, 2.1519457051),
 }  # fmt: skip
-BITS = {"tq3": (2, 3), "tq2": (1, 2)}  # keys' quantizer bits (+ 1 sketch bit), values' bits
-ROTATION_SEED, SKETCH_SEED = 0x7C3A, 0x5E7C
+BITS = {"tq3": 3, "tq2": 2}  # the quantizer's bits a coordinate, keys and values alike
+ROTATION_SEED = 0x7C3A
 
 
 def lloyd_max(bits: int, iters: int = 200) -> np.ndarray:
@@ -61,17 +65,14 @@ def thresholds(bits: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=None)
-def matrices(dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(P, S) for rows of ``dim``: the rotation (Q of a QR factorization of a Gaussian
-    matrix, column signs fixed by R's diagonal) and the sketch matrix, float32, read-only."""
+def rotation(dim: int) -> np.ndarray:
+    """P for rows of ``dim``: Q of a QR factorization of a Gaussian matrix, column signs
+    fixed by R's diagonal; float32, read-only."""
     g = np.random.default_rng(ROTATION_SEED + dim).standard_normal((dim, dim))
     q, r = np.linalg.qr(g)
-    q = q * np.sign(np.diag(r))
-    s = np.random.default_rng(SKETCH_SEED + dim).standard_normal((dim, dim))
-    out = (np.ascontiguousarray(q, np.float32), np.ascontiguousarray(s, np.float32))
-    for a in out:
-        a.flags.writeable = False
-    return out
+    q = np.ascontiguousarray(q * np.sign(np.diag(r)), np.float32)
+    q.flags.writeable = False
+    return q
 
 
 def _planes(idx: np.ndarray, bits: int) -> list[np.ndarray]:
@@ -87,56 +88,37 @@ def _unplanes(data: np.ndarray, bits: int, dim: int, offset: int) -> np.ndarray:
 
 
 def encode(x: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
-    """Rows ``[..., D]`` as stored bytes ``[..., row bytes]`` (see the module)."""
+    """Rows ``[..., D]`` as stored bytes ``[..., 2 + b D / 8]`` (see the module; keys and
+    values alike, ``key`` is for the callers' symmetry)."""
     x = np.asarray(x, np.float32)
     dim = x.shape[-1]
-    kb, vb = BITS[kv_type]
-    bits = kb if key else vb
-    rot, sketch = matrices(dim)
+    bits = BITS[kv_type]
     norm = np.sqrt(np.einsum("...i,...i->...", x, x, dtype=np.float32)).astype(np.float32)
     safe = np.where(norm > 0, norm, np.float32(1))[..., None]
-    y = (x / safe) @ rot.T
-    scaled = y * np.float32(math.sqrt(dim))
-    idx = np.searchsorted(thresholds(bits), scaled, side="left")
-    parts = [norm.astype(np.float16)[..., None].view(np.uint8)]
-    if key:
-        resid = y - np.asarray(CODEBOOKS[bits], np.float32)[idx] / np.float32(math.sqrt(dim))
-        gamma = np.sqrt(np.einsum("...i,...i->...", resid, resid, dtype=np.float32))
-        signs = (resid @ sketch.T) >= 0
-        parts.append(gamma.astype(np.float16)[..., None].view(np.uint8))
-        parts += _planes(idx, bits)
-        parts.append(np.packbits(signs.astype(np.uint8), axis=-1, bitorder="little"))
-    else:
-        parts += _planes(idx, bits)
-    return np.concatenate(parts, axis=-1)
+    y = (x / safe) @ rotation(dim).T
+    idx = np.searchsorted(thresholds(bits), y * np.float32(math.sqrt(dim)), side="left")
+    c = np.asarray(CODEBOOKS[bits], np.float32)[idx]
+    kept = np.sqrt(np.einsum("...i,...i->...", c, c, dtype=np.float32)) / np.float32(math.sqrt(dim))
+    n = np.where(kept > 0, norm / np.where(kept > 0, kept, np.float32(1)), np.float32(0))
+    return np.concatenate([n.astype(np.float16)[..., None].view(np.uint8), *_planes(idx, bits)], axis=-1)
 
 
-def decode_rotated(data: np.ndarray, kv_type: str, key: bool, dim: int) -> np.ndarray:
-    """Stored rows as float64 vectors in the rotated space (P x, estimated)."""
+def row_dim(data: np.ndarray, kv_type: str) -> int:
+    return (data.shape[-1] - 2) * 8 // BITS[kv_type]
+
+
+def decode_rotated(data: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
+    """Stored rows as float64 vectors in the rotated space (P x, as quantized)."""
     data = np.ascontiguousarray(data, np.uint8)
-    kb, vb = BITS[kv_type]
-    bits = kb if key else vb
+    bits, dim = BITS[kv_type], row_dim(data, kv_type)
     norm = data[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)
-    offset = 4 if key else 2
-    idx = _unplanes(data, bits, dim, offset)
-    y = np.asarray(CODEBOOKS[bits], np.float64)[idx] / math.sqrt(dim)
-    if key:
-        gamma = data[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
-        start = offset + bits * dim // 8
-        z = np.unpackbits(data[..., start : start + dim // 8], axis=-1, count=dim, bitorder="little")
-        _, sketch = matrices(dim)
-        y = y + math.sqrt(math.pi / 2) / dim * gamma[..., None] * ((2.0 * z - 1.0) @ sketch.astype(np.float64))
-    return norm[..., None] * y
+    idx = _unplanes(data, bits, dim, 2)
+    return norm[..., None] * np.asarray(CODEBOOKS[bits], np.float64)[idx] / math.sqrt(dim)
 
 
 def decode(data: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
-    """Stored rows back to float64 ``[..., D]`` (for a key, the vector whose dot product with
-    a query is the estimator above)."""
-    kb, vb = BITS[kv_type]
-    bits = (kb + 1) if key else vb
-    dim = (data.shape[-1] - (4 if key else 2)) * 8 // bits
-    rot, _ = matrices(dim)
-    return decode_rotated(data, kv_type, key, dim) @ rot.astype(np.float64)
+    """Stored rows back to float64 ``[..., D]``."""
+    return decode_rotated(data, kv_type, key) @ rotation(row_dim(data, kv_type)).astype(np.float64)
 
 
-__all__ = ["BITS", "CODEBOOKS", "decode", "decode_rotated", "encode", "lloyd_max", "matrices", "thresholds"]
+__all__ = ["BITS", "CODEBOOKS", "decode", "decode_rotated", "encode", "lloyd_max", "rotation", "row_dim", "thresholds"]

@@ -12,9 +12,8 @@
   spreads a block's outliers over it, so its scale loses less: SmolLM2-135M's perplexity
   with a q4_0 cache is 5.9% above llama.cpp's without it and agrees with it;
 - ``tq3``, ``tq2``: TurboQuant (`cera.kv_turboquant`): a fixed random rotation, then an
-  optimal scalar quantizer per rotated coordinate; keys add a 1-bit sketch of the residual
-  so that dot products with them are unbiased. tq3 spends 3 bits a coordinate on keys (2 +
-  the sketch) and on values, tq2 spends 2; the row length must be a multiple of 8.
+  optimal scalar quantizer per rotated coordinate and the row's norm; tq3 spends 3 bits a
+  coordinate on keys and values, tq2 spends 2; the row length must be a multiple of 8.
 
 Everything a backend or the host storage needs to know about a type is here: its bytes per
 row (keys and values may differ), the code kernels are told, and the numpy encoder and
@@ -31,7 +30,7 @@ KV_TYPE_NAMES = ("f16", "f32", "q8_0", "q4_0", "tq3", "tq2")
 KV_CODES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "tq3": 4, "tq2": 5}  # what kernels are told
 KV_DTYPES = {"f16": np.float16, "f32": np.float32}  # the rest are bytes (np.uint8)
 BLOCK_TYPES = {"q8_0": (32, 34), "q4_0": (32, 18)}  # values per block, bytes per block
-TURBOQUANT_BITS = {"tq3": (2, 3), "tq2": (1, 2)}  # scalar-quantizer bits of keys (+1 sketch bit), of values
+TURBOQUANT_BITS = {"tq3": 3, "tq2": 2}  # the scalar quantizer's bits a coordinate, keys and values alike
 
 
 KV_ROWS_VERSION = 2  # 1: q8_0 rows kept unturned (before the Walsh-Hadamard turn); 2: now
@@ -84,8 +83,7 @@ def row_size(kv_type: str, dim: int, key: bool = True) -> int:
         per, nbytes = BLOCK_TYPES[kv_type]
         return dim // per * nbytes
     if kv_type in TURBOQUANT_BITS:
-        kb, vb = TURBOQUANT_BITS[kv_type]
-        return 4 + (kb + 1) * dim // 8 if key else 2 + vb * dim // 8
+        return 2 + TURBOQUANT_BITS[kv_type] * dim // 8
     return dim
 
 
@@ -124,8 +122,7 @@ def encode(x: np.ndarray, kv_type: str, key: bool = True, turned: bool = True) -
 
 
 def decode(x: np.ndarray, kv_type: str, key: bool = True, turned: bool = True) -> np.ndarray:
-    """Stored rows back to numbers, float64 ``[..., dim]`` (a TurboQuant key decodes to the
-    vector whose dot products are its estimates: the quantized part plus the sketch's)."""
+    """Stored rows back to numbers, float64 ``[..., dim]``."""
     if kv_type in KV_DTYPES:
         return np.asarray(x).astype(np.float64)
     if kv_type in TURBOQUANT_BITS:

@@ -36,13 +36,12 @@
  * values: an f16 scale and 32 int8 or 4-bit codes; the row length must be a multiple of
  * 32), or TurboQuant rows (tq3, tq2). A Q4_0 key is dotted with the query in Q8_0, as
  * llama.cpp's vec_dot_type of Q4_0; its values are widened to f32. A TurboQuant key's dot
- * product is estimated from the turned query (tq_query: 2 * k_dim numbers), its values are
- * summed in the rotated space and the sum turned back once (tq_unrotate). Q8_0 and Q4_0
+ * product is taken with the turned query (tq_query), its values are summed in the rotated space and the sum turned back once (tq_unrotate). Q8_0 and Q4_0
  * rows are kept turned by a Walsh-Hadamard matrix where kv_hadamard says so, as llama.cpp
  * keeps them: the query is turned the same way, and the output turned back. */
 
-/* One cached row widened to f32 (a TurboQuant key: its 2 * dim expanded numbers; a
- * TurboQuant value: in the rotated space). */
+/* One cached row widened to f32 (TurboQuant rows: in the rotated space; a key scaled for
+ * the turned query). */
 static void kv_row_f32(const cera_kernels *k, int kv_type, int key, const char *src, float *dst, int64_t dim) {
     if (kv_type == KV_F16)
         k->f16_to_f32((const uint16_t *)src, dst, dim);
@@ -281,8 +280,7 @@ static void tiled_task(void *varg, int ith, int nth) {
     const attn_job *job = tj->job;
     const cera_kernels *k = job->k;
     const int tq = kv_is_tq(job->kv_type);
-    /* a TurboQuant key takes part as 2 * k_dim numbers (the turned query against its expansion) */
-    const int64_t DK = tq ? 2 * job->k_dim : job->k_dim, DV = job->v_dim, group = job->n_heads / job->n_kv_heads;
+    const int64_t DK = job->k_dim, DV = job->v_dim, group = job->n_heads / job->n_kv_heads;
     float *buf = malloc(sizeof(float) * (size_t)(TQ * DK + DK * TKV + TKV * DV + TQ * TKV + TQ * DV + (DK > DV ? DK : DV)));
     if (!buf) {
         tj->failed = 1;

@@ -97,10 +97,9 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
  * llama.cpp's CPU flash attention does; 0 keeps it in f32. n_ctx (the context a llama.cpp
  * cache of the same size would have) decides how a long decode is split over threads. */
 /* TurboQuant KV rows of dim numbers (kv_type 4 tq3, 5 tq2; cera/kv_turboquant.py) use a
- * rotation and a sketch matrix, [dim][dim] float32 each, that the caller makes and keeps
- * alive for the process; registered once per dim (16 lengths at most, dim a multiple of
- * 8 up to 4096). */
-int cera_tq_register(int64_t dim, const float *rotation, const float *sketch);
+ * rotation, [dim][dim] float32, that the caller makes and keeps alive for the process;
+ * registered once per dim (16 lengths at most, dim a multiple of 8 up to 4096). */
+int cera_tq_register(int64_t dim, const float *rotation);
 
 int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
                    int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_type,

@@ -1,9 +1,10 @@
-/* KV cache row formats: Q4_0 rows as llama.cpp quantizes them, and TurboQuant rows
- * (cera/kv_turboquant.py is the reference: the layout, codebooks and estimator are its).
+/* KV cache row formats: Q4_0 rows as llama.cpp quantizes them, the Walsh-Hadamard turn of
+ * quantized rows, and TurboQuant rows (cera/kv_turboquant.py is the reference: the layout
+ * and codebooks are its).
  *
- * TurboQuant's rotation P and sketch matrix S come from the Python side (numpy's generator
- * with fixed seeds) through cera_tq_register, once per row length, and stay for the
- * process: they are constants of the format, not of a model. */
+ * TurboQuant's rotation P comes from the Python side (numpy's generator with a fixed seed)
+ * through cera_tq_register, once per row length, and stays for the process: it is a
+ * constant of the format, not of a model. */
 #include <math.h>
 #include <stdatomic.h>
 
@@ -16,31 +17,28 @@ static const float CB3[8] = {-2.1519457051f, -1.3439092613f, -0.7560052489f, -0.
                              0.2450940842f,  0.7560052489f,  1.3439092613f,  2.1519457051f};
 
 static const float *codebook(int bits) { return bits == 1 ? CB1 : bits == 2 ? CB2 : CB3; }
-static int key_bits(int kv_type) { return kv_type == KV_TQ3 ? 2 : 1; }
-static int value_bits(int kv_type) { return kv_type == KV_TQ3 ? 3 : 2; }
+static int tq_bits(int kv_type) { return kv_type == KV_TQ3 ? 3 : 2; } /* keys and values alike */
 
 #define TQ_MAX_DIMS 16   /* row lengths registered at once */
 #define TQ_MAX_DIM 4096  /* the longest row (a stack buffer of indices) */
 typedef struct {
     int64_t dim;
-    const float *rot, *sketch; /* [dim][dim], row-major */
+    const float *rot; /* [dim][dim], row-major */
 } tq_mats;
 static tq_mats tq_table[TQ_MAX_DIMS];
 static atomic_int tq_count;
 
-int cera_tq_register(int64_t dim, const float *rotation, const float *sketch) {
-    if (dim <= 0 || dim % 8 || !rotation || !sketch) return CERA_EINVAL;
+int cera_tq_register(int64_t dim, const float *rotation) {
+    if (dim <= 0 || dim % 8 || !rotation) return CERA_EINVAL;
     const int n = atomic_load(&tq_count);
     for (int i = 0; i < n; i++)
         if (tq_table[i].dim == dim) {
-            tq_table[i].rot = rotation; /* the same matrices (the caller keeps them) */
-            tq_table[i].sketch = sketch;
+            tq_table[i].rot = rotation; /* the same matrix (the caller keeps it) */
             return CERA_OK;
         }
     if (n == TQ_MAX_DIMS) return CERA_ENOMEM;
     tq_table[n].dim = dim;
     tq_table[n].rot = rotation;
-    tq_table[n].sketch = sketch;
     atomic_store(&tq_count, n + 1); /* published after the entry is whole */
     return CERA_OK;
 }
@@ -58,7 +56,7 @@ size_t kv_row_bytes(int kv_type, int64_t dim, int key) {
     case KV_F16: return (size_t)dim * 2;
     case KV_Q8_0: return (size_t)(dim / 32 * 34);
     case KV_Q4_0: return (size_t)(dim / 32 * 18);
-    default: return key ? (size_t)(4 + (key_bits(kv_type) + 1) * dim / 8) : (size_t)(2 + value_bits(kv_type) * dim / 8);
+    default: (void)key; return (size_t)(2 + tq_bits(kv_type) * dim / 8);
     }
 }
 
@@ -137,12 +135,14 @@ CERA_INLINE int get_index(const uint8_t *planes, int bits, int64_t dim, int64_t 
     return v;
 }
 
-static void tq_store(int kv_type, int key, const float *x, uint8_t *dst, int64_t dim, float *scratch) {
+/* The row's norm over the centroids' is stored (the module docstring of the reference):
+ * the decoded row keeps the row's norm. */
+static void tq_store(int kv_type, const float *x, uint8_t *dst, int64_t dim, float *scratch) {
     const tq_mats *m = tq_find(dim);
-    const int bits = key ? key_bits(kv_type) : value_bits(kv_type);
+    const int bits = tq_bits(kv_type);
     const float *cb = codebook(bits);
     const int levels = 1 << bits;
-    float *u = scratch, *y = scratch + dim, *r = scratch + 2 * dim;
+    float *u = scratch, *y = scratch + dim;
     float nn = 0.0f;
     for (int64_t i = 0; i < dim; i++) nn += x[i] * x[i];
     const float norm = sqrtf(nn), inv = norm > 0 ? 1.0f / norm : 0.0f;
@@ -150,30 +150,18 @@ static void tq_store(int kv_type, int key, const float *x, uint8_t *dst, int64_t
     matvec(m->rot, u, y, dim);
     const float sq = sqrtf((float)dim);
     uint8_t idx[TQ_MAX_DIM];
-    uint16_t h = f32_to_f16(norm);
-    memcpy(dst, &h, 2);
+    float kept = 0.0f;
     for (int64_t i = 0; i < dim; i++) {
         const float t = y[i] * sq;
         int c = 0;
         for (int l = 0; l + 1 < levels; l++) c += t > 0.5f * (cb[l] + cb[l + 1]);
         idx[i] = (uint8_t)c;
+        kept += cb[c] * cb[c];
     }
-    if (!key) {
-        put_planes(idx, bits, dst + 2, dim);
-        return;
-    }
-    float g = 0.0f;
-    for (int64_t i = 0; i < dim; i++) {
-        r[i] = y[i] - cb[idx[i]] / sq;
-        g += r[i] * r[i];
-    }
-    h = f32_to_f16(sqrtf(g));
-    memcpy(dst + 2, &h, 2);
-    put_planes(idx, bits, dst + 4, dim);
-    uint8_t *signs = dst + 4 + bits * dim / 8;
-    memset(signs, 0, (size_t)(dim / 8));
-    matvec(m->sketch, r, u, dim);
-    for (int64_t i = 0; i < dim; i++) signs[i >> 3] |= (uint8_t)((u[i] >= 0.0f) << (i & 7));
+    kept = sqrtf(kept) / sq;
+    const uint16_t h = f32_to_f16(kept > 0 ? norm / kept : 0.0f);
+    memcpy(dst, &h, 2);
+    put_planes(idx, bits, dst + 2, dim);
 }
 
 void kv_store_row(const cera_kernels *k, int kv_type, int key, const float *src, char *dst, int64_t dim, float *scratch) {
@@ -193,53 +181,40 @@ void kv_store_row(const cera_kernels *k, int kv_type, int key, const float *src,
         break;
     case KV_Q4_0: quant_row_q4_0(src, (block_q4_0 *)dst, dim); break;
     case KV_F32: memcpy(dst, src, sizeof(float) * (size_t)dim); break;
-    default: tq_store(kv_type, key, src, (uint8_t *)dst, dim, scratch);
+    default: tq_store(kv_type, src, (uint8_t *)dst, dim, scratch);
     }
 }
 
 void tq_query(int64_t dim, const float *q, float *qx) {
     const tq_mats *m = tq_find(dim);
     matvec(m->rot, q, qx, dim);
-    matvec(m->sketch, qx, qx + dim, dim);
-    const float a = 1.0f / sqrtf((float)dim), b = sqrtf((float)M_PI / 2.0f) / (float)dim;
-    for (int64_t i = 0; i < dim; i++) {
-        qx[i] *= a;
-        qx[dim + i] *= b;
-    }
+    const float a = 1.0f / sqrtf((float)dim);
+    for (int64_t i = 0; i < dim; i++) qx[i] *= a;
 }
 
 float tq_key_dot(int kv_type, const char *row, const float *qx, int64_t dim) {
-    const int bits = key_bits(kv_type);
+    const int bits = tq_bits(kv_type);
     const float *cb = codebook(bits);
-    uint16_t hn, hg;
+    uint16_t hn;
     memcpy(&hn, row, 2);
-    memcpy(&hg, row + 2, 2);
-    const uint8_t *planes = (const uint8_t *)row + 4, *signs = planes + bits * dim / 8;
-    float a = 0.0f, b = 0.0f;
-    for (int64_t i = 0; i < dim; i++) {
-        a += qx[i] * cb[get_index(planes, bits, dim, i)];
-        const float z = (signs[i >> 3] >> (i & 7)) & 1 ? 1.0f : -1.0f;
-        b += qx[dim + i] * z;
-    }
-    return f16_to_f32(hn) * (a + f16_to_f32(hg) * b);
+    const uint8_t *planes = (const uint8_t *)row + 2;
+    float a = 0.0f;
+    for (int64_t i = 0; i < dim; i++) a += qx[i] * cb[get_index(planes, bits, dim, i)];
+    return f16_to_f32(hn) * a;
 }
 
 void tq_key_expand(int kv_type, const char *row, float *dst, int64_t dim) {
-    const int bits = key_bits(kv_type);
+    const int bits = tq_bits(kv_type);
     const float *cb = codebook(bits);
-    uint16_t hn, hg;
+    uint16_t hn;
     memcpy(&hn, row, 2);
-    memcpy(&hg, row + 2, 2);
-    const float n = f16_to_f32(hn), ng = n * f16_to_f32(hg);
-    const uint8_t *planes = (const uint8_t *)row + 4, *signs = planes + bits * dim / 8;
-    for (int64_t i = 0; i < dim; i++) {
-        dst[i] = n * cb[get_index(planes, bits, dim, i)];
-        dst[dim + i] = (signs[i >> 3] >> (i & 7)) & 1 ? ng : -ng;
-    }
+    const float n = f16_to_f32(hn);
+    const uint8_t *planes = (const uint8_t *)row + 2;
+    for (int64_t i = 0; i < dim; i++) dst[i] = n * cb[get_index(planes, bits, dim, i)];
 }
 
 void tq_value_axpy(int kv_type, const char *row, float w, float *acc, int64_t dim) {
-    const int bits = value_bits(kv_type);
+    const int bits = tq_bits(kv_type);
     const float *cb = codebook(bits);
     uint16_t hn;
     memcpy(&hn, row, 2);

@@ -33,12 +33,11 @@ int kv_check_dim(int kv_type, int64_t dim);
  * 3 * dim floats and cera_act_bytes(ACT_Q8_0, dim) bytes (unused by f32 and f16). */
 void kv_store_row(const cera_kernels *k, int kv_type, int key, const float *src, char *dst, int64_t dim, float *scratch);
 
-/* TurboQuant: the query turned for the key rows of dim numbers: qx[0:dim] = P q / sqrt(dim),
- * qx[dim:2 dim] = sqrt(pi/2) / dim * S P q. A key row's estimate of q.k is then
- * tq_key_dot(row, qx). */
+/* TurboQuant: the query turned for the key rows of dim numbers: qx[0:dim] = P q / sqrt(dim).
+ * A key row's q.k is then tq_key_dot(row, qx). */
 void tq_query(int64_t dim, const float *q, float *qx);
 float tq_key_dot(int kv_type, const char *row, const float *qx, int64_t dim);
-/* A key row as the 2 dim numbers whose dot product with qx is its estimate. */
+/* A key row as the dim numbers whose dot product with qx is q.k (n c[idx]). */
 void tq_key_expand(int kv_type, const char *row, float *dst, int64_t dim);
 /* acc[0:dim] += w * (the value row in the rotated space); tq_value_rotated writes it. */
 void tq_value_axpy(int kv_type, const char *row, float w, float *acc, int64_t dim);

@@ -338,11 +338,16 @@ def check(header: dict, session, path) -> None:
     check_fit(header, session.state, path)
 
 
-def _current_rows(header: dict, rows, key: bool):
+def _current_rows(header: dict, rows, key: bool, path):
     """Cache rows of a checkpoint in this cera's row format: q8_0 rows of version 1
     (without the Walsh-Hadamard turn, `cera.kv_types`) are decoded and encoded again."""
     kv_type = header["kv_type"]
-    if header.get("kv_rows", 1) >= kv_types.KV_ROWS_VERSION or kv_type not in kv_types.BLOCK_TYPES:
+    if header.get("kv_rows", 1) >= kv_types.KV_ROWS_VERSION:
+        return rows
+    if kv_type not in kv_types.BLOCK_TYPES and kv_type not in kv_types.KV_DTYPES:
+        raise CheckpointError(f"{path} holds {kv_type} rows of an older layout, which this cera does not read: "
+                              f"evaluate the prompt again")  # fmt: skip
+    if kv_type not in kv_types.BLOCK_TYPES:
         return rows
     per, nbytes = kv_types.BLOCK_TYPES[kv_type]
     if not kv_types.hadamard_block(kv_type, rows.shape[-1] // nbytes * per, key):
@@ -361,7 +366,7 @@ def decode_snapshot(header: dict, arrays: dict, path):
         if a is None or (lay[0] in ("kv", "cross") and b is None):
             raise CheckpointError(f"{path}: the arrays of state {i} are missing")
         if lay[0] == "kv":
-            a, b = _current_rows(header, a, True), _current_rows(header, b, False)
+            a, b = _current_rows(header, a, True, path), _current_rows(header, b, False, path)
         items.append((a, b) if lay[0] in ("kv", "cross") else a)
     snap = SlotSnapshot(owner=0, n_filled=int(header["n_filled"]), positions=arrays["positions"], kv=tuple(items),
                         cross_len=(), kv_type=header["kv_type"])  # fmt: skip
