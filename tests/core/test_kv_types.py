@@ -1,7 +1,7 @@
 """The KV cache row formats (`cera.kv_types`, `cera.kv_turboquant`): sizes, ggml's blocks as
 the gguf package writes them, and TurboQuant's quantizer and estimator against what the
-paper (arXiv:2504.19874) states: Lloyd-Max codebooks of N(0, 1), the MSE distortion of a
-rotated unit vector, and inner products with keys that are unbiased."""
+paper (arXiv:2504.19874) states: Lloyd-Max codebooks of N(0, 1) and the MSE distortion of a
+rotated unit vector; the Walsh-Hadamard turn of q8_0/q4_0 rows as llama.cpp's."""
 
 from __future__ import annotations
 
