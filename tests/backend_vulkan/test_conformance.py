@@ -280,7 +280,8 @@ def test_tiny_family_with_integer_products(ggml_type, tmp_path):
     assert got <= 1.5 * want, (got, want)
 
 
-def test_q8_0_cache_is_refused_by_name():
+@pytest.mark.parametrize("kv_type", ["q8_0", "q4_0", "tq3", "tq2"])
+def test_a_compressed_cache_is_refused_by_name(kv_type):
     from cera.errors import UnsupportedOperation
     from cera.state import AttentionKV, StateSpec
 
@@ -294,8 +295,8 @@ def test_q8_0_cache_is_refused_by_name():
 
     spec = StateSpec()
     spec.add(AttentionKV(2, 32, 32))
-    with pytest.raises(UnsupportedOperation, match="q8_0"):
-        VulkanBackend().new_state(spec, 64, kv_type="q8_0")
+    with pytest.raises(UnsupportedOperation, match=f"backend 'vulkan' keeps KV caches in f16 or f32, not '{kv_type}'"):
+        VulkanBackend().new_state(spec, 64, kv_type=kv_type)
 
 
 @needs_vulkan

@@ -34,6 +34,7 @@ SOURCES = [
     "gemm.c",
     "ops.c",
     "attention.c",
+    "kvcache.c",
     "recurrent.c",
     "delta_net.c",
     "moe.c",

@@ -44,6 +44,7 @@ from ._native import best_variant, compiled_variants, cpu_features, ffi, lib
 from .capabilities import OPS, TENSOR_TYPES
 from .compile import CpuExecutable
 from .threads import physical_cores
+from .turboquant import register_state
 
 UNARY_OPS = OP_TABLE["unary"].codes("kind")  # activation -> the kernels' code
 GLU_OPS = OP_TABLE["glu"].codes("kind")
@@ -375,9 +376,10 @@ class CpuBackend(Backend):
             raise ShapeError(f"attention: {positions.shape} positions for {n} tokens")
         index = getattr(ref, "index", ref)
         kc, vc = state.k[index][slot], state.v[index][slot]
-        if kc.shape[0] != n_kv or kc.shape[2] != kv_row_shape(state.kv_type, k_dim) or vc.shape[2] != kv_row_shape(state.kv_type, v.shape[2]):
+        if kc.shape[0] != n_kv or kc.shape[2] != kv_row_shape(state.kv_type, k_dim, True) or vc.shape[2] != kv_row_shape(state.kv_type, v.shape[2], False):
             raise ShapeError(f"attention: state {index} caches {kc.shape[0]} x {kc.shape[2]} / {vc.shape[2]}, got k {k.shape}, v {v.shape}")
         v_dim = v.shape[2]
+        register_state(state)
         out = self._empty((n, n_heads * v_dim))
         rc = self._call(
             "attention", q, k, v, n, n_heads, n_kv, k_dim, v_dim, ffi.from_buffer(kc), ffi.from_buffer(vc),

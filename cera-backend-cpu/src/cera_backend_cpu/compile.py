@@ -30,6 +30,7 @@ from cera.state import KV_CODES, HostState, shape_key
 
 from ._native import ffi, lib
 from .lowering import C_OPS, lower, takes
+from .turboquant import register_state
 
 
 def address(a: np.ndarray) -> int:
@@ -76,6 +77,8 @@ class CpuExecutable(Executable):
         self.geometry = shape_key(state)
         self.kv_f16 = getattr(state, "kv_type", "f16") == "f16"
         self.kv_code = KV_CODES.get(getattr(state, "kv_type", "f16"), 1)
+        if state is not None:
+            register_state(state)
         self.acc_f16 = bool(backend.attention_f16_accumulator)
         self.per_row = graph.layout.row_mode
         self._lock = threading.Lock()

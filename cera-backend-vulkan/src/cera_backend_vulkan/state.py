@@ -55,7 +55,8 @@ class VulkanState:
     def __init__(self, ctx, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
         if kv_type not in KV_TYPES:
             raise UnsupportedOperation(
-                f"backend 'vulkan' keeps KV caches in {' or '.join(KV_TYPES)}, not {kv_type!r}; use --kv-type f16"
+                f"backend 'vulkan' keeps KV caches in {' or '.join(KV_TYPES)}, not {kv_type!r}: use --kv-type f16, "
+                f"or --device cpu for a {kv_type} cache"
             )
         self.ctx = ctx
         self.uid = next(_state_ids)

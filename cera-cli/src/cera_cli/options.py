@@ -51,6 +51,42 @@ def model_options(func):
     return wrapper
 
 
+# The KV cache types (cera.kv_types.KV_TYPE_NAMES; named here so that `--help` imports nothing).
+KV_TYPE_CHOICES = ("f16", "f32", "q8_0", "q4_0", "tq3", "tq2")
+
+
+def kv_type_options(func):
+    """--kv-type, and llama.cpp's -ctk/--cache-type-k and -ctv/--cache-type-v: cera keeps a
+    layer's keys and values in one type, so what is given must name one type. llama.cpp's
+    default for the one not given is f16, so -ctk q8_0 alone is refused rather than read as
+    q8_0 values too."""
+    choice = click.Choice(KV_TYPE_CHOICES)
+
+    @click.option("--kv-type", type=choice, default=None, help="KV cache type of keys and values: f16 (default), f32, q8_0, q4_0, or TurboQuant tq3 / tq2.")
+    @click.option("-ctk", "--cache-type-k", "cache_type_k", type=choice, default=None, help="llama.cpp's keys' cache type (with -ctv of the same type).")
+    @click.option("-ctv", "--cache-type-v", "cache_type_v", type=choice, default=None, help="llama.cpp's values' cache type (with -ctk of the same type).")
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        given = {k: kwargs.pop(k) for k in ("kv_type", "cache_type_k", "cache_type_v")}
+        kwargs["kv_type"] = resolve_kv_type(**given)
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def resolve_kv_type(kv_type: str | None, cache_type_k: str | None, cache_type_v: str | None) -> str:
+    """The one cache type --kv-type, -ctk and -ctv name (f16 where none is given)."""
+    k = cache_type_k if cache_type_k is not None else (kv_type or "f16")
+    v = cache_type_v if cache_type_v is not None else (kv_type or "f16")
+    flags = [f"{flag} {t}" for flag, t in (("--kv-type", kv_type), ("-ctk", cache_type_k), ("-ctv", cache_type_v)) if t]
+    if k != v or (kv_type is not None and kv_type != k):
+        raise click.UsageError(
+            f"cera keeps a layer's keys and values in one cache type, but {', '.join(flags)} name keys {k} and "
+            f"values {v} (llama.cpp's default for the one not given is f16): give one type, e.g. --kv-type {k if k != 'f16' else v}"
+        )
+    return k
+
+
 def _max_tokens(ctx, param, value):
     # llama.cpp's -n -1 means "until the context is full"; any other negative is a mistake
     if value is not None and value < -1:

@@ -28,13 +28,19 @@ import numpy as np
 from .errors import ContextFull, ResourceExhausted, SessionError, UnsupportedOperation
 from .graph.ops import RopeSpec, rotate
 
-KV_TYPES = {"f16": np.float16, "f32": np.float32, "q8_0": np.uint8}
-KV_CODES = {"f32": 0, "f16": 1, "q8_0": 2}  # what kernels are told
+from .kv_types import KV_TYPE_NAMES, check_dim, kv_dtype, row_bytes, row_size
+from .kv_types import decode as _kv_decode
+from .kv_types import encode as _kv_encode
+
+KV_TYPES = {name: kv_dtype(name) for name in KV_TYPE_NAMES}
 
 
-def kv_row_shape(kv_type: str, dim: int) -> int:
-    """Elements (f16/f32) or bytes (q8_0: blocks of 32 values, 34 bytes each) of a cached row."""
-    return dim // 32 * 34 if kv_type == "q8_0" else dim
+def kv_row_shape(kv_type: str, dim: int, key: bool = True) -> int:
+    """Elements (f16/f32) or bytes (the block and TurboQuant types) of a cached key or
+    value row (`cera.kv_types`)."""
+    return row_size(kv_type, dim, key)
+
+
 INT32_MAX = 2**31 - 1
 
 
@@ -146,22 +152,12 @@ def ring_cells(decl: AttentionKV, n_ctx: int, n_batch: int, swa_full: bool = Fal
 # -- host storage -------------------------------------------------------------------------------
 
 
-def _encode(x: np.ndarray, kv_type: str, dtype) -> np.ndarray:
-    if kv_type != "q8_0":
-        return x.astype(dtype)
-    from gguf.constants import GGMLQuantizationType
-    from gguf.quants import quantize
-
-    return quantize(np.ascontiguousarray(x, np.float32), GGMLQuantizationType.Q8_0)
+def _encode(x: np.ndarray, kv_type: str, dtype, key: bool = True) -> np.ndarray:
+    return _kv_encode(x, kv_type, key).astype(dtype, copy=False)
 
 
-def _decode(x: np.ndarray, kv_type: str) -> np.ndarray:
-    if kv_type != "q8_0":
-        return x.astype(np.float64)
-    from gguf.constants import GGMLQuantizationType
-    from gguf.quants import dequantize
-
-    return dequantize(np.ascontiguousarray(x), GGMLQuantizationType.Q8_0).astype(np.float64)
+def _decode(x: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
+    return _kv_decode(x, kv_type, key)
 
 
 class KVView:
@@ -177,15 +173,15 @@ class KVView:
     def write(self, start: int, k: np.ndarray, v: np.ndarray) -> None:
         n = k.shape[0]
         idx = (start + np.arange(n)) % self.capacity
-        self.k[:, idx] = _encode(np.swapaxes(k, 0, 1), self.kv_type, self.k.dtype)
-        self.v[:, idx] = _encode(np.swapaxes(v, 0, 1), self.kv_type, self.v.dtype)
+        self.k[:, idx] = _encode(np.swapaxes(k, 0, 1), self.kv_type, self.k.dtype, True)
+        self.v[:, idx] = _encode(np.swapaxes(v, 0, 1), self.kv_type, self.v.dtype, False)
 
     def read(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Cells (sequence order) as float64 [cells, heads, dim]."""
         idx = np.asarray(cells) % self.capacity
         return (
-            np.swapaxes(_decode(self.k[:, idx], self.kv_type), 0, 1),
-            np.swapaxes(_decode(self.v[:, idx], self.kv_type), 0, 1),
+            np.swapaxes(_decode(self.k[:, idx], self.kv_type, True), 0, 1),
+            np.swapaxes(_decode(self.v[:, idx], self.kv_type, False), 0, 1),
         )
 
 
@@ -219,6 +215,7 @@ class SlotSnapshot:
     positions: np.ndarray
     kv: tuple  # per declaration: (k, v) in sequence order for kv, arrays for the rest, None
     cross_len: tuple
+    kv_type: str = "f16"  # the rows' type (`cera.kv_types`): restored only into a state of that type
 
 
 def shape_key(state) -> tuple:
@@ -252,7 +249,7 @@ class HostState:
     def __init__(self, spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512,
                  swa_full: bool = False):  # fmt: skip
         if kv_type not in KV_TYPES:
-            raise UnsupportedOperation(f"KV cache type {kv_type!r} is not available here; use one of {sorted(KV_TYPES)}")
+            raise UnsupportedOperation(f"KV cache type {kv_type!r} does not exist; use one of {', '.join(KV_TYPE_NAMES)}")
         for what, v in (("n_ctx", n_ctx), ("n_slots", n_slots), ("n_batch", n_batch)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise SessionError(f"{what} must be a positive integer, got {v!r}")
@@ -306,12 +303,12 @@ class HostState:
         for i, d in enumerate(self.decls):
             if d.kind == "kv":
                 cap = ring_cells(d, self.n_ctx, self.n_batch, self.swa_full)
-                if self.kv_type == "q8_0" and (d.k_dim % 32 or d.v_dim % 32):
+                why = check_dim(self.kv_type, d.k_dim) or check_dim(self.kv_type, d.v_dim)
+                if why:
                     raise UnsupportedOperation(
-                        f"a q8_0 KV cache needs head dimensions that are multiples of 32; this model's are "
-                        f"{d.k_dim} and {d.v_dim}: use kv_type f16 or f32"
+                        f"{why}; this model's are {d.k_dim} (keys) and {d.v_dim} (values): use kv_type f16 or f32"
                     )
-                k_row, v_row = kv_row_shape(self.kv_type, d.k_dim), kv_row_shape(self.kv_type, d.v_dim)
+                k_row, v_row = kv_row_shape(self.kv_type, d.k_dim, True), kv_row_shape(self.kv_type, d.v_dim, False)
                 self.k[i] = np.zeros((n_slots, d.n_kv_heads, cap, k_row), dtype)
                 self.v[i] = np.zeros((n_slots, d.n_kv_heads, cap, v_row), dtype)
             elif d.kind == "conv":
@@ -508,6 +505,7 @@ class HostState:
             positions=self.pos[slot, :n].copy(),
             kv=tuple(items),
             cross_len=tuple(int(a[slot]) for a in self.cross_len.values()),
+            kv_type=self.kv_type,
         )
 
     def restore(self, slot: int, snap: SlotSnapshot) -> None:
@@ -518,6 +516,11 @@ class HostState:
             raise SessionError("this snapshot was not taken from a state of this model")
         if slot in self._pending:
             raise SessionError("cannot restore the state while a pass is in progress")
+        if snap.kv_type != self.kv_type and any(d.kind == "kv" for d in self.decls):
+            raise SessionError(
+                f"the snapshot holds a {snap.kv_type} KV cache and this state keeps {self.kv_type}: restore it into a "
+                f"state (a session) of kv_type {snap.kv_type!r}"
+            )
         n = snap.n_filled
         if n > self.n_ctx:
             raise ContextFull(f"the snapshot holds {n} cells; this state has room for {self.n_ctx}")
@@ -565,12 +568,12 @@ class HostState:
             k, v = self.k[i][slot], self.v[i][slot]
             src = slice(keep + n_discard, filled)
             dst = slice(keep, keep + moved)
-            kk = _decode(k[:, src], self.kv_type)
+            kk = _decode(k[:, src], self.kv_type, True)
             if d.rope is not None and moved:
                 # rotate by -n_discard: RoPE composes additively in the position
                 delta = np.full(moved, -n_discard, np.int64)
                 kk = rotate(np.swapaxes(kk, 0, 1), delta, d.rope, unit=True).swapaxes(0, 1)
-            k[:, dst] = _encode(kk, self.kv_type, k.dtype)
+            k[:, dst] = _encode(kk, self.kv_type, k.dtype, True)
             v[:, dst] = v[:, src]
         p = self.pos[slot]
         p[keep : keep + moved] = p[keep + n_discard : filled] - n_discard
@@ -614,14 +617,44 @@ def memory_ceiling() -> int | None:
     return total if total > 0 else None
 
 
+def convert_snapshot(snap: SlotSnapshot, spec: StateSpec, kv_type: str) -> SlotSnapshot:
+    """``snap`` with its attention caches turned into ``kv_type`` rows (decoded, then encoded
+    as a pass would store them: a lossy step into a compressed type), for a state of the
+    same spec keeping that type; the rest as it is."""
+    if kv_type not in KV_TYPES:
+        raise UnsupportedOperation(f"KV cache type {kv_type!r} does not exist; use one of {', '.join(KV_TYPE_NAMES)}")
+    decls = list(spec)
+    if len(decls) != len(snap.kv):
+        raise SessionError("this snapshot was not taken from a state of this spec")
+    items = []
+    dtype = KV_TYPES[kv_type]
+    for d, item in zip(decls, snap.kv, strict=True):
+        if d.kind == "kv" and snap.kv_type != kv_type:
+            why = check_dim(kv_type, d.k_dim) or check_dim(kv_type, d.v_dim)
+            if why:
+                raise UnsupportedOperation(f"{why}; this model's are {d.k_dim} (keys) and {d.v_dim} (values)")
+            k, v = item
+            item = (_encode(_decode(k, snap.kv_type, True), kv_type, dtype, True),
+                    _encode(_decode(v, snap.kv_type, False), kv_type, dtype, False))  # fmt: skip
+        items.append(item)
+    return attrs.evolve(snap, kv=tuple(items), kv_type=kv_type)
+
+
+def kv_cell_bytes(spec: StateSpec, kv_type: str) -> int:
+    """Bytes one token takes in the attention caches of every layer, in ``kv_type``."""
+    return sum(
+        d.n_kv_heads * (row_bytes(kv_type, d.k_dim, True) + row_bytes(kv_type, d.v_dim, False))
+        for d in spec if d.kind == "kv"
+    )  # fmt: skip
+
+
 def estimate_bytes(spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512) -> int:
     """Bytes a HostState of this spec would take (for admission's memory estimate)."""
-    elt = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32}.get(kv_type, 2.0)
     total = n_slots * n_ctx * 4
     for d in spec:
         if d.kind == "kv":
             cap = ring_cells(d, n_ctx, min(n_batch, n_ctx))
-            total += int(n_slots * d.n_kv_heads * cap * (d.k_dim + d.v_dim) * elt)
+            total += n_slots * cap * d.n_kv_heads * (row_bytes(kv_type, d.k_dim, True) + row_bytes(kv_type, d.v_dim, False))
         elif d.kind == "conv":
             total += n_slots * (d.kernel - 1) * d.channels * 4
         elif d.kind == "ssm":

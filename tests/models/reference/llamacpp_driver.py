@@ -57,6 +57,8 @@ class ContextSettings:
     n_threads: int = 2
     flash_attn: str = "auto"  # llama.cpp's default
     use_extra_bufts: bool = False  # llama.cpp's default is True; see LlamaCppModel
+    type_k: str = "f16"  # the KV cache types (llama.cpp's -ctk / -ctv): f16, f32, q8_0, q4_0
+    type_v: str = "f16"
 
     def as_record(self) -> dict:
         return asdict(self)
@@ -100,6 +102,8 @@ class LlamaCppModel:
         cparams.n_threads = settings.n_threads
         cparams.n_threads_batch = settings.n_threads
         cparams.flash_attn_type = {v: k for k, v in FLASH_ATTN_NAMES.items()}[settings.flash_attn]
+        cparams.type_k = getattr(L, f"GGML_TYPE_{settings.type_k.upper()}")
+        cparams.type_v = getattr(L, f"GGML_TYPE_{settings.type_v.upper()}")
         _log_lines.clear()
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:

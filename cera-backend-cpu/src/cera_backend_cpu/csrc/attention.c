@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "kvcache.h"
 
 /* Decoding one token over a long context is cut into chunks of cells as llama.cpp's CPU
  * flash attention does (its split-KV path): when the cache view it attends over (the used
@@ -31,20 +32,27 @@
  * several rows attends over all cells in one pass per (row, head). */
 #define SMALL_DIM 512 /* head dimensions up to this use stack buffers */
 
-/* Cache element types (kv_type): float32, float16, or Q8_0 blocks (32 values: an f16
- * scale and 32 int8, 34 bytes; the row length must be a multiple of 32). */
-enum { KV_F32 = 0, KV_F16 = 1, KV_Q8_0 = 2 };
+/* Cache element types (kv_type, kvcache.h): float32, float16, Q8_0 or Q4_0 blocks (32
+ * values: an f16 scale and 32 int8 or 4-bit codes; the row length must be a multiple of
+ * 32), or TurboQuant rows (tq3, tq2). A Q4_0 key is dotted with the query in Q8_0, as
+ * llama.cpp's vec_dot_type of Q4_0; its values are widened to f32. A TurboQuant key's dot
+ * product is taken with the turned query (tq_query), its values are summed in the rotated space and the sum turned back once (tq_unrotate). Q8_0 and Q4_0
+ * rows are kept turned by a Walsh-Hadamard matrix where kv_hadamard says so, as llama.cpp
+ * keeps them: the query is turned the same way, and the output turned back. */
 
-static size_t kv_row_bytes(int kv_type, int64_t dim) {
-    return kv_type == KV_Q8_0 ? (size_t)(dim / 32 * 34) : (size_t)dim * (kv_type == KV_F16 ? 2 : 4);
-}
-
-/* One cached row widened to f32. */
-static void kv_row_f32(const cera_kernels *k, int kv_type, const char *src, float *dst, int64_t dim) {
+/* One cached row widened to f32 (TurboQuant rows: in the rotated space; a key scaled for
+ * the turned query). */
+static void kv_row_f32(const cera_kernels *k, int kv_type, int key, const char *src, float *dst, int64_t dim) {
     if (kv_type == KV_F16)
         k->f16_to_f32((const uint16_t *)src, dst, dim);
     else if (kv_type == KV_Q8_0)
         cera_types[T_Q8_0].dequant(src, dst, dim);
+    else if (kv_type == KV_Q4_0)
+        cera_types[T_Q4_0].dequant(src, dst, dim);
+    else if (kv_is_tq(kv_type) && key)
+        tq_key_expand(kv_type, src, dst, dim);
+    else if (kv_is_tq(kv_type))
+        tq_value_rotated(kv_type, src, dst, dim);
     else
         memcpy(dst, src, sizeof(float) * (size_t)dim);
 }
@@ -101,13 +109,15 @@ static void attn_task(void *varg, int ith, int nth) {
     const int64_t DK = job->k_dim, DV = job->v_dim; /* the same layer: one shape for every job */
     float acc_stack[SMALL_DIM], vrow_stack[SMALL_DIM];
     uint16_t q16_stack[SMALL_DIM], acc16_stack[SMALL_DIM];
-    _Alignas(64) char q8_stack[SMALL_DIM / 32 * 34 + 256];
-    float *acc = acc_stack, *vrow = vrow_stack;
+    /* a Q8_0 activation row with its side data (cera_act_bytes: at most 70 bytes a block + 125) */
+    _Alignas(64) char q8_stack[SMALL_DIM / 32 * 70 + 128];
+    float qx_stack[2 * SMALL_DIM];
+    float *acc = acc_stack, *vrow = vrow_stack, *qx = qx_stack;
     uint16_t *q16 = q16_stack, *acc16 = acc16_stack;
     char *q8 = q8_stack;
     void *heap = NULL;
     if (DK > SMALL_DIM || DV > SMALL_DIM) {
-        heap = malloc(sizeof(float) * (size_t)(2 * DV) + sizeof(uint16_t) * (size_t)(DK + DV) +
+        heap = malloc(sizeof(float) * (size_t)(2 * DV + 2 * DK) + sizeof(uint16_t) * (size_t)(DK + DV) +
                       (size_t)cera_act_bytes(ACT_Q8_0, DK) + 64);
         if (!heap) {
             batch->failed = 1;
@@ -117,12 +127,14 @@ static void attn_task(void *varg, int ith, int nth) {
         vrow = acc + DV;
         q16 = (uint16_t *)(vrow + DV);
         acc16 = q16 + DK;
-        q8 = (char *)(acc16 + DV);
+        qx = (float *)(acc16 + DV);
+        q8 = (char *)(qx + 2 * DK);
     }
     const float logit_mul = job->softcap > 0 ? job->scale / job->softcap : job->scale;
     const int kv_type = job->kv_type;
     const int f16acc = kv_type == KV_F16 && job->acc_f16;
     const int64_t group = job->n_heads / job->n_kv_heads;
+    const int rot_k = kv_hadamard(kv_type, DK, 1), rot_v = kv_hadamard(kv_type, DV, 0);
     int j = 0;
     for (;;) {
         const int64_t global = atomic_fetch_add_explicit(&batch->next, 1, memory_order_relaxed);
@@ -135,7 +147,16 @@ static void attn_task(void *varg, int ith, int nth) {
         const float *q = job->q + (t * job->n_heads + h) * DK;
         /* the query in the format the keys' dot product takes (llama.cpp's vec_dot_type) */
         if (kv_type == KV_F16) k->quant[ACT_F16](q, q16, DK); /* round to nearest even, as f32_to_f16 */
-        if (kv_type == KV_Q8_0) k->quant[ACT_Q8_0](q, q8, DK);
+        if (kv_type == KV_Q8_0 || kv_type == KV_Q4_0) {
+            if (rot_k) { /* the query turned as the keys were (qx is free: not TurboQuant) */
+                memcpy(qx, q, sizeof(float) * (size_t)DK);
+                kv_hadamard_rotate(qx, DK, rot_k);
+                k->quant[ACT_Q8_0](qx, q8, DK);
+            } else {
+                k->quant[ACT_Q8_0](q, q8, DK);
+            }
+        }
+        if (kv_is_tq(kv_type)) tq_query(DK, q, qx);
         const char *kc = job->k_cache + (size_t)(g * job->capacity) * job->k_row;
         const char *vc = job->v_cache + (size_t)(g * job->capacity) * job->v_row;
         const int32_t p = job->q_pos[t];
@@ -155,6 +176,10 @@ static void attn_task(void *varg, int ith, int nth) {
                 s = k->dot_f16(DK, (const uint16_t *)krow, q16);
             else if (kv_type == KV_Q8_0)
                 k->dot[T_Q8_0](DK, krow, q8, &s);
+            else if (kv_type == KV_Q4_0)
+                k->dot[T_Q4_0](DK, krow, q8, &s);
+            else if (kv_is_tq(kv_type))
+                s = tq_key_dot(kv_type, krow, qx, DK);
             else
                 s = k->dot_f32(DK, (const float *)krow, q);
             s *= logit_mul;
@@ -174,9 +199,11 @@ static void attn_task(void *varg, int ith, int nth) {
                 if (ms != 1.0f) k->scale_f32(DV, acc, ms);
                 if (kv_type == KV_F16) {
                     k->axpy_f16(DV, acc, (const uint16_t *)vrow_c, vs);
-                } else if (kv_type == KV_Q8_0) { /* widened to f32 first, as llama.cpp's v_to_float */
-                    cera_types[T_Q8_0].dequant(vrow_c, vrow, DV);
+                } else if (kv_type == KV_Q8_0 || kv_type == KV_Q4_0) { /* widened to f32 first, as llama.cpp's v_to_float */
+                    cera_types[kv_type == KV_Q8_0 ? T_Q8_0 : T_Q4_0].dequant(vrow_c, vrow, DV);
                     k->axpy_f32(DV, acc, vrow, vs);
+                } else if (kv_is_tq(kv_type)) {
+                    tq_value_axpy(kv_type, vrow_c, vs, acc, DV);
                 } else {
                     k->axpy_f32(DV, acc, (const float *)vrow_c, vs);
                 }
@@ -193,15 +220,20 @@ static void attn_task(void *varg, int ith, int nth) {
         } else {
             float *o = job->out + th * DV;
             const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+            if (kv_is_tq(kv_type)) tq_unrotate(DV, acc, vrow);
             for (int64_t i = 0; i < DV; i++) o[i] = acc[i] * inv;
+            if (rot_v) kv_hadamard_rotate(o, DV, rot_v); /* back from the values' turn */
         }
     }
     free(heap);
 }
 
 /* The chunks of each (query row, head) combined in order, in f32. */
-static void reduce_chunks(const attn_job *job) {
+static int reduce_chunks(const attn_job *job) {
     const int64_t DV = job->v_dim;
+    const int rot_v = kv_hadamard(job->kv_type, DV, 0);
+    float *tmp = kv_is_tq(job->kv_type) ? malloc(sizeof(float) * (size_t)DV) : NULL;
+    if (kv_is_tq(job->kv_type) && !tmp) return CERA_ENOMEM;
     for (int64_t th = 0; th < job->n_tok * job->n_heads; th++) {
         float M = -INFINITY, S = 0.0f;
         float *o = job->out + th * DV;
@@ -217,8 +249,12 @@ static void reduce_chunks(const attn_job *job) {
             M = m_new;
         }
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        if (tmp) tq_unrotate(DV, o, tmp);
         for (int64_t i = 0; i < DV; i++) o[i] *= inv;
+        if (rot_v) kv_hadamard_rotate(o, DV, rot_v);
     }
+    free(tmp);
+    return CERA_OK;
 }
 
 /* -- many query rows: tiles ----------------------------------------------------------------- */
@@ -243,8 +279,9 @@ static void tiled_task(void *varg, int ith, int nth) {
     tiled_job *tj = varg;
     const attn_job *job = tj->job;
     const cera_kernels *k = job->k;
+    const int tq = kv_is_tq(job->kv_type);
     const int64_t DK = job->k_dim, DV = job->v_dim, group = job->n_heads / job->n_kv_heads;
-    float *buf = malloc(sizeof(float) * (size_t)(TQ * DK + DK * TKV + TKV * DV + TQ * TKV + TQ * DV + DK));
+    float *buf = malloc(sizeof(float) * (size_t)(TQ * DK + DK * TKV + TKV * DV + TQ * TKV + TQ * DV + (DK > DV ? DK : DV)));
     if (!buf) {
         tj->failed = 1;
         return;
@@ -256,7 +293,13 @@ static void tiled_task(void *varg, int ith, int nth) {
         if (item >= job->n_heads * tj->n_qtiles) break;
         const int64_t h = item / tj->n_qtiles, t0 = (item % tj->n_qtiles) * TQ, g = h / group;
         const int64_t rows = job->n_tok - t0 < TQ ? job->n_tok - t0 : TQ;
-        for (int64_t r = 0; r < rows; r++) memcpy(Q + r * DK, job->q + ((t0 + r) * job->n_heads + h) * DK, sizeof(float) * (size_t)DK);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *qr = job->q + ((t0 + r) * job->n_heads + h) * job->k_dim;
+            if (tq)
+                tq_query(job->k_dim, qr, Q + r * DK);
+            else
+                memcpy(Q + r * DK, qr, sizeof(float) * (size_t)DK);
+        }
         memset(O, 0, sizeof(float) * (size_t)(TQ * DV));
         float M[TQ], S[TQ];
         int32_t pmin = INT32_MAX, pmax = INT32_MIN;
@@ -286,8 +329,8 @@ static void tiled_task(void *varg, int ith, int nth) {
                     memset(V + c * DV, 0, sizeof(float) * (size_t)DV);
                 } else {
                     const int64_t ph = physical(job, c0 + c);
-                    kv_row_f32(k, job->kv_type, kc + (size_t)ph * job->k_row, row, DK);
-                    kv_row_f32(k, job->kv_type, vc + (size_t)ph * job->v_row, V + c * DV, DV);
+                    kv_row_f32(k, job->kv_type, 1, kc + (size_t)ph * job->k_row, row, job->k_dim);
+                    kv_row_f32(k, job->kv_type, 0, vc + (size_t)ph * job->v_row, V + c * DV, DV);
                 }
                 for (int64_t d = 0; d < DK; d++) Kt[d * TKV + c] = row[d];
             }
@@ -323,6 +366,7 @@ static void tiled_task(void *varg, int ith, int nth) {
         for (int64_t r = 0; r < rows; r++) {
             float *o = job->out + ((t0 + r) * job->n_heads + h) * DV;
             const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
+            if (tq) tq_unrotate(DV, O + r * DV, row);
             for (int64_t d = 0; d < DV; d++) o[d] = O[r * DV + d] * inv;
         }
     }
@@ -335,27 +379,21 @@ static void tiled_task(void *varg, int ith, int nth) {
  * quantizes cache rows with the same from_float). Returns CERA_ENOMEM if Q8_0 needs a
  * buffer it cannot get. */
 static int store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int64_t n_kv_heads, int64_t dim,
-                       char *cache, int kv_type, int64_t capacity, int64_t start) {
-    const size_t row = kv_row_bytes(kv_type, dim);
-    char *q8 = NULL;
-    if (kv_type == KV_Q8_0) {
-        q8 = malloc((size_t)cera_act_bytes(ACT_Q8_0, dim));
-        if (!q8) return CERA_ENOMEM;
+                       char *cache, int kv_type, int key, int64_t capacity, int64_t start) {
+    const size_t row = kv_row_bytes(kv_type, dim, key);
+    float *scratch = NULL;
+    if (kv_type == KV_Q8_0 || kv_type == KV_Q4_0 || kv_is_tq(kv_type)) {
+        const size_t need = sizeof(float) * (size_t)(3 * dim) + (size_t)cera_act_bytes(ACT_Q8_0, dim);
+        scratch = malloc(need);
+        if (!scratch) return CERA_ENOMEM;
     }
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t h = 0; h < n_kv_heads; h++) {
             const float *src = x + (t * n_kv_heads + h) * dim;
             char *dst = cache + (size_t)(h * capacity + (start + t) % capacity) * row;
-            if (kv_type == KV_F16) {
-                k->quant[ACT_F16](src, dst, dim); /* f32 -> f16, round to nearest even */
-            } else if (kv_type == KV_Q8_0) {
-                k->quant[ACT_Q8_0](src, q8, dim); /* the blocks come first; side data after them */
-                memcpy(dst, q8, row);
-            } else {
-                memcpy(dst, src, sizeof(float) * (size_t)dim);
-            }
+            kv_store_row(k, kv_type, key, src, dst, dim, scratch);
         }
-    free(q8);
+    free(scratch);
     return CERA_OK;
 }
 
@@ -369,11 +407,11 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
                         attn_job *job) {
     const int64_t n_cells = kv_start + n_tok;
     if (n_kv_heads <= 0 || n_heads % n_kv_heads || kv_start < 0 || n_cells > n_ctx || n_tok > capacity ||
-        capacity > n_ctx || capacity <= 0 || kv_type < KV_F32 || kv_type > KV_Q8_0 ||
-        (kv_type == KV_Q8_0 && (k_dim % 32 || v_dim % 32)))
+        capacity > n_ctx || capacity <= 0 || kv_check_dim(kv_type, k_dim) != CERA_OK ||
+        kv_check_dim(kv_type, v_dim) != CERA_OK)
         return CERA_EINVAL;
-    if (store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_type, capacity, kv_start) != CERA_OK ||
-        store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_type, capacity, kv_start) != CERA_OK)
+    if (store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_type, 1, capacity, kv_start) != CERA_OK ||
+        store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_type, 0, capacity, kv_start) != CERA_OK)
         return CERA_ENOMEM;
     job->k = &ctx->k;
     job->q = q;
@@ -390,8 +428,8 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
     job->k_cache = k_cache;
     job->v_cache = v_cache;
     job->kv_type = kv_type;
-    job->k_row = kv_row_bytes(kv_type, k_dim);
-    job->v_row = kv_row_bytes(kv_type, v_dim);
+    job->k_row = kv_row_bytes(kv_type, k_dim, 1);
+    job->v_row = kv_row_bytes(kv_type, v_dim, 0);
     job->cell_pos = cell_pos;
     job->q_pos = q_pos;
     job->scale = scale;
@@ -401,7 +439,11 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
     job->out = out;
     job->partials = NULL;
     const int64_t work = n_tok * n_heads * n_cells * (k_dim + v_dim);
-    if (n_tok >= TQ || tiled) {
+    /* Q8_0 and Q4_0 caches take the per-row path for any row count, as llama.cpp's CPU flash
+     * attention does (its tiles are for f32 and f16 caches only): the query in Q8_0 against
+     * each key's blocks, each value widened to f32. */
+    const int tiles = !(kv_type == KV_Q8_0 || kv_type == KV_Q4_0);
+    if (tiles && (n_tok >= TQ || tiled)) {
         tiled_job tj;
         tj.job = job;
         tj.n_qtiles = (n_tok + TQ - 1) / TQ;
@@ -411,7 +453,7 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
         return tj.failed ? CERA_ENOMEM : 1;
     }
     job->chunk = n_cells;
-    if (n_tok == 1) {
+    if (n_tok == 1 && !tiled) { /* a prompt's row (tiled) is computed as every other prompt row */
         int64_t n_kv = (n_cells + 255) / 256 * 256;
         n_kv = n_kv < 256 ? 256 : n_kv > n_ctx ? n_ctx : n_kv; /* llama.cpp's view of a cache of n_ctx cells */
         if (n_kv >= 512) job->chunk = (n_kv + ctx->n_threads - 1) / ctx->n_threads;
@@ -451,7 +493,7 @@ static int attn_run(cera_ctx *ctx, attn_job *jobs, int n_jobs) {
     cera_pool_run(ctx->pool, attn_task, &batch, nth);
     if (batch.failed) return CERA_ENOMEM;
     for (int j = 0; j < n_jobs; j++)
-        if (jobs[j].n_chunks > 1) reduce_chunks(&jobs[j]);
+        if (jobs[j].n_chunks > 1 && reduce_chunks(&jobs[j]) != CERA_OK) return CERA_ENOMEM;
     return CERA_OK;
 }
 
@@ -484,8 +526,9 @@ int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, vo
     const char *k_base = table[a->k_index], *v_base = table[a->v_index];
     const int32_t *pos_base = table[a->pos_index];
     if (!k_base || !v_base || !pos_base) return CERA_EINVAL;
-    const size_t k_slot = (size_t)(a->n_kv_heads * a->capacity) * kv_row_bytes(a->kv_type, a->k_dim);
-    const size_t v_slot = (size_t)(a->n_kv_heads * a->capacity) * kv_row_bytes(a->kv_type, a->v_dim);
+    if (kv_check_dim(a->kv_type, a->k_dim) != CERA_OK || kv_check_dim(a->kv_type, a->v_dim) != CERA_OK) return CERA_EINVAL;
+    const size_t k_slot = (size_t)(a->n_kv_heads * a->capacity) * kv_row_bytes(a->kv_type, a->k_dim, 1);
+    const size_t v_slot = (size_t)(a->n_kv_heads * a->capacity) * kv_row_bytes(a->kv_type, a->v_dim, 0);
     attn_job jobs[MAX_BATCH_JOBS];
     int n_jobs = 0;
     for (int s = 0; s < a->n_seq; s++) {

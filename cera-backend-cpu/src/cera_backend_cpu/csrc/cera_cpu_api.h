@@ -85,8 +85,9 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
  * cache's type), then attend q [n_tok, n_heads, k_dim] over the cells [0, kv_start + n_tok)
  * the cache still holds. k_cache: [n_kv_heads][capacity][k_dim], v_cache:
  * [n_kv_heads][capacity][v_dim], of kv_type 0 f32, 1 f16 (round to nearest even), 2 Q8_0
- * (blocks of 32: dims multiples of 32; the query is quantized to Q8_0 for the key dot
- * products, values are widened to f32 before they are summed); sequence cell c lives at
+ * or 3 Q4_0 (blocks of 32: dims multiples of 32; the query is quantized to Q8_0 for the
+ * key dot products, values are widened to f32 before they are summed), 4 tq3 or 5 tq2
+ * (TurboQuant rows, see cera_tq_register; rows are bytes); sequence cell c lives at
  * c % capacity (capacity < n_ctx: a sliding-window ring that holds the last capacity cells).
  * cell_pos[c] is the position of sequence cell c (< 0: empty; n_ctx entries); q_pos[t] the
  * position of query t. A cell is visible from a query at position p when cell_pos[c] <= p
@@ -95,6 +96,11 @@ int cera_rope(cera_ctx *ctx, const float *x, float *y, int64_t n_tok, int64_t n_
  * (f16 cache only): keep the weighted sum of values in f16, rounding after every update, as
  * llama.cpp's CPU flash attention does; 0 keeps it in f32. n_ctx (the context a llama.cpp
  * cache of the same size would have) decides how a long decode is split over threads. */
+/* TurboQuant KV rows of dim numbers (kv_type 4 tq3, 5 tq2; cera/kv_turboquant.py) use a
+ * rotation, [dim][dim] float32, that the caller makes and keeps alive for the process;
+ * registered once per dim (16 lengths at most, dim a multiple of 8 up to 4096). */
+int cera_tq_register(int64_t dim, const float *rotation);
+
 int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v, int64_t n_tok, int64_t n_heads,
                    int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_type,
                    int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
@@ -182,7 +188,7 @@ typedef struct {
     const float *q, *k, *v;
     float *out;
     int64_t n_heads, n_kv_heads, k_dim, v_dim, capacity, n_ctx;
-    int kv_type, acc_f16; /* kv_type: 0 f32, 1 f16, 2 q8_0 */
+    int kv_type, acc_f16; /* kv_type: 0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 tq3, 5 tq2 */
     int k_index, v_index, pos_index;
     int n_slots;
     const int32_t *q_pos;

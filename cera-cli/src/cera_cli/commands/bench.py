@@ -18,7 +18,7 @@ import click
 
 from ..draft import attach_draft, draft_options
 from ..lora_options import apply_loras, lora_options
-from ..options import Console, load_model, model_options
+from ..options import Console, kv_type_options, load_model, model_options
 
 
 def _ints(ctx, param, value):
@@ -91,7 +91,7 @@ def _tg(loaded, n: int, rng, depth: int = 0) -> float:
 @click.option("-n", "--n-gen", default="128", callback=_ints, show_default=True, help="Token counts for tg tests.")
 @click.option("-d", "--depth", default="0", callback=_ints, show_default=True, help="Context depths at which tg runs.")
 @click.option("-r", "--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Repetitions per test.")
-@click.option("--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision (its memory is reported).")
+@kv_type_options
 @click.option("--spec", is_flag=True, help="tg tests decode with speculative decoding (prompt lookup; greedy).")
 @click.option("-P", "--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoding at once in tg tests (aggregate tokens/s).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")

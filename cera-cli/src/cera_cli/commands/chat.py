@@ -22,6 +22,7 @@ from ..options import (
     context_hint,
     describe_seed,
     generate_options,
+    kv_type_options,
     load_model,
     model_options,
     open_session,
@@ -352,9 +353,7 @@ def _count(msgs) -> str:
 @chat_template_option
 @sampling_options
 @click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message.")
-@click.option(
-    "--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision."
-)
+@kv_type_options
 @click.option(
     "--prompt-cache",
     "prompt_cache",

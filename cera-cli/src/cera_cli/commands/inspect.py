@@ -51,16 +51,25 @@ def _family(manager, architecture: str | None) -> tuple[dict | None, str | None]
     }, None
 
 
-def _model_ops(manager, gguf) -> tuple[set[str] | None, str | None]:
-    """The ops of the file's model (its family imported, graphs built symbolically)."""
+def _model_ops(manager, gguf) -> tuple[set[str] | None, str | None, dict | None]:
+    """The ops of the file's model (its family imported, graphs built symbolically), and the
+    bytes a token takes in its attention caches per KV cache type (None: it has none)."""
     from cera.engine import model_ops, read_model
     from cera.errors import CeraError
+    from cera.kv_types import KV_TYPE_NAMES, check_dim
+    from cera.state import kv_cell_bytes
 
     try:
         _, model, _ = read_model(gguf, manager)
-        return model_ops(model), None
+        ops = model_ops(model)
     except CeraError as e:
-        return None, str(e)
+        return None, str(e), None
+    kv = [d for d in model.state if d.kind == "kv"]
+    cells = None
+    if kv:
+        cells = {t: kv_cell_bytes(model.state, t) for t in KV_TYPE_NAMES
+                 if not any(check_dim(t, d.k_dim) or check_dim(t, d.v_dim) for d in kv)}  # fmt: skip
+    return ops, None, cells
 
 
 def _backends(manager, gguf, ops) -> list[dict]:
@@ -139,7 +148,7 @@ def inspect_report(path: Path, manager, probe: bool = False) -> dict:
             nbytes[t.type_name] += t.nbytes
         tokens = g.get_array("tokenizer.ggml.tokens", str)
         family, family_error = _family(manager, architecture)
-        ops, model_error = _model_ops(manager, g) if family else (None, None)
+        ops, model_error, kv_cell = _model_ops(manager, g) if family else (None, None, None)
         backends = _backends(manager, g, ops)
         auto = _probe(manager, backends) if probe else None
         return {
@@ -165,6 +174,8 @@ def inspect_report(path: Path, manager, probe: bool = False) -> dict:
             "family_error": family_error,
             "model_error": model_error,
             "ops": sorted(ops) if ops is not None else None,
+            # Bytes one token takes in the attention caches, per KV cache type the model can use.
+            "kv_bytes_per_token": kv_cell,
             "backends": backends,
             # Backends the loader would admit, best first (the --device auto order).
             "runs_on": [b["name"] for b in backends if b["admission"] is None],
@@ -243,6 +254,8 @@ def _print_report(r: dict) -> None:
         row("family", f"none: {r['family_error']}")
     if r.get("model_error"):
         row("model", f"cannot be built: {r['model_error']}")
+    if r.get("kv_bytes_per_token"):
+        row("KV cache", ", ".join(f"{t} {n:,} B" for t, n in r["kv_bytes_per_token"].items()) + " a token")
     if not r["backends"]:
         from cera.plugins.distributions import no_backend_hint
         from cera_cli.main import plugin_manager

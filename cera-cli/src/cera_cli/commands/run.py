@@ -12,6 +12,7 @@ from ..options import (
     context_hint,
     describe_seed,
     generate_options,
+    kv_type_options,
     load_model,
     model_options,
     open_session,
@@ -65,9 +66,7 @@ def read_prompt(words: tuple[str, ...], prompt: str | None, file: str | None) ->
     "continues the text as written. Default: --chat when the file has a template.",
 )  # fmt: skip
 @click.option("--system", "-sys", "--system-prompt", "system", default=None, help="System message (chat mode).")
-@click.option(
-    "--kv-type", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True, help="KV cache precision."
-)
+@kv_type_options
 @click.option(
     "--prompt-cache",
     "prompt_cache",
@@ -86,6 +85,8 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     to stdout; notes and the summary (timings, the seed that repeats the run) go to stderr.
     Exit status: 0 when it ran, 1 on an error, 2 on a bad option, 3 when -n is below the
     fewest tokens any value of --json/--json-schema/--grammar/--regex takes."""
+    from cera.state import kv_cell_bytes
+
     options = generate_options(kw, drafting(model, model_draft, kw["spec"]))
     text = read_prompt(words, prompt, file)
     console = Console(verbose, quiet)
@@ -160,5 +161,6 @@ def run_cmd(model, threads, device, ctx_size, n_gpu_layers, verbose, quiet, word
     console.detail(
         f"cera: phases: resolve {t.get('resolve', 0):.3f} s, load {t.get('load', 0):.3f} s, "
         f"prompt {summary.prompt_seconds:.3f} s, generate {summary.generate_seconds:.3f} s; "
-        f"context {session.n_ctx} tokens ({kv_type} cache), {session.n_tokens} used; mode {'chat' if use_chat else 'raw'}"
+        f"context {session.n_ctx} tokens ({kv_type} cache, {kv_cell_bytes(loaded.model.state, kv_type)} bytes a token), "
+        f"{session.n_tokens} used; mode {'chat' if use_chat else 'raw'}"
     )

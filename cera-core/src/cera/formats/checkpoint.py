@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import kv_types
 from .checkpoint_header import CheckpointError, check_fit, check_positions, validate
 
 MAGIC = b"CERACKPT"
@@ -205,6 +206,7 @@ def encode_snapshot(loaded, state, snap, tokens, pending, last, extra: dict | No
         "model": model_fingerprint(loaded),
         "model_name": loaded.name,
         "kv_type": state.kv_type,
+        "kv_rows": kv_types.KV_ROWS_VERSION,
         "n_ctx": state.n_ctx,
         "layout": state_layout(state),
         "n_filled": snap.n_filled,
@@ -356,6 +358,24 @@ def check(header: dict, session, path) -> None:
     check_fit(header, session.state, path)
 
 
+def _current_rows(header: dict, rows, key: bool, path):
+    """Cache rows of a checkpoint in this cera's row format: q8_0 rows of version 1
+    (without the Walsh-Hadamard turn, `cera.kv_types`) are decoded and encoded again."""
+    kv_type = header["kv_type"]
+    if header.get("kv_rows", 1) >= kv_types.KV_ROWS_VERSION:
+        return rows
+    if kv_type not in kv_types.BLOCK_TYPES and kv_type not in kv_types.KV_DTYPES:
+        raise CheckpointError(f"{path} holds {kv_type} rows of an older layout, which this cera does not read: "
+                              f"evaluate the prompt again")  # fmt: skip
+    if kv_type not in kv_types.BLOCK_TYPES:
+        return rows
+    per, nbytes = kv_types.BLOCK_TYPES[kv_type]
+    if not kv_types.hadamard_block(kv_type, rows.shape[-1] // nbytes * per, key):
+        return rows
+    plain = kv_types.decode(rows, kv_type, key, turned=False)
+    return kv_types.encode(plain, kv_type, key).astype(rows.dtype, copy=False)
+
+
 def decode_snapshot(header: dict, arrays: dict, path):
     """The SlotSnapshot and kept output a checkpoint holds."""
     from ..state import SlotSnapshot
@@ -365,9 +385,11 @@ def decode_snapshot(header: dict, arrays: dict, path):
         a, b = arrays.get(f"{i}.a"), arrays.get(f"{i}.b")
         if a is None or (lay[0] in ("kv", "cross") and b is None):
             raise CheckpointError(f"{path}: the arrays of state {i} are missing")
+        if lay[0] == "kv":
+            a, b = _current_rows(header, a, True, path), _current_rows(header, b, False, path)
         items.append((a, b) if lay[0] in ("kv", "cross") else a)
     snap = SlotSnapshot(owner=0, n_filled=int(header["n_filled"]), positions=arrays["positions"], kv=tuple(items),
-                        cross_len=())  # fmt: skip
+                        cross_len=(), kv_type=header["kv_type"])  # fmt: skip
     last = None
     if "last.logits" in arrays:
         last = {"logits": arrays["last.logits"]}

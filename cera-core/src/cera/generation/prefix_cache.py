@@ -121,7 +121,9 @@ class PrefixCache:
         if len(tokens) < self.min_tokens:
             return
         adapters = _adapters(session)
-        key = prefix_key(tokens) if not adapters else prefix_key(tokens) + repr(adapters)
+        key = f"{session.state.kv_type}:{prefix_key(tokens)}"  # one entry per cache type
+        if adapters:
+            key += repr(adapters)
         with self._lock:
             if key in self._warm:
                 self._warm.move_to_end(key)
@@ -223,6 +225,8 @@ class PrefixCache:
             for key, entry in self._warm.items():
                 if entry.adapters != adapters:
                     continue
+                if state is not None and getattr(entry.snapshot, "kv_type", state.kv_type) != state.kv_type:
+                    continue  # another cache type's rows: of no use to this state
                 n = _common(entry.tokens, tokens)
                 if self._usable(entry, n, cut) and (best is None or n > best[1]):
                     best = (entry, n, key)
