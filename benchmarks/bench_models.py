@@ -570,20 +570,43 @@ def bench_model(source: str, args, read_bw: dict | None, log) -> dict:
         if args.ik and args.ik["llama-cli"]:
             cli.append(ik_llama_cli(args.ik["llama-cli"], args.ik_args.split()))
         log(f"  whole processes: {', '.join(e.name for e in cli)}, {args.cli_reps} reps (after one untimed process each)")
-        record["cli"] = measure_cli(str(path), cli, args.threads, args.cli_reps, prompt_set, log)
+        try:
+            record["cli"] = measure_cli(str(path), cli, args.threads, args.cli_reps, prompt_set, log)
+        except Exception as e:  # e.g. a peer that does not know the file's architecture
+            record["cli_error"] = f"{type(e).__name__}: {e}"[:2000]
+            log(f"  whole processes FAILED: {record['cli_error']}")
+            if len(cli) > 2:  # the two engines on their own, without the second peer
+                log("  again without ik_llama.cpp")
+                record["cli"] = measure_cli(str(path), cli[:2], args.threads, args.cli_reps, prompt_set, log)
     if args.tool_rounds:
         from bench_models_cli import tool_benches
 
         ik_bench = args.ik["llama-bench"] if args.ik else None
         log(f"  tool benchmarks: {args.tool_rounds} turns of {args.reps} reps each")
-        record["tools"] = tool_benches(str(path), ik_bench, args.threads, args.tool_rounds, args.reps, log,
-                                       ik_extra=args.ik_args.split())  # fmt: skip
+        try:
+            record["tools"] = tool_benches(str(path), ik_bench, args.threads, args.tool_rounds, args.reps, log,
+                                           ik_extra=args.ik_args.split())  # fmt: skip
+        except Exception as e:
+            record["tools_error"] = f"{type(e).__name__}: {e}"[:2000]
+            log(f"  tool benchmarks FAILED: {record['tools_error']}")
+            if ik_bench:
+                log("  again without ik_llama.cpp")
+                record["tools"] = tool_benches(str(path), None, args.threads, args.tool_rounds, args.reps, log)
     return record
+
+
+def _error_line(text: str) -> str:
+    """The line of a failed process's output that says why (its last line naming an error)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[0] if lines else text)
 
 
 def model_details(m: dict) -> list[str]:
     """The lines of a model's report below the tables: checks, overhead, profile."""
     lines = [f"{m['model']}: same work check: {m['logits_check']['summary']}"]
+    for key in ("cli_error", "tools_error"):
+        if m.get(key):
+            lines.append(f"{m['model']}: {key.replace('_', ' ')} (figures without the peer that failed): {_error_line(m[key])}")
     ov = m.get("overhead")
     if ov and not ov.get("available"):
         lines.append(f"{m['model']}: Python overhead n/a: {ov['reason']}")
