@@ -571,27 +571,27 @@ def bench_model(source: str, args, read_bw: dict | None, log) -> dict:
             cli.append(ik_llama_cli(args.ik["llama-cli"], args.ik_args.split()))
         log(f"  whole processes: {', '.join(e.name for e in cli)}, {args.cli_reps} reps (after one untimed process each)")
         try:
-            record["cli"] = measure_cli(str(path), cli, args.threads, args.cli_reps, prompt_set, log)
+            record["cli"] = measure_cli(str(Path(path).resolve()), cli, args.threads, args.cli_reps, prompt_set, log)
         except Exception as e:  # e.g. a peer that does not know the file's architecture
             record["cli_error"] = f"{type(e).__name__}: {e}"[:2000]
             log(f"  whole processes FAILED: {record['cli_error']}")
             if len(cli) > 2:  # the two engines on their own, without the second peer
                 log("  again without ik_llama.cpp")
-                record["cli"] = measure_cli(str(path), cli[:2], args.threads, args.cli_reps, prompt_set, log)
+                record["cli"] = measure_cli(str(Path(path).resolve()), cli[:2], args.threads, args.cli_reps, prompt_set, log)
     if args.tool_rounds:
         from bench_models_cli import tool_benches
 
         ik_bench = args.ik["llama-bench"] if args.ik else None
         log(f"  tool benchmarks: {args.tool_rounds} turns of {args.reps} reps each")
         try:
-            record["tools"] = tool_benches(str(path), ik_bench, args.threads, args.tool_rounds, args.reps, log,
+            record["tools"] = tool_benches(str(Path(path).resolve()), ik_bench, args.threads, args.tool_rounds, args.reps, log,
                                            ik_extra=args.ik_args.split())  # fmt: skip
         except Exception as e:
             record["tools_error"] = f"{type(e).__name__}: {e}"[:2000]
             log(f"  tool benchmarks FAILED: {record['tools_error']}")
             if ik_bench:
                 log("  again without ik_llama.cpp")
-                record["tools"] = tool_benches(str(path), None, args.threads, args.tool_rounds, args.reps, log)
+                record["tools"] = tool_benches(str(Path(path).resolve()), None, args.threads, args.tool_rounds, args.reps, log)
     return record
 
 

@@ -117,10 +117,11 @@ def peer_binaries(path: str) -> dict:
     return found
 
 
-def run_process(argv: list[str], timeout: float = 900) -> ProcessTiming:
-    """Run to the end; wall time and the child's own user/system CPU seconds (wait4)."""
+def run_process(argv: list[str], timeout: float = 900, cwd: str | None = None) -> ProcessTiming:
+    """Run to the end (in ``cwd``: llama-cli writes a main.log there); wall time and the
+    child's own user/system CPU seconds (wait4)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     deadline = t0 + timeout
     stderr_chunks = []
     # stderr is small for every engine here; read it while waiting so the pipe cannot fill
@@ -179,7 +180,7 @@ def measure_cli(model: str, engines: list[EngineCli], threads: int, reps: int, p
             Path(files[case.name]).write_text(case.prompt, encoding="utf-8")
 
         def one(engine, case):
-            return run_process(engine.argv(model, files[case.name], case.prompt, case.n_predict, threads, ctx))
+            return run_process(engine.argv(model, files[case.name], case.prompt, case.n_predict, threads, ctx), cwd=tmp)
 
         for engine in engines:  # the untimed first process of each
             t = one(engine, cases[0])
@@ -266,7 +267,8 @@ def tool_benches(model: str, ik_bench: str | None, threads: int, rounds: int, re
     loads = [os.getloadavg()[0]]
     for r in range(rounds):
         for name, (argv, parse) in tools.items():
-            res = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800)
+            with tempfile.TemporaryDirectory(prefix="cera-bench-tool-") as tmp:
+                res = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800, cwd=tmp)
             if res.returncode != 0:
                 raise RuntimeError(f"{name} exited with {res.returncode}:\n{res.stderr[-2000:]}")
             figures = parse(res.stdout)
