@@ -2,6 +2,7 @@
 
     python benchmarks/bench_models.py [--model PATH_OR_BUNDLE ...] [--threads 2] [--reps 5]
                                       [--tests pp128,pp512,tg128,tg128@d512] [--json OUT]
+                                      [--cli-reps 5] [--tool-rounds 3] [--ik-llama PATH [--ik-args '-rtr 1']]
 
 For each model both engines load the same file with the same thread count, and every test
 runs on both, alternating the engines (A B A B ...) after a warm-up of each, on the same
@@ -17,6 +18,14 @@ of the medians cera / llama.cpp, and the interquartile range of the per-repetiti
 overhead per decoded token (time outside the C kernels, measured with a timing proxy on
 the CPU backend's kernel library: bench_models_overhead.py) and the decode bandwidth of
 both engines as a fraction of the machine's read bandwidth (bench_models_memory.py).
+
+Then, with the in-process engines closed, both engines as users run them, each a whole
+process (bench_models_cli.py): `cera run` against `llama_cpp.Llama` (and ik_llama.cpp's
+llama-cli with --ik-llama), decode per token = (T(n=129) - T(n=1)) / 128 and prefill =
+T(long prompt) - T(short prompt), medians with their interquartile range, after one
+untimed process of each, the engines taking turns; and the tools' own benchmarks as
+processes in turns: `cera bench` beside ik_llama.cpp's llama-bench. Every table carries
+the 1-minute load average over its runs.
 
 llama.cpp runs on its own defaults (flash attention auto, f16 KV cache, weight repacking);
 the settings both engines ran with are printed and stored in --json. On a machine shared
@@ -133,6 +142,36 @@ def build_parser() -> argparse.ArgumentParser:
         "(see benchmarks/README.md), but is not its default: say so when quoting figures",
     )
     ap.add_argument(
+        "--cli-reps",
+        type=int,
+        default=5,
+        help="repetitions of the whole-process runs (cera run, llama_cpp.Llama, ik_llama.cpp's llama-cli) that give "
+        "decode = (T(n=129) - T(n=1)) / 128 and prefill = T(long) - T(short); 0 skips them (default 5)",
+    )
+    ap.add_argument(
+        "--cli-long-tokens", type=int, default=512, help="tokens of the long prompt of the whole-process runs (default 512)"
+    )
+    ap.add_argument(
+        "--tool-rounds",
+        type=int,
+        default=3,
+        help="turns of the tools' own benchmarks as processes (cera bench, and ik_llama.cpp's llama-bench when "
+        "--ik-llama is given), each pp512 and tg128 over --reps repetitions; 0 skips them (default 3)",
+    )
+    ap.add_argument(
+        "--ik-llama",
+        metavar="PATH",
+        help="ik_llama.cpp's llama-bench or llama-cli (or the folder holding them; build with "
+        "benchmarks/peers/build_ik_llama.sh): a second peer in the whole-process and tool figures",
+    )
+    ap.add_argument(
+        "--ik-args",
+        default="",
+        metavar="ARGS",
+        help="extra arguments for both ik_llama.cpp binaries, e.g. '-rtr 1' (its run-time repacking, off by default "
+        "there); they are printed with the figures",
+    )
+    ap.add_argument(
         "--json", dest="json_out", metavar="OUT", help="write every figure, sample and setting to this file"
     )
     return ap
@@ -148,10 +187,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("threads", "reps"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be at least 1")
-    for name in ("warmup", "overhead_tokens", "overhead_reps", "bandwidth_mib", "profile"):
+    for name in ("warmup", "overhead_tokens", "overhead_reps", "bandwidth_mib", "profile", "cli_reps", "tool_rounds"):
         if getattr(args, name) < 0:
             ap.error(f"--{name.replace('_', '-')} must not be negative")
     args.models = args.models or list(DEFAULT_MODELS)
+    args.ik = None
+    if args.ik_llama:
+        from bench_models_cli import peer_binaries
+
+        try:
+            args.ik = peer_binaries(args.ik_llama)
+        except FileNotFoundError as e:
+            ap.error(str(e))
+    if args.cli_long_tokens < 16:
+        ap.error("--cli-long-tokens must be at least 16")
     if args.device != "cpu":  # both measure the CPU's kernels and memory
         args.overhead_tokens = 0
         args.bandwidth_mib = 0
@@ -262,6 +311,7 @@ SPEED_HEADER = [
     "cera/llama.cpp",
     "paired IQR",
     "cpu share c/l",
+    "load 1-min",
 ]
 
 
@@ -271,7 +321,47 @@ def speed_row(model: str, result: dict) -> list[str]:
     pr = result["paired_ratio"]
     return [model, result["test"], _fmt(c["median"]), _fmt(c["stdev"]), _fmt(lc["median"]), _fmt(lc["stdev"]),
             _fmt(result["ratio"], 2), f"{_fmt(pr['q1'], 2)}–{_fmt(pr['q3'], 2)}",
-            "/".join(_fmt(result.get("cpu_share_median", {}).get(e, math.nan), 2) for e in ENGINES)]  # fmt: skip
+            "/".join(_fmt(result.get("cpu_share_median", {}).get(e, math.nan), 2) for e in ENGINES),
+            _load_range(result.get("loadavg_1min", []))]  # fmt: skip
+
+
+def _load_range(loads: list[float]) -> str:
+    return f"{_fmt(min(loads), 2)}–{_fmt(max(loads), 2)}" if loads else "n/a"
+
+
+CLI_HEADER = ["model", "engine", "decode tok/s", "IQR", "decode user ms/tok", "prefill tok/s", "IQR",
+              "prefill user tok/s", "cera/engine decode", "cera/engine prefill", "load 1-min"]  # fmt: skip
+
+
+def _iqr(s: dict, digits: int = 1) -> str:
+    return f"{_fmt(s['q1'], digits)}–{_fmt(s['q3'], digits)}"
+
+
+def cli_rows(model: str, cli: dict) -> list[list[str]]:
+    """Rows of the whole-process table: wall-clock figures with their IQR, user-CPU figures beside."""
+    engines = cli["engines"]
+    cera = engines.get("cera")
+    loads = cli.get("loadavg_1min", [])
+    rows = []
+    for name, e in engines.items():
+        w, u = e["wall"], e["user"]
+        ratio_d = cera["wall"]["decode_tok_s"]["median"] / w["decode_tok_s"]["median"] if cera else math.nan
+        ratio_p = cera["wall"]["prefill_tok_s"]["median"] / w["prefill_tok_s"]["median"] if cera else math.nan
+        rows.append([model, name, _fmt(w["decode_tok_s"]["median"]), _iqr(w["decode_tok_s"]),
+                     _fmt(u["decode_ms_per_token"]["median"], 2), _fmt(w["prefill_tok_s"]["median"]),
+                     _iqr(w["prefill_tok_s"]), _fmt(u["prefill_tok_s"]["median"]),
+                     "—" if name == "cera" else _fmt(ratio_d, 2), "—" if name == "cera" else _fmt(ratio_p, 2),
+                     _load_range(loads)])  # fmt: skip
+    return rows
+
+
+TOOL_HEADER = ["model", "tool", "test", "median tok/s", "IQR over turns", "min–max", "load 1-min"]
+
+
+def tool_rows(model: str, tools: dict) -> list[list[str]]:
+    load = _load_range(tools.get("loadavg_1min", []))
+    return [[model, name, test, _fmt(s["median"]), _iqr(s), f"{_fmt(s['min'])}–{_fmt(s['max'])}", load]
+            for name, tests in tools["tools"].items() for test, s in tests.items()]  # fmt: skip
 
 
 EXTRA_HEADER = ["model", "weights MB/token", "read BW GB/s", "cera tg GB/s", "% read BW", "llama.cpp tg GB/s", "% read BW",
@@ -454,7 +544,12 @@ def bench_model(source: str, args, read_bw: dict | None, log) -> dict:
             test = TestSpec("tg", max(args.overhead_tokens, 16), 0)
             prefix, ids = test_ids(args.seed, path.name, test, n_vocab)
             extra["profile"] = profile_decode(cera_engine, test, prefix, ids, args.profile)
-        return {
+        if args.cli_reps:
+            from bench_models_cli import prompts
+
+            count = lambda text: len(cera_engine.loaded.tokenizer.encode(text))  # noqa: E731
+            prompt_set = prompts(count, long_tokens=args.cli_long_tokens)
+        record = {
             "model": source,
             "path": str(path),
             "settings": {name: e.settings() for name, e in engines.items()},
@@ -467,11 +562,51 @@ def bench_model(source: str, args, read_bw: dict | None, log) -> dict:
     finally:
         for e in engines.values():
             e.close()
+    # the processes below run with the in-process engines closed
+    if args.cli_reps:
+        from bench_models_cli import cera_cli, ik_llama_cli, llama_cpp_cli, measure_cli
+
+        cli = [cera_cli(), llama_cpp_cli()]
+        if args.ik and args.ik["llama-cli"]:
+            cli.append(ik_llama_cli(args.ik["llama-cli"], args.ik_args.split()))
+        log(f"  whole processes: {', '.join(e.name for e in cli)}, {args.cli_reps} reps (after one untimed process each)")
+        try:
+            record["cli"] = measure_cli(str(Path(path).resolve()), cli, args.threads, args.cli_reps, prompt_set, log)
+        except Exception as e:  # e.g. a peer that does not know the file's architecture
+            record["cli_error"] = f"{type(e).__name__}: {e}"[:2000]
+            log(f"  whole processes FAILED: {record['cli_error']}")
+            if len(cli) > 2:  # the two engines on their own, without the second peer
+                log("  again without ik_llama.cpp")
+                record["cli"] = measure_cli(str(Path(path).resolve()), cli[:2], args.threads, args.cli_reps, prompt_set, log)
+    if args.tool_rounds:
+        from bench_models_cli import tool_benches
+
+        ik_bench = args.ik["llama-bench"] if args.ik else None
+        log(f"  tool benchmarks: {args.tool_rounds} turns of {args.reps} reps each")
+        try:
+            record["tools"] = tool_benches(str(Path(path).resolve()), ik_bench, args.threads, args.tool_rounds, args.reps, log,
+                                           ik_extra=args.ik_args.split())  # fmt: skip
+        except Exception as e:
+            record["tools_error"] = f"{type(e).__name__}: {e}"[:2000]
+            log(f"  tool benchmarks FAILED: {record['tools_error']}")
+            if ik_bench:
+                log("  again without ik_llama.cpp")
+                record["tools"] = tool_benches(str(Path(path).resolve()), None, args.threads, args.tool_rounds, args.reps, log)
+    return record
+
+
+def _error_line(text: str) -> str:
+    """The line of a failed process's output that says why (its last line naming an error)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[0] if lines else text)
 
 
 def model_details(m: dict) -> list[str]:
     """The lines of a model's report below the tables: checks, overhead, profile."""
     lines = [f"{m['model']}: same work check: {m['logits_check']['summary']}"]
+    for key in ("cli_error", "tools_error"):
+        if m.get(key):
+            lines.append(f"{m['model']}: {key.replace('_', ' ')} (figures without the peer that failed): {_error_line(m[key])}")
     ov = m.get("overhead")
     if ov and not ov.get("available"):
         lines.append(f"{m['model']}: Python overhead n/a: {ov['reason']}")
@@ -520,6 +655,25 @@ def print_report(facts: dict, read_bw: dict | None, models: list[dict], args, ou
     p(markdown_table(SPEED_HEADER, rows))
     p()
     p(markdown_table(EXTRA_HEADER, [extra_row(m["model"], m) for m in models]))
+    cli = [row for m in models if m.get("cli") for row in cli_rows(m["model"], m["cli"])]
+    if cli:
+        first = next(m["cli"] for m in models if m.get("cli"))
+        p()
+        p(f"Whole processes as users run them ({args.cli_reps} reps after one untimed process each, engines in turns; "
+          f"decode = (T(n={first['n_decode'] + 1}) - T(n=1)) / {first['n_decode']}, prefill = (long - short tokens) / "
+          f"(T(long) - T(short)), prompts of {first['short_tokens']} and {first['long_tokens']} tokens; wall clock, "
+          "user CPU beside):")  # fmt: skip
+        names = {n: e["notes"] for m in models for n, e in (m.get("cli") or {}).get("engines", {}).items()}
+        for n, notes in names.items():
+            p(f"  {n}: {notes}")
+        p(markdown_table(CLI_HEADER, cli))
+    tools = [row for m in models if m.get("tools") for row in tool_rows(m["model"], m["tools"])]
+    if tools:
+        p()
+        p(f"The tools' own benchmarks as processes ({args.tool_rounds} turns, each of {args.reps} reps):")
+        for name, cmd in next(m["tools"] for m in models if m.get("tools"))["commands"].items():
+            p(f"  {name}: {cmd}")
+        p(markdown_table(TOOL_HEADER, tools))
     for m in models:
         p()
         for line in model_details(m):

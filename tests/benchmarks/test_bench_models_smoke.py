@@ -165,7 +165,9 @@ def test_speed_row(bm):
     row = bm.speed_row("m", _result(bm))
     assert len(row) == len(bm.SPEED_HEADER)
     # medians 42 and 81, sample stdevs 2 and sqrt(19), ratio 0.5185..., paired ratios 0.5, 0.5185, 0.5
-    assert row == ["m", "tg128", "42.0", "2.0", "81.0", "4.4", "0.52", "0.50–0.51", "0.97/1.00"]
+    assert row == ["m", "tg128", "42.0", "2.0", "81.0", "4.4", "0.52", "0.50–0.51", "0.97/1.00", "n/a"]
+    row = bm.speed_row("m", {**_result(bm), "loadavg_1min": [1.52, 1.1, 1.8]})
+    assert row[-1] == "1.10–1.80"  # the 1-minute load average's range over the test
 
 
 def test_extra_row_with_and_without_overhead(bm):

@@ -29,6 +29,7 @@ from cera.graph.planning import ALIGN, Step, arena_layout, is_view, placements, 
 from cera.state import KV_CODES, HostState, shape_key
 
 from ._native import ffi, lib
+from .fusion import fuse_gated_convs
 from .lowering import C_OPS, lower, takes
 from .turboquant import register_state
 
@@ -86,6 +87,8 @@ class CpuExecutable(Executable):
 
         self.place = placements(graph)
         steps = plan_steps(graph, fuse=not eager)
+        if not eager:
+            steps = fuse_gated_convs(graph, steps, self.place)
         self.offsets, size = arena_layout(graph, steps, self.place)
         raw = np.zeros(size + ALIGN, np.uint8)
         skip = -address(raw) % ALIGN

@@ -25,6 +25,7 @@ from cera.graph.ops import OPS
 from cera.graph.planning import Step
 
 from . import encoder
+from .fusion import gated_conv
 from ._native import ffi, lib
 
 
@@ -376,9 +377,36 @@ LOWERERS: dict[str, Lowerer] = {
 C_OPS = frozenset(LOWERERS)
 
 
+def _gated_conv(exe, plan, step: Step, parts) -> int:
+    """A fused gated short convolution (fusion.py): conv_causal reading b, h and c in place."""
+    conv = parts.conv
+    ref = conv.args[-1]
+    if exe._template is None:
+        raise ShapeError("conv1d_causal needs a state to compile against")
+    (index,) = exe.table_index[ref.index]
+    w = conv.args[1]
+    wt = np.ascontiguousarray(exe.weights[w.name].dense().T)  # [kernel, channels]
+    exe._keep.append(wt)
+    a = ffi.new("cera_conv_causal_args *")
+    a.x, a.b, a.c = exe.ptr(parts.h), exe.ptr(parts.b), exe.ptr(parts.c)
+    a.x_stride = exe.place[parts.h.id].row_stride
+    a.wt, a.y = ffi.from_buffer("float[]", wt), exe.ptr(parts.out)
+    a.channels, a.kernel = parts.h.shape[1], wt.shape[0]
+    a.state_index, a.n_slots = index, exe._template.n_slots
+    a.n_seq, a.rows, a.slots = exe.graph.layout.n_seq, exe._seq_rows(), exe._slots_p
+    exe._keep.append(a)
+    return lib.cera_plan_conv_causal(plan, a)
+
+
 def lower(exe, plan, step: Step) -> None:
     """Append ``step`` to ``plan`` through its op's lowerer."""
     node = step.nodes[0]
+    parts = gated_conv(step)
+    if parts is not None:
+        rc = _gated_conv(exe, plan, step, parts)
+        if rc != 0:
+            raise ShapeError(f"cpu compiler: the C plan refused the gated convolution {parts.conv!r} (error {rc})")
+        return
     lowerer = LOWERERS.get(node.op)
     if lowerer is None:
         raise ShapeError(f"cpu compiler: no C lowering for {node.op}; it runs on the host")
@@ -389,6 +417,8 @@ def lower(exe, plan, step: Step) -> None:
 
 def takes(exe, step: Step) -> bool:
     """Whether the C kernels take this step as it is (else it runs on the host)."""
+    if gated_conv(step) is not None:
+        return True
     lowerer = LOWERERS.get(step.nodes[0].op)
     return lowerer is not None and lowerer.takes(exe, step.nodes[0])
 

@@ -245,7 +245,11 @@ uint64_t cera_read_probe(cera_ctx *ctx, const void *p, int64_t bytes);
  * inputs followed by its rows of x; the carried inputs then advance. x, y: [n, channels];
  * wt: the kernel transposed, [kernel][channels]. table[state_index] holds slot 0 of the
  * carried inputs, [n_slots][kernel - 1][channels] float32. Sequence s is rows [rows[2s],
- * rows[2s] + rows[2s + 1]); slots[s] (read at run time) is its slot. */
+ * rows[2s] + rows[2s + 1]); slots[s] (read at run time) is its slot.
+ * Gating (LFM2's short convolution in one pass, none of it materialised): with b set, the
+ * input row t is b[t] * x[t] (that product is what is carried); with c set, y[t] is
+ * c[t] * conv[t]. x, b and c rows are x_stride floats apart (0: channels), so they may be
+ * slices of one fused projection's rows; y is [n, channels]. */
 typedef struct {
     const float *x, *wt;
     float *y;
@@ -254,6 +258,8 @@ typedef struct {
     int n_seq;
     const int64_t *rows;
     const int32_t *slots;
+    const float *b, *c;
+    int64_t x_stride;
 } cera_conv_causal_args;
 int cera_conv_causal(cera_ctx *ctx, const cera_conv_causal_args *args, void *const *table);
 

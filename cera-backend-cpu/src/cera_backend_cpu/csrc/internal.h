@@ -347,6 +347,11 @@ struct cera_kernels {
     /* reproduce llama.cpp as shipped, weight repacking on ($CERA_CPU_LLAMA_REPACK=1): Q4_0 and
      * IQ4_NL products of a multiple of 8 weight rows take its repacked arithmetic (matmul.c) */
     int llama_repack;
+    /* that arithmetic (cera_dot_repack, bit for bit), optional: R <= 4 weight rows, stride
+     * bytes apart, against one activation row (with its side data); and over a gemm tile
+     * (format GEMM_OFFSET) of 4 activation rows */
+    void (*dot_repack)(int t, int64_t n, const void *w, int64_t stride, int R, const void *a, float *s);
+    cera_gemm_fn gemm_repack;
 };
 
 /* Fill a table with the portable scalar kernels. */

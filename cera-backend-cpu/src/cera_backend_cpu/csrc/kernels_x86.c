@@ -135,6 +135,8 @@
         k->scale_f16 = scale_f16_##V;                          \
         k->read_sum = read_sum_##V;                            \
         k->gemm = gemm_tile4_##V;                              \
+        k->gemm_repack = gemm_repack_##V;                      \
+        k->dot_repack = dot_repack_##V;                        \
         k->gemm_rows = gemm_rows_##V;                          \
         k->gemm_f32 = gemm_f32_##V;                            \
         k->f16_to_f32 = f16_to_f32_row_##V;                    \

@@ -74,7 +74,7 @@ static int dotm_takes(int t, int64_t N) { return !(t == T_F32 || t == T_F16 || t
 /* Rows [t0, t0 + rows) of member i (rows <= R) for every activation row, through the
  * many-row microkernel (gemm.c); a short tile goes through a buffer, so that every row of
  * the product is computed the same way whatever R the variant's tiles have. */
-static void gemm_tile(const mm_job *job, int i, int64_t t0, int rows, cera_gemm_scratch *gs) {
+static void gemm_tile(const mm_job *job, int i, int64_t t0, int rows, cera_gemm_scratch *gs, cera_gemm_fn gemm) {
     const cera_product *p = &job->mem[i];
     const cera_gemm_format *f = job->gemm[i];
     const int R = job->k->gemm_rows;
@@ -89,7 +89,7 @@ static void gemm_tile(const mm_job *job, int i, int64_t t0, int rows, cera_gemm_
             a[k] = &acts[mm];
             y[k] = m + k >= job->M ? NULL : rows == R ? p->y + (m + k) * p->y_stride + t0 : tail[k];
         }
-        job->k->gemm(f, job->K / f->sbk, gs->tile, a, y);
+        gemm(f, job->K / f->sbk, gs->tile, a, y);
         if (rows < R)
             for (int k = 0; k < 4 && m + k < job->M; k++)
                 memcpy(p->y + (m + k) * p->y_stride + t0, tail[k], sizeof(float) * (size_t)rows);
@@ -108,9 +108,26 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
     if (repacked(job->k, p)) {
         const char *act = job->act[job->act_of[i]];
         const int64_t arb = job->act_row_bytes[job->act_of[i]];
+        int64_t r = r0;
+        if (job->gemm[i] && job->k->gemm_repack) { /* many activation rows: weight tiles */
+            if (!*gs) *gs = cera_gemm_scratch_new(job->K);
+            const int R = job->k->gemm_rows;
+            if (*gs)
+                for (; r < r1; r += R) gemm_tile(job, i, r, r1 - r < R ? (int)(r1 - r) : R, *gs, job->k->gemm_repack);
+        }
+        if (job->k->dot_repack) /* four weight rows at a time against each activation row */
+            for (; r < r1; r += 4) {
+                const int R = r1 - r < 4 ? (int)(r1 - r) : 4;
+                for (int64_t m = 0; m < job->M; m++) {
+                    float out[4];
+                    job->k->dot_repack(p->wtype, job->K, (const char *)p->w + r * p->w_row_bytes, p->w_row_bytes, R,
+                                       act + m * arb, out);
+                    memcpy(p->y + m * p->y_stride + r, out, sizeof(float) * (size_t)R);
+                }
+            }
         for (int64_t m = 0; m < job->M; m++)
-            for (int64_t r = r0; r < r1; r++)
-                p->y[m * p->y_stride + r] = cera_dot_repack(p->wtype, job->K, (const char *)p->w + r * p->w_row_bytes, act + m * arb);
+            for (int64_t rr = r; rr < r1; rr++)
+                p->y[m * p->y_stride + rr] = cera_dot_repack(p->wtype, job->K, (const char *)p->w + rr * p->w_row_bytes, act + m * arb);
         goto epilogue;
     }
     cera_dot_fn dot = job->k->dot[p->wtype];
@@ -123,7 +140,7 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
         if (!*gs) *gs = cera_gemm_scratch_new(job->K);
         const int R = job->k->gemm_rows;
         if (*gs)
-            for (; rg < r1; rg += R) gemm_tile(job, i, rg, r1 - rg < R ? (int)(r1 - rg) : R, *gs);
+            for (; rg < r1; rg += R) gemm_tile(job, i, rg, r1 - rg < R ? (int)(r1 - rg) : R, *gs, job->k->gemm);
     }
     cera_dotm_fn dotm = job->M > 1 && (!job->one_row || dotm_is_dot(p->wtype)) && dotm_takes(p->wtype, p->N)
                             ? job->k->dotm[p->wtype] : NULL;
@@ -290,7 +307,7 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
         if (f && (per_row == CERA_ROWS_ONE ||
                   (per_row != CERA_ROWS_PROMPT && M < (kquant ? GEMM_MIN_ROWS_KQUANT : GEMM_MIN_ROWS))))
             f = NULL;
-        if (repacked(&ctx->k, &mem[i])) f = NULL;
+        if (repacked(&ctx->k, &mem[i]) && !ctx->k.gemm_repack) f = NULL; /* then one activation row at a time */
         job.gemm[i] = f;
         prep_of[i] = -1;
         if (f) {

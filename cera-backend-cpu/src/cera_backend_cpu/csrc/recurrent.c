@@ -31,30 +31,56 @@ typedef struct {
     atomic_llong next;
 } conv_job;
 
-/* Sequence s, channels [c0, c1): y rows from the carried inputs then x; then the last
- * kernel - 1 inputs become the carried ones. */
+/* Input row r of a sequence (r counts the rows of x), gated by b when set: what the
+ * convolution reads and what is carried. */
+static inline float conv_input(const float *x, const float *b, int64_t xs, int64_t r, int64_t c) {
+    return b ? b[r * xs + c] * x[r * xs + c] : x[r * xs + c];
+}
+
+/* Sequence s, channels [c0, c1): y rows from the carried inputs then x (b * x when gated),
+ * times c when gated; then the last kernel - 1 inputs become the carried ones. Each y
+ * element sums its taps in order from 0 with one fused multiply-add each, as ggml_ssm_conv; the gates multiply as ggml_mul. */
 static void conv_item(const cera_conv_causal_args *a, float *state, int s, int64_t c0, int64_t c1) {
     const int64_t C = a->channels, K = a->kernel, r0 = a->rows[2 * s], n = a->rows[2 * s + 1];
+    const int64_t xs = a->x_stride > 0 ? a->x_stride : C;
     float *st = state + (int64_t)a->slots[s] * (K - 1) * C;
-    const float *x = a->x + r0 * C;
+    const float *x = a->x + r0 * xs;
+    const float *b = a->b ? a->b + r0 * xs : NULL;
+    const float *g = a->c ? a->c + r0 * xs : NULL;
     float *y = a->y + r0 * C;
     for (int64_t t = 0; t < n; t++) {
         float *yt = y + t * C;
         for (int64_t c = c0; c < c1; c++) yt[c] = 0.0f;
         for (int64_t j = 0; j < K; j++) {
             const int64_t i = t + j; /* row of [carried; x] */
-            const float *src = i < K - 1 ? st + i * C : x + (i - (K - 1)) * C;
             const float *wj = a->wt + j * C;
-            for (int64_t c = c0; c < c1; c++) yt[c] = fmaf(src[c], wj[c], yt[c]);
+            if (i < K - 1) {
+                const float *src = st + i * C;
+                for (int64_t c = c0; c < c1; c++) yt[c] = fmaf(src[c], wj[c], yt[c]);
+            } else if (b) {
+                const float *xr = x + (i - (K - 1)) * xs, *br = b + (i - (K - 1)) * xs;
+                for (int64_t c = c0; c < c1; c++) yt[c] = fmaf(br[c] * xr[c], wj[c], yt[c]);
+            } else {
+                const float *xr = x + (i - (K - 1)) * xs;
+                for (int64_t c = c0; c < c1; c++) yt[c] = fmaf(xr[c], wj[c], yt[c]);
+            }
+        }
+        if (g) {
+            const float *gt = g + t * xs;
+            for (int64_t c = c0; c < c1; c++) yt[c] = gt[c] * yt[c];
         }
     }
     /* new carried rows: rows n .. n + K - 2 of [carried; x], in increasing order (a row
      * moves to a lower index, so reading ahead of the writes is safe) */
     for (int64_t i = 0; i < K - 1; i++) {
         const int64_t from = n + i;
-        const float *src = from < K - 1 ? st + from * C : x + (from - (K - 1)) * C;
         float *dst = st + i * C;
-        if (src != dst) memmove(dst + c0, src + c0, sizeof(float) * (size_t)(c1 - c0));
+        if (from < K - 1) {
+            const float *src = st + from * C;
+            if (src != dst) memmove(dst + c0, src + c0, sizeof(float) * (size_t)(c1 - c0));
+        } else {
+            for (int64_t c = c0; c < c1; c++) dst[c] = conv_input(x, b, xs, from - (K - 1), c);
+        }
     }
 }
 
@@ -74,7 +100,7 @@ static void conv_task(void *varg, int ith, int nth) {
 
 int cera_conv_causal_check(const cera_conv_causal_args *a) {
     if (!a || !a->x || !a->y || !a->wt || !a->rows || !a->slots || a->channels <= 0 || a->kernel < 2 ||
-        a->n_seq <= 0 || a->n_slots <= 0)
+        a->n_seq <= 0 || a->n_slots <= 0 || a->x_stride < 0 || (a->x_stride > 0 && a->x_stride < a->channels))
         return CERA_EINVAL;
     for (int s = 0; s < a->n_seq; s++)
         if (a->rows[2 * s] < 0 || a->rows[2 * s + 1] <= 0) return CERA_EINVAL;
