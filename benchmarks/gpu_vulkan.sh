@@ -19,10 +19,13 @@
 #             of the per-round ratios
 #   profile   prepare; `cera bench --profile` on Qwen2.5-1.5B's layout: every kernel of a
 #             decoded token and of a PROFILE_PROMPT-token prompt pass (default 512)
-#   LAB=CMD   (any mode) runs CMD after the mode, in the cera tree, models in /tmp/models
+#   LAB=CMD   (any mode) runs CMD after the mode, in the cera tree, models in /tmp/models;
+#             LAB_EARLY=CMD (bench) runs CMD after cera's untimed process while llama.cpp is
+#             still building (device-timed work: profiles, kernel ceilings)
 #
 # Variables: STAGE (the staged folder, required), TESTS (pp512,tg128,tg128@d2048), ROUNDS
-# (3), REPS (3), BUDGET_S (seconds after which no round starts, default 420),
+# (3), REPS (3), BUDGET_S (no round starts that would end past it, judged by the last
+# round's seconds or ROUND_EST_S=150 before the first; default 420),
 # BUILD_WAIT_S (how long bench waits for llama.cpp's build, default 480), OUT (where the
 # logs and the table go; /tmp/out unless set).
 set -uo pipefail
@@ -139,14 +142,17 @@ bench)
     device_lines
     stamp "cera: untimed process"
     one cera 1 >$W/warm_cera.txt 2>&1 || tail -20 $W/warm_cera.txt
+    stamp "cera warmed"
+    # GPU-side measurements that bear the build's CPU load, while llama.cpp builds
+    if [ -n "${LAB_EARLY:-}" ] && [ ! -e $W/llama.rc ]; then (cd "$HERE" && bash -c "$LAB_EARLY"); stamp "lab (early) done"; fi
     if wait_llama; then
         stamp "llama.cpp: untimed process"
         one llama.cpp 1 >$W/warm_llama.txt 2>&1; grep -E "ggml_vulkan|matrix cores|rror" $W/warm_llama.txt
         : > "$OUT/runs.txt"
-        r=1; last=0
+        r=1; last=${ROUND_EST_S:-150}  # a round's seconds: the last one's, a guess before the first
         while [ $r -le "$ROUNDS" ]; do
             now=$(( $(date +%s) - t0 ))
-            [ $r -gt 1 ] && [ $(( now + last )) -gt "${BUDGET_S:-420}" ] && { stamp "round $r not started: budget"; break; }
+            [ $(( now + last )) -gt "${BUDGET_S:-420}" ] && { stamp "round $r not started: budget"; break; }
             rs=$(date +%s)
             order="cera llama.cpp"; [ $((r % 2)) = 0 ] && order="llama.cpp cera"
             for e in $order; do
