@@ -23,6 +23,7 @@
 # Needs: apt-get, pip, xz, git, and the four real files in cera's bundle cache
 # (CERA_CACHE_DIR, default ~/.cache/cera: `cera pull` or the tests fetch them).
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;; esac
 REPO=$(git rev-parse --show-toplevel)
 DIR=$(realpath -m "${1:-$REPO/.gpu-stage}")
 LCP_SRC=${LCP_SRC:-/work/wheels/src/llama_cpp_python-0.3.36}
