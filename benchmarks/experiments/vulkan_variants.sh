@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B studies of the Vulkan backend's variants on a GPU, one part an argument (without
-# one: checks profile attention split), after `h200_vulkan.sh quick` (or `run`) installed
+# one: checks profile attention split), after `gpu_vulkan.sh prepare` installed
 # everything: pass it as that script's LAB. Each part alternates the settings it compares,
 # file by file, two rounds, so a machine's drift hits every setting alike.
 #   checks     the kernels without wgpu's runtime checks (CERA_VULKAN_SHADER_CHECKS=none,
@@ -31,8 +31,8 @@
 #              default, "unit" and "unit-f4"
 #   final      the integer products' tests (CPU=1: the CPU backend is their comparison),
 #              then the decoded token under CERA_VULKAN_UNIT_DOT=f32 and the default
-# Run (carry .gl, .whl, .dev/skel): mkdir -p /tmp/stage/skel && cp .dev/skel/* /tmp/stage/skel/ &&
-#   LAB="bash benchmarks/experiments/vulkan_variants.sh attention" bash benchmarks/h200_vulkan.sh quick
+# Run (carry .gpu-stage, made by gpu_vulkan_stage.sh; the cera tree unpacked as gpu_vulkan.sh says):
+#   LAB="bash benchmarks/experiments/vulkan_variants.sh attention" STAGE=... bash benchmarks/gpu_vulkan.sh prepare
 set -uo pipefail
 case "${1:-}" in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;; esac
 pp512() {  # pp512 of file $1 under the environment given after it

@@ -27,7 +27,7 @@ EXPERIMENTS = sorted(p.name for p in (BENCH / "experiments").iterdir() if p.suff
 
 
 def test_the_folder_is_as_the_readme_says():
-    assert "bench_models.py" in MAINTAINED and "h200_vulkan.sh" in MAINTAINED
+    assert "bench_models.py" in MAINTAINED and "gpu_vulkan.sh" in MAINTAINED
     assert set(MODULES) == {"bench_models_cli.py", "bench_models_engines.py", "bench_models_memory.py", "bench_models_overhead.py"}
     assert not [n for n in MAINTAINED if n.startswith("vulkan_") and "sweep" in n]  # studies live in experiments/
 
