@@ -28,7 +28,7 @@ import numpy as np
 from .errors import ContextFull, ResourceExhausted, SessionError, UnsupportedOperation
 from .graph.ops import RopeSpec, rotate
 
-from .kv_types import KV_TYPE_NAMES, check_dim, kv_dtype, row_bytes, row_size
+from .kv_types import KV_CODES, KV_TYPE_NAMES, check_dim, kv_dtype, row_bytes, row_size  # noqa: F401 - KV_CODES: re-exported (the CPU backend imports it from here)
 from .kv_types import decode as _kv_decode
 from .kv_types import encode as _kv_encode
 
