@@ -17,7 +17,6 @@ from cera.errors import AudioError
 from .thresholds import DEFAULT_MAX_SPEAKERS, DEFAULT_THRESHOLD
 
 
-
 class OnlineClusters:
     def __init__(self, threshold: float = DEFAULT_THRESHOLD, max_speakers: int = DEFAULT_MAX_SPEAKERS):
         if not 0.0 < threshold < 2.0:
@@ -44,14 +43,16 @@ class OnlineClusters:
         e = np.asarray(embedding, np.float64)
         return 1.0 - c @ (e / np.linalg.norm(e))
 
-    def assign(self, embedding: np.ndarray, weight: float = 1.0) -> int:
-        """The speaker of ``embedding`` (a new one where it is far from all), updating its centroid."""
+    def assign(self, embedding: np.ndarray, weight: float = 1.0, may_open: bool = True) -> int:
+        """The speaker of ``embedding`` (a new one where it is far from all and ``may_open``),
+        updating its centroid. With ``may_open`` false it goes to the nearest known speaker
+        (the first speaker is opened all the same where none is known yet)."""
         e = np.asarray(embedding, np.float64)
         if e.ndim != 1 or not np.all(np.isfinite(e)) or not np.linalg.norm(e) > 0:
             raise AudioError("a speaker embedding must be a finite, non-zero vector")
         e = e / np.linalg.norm(e)
         d = self.distances(e)
-        if len(d) and (d.min() <= self.threshold or len(d) >= self.max_speakers):
+        if len(d) and (d.min() <= self.threshold or len(d) >= self.max_speakers or not may_open):
             k = int(np.argmin(d))
             self._sums[k] = self._sums[k] + weight * e
             return k
