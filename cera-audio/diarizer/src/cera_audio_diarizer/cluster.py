@@ -26,6 +26,7 @@ class OnlineClusters:
         self.threshold = float(threshold)
         self.max_speakers = max_speakers
         self._sums: list[np.ndarray] = []
+        self._firm: list[bool] = []  # opened or joined by an embedding that may open a speaker
 
     @property
     def n_speakers(self) -> int:
@@ -33,6 +34,7 @@ class OnlineClusters:
 
     def reset(self) -> None:
         self._sums = []
+        self._firm = []
 
     def distances(self, embedding: np.ndarray) -> np.ndarray:
         """Cosine distance of ``embedding`` to each speaker's centroid, in speaker order."""
@@ -45,8 +47,11 @@ class OnlineClusters:
 
     def assign(self, embedding: np.ndarray, weight: float = 1.0, may_open: bool = True) -> int:
         """The speaker of ``embedding`` (a new one where it is far from all and ``may_open``),
-        updating its centroid. With ``may_open`` false it goes to the nearest known speaker
-        (the first speaker is opened all the same where none is known yet)."""
+        updating its centroid. With ``may_open`` false (a piece too short to trust) it goes to
+        the nearest known speaker; where none is known it opens one all the same, but only
+        provisionally: the first embedding that may open a speaker and is far from it takes
+        that slot over (its centroid restarts), so a short first piece leaves no speaker of
+        its own."""
         e = np.asarray(embedding, np.float64)
         if e.ndim != 1 or not np.all(np.isfinite(e)) or not np.linalg.norm(e) > 0:
             raise AudioError("a speaker embedding must be a finite, non-zero vector")
@@ -55,6 +60,12 @@ class OnlineClusters:
         if len(d) and (d.min() <= self.threshold or len(d) >= self.max_speakers or not may_open):
             k = int(np.argmin(d))
             self._sums[k] = self._sums[k] + weight * e
+            self._firm[k] = self._firm[k] or may_open
+            return k
+        if may_open and not all(self._firm):
+            k = self._firm.index(False)
+            self._sums[k], self._firm[k] = weight * e, True
             return k
         self._sums.append(weight * e)
+        self._firm.append(may_open)
         return len(self._sums) - 1
