@@ -165,3 +165,18 @@ def test_a_short_first_piece_holds_its_slot_only_provisionally():
     assert cl.distances(b)[0] == pytest.approx(0.0)
     assert cl.assign(c, 0.5, may_open=False) == 0  # short, far from all: the nearest, no new slot
     assert cl.assign(c, 3.0) == 1 and cl.n_speakers == 2  # long and far: a new speaker
+
+
+def test_a_young_speaker_reaches_a_little_farther():
+    from cera_audio_diarizer.cluster import OnlineClusters
+    from cera_audio_diarizer.thresholds import YOUNG_MARGIN, YOUNG_S
+
+    a = np.array([1.0, 0.0])
+    near = np.array([0.765, 0.644])  # cosine distance 0.235 from a: past 0.21, within 0.21 + margin
+    assert 0.21 < 1 - near @ a / np.linalg.norm(near) < 0.21 + YOUNG_MARGIN
+    young = OnlineClusters(threshold=0.21)
+    young.assign(a, YOUNG_S / 2)
+    assert young.assign(near, 2.0) == 0
+    grown = OnlineClusters(threshold=0.21)
+    grown.assign(a, YOUNG_S + 1)
+    assert grown.assign(near, 2.0) == 1

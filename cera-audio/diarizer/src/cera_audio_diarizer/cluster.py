@@ -14,7 +14,7 @@ import numpy as np
 
 from cera.errors import AudioError
 
-from .thresholds import DEFAULT_MAX_SPEAKERS, DEFAULT_THRESHOLD
+from .thresholds import DEFAULT_MAX_SPEAKERS, DEFAULT_THRESHOLD, YOUNG_MARGIN, YOUNG_S
 
 
 class OnlineClusters:
@@ -27,6 +27,7 @@ class OnlineClusters:
         self.max_speakers = max_speakers
         self._sums: list[np.ndarray] = []
         self._firm: list[bool] = []  # opened or joined by an embedding that may open a speaker
+        self._seconds: list[float] = []  # the weights (seconds of audio) in each centroid
 
     @property
     def n_speakers(self) -> int:
@@ -35,6 +36,7 @@ class OnlineClusters:
     def reset(self) -> None:
         self._sums = []
         self._firm = []
+        self._seconds = []
 
     def distances(self, embedding: np.ndarray) -> np.ndarray:
         """Cosine distance of ``embedding`` to each speaker's centroid, in speaker order."""
@@ -57,15 +59,19 @@ class OnlineClusters:
             raise AudioError("a speaker embedding must be a finite, non-zero vector")
         e = e / np.linalg.norm(e)
         d = self.distances(e)
-        if len(d) and (d.min() <= self.threshold or len(d) >= self.max_speakers or not may_open):
+        # a speaker heard for less than YOUNG_S has a noisy centroid: it reaches YOUNG_MARGIN farther
+        reach = self.threshold + YOUNG_MARGIN * (np.asarray(self._seconds) < YOUNG_S)
+        if len(d) and (np.any(d <= reach) or len(d) >= self.max_speakers or not may_open):
             k = int(np.argmin(d))
             self._sums[k] = self._sums[k] + weight * e
+            self._seconds[k] += weight
             self._firm[k] = self._firm[k] or may_open
             return k
         if may_open and not all(self._firm):
             k = self._firm.index(False)
-            self._sums[k], self._firm[k] = weight * e, True
+            self._sums[k], self._firm[k], self._seconds[k] = weight * e, True, weight
             return k
         self._sums.append(weight * e)
         self._firm.append(may_open)
+        self._seconds.append(weight)
         return len(self._sums) - 1
