@@ -19,7 +19,7 @@ DEFAULT_MAX_SPEAKERS = 4
 # a known voice (0.217 from it) open a speaker in bench_two_voices (4 found of 2), 2.0 s
 # gives every file its true count but the wake-word clip's second voice no speaker, and
 # 1.5 s gives the true count everywhere but bench_three_voices (4 of 3: a 2.30 s piece of
-# its second voice lies 0.232 from that voice's one earlier piece). DER at a 0.25 s collar
+# its second voice lies 0.232 from that voice's one earlier piece: YOUNG_MARGIN below). DER at a 0.25 s collar
 # with 1.5 s: 2.6%, 4.8%, 2.0% on the test conversations (3.5%, 4.8%, 2.9% at 0).
 DEFAULT_MIN_NEW_SPEAKER_S = 1.5
 
