@@ -61,7 +61,9 @@ class SpeakerDiarizer(Diarizer):
         self.max_speakers = max_speakers
         self.window_s = float(window_s)
         if not (isinstance(min_new_speaker_s, (int, float)) and 0 <= min_new_speaker_s <= window_s):
-            raise AudioError(f"min_new_speaker_s must be between 0 and window_s ({window_s} s), got {min_new_speaker_s!r}")
+            raise AudioError(
+                f"min_new_speaker_s must be between 0 and window_s ({window_s} s), got {min_new_speaker_s!r}"
+            )
         self.min_new_speaker_s = float(min_new_speaker_s)
         self.segment_params = segment_params or SegmentParams()
         self.reset()
