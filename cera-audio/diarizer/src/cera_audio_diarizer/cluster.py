@@ -4,9 +4,9 @@ Each embedding (L2-normalized) goes to the nearest speaker by cosine distance
 (1 - cosine similarity to the speaker's centroid, the normalized sum of its embeddings);
 if the nearest is farther than ``threshold`` (``threshold + YOUNG_MARGIN`` from a speaker
 heard for under ``YOUNG_S`` seconds, whose centroid is still noisy) and fewer than
-``max_speakers`` are known, it starts a new speaker. Speaker indices are given in the order speakers first appear. The
-decision for an embedding is final: nothing is relabelled later, so turns can be handed
-out as soon as they are heard.
+``max_speakers`` are known, it starts a new speaker. Speaker indices are given in the
+order speakers first appear. The decision for an embedding is final: nothing is
+relabelled later, so turns can be handed out as soon as they are heard.
 """
 
 from __future__ import annotations
