@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from diar_cases import CONVERSATIONS, DATA
 
@@ -15,10 +16,11 @@ from cera.audio import load_diarizer
 from cera.errors import AudioError
 from cera_audio_diarizer.der import Turn, der, read_rttm
 
-# DER at a 0.25 s collar, measured with the default threshold (0.21) and 4 s pieces:
-# two_voices 3.5%, three_voices 4.8%, two_voices_long_turns 2.9%. The bounds leave room
-# for a few tenths of a second moved by float rounding, and stay under 10%.
-DER_BOUND = {"two_voices": 0.06, "three_voices": 0.07, "two_voices_long_turns": 0.05}
+# DER at a 0.25 s collar, measured with the defaults (threshold 0.21, 4 s pieces, no new
+# speaker from a piece under 1.5 s): two_voices 2.6%, three_voices 4.8%,
+# two_voices_long_turns 2.0%. The bounds leave room for a few tenths of a second moved by
+# float rounding, and stay under 10%.
+DER_BOUND = {"two_voices": 0.05, "three_voices": 0.07, "two_voices_long_turns": 0.04}
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +43,23 @@ def _hyp(turns):
 def test_der_of_each_conversation(turns, name):
     ref = read_rttm(DATA / f"{name}.rttm")
     r = der(ref, _hyp(turns[name]), collar=0.25)
-    assert r.der < DER_BOUND[name], (name, r.to_json())
-    # speakers holding more than 1 s of speech: one per voice (a short piece may start another)
-    held: dict[int, float] = {}
-    for t in turns[name]:
-        held[t.speaker] = held.get(t.speaker, 0.0) + t.end - t.start
-    assert len([s for s, d in held.items() if d > 1.0]) == len({t.speaker for t in ref}), held
+    assert r.der < DER_BOUND[name] < 0.10, (name, r.to_json())
+    # one speaker per voice, each mapped to its own voice: no short piece opens a speaker of its own
+    assert len({t.speaker for t in turns[name]}) == len({t.speaker for t in ref}), (name, turns[name])
+    assert sorted(r.mapping.values()) == sorted({t.speaker for t in ref}), (name, r.mapping)
+
+
+def test_a_short_piece_opens_no_speaker(encoder_gguf, conversations):
+    """With the limit off, the short pieces of the conversations open speakers of their own
+    (0.38-0.60 s): the limit is what keeps the count right."""
+    d = load_diarizer(encoder_gguf, threads=2, min_new_speaker_s=0.0)
+    try:
+        found = len({t.speaker for t in d.diarize(conversations["two_voices_long_turns"])})
+    finally:
+        d.close()
+    assert found == 3
+    with pytest.raises(AudioError, match="min_new_speaker_s must be between 0 and window_s"):
+        load_diarizer(encoder_gguf, min_new_speaker_s=5.0)
 
 
 def test_speakers_are_numbered_in_order_of_arrival(turns):
@@ -140,3 +153,30 @@ def test_cli_bad_inputs(args, message):
     assert proc.returncode != 0
     assert message in proc.stderr.decode(), proc.stderr.decode()
     assert "Traceback" not in proc.stderr.decode()
+
+
+def test_a_short_first_piece_holds_its_slot_only_provisionally():
+    from cera_audio_diarizer.cluster import OnlineClusters
+
+    a, b, c = np.eye(3)
+    cl = OnlineClusters(threshold=0.2, max_speakers=4)
+    assert cl.assign(a, 0.4, may_open=False) == 0  # nothing known: opened, provisionally
+    assert cl.assign(b, 3.0) == 0  # far from it and long: takes slot 0 over
+    assert cl.distances(b)[0] == pytest.approx(0.0)
+    assert cl.assign(c, 0.5, may_open=False) == 0  # short, far from all: the nearest, no new slot
+    assert cl.assign(c, 3.0) == 1 and cl.n_speakers == 2  # long and far: a new speaker
+
+
+def test_a_young_speaker_reaches_a_little_farther():
+    from cera_audio_diarizer.cluster import OnlineClusters
+    from cera_audio_diarizer.thresholds import YOUNG_MARGIN, YOUNG_S
+
+    a = np.array([1.0, 0.0])
+    near = np.array([0.765, 0.644])  # cosine distance 0.235 from a: past 0.21, within 0.21 + margin
+    assert 0.21 < 1 - near @ a / np.linalg.norm(near) < 0.21 + YOUNG_MARGIN
+    young = OnlineClusters(threshold=0.21)
+    young.assign(a, YOUNG_S / 2)
+    assert young.assign(near, 2.0) == 0
+    grown = OnlineClusters(threshold=0.21)
+    grown.assign(a, YOUNG_S + 1)
+    assert grown.assign(near, 2.0) == 1

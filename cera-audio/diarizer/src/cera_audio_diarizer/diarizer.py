@@ -5,7 +5,10 @@ given) and silero-vad's segment rules (`cera.audio.SpeechSegmenter`). Each speec
 once final, is cut into pieces of at most ``window_s`` seconds (equal lengths), each
 piece's volume is raised to -30 dBFS where it is quieter (resemblyzer's own
 preprocessing: the encoder reads mel power, not log mel), embedded as a whole utterance
-(`SpeakerEncoder.embed_utterance`) and given a speaker by `OnlineClusters`. Neighbouring
+(`SpeakerEncoder.embed_utterance`) and given a speaker by `OnlineClusters`. A piece
+shorter than ``min_new_speaker_s`` never opens a speaker: its embedding is too noisy to
+tell a new voice from a known one (thresholds.py has the measurement), so it goes to the
+nearest known speaker. Neighbouring
 pieces of one speaker are joined into one `SpeakerTurn`. Audio is kept only from the start
 of the speech not yet handed out.
 """
@@ -20,6 +23,7 @@ from cera.audio import Diarizer, SegmentParams, SpeakerTurn, SpeechSegmenter, as
 from cera.errors import AudioError, InvalidOptions
 
 from .cluster import DEFAULT_MAX_SPEAKERS, DEFAULT_THRESHOLD, OnlineClusters
+from .thresholds import DEFAULT_MIN_NEW_SPEAKER_S
 
 DEFAULT_WINDOW_S = 4.0
 TARGET_DBFS = -30.0
@@ -41,7 +45,8 @@ class SpeakerDiarizer(Diarizer):
 
     def __init__(self, encoder, vad=None, threshold: float = DEFAULT_THRESHOLD,
                  max_speakers: int = DEFAULT_MAX_SPEAKERS, window_s: float = DEFAULT_WINDOW_S,
-                 segment_params: SegmentParams | None = None):  # fmt: skip
+                 segment_params: SegmentParams | None = None,
+                 min_new_speaker_s: float = DEFAULT_MIN_NEW_SPEAKER_S):  # fmt: skip
         if not window_s >= 0.5:
             raise AudioError(f"window_s {window_s}: pieces shorter than 0.5 s give no usable speaker embedding")
         if vad is None:
@@ -55,6 +60,11 @@ class SpeakerDiarizer(Diarizer):
         self.clusters = OnlineClusters(threshold, max_speakers)
         self.max_speakers = max_speakers
         self.window_s = float(window_s)
+        if not (isinstance(min_new_speaker_s, (int, float)) and 0 <= min_new_speaker_s <= window_s):
+            raise AudioError(
+                f"min_new_speaker_s must be between 0 and window_s ({window_s} s), got {min_new_speaker_s!r}"
+            )
+        self.min_new_speaker_s = float(min_new_speaker_s)
         self.segment_params = segment_params or SegmentParams()
         self.reset()
 
@@ -65,7 +75,7 @@ class SpeakerDiarizer(Diarizer):
 
         if sample_rate not in (None, 16000):
             raise InvalidOptions(f"the GE2E diarizer runs at 16000 Hz, not {sample_rate}; resample the audio")
-        known = {"vad", "threshold", "max_speakers", "window_s", "segment_params"}
+        known = {"vad", "threshold", "max_speakers", "window_s", "segment_params", "min_new_speaker_s"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise InvalidOptions(f"unknown diarizer option(s) {unknown}; known: {', '.join(sorted(known))}")
@@ -127,7 +137,9 @@ class SpeakerDiarizer(Diarizer):
             piece = audio[a:b]
             if len(piece) < sr // 10:
                 continue
-            speaker = self.clusters.assign(self.encoder.embed_utterance(raise_volume(piece)), weight=len(piece) / sr)
+            seconds = len(piece) / sr
+            speaker = self.clusters.assign(self.encoder.embed_utterance(raise_volume(piece)), weight=seconds,
+                                           may_open=seconds >= self.min_new_speaker_s)  # fmt: skip
             t0, t1 = (start + a) / sr, (start + b) / sr
             if turns and turns[-1].speaker == speaker:
                 turns[-1] = SpeakerTurn(turns[-1].start, t1, speaker)

@@ -28,7 +28,7 @@ def _text(event) -> str:
 @click.command(name="listen")
 @click.option("--audio", "audio_path", required=True, metavar="FILE|-",
               help="Audio file (anything libsndfile reads; resampled to 16 kHz mono), or - for raw 16-bit "
-                   "little-endian mono PCM at 16 kHz on standard input.")  # fmt: skip
+                   "little-endian mono PCM at 16 kHz (or a WAV stream of it) on standard input.")  # fmt: skip
 @click.option("--wake", default=None, metavar="NAME|PATH",
               help="Transcribe only what follows this wake word: okay-nabu, hey-jarvis, hey-mycroft, alexa "
                    "(`cera models --kind kws`) or a model file. Without it every utterance is transcribed.")  # fmt: skip
@@ -54,9 +54,10 @@ def listen_command(audio_path, wake, wake_threshold, diarize, speakers, model, s
     """Listen to audio: wake word, speech, transcripts (and speakers), as they happen."""
 
     from cera.audio import PipelineParams
-    from cera_audio_io import open_audio, read_raw_pcm
+    from cera_audio_io import open_audio
 
     from .assemble import build_pipeline
+    from .stdin import stdin_blocks
 
     params = PipelineParams(end_silence_ms=silence_ms, max_utterance_ms=max_utterance_ms, pre_roll_ms=pre_roll_ms,
                             listen_timeout_ms=listen_timeout_ms)  # fmt: skip
@@ -84,7 +85,7 @@ def listen_command(audio_path, wake, wake_threshold, diarize, speakers, model, s
 
     try:
         if live:
-            for block in read_raw_pcm(sys.stdin.buffer):
+            for block in stdin_blocks(sys.stdin.buffer):
                 emit(pipeline.push(block))
         else:
             with blocks:
