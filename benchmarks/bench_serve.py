@@ -242,7 +242,7 @@ def commit() -> str:
 
 def server_argv(server: str, path: str, port: int, args, n_parallel: int) -> list[str]:
     if server == "cera":
-        return [args.cera_bin, "serve", "-m", path, "--port", str(port), "-t", str(args.threads), "-c", str(args.ctx),
+        return [args.cera_bin, "serve", "-m", path, "--alias", "m", "--port", str(port), "-t", str(args.threads), "-c", str(args.ctx),
                 "--parallel", str(n_parallel), "--max-queue", "1024"]  # fmt: skip
     if server == "llama":
         return [sys.executable, "-m", "llama_cpp.server", "--model", path, "--port", str(port), "--n_threads",
