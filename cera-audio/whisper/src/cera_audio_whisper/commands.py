@@ -75,6 +75,10 @@ def transcribe_command(audio_path, model, language, task, beam_size, best_of, te
         temperatures=temps, initial_prompt=initial_prompt, condition_on_previous_text=not no_condition,
         without_timestamps=no_timestamps,
     )  # fmt: skip
+    from cera_audio_io import open_audio
+
+    with open_audio(audio_path, 16000):  # a missing or damaged recording is refused before the model loads
+        pass
     path = _resolve_model(model, out_type, quiet)
     from .model import WhisperModel
     from .recording import open_recording
