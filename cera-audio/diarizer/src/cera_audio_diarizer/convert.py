@@ -122,17 +122,12 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def write_gguf(weights: dict[str, np.ndarray], out_path: str | os.PathLike, description: str = "") -> Path:
-    """Write the encoder to a GGUF file, atomically (a temporary name renamed when complete)."""
-    import gguf
-
+    """Write the encoder to a GGUF file, atomically (`write_gguf_file`)."""
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
     layers = sum(1 for k in weights if k.startswith("lstm.weight_ih_l"))
     a = ARCHITECTURE
-    try:
-        writer = gguf.GGUFWriter(tmp_name, a)
+
+    def fill(writer) -> None:
         writer.add_name("Resemblyzer GE2E speaker encoder")
         writer.add_license("Apache-2.0")
         writer.add_author("Resemble AI (Corentin Jemine)")
@@ -150,6 +145,33 @@ def write_gguf(weights: dict[str, np.ndarray], out_path: str | os.PathLike, desc
         for name, value in weights.items():
             writer.add_tensor(name, np.ascontiguousarray(value, dtype=np.float32))
         writer.add_tensor("mel_filters", mel_filters())
+
+    return write_gguf_file(out_path, a, fill)
+
+
+def convert(pt_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
+    """Convert resemblyzer's ``pretrained.pt`` to GGUF; returns the output path."""
+    pt_path = Path(pt_path)
+    weights = read_checkpoint(pt_path)
+    description = (
+        f"GE2E speaker encoder converted by cera-audio-diarizer {cera.__version__} (converter v{CONVERTER_VERSION}) "
+        f"from {pt_path.name} (sha256 {sha256_file(pt_path)})"
+    )
+    return write_gguf(weights, out_path, description)
+
+
+def write_gguf_file(out_path, architecture: str, fill) -> Path:
+    """Write a GGUF file atomically: ``fill(writer)`` adds its keys and tensors to a writer
+    on a temporary file beside ``out_path``, which then replaces it (removed on failure)."""
+    import gguf
+
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
+    os.close(fd)
+    try:
+        writer = gguf.GGUFWriter(tmp_name, architecture)
+        fill(writer)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -162,14 +184,3 @@ def write_gguf(weights: dict[str, np.ndarray], out_path: str | os.PathLike, desc
             pass
         raise
     return out_path
-
-
-def convert(pt_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
-    """Convert resemblyzer's ``pretrained.pt`` to GGUF; returns the output path."""
-    pt_path = Path(pt_path)
-    weights = read_checkpoint(pt_path)
-    description = (
-        f"GE2E speaker encoder converted by cera-audio-diarizer {cera.__version__} (converter v{CONVERTER_VERSION}) "
-        f"from {pt_path.name} (sha256 {sha256_file(pt_path)})"
-    )
-    return write_gguf(weights, out_path, description)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import os
 import tarfile
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -274,15 +273,11 @@ def rearrange(t: dict[str, np.ndarray], s: dict) -> tuple[dict[str, np.ndarray],
 
 
 def write_gguf(tensors: dict, s: dict, sizes: dict, tf_heads: int, out_path, description: str = "") -> Path:
-    import gguf
+    from .convert import write_gguf_file
 
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
     a = ARCHITECTURE
-    try:
-        writer = gguf.GGUFWriter(tmp_name, a)
+
+    def fill(writer) -> None:
         writer.add_name("Streaming Sortformer speaker diarizer")
         if description:
             writer.add_description(description)
@@ -298,18 +293,8 @@ def write_gguf(tensors: dict, s: dict, sizes: dict, tf_heads: int, out_path, des
         for name, value in tensors.items():
             writer.add_tensor(name, np.ascontiguousarray(value, dtype=np.float32))
         writer.add_tensor("mel_filters", mel_filters(s["sample_rate"], s["n_fft"], s["n_mels"]))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp_name, out_path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    return out_path
+
+    return write_gguf_file(out_path, a, fill)
 
 
 def convert_nemo(nemo_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
