@@ -40,8 +40,17 @@ CODEBOOKS = {
     2: (-1.5104176088, -0.4527800398, 0.4527800398, 1.5104176088),
     3: (-2.1519457051, -1.3439092613, -0.7560052489, -0.2450940842,
         0.2450940842, 0.7560052489, 1.3439092613, 2.1519457051),
+    4: (-2.7325057628, -2.0689225438, -1.6179497832, -1.2561401598,
+        -0.9422616950, -0.6566983696, -0.3880099835, -0.1283819394,
+        0.1283819394, 0.3880099835, 0.6566983696, 0.9422616950,
+        1.2561401598, 1.6179497832, 2.0689225438, 2.7325057628),
 }  # fmt: skip
-BITS = {"tq3": 3, "tq2": 2}  # the quantizer's bits a coordinate, keys and values alike
+BITS = {"tq3": (4, 3), "tq2": (3, 2)}  # the quantizer's bits a coordinate: (keys, values)
+
+
+def bits(kv_type: str, key: bool = True) -> int:
+    """The quantizer's bits a coordinate of a key (``key``) or value row of ``kv_type``."""
+    return BITS[kv_type][0 if key else 1]
 ROTATION_SEED = 0x7C3A
 
 
@@ -88,37 +97,37 @@ def _unplanes(data: np.ndarray, bits: int, dim: int, offset: int) -> np.ndarray:
 
 
 def encode(x: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
-    """Rows ``[..., D]`` as stored bytes ``[..., 2 + b D / 8]`` (see the module; keys and
-    values alike, ``key`` is for the callers' symmetry)."""
+    """Key (``key``) or value rows ``[..., D]`` as stored bytes ``[..., 2 + b D / 8]``, b the
+    bits of the row's kind (`bits`)."""
     x = np.asarray(x, np.float32)
     dim = x.shape[-1]
-    bits = BITS[kv_type]
+    b = bits(kv_type, key)
     norm = np.sqrt(np.einsum("...i,...i->...", x, x, dtype=np.float32)).astype(np.float32)
     safe = np.where(norm > 0, norm, np.float32(1))[..., None]
     y = (x / safe) @ rotation(dim).T
-    idx = np.searchsorted(thresholds(bits), y * np.float32(math.sqrt(dim)), side="left")
-    c = np.asarray(CODEBOOKS[bits], np.float32)[idx]
+    idx = np.searchsorted(thresholds(b), y * np.float32(math.sqrt(dim)), side="left")
+    c = np.asarray(CODEBOOKS[b], np.float32)[idx]
     kept = np.sqrt(np.einsum("...i,...i->...", c, c, dtype=np.float32)) / np.float32(math.sqrt(dim))
     n = np.where(kept > 0, norm / np.where(kept > 0, kept, np.float32(1)), np.float32(0))
-    return np.concatenate([n.astype(np.float16)[..., None].view(np.uint8), *_planes(idx, bits)], axis=-1)
+    return np.concatenate([n.astype(np.float16)[..., None].view(np.uint8), *_planes(idx, b)], axis=-1)
 
 
-def row_dim(data: np.ndarray, kv_type: str) -> int:
-    return (data.shape[-1] - 2) * 8 // BITS[kv_type]
+def row_dim(data: np.ndarray, kv_type: str, key: bool = True) -> int:
+    return (data.shape[-1] - 2) * 8 // bits(kv_type, key)
 
 
 def decode_rotated(data: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
     """Stored rows as float64 vectors in the rotated space (P x, as quantized)."""
     data = np.ascontiguousarray(data, np.uint8)
-    bits, dim = BITS[kv_type], row_dim(data, kv_type)
+    b, dim = bits(kv_type, key), row_dim(data, kv_type, key)
     norm = data[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)
-    idx = _unplanes(data, bits, dim, 2)
-    return norm[..., None] * np.asarray(CODEBOOKS[bits], np.float64)[idx] / math.sqrt(dim)
+    idx = _unplanes(data, b, dim, 2)
+    return norm[..., None] * np.asarray(CODEBOOKS[b], np.float64)[idx] / math.sqrt(dim)
 
 
 def decode(data: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
     """Stored rows back to float64 ``[..., D]``."""
-    return decode_rotated(data, kv_type, key) @ rotation(row_dim(data, kv_type)).astype(np.float64)
+    return decode_rotated(data, kv_type, key) @ rotation(row_dim(data, kv_type, key)).astype(np.float64)
 
 
-__all__ = ["BITS", "CODEBOOKS", "decode", "decode_rotated", "encode", "lloyd_max", "rotation", "row_dim", "thresholds"]
+__all__ = ["BITS", "CODEBOOKS", "bits", "decode", "decode_rotated", "encode", "lloyd_max", "rotation", "row_dim", "thresholds"]

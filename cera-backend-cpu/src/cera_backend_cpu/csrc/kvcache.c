@@ -15,9 +15,14 @@ static const float CB1[2] = {-0.7978845608f, 0.7978845608f};
 static const float CB2[4] = {-1.5104176088f, -0.4527800398f, 0.4527800398f, 1.5104176088f};
 static const float CB3[8] = {-2.1519457051f, -1.3439092613f, -0.7560052489f, -0.2450940842f,
                              0.2450940842f,  0.7560052489f,  1.3439092613f,  2.1519457051f};
+static const float CB4[16] = {-2.7325057628f, -2.0689225438f, -1.6179497832f, -1.2561401598f,
+                              -0.9422616950f, -0.6566983696f, -0.3880099835f, -0.1283819394f,
+                              0.1283819394f,  0.3880099835f,  0.6566983696f,  0.9422616950f,
+                              1.2561401598f,  1.6179497832f,  2.0689225438f,  2.7325057628f};
 
-static const float *codebook(int bits) { return bits == 1 ? CB1 : bits == 2 ? CB2 : CB3; }
-static int tq_bits(int kv_type) { return kv_type == KV_TQ3 ? 3 : 2; } /* keys and values alike */
+static const float *codebook(int bits) { return bits == 1 ? CB1 : bits == 2 ? CB2 : bits == 3 ? CB3 : CB4; }
+/* the bits a coordinate (the reference's BITS): tq3 keys 4, values 3; tq2 keys 3, values 2 */
+static int tq_bits(int kv_type, int key) { return (kv_type == KV_TQ3 ? 3 : 2) + (key ? 1 : 0); }
 
 #define TQ_MAX_DIMS 16   /* row lengths registered at once */
 #define TQ_MAX_DIM 4096  /* the longest row (a stack buffer of indices) */
@@ -56,7 +61,7 @@ size_t kv_row_bytes(int kv_type, int64_t dim, int key) {
     case KV_F16: return (size_t)dim * 2;
     case KV_Q8_0: return (size_t)(dim / 32 * 34);
     case KV_Q4_0: return (size_t)(dim / 32 * 18);
-    default: (void)key; return (size_t)(2 + tq_bits(kv_type) * dim / 8);
+    default: return (size_t)(2 + tq_bits(kv_type, key) * dim / 8);
     }
 }
 
@@ -137,9 +142,9 @@ CERA_INLINE int get_index(const uint8_t *planes, int bits, int64_t dim, int64_t 
 
 /* The row's norm over the centroids' is stored (the module docstring of the reference):
  * the decoded row keeps the row's norm. */
-static void tq_store(int kv_type, const float *x, uint8_t *dst, int64_t dim, float *scratch) {
+static void tq_store(int kv_type, int key, const float *x, uint8_t *dst, int64_t dim, float *scratch) {
     const tq_mats *m = tq_find(dim);
-    const int bits = tq_bits(kv_type);
+    const int bits = tq_bits(kv_type, key);
     const float *cb = codebook(bits);
     const int levels = 1 << bits;
     float *u = scratch, *y = scratch + dim;
@@ -181,7 +186,7 @@ void kv_store_row(const cera_kernels *k, int kv_type, int key, const float *src,
         break;
     case KV_Q4_0: quant_row_q4_0(src, (block_q4_0 *)dst, dim); break;
     case KV_F32: memcpy(dst, src, sizeof(float) * (size_t)dim); break;
-    default: tq_store(kv_type, src, (uint8_t *)dst, dim, scratch);
+    default: tq_store(kv_type, key, src, (uint8_t *)dst, dim, scratch);
     }
 }
 
@@ -193,7 +198,7 @@ void tq_query(int64_t dim, const float *q, float *qx) {
 }
 
 float tq_key_dot(int kv_type, const char *row, const float *qx, int64_t dim) {
-    const int bits = tq_bits(kv_type);
+    const int bits = tq_bits(kv_type, 1);
     const float *cb = codebook(bits);
     uint16_t hn;
     memcpy(&hn, row, 2);
@@ -204,7 +209,7 @@ float tq_key_dot(int kv_type, const char *row, const float *qx, int64_t dim) {
 }
 
 void tq_key_expand(int kv_type, const char *row, float *dst, int64_t dim) {
-    const int bits = tq_bits(kv_type);
+    const int bits = tq_bits(kv_type, 1);
     const float *cb = codebook(bits);
     uint16_t hn;
     memcpy(&hn, row, 2);
@@ -214,7 +219,7 @@ void tq_key_expand(int kv_type, const char *row, float *dst, int64_t dim) {
 }
 
 void tq_value_axpy(int kv_type, const char *row, float w, float *acc, int64_t dim) {
-    const int bits = tq_bits(kv_type);
+    const int bits = tq_bits(kv_type, 0);
     const float *cb = codebook(bits);
     uint16_t hn;
     memcpy(&hn, row, 2);
