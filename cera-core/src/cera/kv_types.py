@@ -12,8 +12,10 @@
   spreads a block's outliers over it, so its scale loses less: SmolLM2-135M's perplexity
   with a q4_0 cache is 5.9% above llama.cpp's without it and agrees with it;
 - ``tq3``, ``tq2``: TurboQuant (`cera.kv_turboquant`): a fixed random rotation, then an
-  optimal scalar quantizer per rotated coordinate and the row's norm; tq3 spends 3 bits a
-  coordinate on keys and values, tq2 spends 2; the row length must be a multiple of 8.
+  optimal scalar quantizer per rotated coordinate and the row's norm (f16); tq3 spends 4
+  bits a coordinate on keys and 3 on values (60 bytes a key and value row of 64 numbers:
+  23% of f16's), tq2 3 and 2 (44 bytes: 17%); the row length must be a multiple of 8.
+  SmolLM2-135M's perplexity (chunks of 256) is 8.8% above f16's with tq3, 36% with tq2.
 
 Everything a backend or the host storage needs to know about a type is here: its bytes per
 row (keys and values may differ), the code kernels are told, and the numpy encoder and
