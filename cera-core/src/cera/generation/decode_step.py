@@ -16,7 +16,7 @@ import numpy as np
 
 from ..graph.builder import LAST_LOGITS, Outputs
 from .lockstep import evaluate_in_lockstep
-from .sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K, Candidates, Sampler, log_softmax_at
+from .sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K, Candidates, Sampler, all_finite, log_softmax_at
 from .sink import FinishReason
 
 _OUTPUTS = {NEEDS_ARGMAX: Outputs(("argmax",)), NEEDS_LOGITS: LAST_LOGITS}
@@ -130,16 +130,16 @@ def _not_finite(last: dict | None) -> str | None:
         values = last["top_k"][1]
     if values is None:
         return None
-    finite = np.isfinite(values)
-    if finite.all():
+    if all_finite(values):
         return None
+    finite = np.isfinite(values)
     nan = int(np.isnan(values).sum())
     return f"{nan} NaN and {values.size - int(finite.sum()) - nan} infinite of {values.size} values"
 
 
 def _candidates(last: dict) -> Candidates:
     if "logits" in last:
-        return Candidates(logits=np.array(last["logits"], np.float32, copy=True))
+        return Candidates(logits=last["logits"], shared=True)  # copied only if a processor writes to it
     if "top_k" in last:
         ids, vals = last["top_k"]
         return Candidates(ids=ids.copy(), values=vals.copy())

@@ -70,16 +70,72 @@ class SamplingOptions:
 class Candidates:
     """The tokens still in play. Full: ``logits`` over the whole vocabulary (float32,
     the processor's own copy). Narrowed: ``ids`` and their ``values`` (float64), best
-    first, once a top-k cut (or the device's top-k) has picked them."""
+    first, once a top-k cut (or the device's top-k) has picked them.
 
-    def __init__(self, logits: np.ndarray | None = None, ids: np.ndarray | None = None, values: np.ndarray | None = None):
-        self.logits = logits
+    Full logits may be given ``shared`` (another's array, copied on the first read of
+    ``logits``), and a grammar may leave its mask pending (`defer_mask`, applied on the
+    first read): greedy decoding takes `argmax` over the pending mask without either
+    copy, so on a 262k vocabulary a constrained step costs one pass over the logits."""
+
+    def __init__(self, logits: np.ndarray | None = None, ids: np.ndarray | None = None, values: np.ndarray | None = None,
+                 shared: bool = False):  # fmt: skip
+        self._logits = logits
+        self._shared = shared and logits is not None
+        self._words: np.ndarray | None = None  # a pending mask: a bit per token, little-endian u32 words
+        self._n_masked = 0  # ids the pending mask covers; those from here on are excluded
         self.ids = ids
         self.values = values
 
     @property
+    def logits(self) -> np.ndarray | None:
+        if self._shared:
+            self._logits, self._shared = np.array(self._logits, np.float32, copy=True), False
+        if self._words is not None:
+            words, n, self._words = self._words, self._n_masked, None
+            apply_packed_mask(self._logits, words, n)
+        return self._logits
+
+    @logits.setter
+    def logits(self, value: np.ndarray | None) -> None:
+        self._logits, self._shared, self._words = value, False, None
+
+    @property
     def full(self) -> bool:
-        return self.logits is not None
+        return self._logits is not None
+
+    @property
+    def n_full(self) -> int:
+        """The length of the full logits (read without applying a pending mask)."""
+        return self._logits.shape[0]
+
+    def has_nan(self) -> bool:
+        """Whether the full logits hold a NaN (read without applying a pending mask)."""
+        return _has_nan(self._logits)
+
+    def defer_mask(self, words: np.ndarray, n: int) -> None:
+        """Allow only the ids whose bit is set in ``words`` (packed: id i is bit i % 32 of
+        word i // 32), among the first ``n``; applied when ``logits`` is next read. The
+        words must stay unchanged until then. Only one mask may be pending."""
+        if self._words is not None:
+            self.logits  # noqa: B018 - applies the mask already pending
+        self._words, self._n_masked = words, n
+
+    def argmax(self) -> int:
+        """The id of the largest logit that the pending mask allows (the lowest id on a
+        tie, as np.argmax): the largest logit overall when its bit is set (the common
+        case), else the masked array's argmax."""
+        if self._words is not None:
+            x = self._logits
+            t = int(np.argmax(x))
+            if t < self._n_masked and (int(self._words[t >> 5]) >> (t & 31)) & 1:
+                return t  # every other logit is lower, or equal at a higher id
+        return int(np.argmax(self.logits))
+
+    def value_at(self, t: int) -> float:
+        """The logit of id ``t``, the pending mask counted (-inf where it excludes ``t``)."""
+        if self._words is not None and not (t < self._n_masked and (int(self._words[t >> 5]) >> (t & 31)) & 1):
+            return float("-inf")
+        return float(self._logits[t])
 
     def narrow(self, k: int = 0) -> None:
         """Keep the k best (all when k is 0 or at least the vocabulary), sorted best first."""
@@ -95,6 +151,29 @@ class Candidates:
             ids = np.arange(n)
         ids = ids[np.argsort(-logits[ids], kind="stable")]
         self.ids, self.values, self.logits = ids, logits[ids].astype(np.float64), None
+
+
+def apply_packed_mask(logits: np.ndarray, words: np.ndarray, n: int) -> None:
+    """Set to -inf, in place, every logit whose bit in ``words`` is clear, and every logit
+    at or beyond ``n`` (``words``: a bit per id, little-endian u32 words, as llguidance writes)."""
+    m = min(n, logits.shape[0])
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little", count=m)
+    np.copyto(logits[:m], -np.inf, where=bits == 0)
+    logits[m:] = -np.inf
+
+
+def _has_nan(x: np.ndarray) -> bool:
+    # np.argmax stops at the first NaN: one pass with no temporary (np.isnan(x).any()
+    # takes twice as long on a 262k vocabulary)
+    return bool(np.isnan(x.flat[int(np.argmax(x))])) if x.size else False
+
+
+def all_finite(x: np.ndarray) -> bool:
+    """Whether every value is finite: np.argmax and np.argmin land on the first NaN, else
+    on the largest and smallest values, so two passes with no temporary tell."""
+    if not x.size:
+        return True
+    return bool(np.isfinite(x.flat[int(np.argmax(x))]) and np.isfinite(x.flat[int(np.argmin(x))]))
 
 
 class Processor:
@@ -307,13 +386,13 @@ class Sampler:
         return out
 
     def _choose(self, c: Candidates, history, extra) -> int:
-        if c.full and np.isnan(c.logits).any():
+        if c.full and c.has_nan():
             raise SessionError("the model returned NaN logits: its weights or the computation are broken")
         for p in self.masks + extra:
             p.apply(c, history)
         if self.options.greedy:
             if c.full:
-                token = int(np.argmax(c.logits))
+                token = c.argmax()
             elif not len(c.ids):
                 raise SessionError("every token is excluded (banned or masked): nothing to sample")
             else:  # candidates come largest first, the lower id first on a tie: as argmax picks
@@ -329,7 +408,7 @@ class Sampler:
             p = np.exp(c.values - c.values[0])
             p /= p.sum()
             token = int(c.ids[self.rng.choice(len(c.ids), p=p)])
-        if self.options.greedy and c.full and not np.isfinite(c.logits[token]):
+        if self.options.greedy and c.full and not np.isfinite(c.value_at(token)):
             raise SessionError("every token is excluded (banned or masked): nothing to sample")
         for p in self.processors:
             p.accept(token)
@@ -355,6 +434,8 @@ __all__ = [
     "Temperature",
     "TopK",
     "TopP",
+    "all_finite",
+    "apply_packed_mask",
     "apply_repeat_penalty",
     "log_softmax_at",
 ]

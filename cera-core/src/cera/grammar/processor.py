@@ -126,21 +126,27 @@ class GrammarProcessor(Processor):
     def allowed(self) -> np.ndarray:
         """The tokens allowed now, as booleans over the vocabulary."""
         self._ready()
+        return self._bools()
+
+    def _bools(self) -> np.ndarray:
         bits = np.unpackbits(self._words.view(np.uint8), bitorder="little", count=self.n_vocab)
         return bits.view(bool)
 
     def apply(self, c: Candidates, history) -> None:
         if not self.active:
             return
-        ok = self.allowed()
+        self._ready()
+        ok = None  # the allowed tokens as booleans: made only where a guard or the budget narrows them
         if self.keys is not None:
             banned = self.keys.banned()
             if banned:
+                ok = self._bools()
                 kept = ok.copy()
                 kept[banned] = False
                 if kept.any():  # never a dead end: the grammar's own choice wins over the guard
                     ok = kept
         if self.repeats is not None and not self.repeats.repeated and self.repeats.seen:
+            ok = self._bools() if ok is None else ok
             here = self._braces[ok[self._braces]]
             banned = [int(t) for t in here if self.repeats.runs_past_repeat(self._token_bytes[t])]
             if banned:
@@ -148,22 +154,31 @@ class GrammarProcessor(Processor):
                 kept[banned] = False
                 if kept.any():
                     ok = kept
-        if self.budget is not None:
+        if self.budget is not None and self.budget.engaged():
             if c.full:
                 logits = c.logits
             else:
                 logits = np.full(self.n_vocab, -np.inf, np.float32)
                 inside = c.ids < self.n_vocab
                 logits[c.ids[inside]] = c.values[inside]
-            ok = ok.copy()
-            self.budget.steer(ok, logits)
+            ok = (self._bools() if ok is None else ok).copy()
+            self.budget.narrow(ok, logits)
         if c.full:
-            n = min(len(c.logits), self.n_vocab)
-            np.copyto(c.logits[:n], -np.inf, where=~ok[:n])
-            if len(c.logits) > n:
-                c.logits[n:] = -np.inf
+            if ok is None:  # the grammar's mask alone: left packed, applied when the logits are read
+                c.defer_mask(self._words.copy(), self.n_vocab)
+                return
+            n = min(c.n_full, self.n_vocab)
+            logits = c.logits
+            np.copyto(logits[:n], -np.inf, where=~ok[:n])
+            if len(logits) > n:
+                logits[n:] = -np.inf
         else:
-            keep = ok[np.minimum(c.ids, self.n_vocab - 1)] & (c.ids < self.n_vocab)
+            if ok is None:
+                inside = c.ids < self.n_vocab
+                ids = np.where(inside, c.ids, 0)
+                keep = inside & ((self._words[ids >> 5].view(np.uint32) >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
+            else:
+                keep = ok[np.minimum(c.ids, self.n_vocab - 1)] & (c.ids < self.n_vocab)
             c.ids, c.values = c.ids[keep], c.values[keep]
 
     def accept(self, token: int) -> None:
