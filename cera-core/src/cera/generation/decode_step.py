@@ -92,13 +92,14 @@ class Stepper:
         s = self.session
         if s.cancelled:
             return Halt(FinishReason.CANCELLED)
-        broken = _not_finite(s.last)
+        c = _candidates(s.last)
+        broken = _not_finite(s.last, c)
         if broken:
             return Halt(FinishReason.ERROR, (
                 f"the model's logits at step {len(self.generated)} (position {len(s.tokens) - 1}) are not "
                 f"finite ({broken}): its weights or hyperparameters are broken"
             ))  # fmt: skip
-        token = self.sampler.choose(_candidates(s.last), s.tokens + s.pending)
+        token = self.sampler.choose(c, s.tokens + s.pending)
         logprob, top = _logprobs(s.last, token, self.options)
         return Draw(token, logprob, top)
 
@@ -122,15 +123,15 @@ def has_output(last: dict, needs: int) -> bool:
     return False
 
 
-def _not_finite(last: dict | None) -> str | None:
+def _not_finite(last: dict | None, c: Candidates | None = None) -> str | None:
     """What is wrong with the logits (or top-k values) read back, or None: they are finite,
-    or only an argmax was read back."""
+    or only an argmax was read back. ``c``: the candidates made of them (its argmax serves)."""
     values = last.get("logits") if last else None
     if values is None and last and "top_k" in last:
         values = last["top_k"][1]
     if values is None:
         return None
-    if all_finite(values):
+    if all_finite(values, c.top() if c is not None and c.full else None):
         return None
     finite = np.isfinite(values)
     nan = int(np.isnan(values).sum())

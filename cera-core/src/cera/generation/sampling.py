@@ -83,11 +83,13 @@ class Candidates:
         self._shared = shared and logits is not None
         self._words: np.ndarray | None = None  # a pending mask: a bit per token, little-endian u32 words
         self._n_masked = 0  # ids the pending mask covers; those from here on are excluded
+        self._top: int | None = None  # np.argmax of the full logits as given, before any write
         self.ids = ids
         self.values = values
 
     @property
     def logits(self) -> np.ndarray | None:
+        self._top = None  # the reader may write
         if self._shared:
             self._logits, self._shared = np.array(self._logits, np.float32, copy=True), False
         if self._words is not None:
@@ -97,7 +99,7 @@ class Candidates:
 
     @logits.setter
     def logits(self, value: np.ndarray | None) -> None:
-        self._logits, self._shared, self._words = value, False, None
+        self._logits, self._shared, self._words, self._top = value, False, None, None
 
     @property
     def full(self) -> bool:
@@ -108,9 +110,17 @@ class Candidates:
         """The length of the full logits (read without applying a pending mask)."""
         return self._logits.shape[0]
 
+    def top(self) -> int:
+        """np.argmax of the full logits, a pending mask not counted (kept until they are read)."""
+        if self._top is None:
+            self._top = int(np.argmax(self._logits))
+        return self._top
+
     def has_nan(self) -> bool:
-        """Whether the full logits hold a NaN (read without applying a pending mask)."""
-        return _has_nan(self._logits)
+        """Whether the full logits hold a NaN (read without applying a pending mask):
+        np.argmax stops at the first NaN, so the pass `argmax` needs tells, with no
+        temporary (np.isnan(x).any() takes twice as long on a 262k vocabulary)."""
+        return bool(np.isnan(self._logits[self.top()])) if self._logits.size else False
 
     def defer_mask(self, words: np.ndarray, n: int) -> None:
         """Allow only the ids whose bit is set in ``words`` (packed: id i is bit i % 32 of
@@ -125,8 +135,7 @@ class Candidates:
         tie, as np.argmax): the largest logit overall when its bit is set (the common
         case), else the masked array's argmax."""
         if self._words is not None:
-            x = self._logits
-            t = int(np.argmax(x))
+            t = self.top()
             if t < self._n_masked and (int(self._words[t >> 5]) >> (t & 31)) & 1:
                 return t  # every other logit is lower, or equal at a higher id
         return int(np.argmax(self.logits))
@@ -162,18 +171,14 @@ def apply_packed_mask(logits: np.ndarray, words: np.ndarray, n: int) -> None:
     logits[m:] = -np.inf
 
 
-def _has_nan(x: np.ndarray) -> bool:
-    # np.argmax stops at the first NaN: one pass with no temporary (np.isnan(x).any()
-    # takes twice as long on a 262k vocabulary)
-    return bool(np.isnan(x.flat[int(np.argmax(x))])) if x.size else False
-
-
-def all_finite(x: np.ndarray) -> bool:
+def all_finite(x: np.ndarray, top: int | None = None) -> bool:
     """Whether every value is finite: np.argmax and np.argmin land on the first NaN, else
-    on the largest and smallest values, so two passes with no temporary tell."""
+    on the largest and smallest values, so two passes with no temporary tell (one, given
+    ``top``, the flat np.argmax already known)."""
     if not x.size:
         return True
-    return bool(np.isfinite(x.flat[int(np.argmax(x))]) and np.isfinite(x.flat[int(np.argmin(x))]))
+    top = int(np.argmax(x)) if top is None else top
+    return bool(np.isfinite(x.flat[top]) and np.isfinite(x.flat[int(np.argmin(x))]))
 
 
 class Processor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,6 +21,7 @@ from ..errors import GenerationError, GrammarBudgetError, GrammarError
 from ..generation.sampling import NEEDS_LOGITS, Candidates, Processor
 from .constraint import Constraint, from_options
 
+START_WAIT_S = 0.0005  # the longest `accept` waits for the mask's worker to start
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -59,6 +61,7 @@ class GrammarProcessor(Processor):
         self._accepting = self.matcher.is_accepting()
         self.mask_seconds: list[float] = []  # time spent computing masks (the benchmark reads it)
         self.wait_seconds: list[float] = []  # time `apply` waited for a mask
+        self.start_seconds: list[float] = []  # from handing a mask to the worker to its start
         self.active = not constraint.triggers
         # the token budget rule (cera.grammar.budget): the value completes within ``budget`` tokens
         self.budget = None
@@ -99,21 +102,27 @@ class GrammarProcessor(Processor):
 
     # -- the mask ------------------------------------------------------------------------
 
-    def _compute(self) -> None:
-        import time
-
+    def _compute(self, started=None, submitted: float = 0.0) -> None:
         t0 = time.perf_counter()
+        if started is not None:
+            self.start_seconds.append(t0 - submitted)
+            started.release()  # the sampling thread goes on once this thread is inside llguidance
         self.matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
         self.mask_seconds.append(time.perf_counter() - t0)
 
     def _schedule(self) -> None:
         self._fresh = False
         if self.overlap and not self._stopped:
-            self._future = _executor().submit(self._compute)
+            # The sampling thread holds the GIL until its next C call (the forward pass), so
+            # a worker only woken here could not start the mask before the pass, and would
+            # then compete with the pass for the cores. Waiting (the GIL released) until the
+            # worker is inside llguidance lets the mask run beside the Python between passes.
+            started = threading.Lock()
+            started.acquire()
+            self._future = _executor().submit(self._compute, started, time.perf_counter())
+            started.acquire(timeout=START_WAIT_S)  # (all workers busy with other sessions' masks: go on)
 
     def _ready(self) -> None:
-        import time
-
         if self._future is not None:
             t0 = time.perf_counter()
             self._future.result()
