@@ -161,3 +161,23 @@ def test_constrained_greedy_equals_a_plain_loop(model, kind, overlap):
     r = s.generate(max_tokens=n, temperature=0, ignore_eos=True, processors=[p])
     assert r.tokens == want
     assert len(want) == n  # the grammar never ends: every step was masked
+
+
+def test_constrained_sequences_batched_decode_their_tokens_alone(model):
+    """Through a scheduler (one forward pass for all rows, each session's grammar masking
+    its own row, its next mask computed during the shared pass), each sequence's tokens
+    are those it gives alone."""
+    grammar = 'root ::= ("- " [a-z ]+ "\\n")+\n'
+    prompts = ["Fruits, one a line:\n", "Colours, one a line:\n", "Animals, one a line:\n"]
+    n = 20
+    alone = []
+    for p in prompts:
+        s = model.new_session(n_ctx=256)
+        s.append_text(p)
+        alone.append(s.generate(max_tokens=n, temperature=0, ignore_eos=True, grammar=grammar).tokens)
+    want = reference_decode(model, Constraint.gbnf(grammar), prompts[0], n)
+    assert alone[0] == want
+    scheduler = model.scheduler(n_slots=3, n_ctx=256)
+    together = scheduler.generate_many(prompts, max_tokens=n, temperature=0, ignore_eos=True, grammar=grammar)
+    assert [r.tokens for r in together] == alone
+    assert max(scheduler.rows_per_batch) == 3, scheduler.rows_per_batch
