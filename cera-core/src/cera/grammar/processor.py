@@ -5,7 +5,10 @@ the grammar with the chosen token and hands the next mask's computation to a wor
 thread, which runs while the session evaluates the forward pass (the CPU backend's pass
 is one C call with the GIL released; llguidance computes masks with the GIL released
 too), so by the next `apply` the mask is usually ready. The mask is a bit per token; it
-is applied to the processor's own copy of the logits in place, with no further copy.
+is handed to the candidates packed (`Candidates.defer_mask`) and applied only where the
+logits are read: greedy decoding takes the masked argmax without a masked copy. The
+token budget rule and the JSON key and call-repeat guards, when they narrow a step,
+work on the mask unpacked to booleans.
 """
 
 from __future__ import annotations
