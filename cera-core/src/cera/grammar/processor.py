@@ -25,6 +25,7 @@ from ..generation.sampling import NEEDS_LOGITS, Candidates, Processor
 from .constraint import Constraint, from_options
 
 START_WAIT_S = 0.0005  # the longest `accept` waits for the mask's worker to start
+HANDSHAKE_PROBE = 16  # masks between two tries of that wait while it costs more than a mask
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -65,6 +66,8 @@ class GrammarProcessor(Processor):
         self.mask_seconds: list[float] = []  # time spent computing masks (the benchmark reads it)
         self.wait_seconds: list[float] = []  # time `apply` waited for a mask
         self.start_seconds: list[float] = []  # from handing a mask to the worker to its start
+        self._n_scheduled = 0
+        self._mask_cost = self._handshake_cost = 0.0  # running means (seconds): a mask; `accept`'s wait for its start
         self.active = not constraint.triggers
         # the token budget rule (cera.grammar.budget): the value completes within ``budget`` tokens
         self.budget = None
@@ -111,7 +114,9 @@ class GrammarProcessor(Processor):
             self.start_seconds.append(t0 - submitted)
             started.release()  # the sampling thread goes on once this thread is inside llguidance
         self.matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
-        self.mask_seconds.append(time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        self.mask_seconds.append(took)
+        self._mask_cost += 0.25 * (took - self._mask_cost)
 
     def _schedule(self) -> None:
         self._fresh = False
@@ -119,11 +124,20 @@ class GrammarProcessor(Processor):
             # The sampling thread holds the GIL until its next C call (the forward pass), so
             # a worker only woken here could not start the mask before the pass, and would
             # then compete with the pass for the cores. Waiting (the GIL released) until the
-            # worker is inside llguidance lets the mask run beside the Python between passes.
-            started = threading.Lock()
-            started.acquire()
+            # worker is inside llguidance lets the mask run beside the Python between passes;
+            # worth it while that wait is shorter than the mask (on a loaded machine a
+            # wake-up can take milliseconds: the wait is then skipped, and tried again
+            # every HANDSHAKE_PROBE masks).
+            self._n_scheduled += 1
+            hand = self._handshake_cost <= self._mask_cost or self._n_scheduled % HANDSHAKE_PROBE == 0
+            started = threading.Lock() if hand else None
+            if hand:
+                started.acquire()
             self._future = _executor().submit(self._compute, started, time.perf_counter())
-            started.acquire(timeout=START_WAIT_S)  # (all workers busy with other sessions' masks: go on)
+            if hand:
+                t0 = time.perf_counter()
+                started.acquire(timeout=START_WAIT_S)  # (all workers busy with other sessions' masks: go on)
+                self._handshake_cost += 0.25 * (time.perf_counter() - t0 - self._handshake_cost)
 
     def _ready(self) -> None:
         if self._future is not None:
