@@ -194,7 +194,7 @@ def main() -> None:
             configs.append((label, constraint(kind, source), True))
             if args.overlap_off:
                 configs.append((label + " (overlap off)", constraint(kind, source), False))
-        for label, c, overlap in configs:  # warm every path once, untimed
+        for _label, c, overlap in configs:  # warm every path once, untimed
             cera_run(loaded, c, min(args.tokens, 16), overlap)
         runs = {label: [] for label, _, _ in configs}
         for _ in range(args.reps):
