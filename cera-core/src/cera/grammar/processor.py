@@ -25,7 +25,12 @@ from ..generation.sampling import NEEDS_LOGITS, Candidates, Processor
 from .constraint import Constraint, from_options
 
 START_WAIT_S = 0.0005  # the longest `accept` waits for the mask's worker to start
-HANDSHAKE_PROBE = 16  # masks between two tries of that wait while it costs more than a mask
+# The hand-over to the worker (waking it, waiting for its start, then for its result) costs
+# the sampling thread tens of microseconds on an idle core, but milliseconds on a machine
+# whose cores are all busy (a woken thread waits for a time slice): while its running mean
+# exceeds the mask's, `apply` computes the mask itself, trying the worker again every
+# HANDOFF_PROBE masks.
+HANDOFF_PROBE = 16
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -67,7 +72,8 @@ class GrammarProcessor(Processor):
         self.wait_seconds: list[float] = []  # time `apply` waited for a mask
         self.start_seconds: list[float] = []  # from handing a mask to the worker to its start
         self._n_scheduled = 0
-        self._mask_cost = self._handshake_cost = 0.0  # running means (seconds): a mask; `accept`'s wait for its start
+        self._handing = 0.0  # the last hand-over's time in `accept`
+        self._mask_cost = self._handoff_cost = 0.0  # running means (seconds): a mask; a hand-over
         self.active = not constraint.triggers
         # the token budget rule (cera.grammar.budget): the value completes within ``budget`` tokens
         self.budget = None
@@ -119,32 +125,34 @@ class GrammarProcessor(Processor):
         self._mask_cost += 0.25 * (took - self._mask_cost)
 
     def _schedule(self) -> None:
+        """Hand the next mask to the worker (or leave it to `apply`, see HANDOFF_PROBE).
+
+        The sampling thread holds the GIL until its next C call (the forward pass), so a
+        worker only woken here could not start the mask before the pass, and would then
+        compete with the pass for the cores. `accept` therefore waits (the GIL released)
+        until the worker is inside llguidance: the mask runs beside the Python between
+        passes, then during the pass."""
         self._fresh = False
-        if self.overlap and not self._stopped:
-            # The sampling thread holds the GIL until its next C call (the forward pass), so
-            # a worker only woken here could not start the mask before the pass, and would
-            # then compete with the pass for the cores. Waiting (the GIL released) until the
-            # worker is inside llguidance lets the mask run beside the Python between passes;
-            # worth it while that wait is shorter than the mask (on a loaded machine a
-            # wake-up can take milliseconds: the wait is then skipped, and tried again
-            # every HANDSHAKE_PROBE masks).
-            self._n_scheduled += 1
-            hand = self._handshake_cost <= self._mask_cost or self._n_scheduled % HANDSHAKE_PROBE == 0
-            started = threading.Lock() if hand else None
-            if hand:
-                started.acquire()
-            self._future = _executor().submit(self._compute, started, time.perf_counter())
-            if hand:
-                t0 = time.perf_counter()
-                started.acquire(timeout=START_WAIT_S)  # (all workers busy with other sessions' masks: go on)
-                self._handshake_cost += 0.25 * (time.perf_counter() - t0 - self._handshake_cost)
+        if not self.overlap or self._stopped:
+            return
+        self._n_scheduled += 1
+        if self._handoff_cost > self._mask_cost and self._n_scheduled % HANDOFF_PROBE:
+            return  # the hand-over costs more than the mask: `apply` computes it
+        t0 = time.perf_counter()
+        started = threading.Lock()
+        started.acquire()
+        self._future = _executor().submit(self._compute, started, t0)
+        started.acquire(timeout=START_WAIT_S)  # (all workers busy with other sessions' masks: go on)
+        self._handing = time.perf_counter() - t0
 
     def _ready(self) -> None:
         if self._future is not None:
             t0 = time.perf_counter()
             self._future.result()
-            self.wait_seconds.append(time.perf_counter() - t0)
+            waited = time.perf_counter() - t0
+            self.wait_seconds.append(waited)
             self._future = None
+            self._handoff_cost += 0.25 * (self._handing + waited - self._handoff_cost)
         elif not self._fresh:
             self._compute()
         self._fresh = True
