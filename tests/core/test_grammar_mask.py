@@ -181,3 +181,25 @@ def test_constrained_sequences_batched_decode_their_tokens_alone(model):
     together = scheduler.generate_many(prompts, max_tokens=n, temperature=0, ignore_eos=True, grammar=grammar)
     assert [r.tokens for r in together] == alone
     assert max(scheduler.rows_per_batch) == 3, scheduler.rows_per_batch
+
+
+def test_a_costly_hand_over_leaves_the_mask_to_the_sampler(model):
+    """While handing masks to the worker costs more than computing them, `apply` computes
+    them (no worker), trying the worker again every HANDOFF_PROBE masks; the masks are
+    the same either way."""
+    from cera.grammar import processor
+
+    c = Constraint.gbnf('root ::= ("- " [a-z ]+ "\\n")+\n')
+    tokens = model.tokenizer.encode("- apples and pears\n- plums\n- figs\n" * 3, add_special=False)
+    p = GrammarProcessor(c, model.tokenizer, model.model.n_vocab, overlap=True)
+    q = GrammarProcessor(c, model.tokenizer, model.model.n_vocab, overlap=False)
+    handed = []
+    for t in tokens:
+        np.testing.assert_array_equal(p.allowed(), q.allowed())
+        p._handoff_cost, p._mask_cost = 1.0, 0.0  # a hand-over dearer than any mask
+        p.accept(t)
+        q.accept(t)
+        handed.append(p._future is not None)
+    # the first mask went to the worker when the processor was made; then each accept's
+    probes = [k % processor.HANDOFF_PROBE == 0 for k in range(2, len(tokens) + 2)]
+    assert handed == probes and any(handed)
