@@ -73,9 +73,9 @@ class Candidates:
     first, once a top-k cut (or the device's top-k) has picked them.
 
     Full logits may be given ``shared`` (another's array, copied on the first read of
-    ``logits``), and a grammar may leave its mask pending (`defer_mask`, applied on the
-    first read): greedy decoding takes `argmax` over the pending mask without either
-    copy, so on a 262k vocabulary a constrained step costs one pass over the logits."""
+    ``logits``); banned ids (`exclude`) and a grammar's mask (`defer_mask`) then stay
+    pending until that read: greedy decoding takes `argmax` over them without a copy, so
+    on a 262k vocabulary a constrained step costs one pass over the logits."""
 
     def __init__(self, logits: np.ndarray | None = None, ids: np.ndarray | None = None, values: np.ndarray | None = None,
                  shared: bool = False):  # fmt: skip
@@ -84,6 +84,7 @@ class Candidates:
         self._words: np.ndarray | None = None  # a pending mask: a bit per token, little-endian u32 words
         self._n_masked = 0  # ids the pending mask covers; those from here on are excluded
         self._top: int | None = None  # np.argmax of the full logits as given, before any write
+        self._excluded: np.ndarray | None = None  # ids to set to -inf on the first read (`exclude`)
         self.ids = ids
         self.values = values
 
@@ -92,6 +93,9 @@ class Candidates:
         self._top = None  # the reader may write
         if self._shared:
             self._logits, self._shared = np.array(self._logits, np.float32, copy=True), False
+        if self._excluded is not None:
+            ids, self._excluded = self._excluded, None
+            self._logits[ids] = -np.inf
         if self._words is not None:
             words, n, self._words = self._words, self._n_masked, None
             apply_packed_mask(self._logits, words, n)
@@ -99,7 +103,7 @@ class Candidates:
 
     @logits.setter
     def logits(self, value: np.ndarray | None) -> None:
-        self._logits, self._shared, self._words, self._top = value, False, None, None
+        self._logits, self._shared, self._words, self._top, self._excluded = value, False, None, None, None
 
     @property
     def full(self) -> bool:
@@ -130,21 +134,35 @@ class Candidates:
             self.logits  # noqa: B018 - applies the mask already pending
         self._words, self._n_masked = words, n
 
+    def exclude(self, ids: np.ndarray) -> None:
+        """Set the logits of ``ids`` (valid ids) to -inf: at once if they are this object's
+        own, else (shared) when ``logits`` is first read."""
+        if not self._shared:
+            self.logits[ids] = -np.inf
+        elif self._excluded is None:
+            self._excluded = ids
+        else:
+            self._excluded = np.concatenate([self._excluded, ids])
+
+    def _allows(self, t: int) -> bool:
+        """Whether the pending mask and exclusions leave id ``t``."""
+        if self._words is not None and not (t < self._n_masked and (int(self._words[t >> 5]) >> (t & 31)) & 1):
+            return False
+        return self._excluded is None or not bool((self._excluded == t).any())
+
     def argmax(self) -> int:
-        """The id of the largest logit that the pending mask allows (the lowest id on a
-        tie, as np.argmax): the largest logit overall when its bit is set (the common
-        case), else the masked array's argmax."""
-        if self._words is not None:
+        """The id of the largest logit that the pending mask and exclusions allow (the
+        lowest id on a tie, as np.argmax): the largest logit overall when they leave it
+        (the common case), else the masked array's argmax."""
+        if self._words is not None or self._excluded is not None:
             t = self.top()
-            if t < self._n_masked and (int(self._words[t >> 5]) >> (t & 31)) & 1:
+            if self._allows(t):
                 return t  # every other logit is lower, or equal at a higher id
         return int(np.argmax(self.logits))
 
     def value_at(self, t: int) -> float:
-        """The logit of id ``t``, the pending mask counted (-inf where it excludes ``t``)."""
-        if self._words is not None and not (t < self._n_masked and (int(self._words[t >> 5]) >> (t & 31)) & 1):
-            return float("-inf")
-        return float(self._logits[t])
+        """The logit of id ``t``, pending masks counted (-inf where they exclude ``t``)."""
+        return float(self._logits[t]) if self._allows(t) else float("-inf")
 
     def narrow(self, k: int = 0) -> None:
         """Keep the k best (all when k is 0 or at least the vocabulary), sorted best first."""
@@ -258,7 +276,7 @@ class BanTokens(Processor):
             return
         if c.full:
             banned = np.fromiter(self.ids, dtype=np.int64)
-            c.logits[banned[(banned >= 0) & (banned < c.logits.shape[0])]] = -np.inf
+            c.exclude(banned[(banned >= 0) & (banned < c.n_full)])
         elif len(c.ids) <= 64:  # a top-k read-back: a set lookup each (np.isin costs ~10 us a call)
             banned = frozenset(self.ids)
             keep = np.array([t not in banned for t in c.ids.tolist()], dtype=bool)
