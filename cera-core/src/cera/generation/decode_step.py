@@ -16,7 +16,7 @@ import numpy as np
 
 from ..graph.builder import LAST_LOGITS, Outputs
 from .lockstep import evaluate_in_lockstep
-from .sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K, Candidates, Sampler, log_softmax_at
+from .sampling import NEEDS_ARGMAX, NEEDS_LOGITS, NEEDS_TOP_K, Candidates, Sampler, all_finite, log_softmax_at
 from .sink import FinishReason
 
 _OUTPUTS = {NEEDS_ARGMAX: Outputs(("argmax",)), NEEDS_LOGITS: LAST_LOGITS}
@@ -92,13 +92,14 @@ class Stepper:
         s = self.session
         if s.cancelled:
             return Halt(FinishReason.CANCELLED)
-        broken = _not_finite(s.last)
+        c = _candidates(s.last)
+        broken = _not_finite(s.last, c)
         if broken:
             return Halt(FinishReason.ERROR, (
                 f"the model's logits at step {len(self.generated)} (position {len(s.tokens) - 1}) are not "
                 f"finite ({broken}): its weights or hyperparameters are broken"
             ))  # fmt: skip
-        token = self.sampler.choose(_candidates(s.last), s.tokens + s.pending)
+        token = self.sampler.choose(c, s.tokens + s.pending)
         logprob, top = _logprobs(s.last, token, self.options)
         return Draw(token, logprob, top)
 
@@ -122,24 +123,24 @@ def has_output(last: dict, needs: int) -> bool:
     return False
 
 
-def _not_finite(last: dict | None) -> str | None:
+def _not_finite(last: dict | None, c: Candidates | None = None) -> str | None:
     """What is wrong with the logits (or top-k values) read back, or None: they are finite,
-    or only an argmax was read back."""
+    or only an argmax was read back. ``c``: the candidates made of them (its argmax serves)."""
     values = last.get("logits") if last else None
     if values is None and last and "top_k" in last:
         values = last["top_k"][1]
     if values is None:
         return None
-    finite = np.isfinite(values)
-    if finite.all():
+    if all_finite(values, c.top() if c is not None and c.full else None):
         return None
+    finite = np.isfinite(values)
     nan = int(np.isnan(values).sum())
     return f"{nan} NaN and {values.size - int(finite.sum()) - nan} infinite of {values.size} values"
 
 
 def _candidates(last: dict) -> Candidates:
     if "logits" in last:
-        return Candidates(logits=np.array(last["logits"], np.float32, copy=True))
+        return Candidates(logits=last["logits"], shared=True)  # copied only if a processor writes to it
     if "top_k" in last:
         ids, vals = last["top_k"]
         return Candidates(ids=ids.copy(), values=vals.copy())

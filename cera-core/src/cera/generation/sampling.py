@@ -70,16 +70,99 @@ class SamplingOptions:
 class Candidates:
     """The tokens still in play. Full: ``logits`` over the whole vocabulary (float32,
     the processor's own copy). Narrowed: ``ids`` and their ``values`` (float64), best
-    first, once a top-k cut (or the device's top-k) has picked them."""
+    first, once a top-k cut (or the device's top-k) has picked them.
 
-    def __init__(self, logits: np.ndarray | None = None, ids: np.ndarray | None = None, values: np.ndarray | None = None):
-        self.logits = logits
+    Full logits may be given ``shared`` (another's array, copied on the first read of
+    ``logits``); banned ids (`exclude`) and a grammar's mask (`defer_mask`) then stay
+    pending until that read: greedy decoding takes `argmax` over them without a copy, so
+    on a 262k vocabulary a constrained step costs one pass over the logits."""
+
+    def __init__(self, logits: np.ndarray | None = None, ids: np.ndarray | None = None, values: np.ndarray | None = None,
+                 shared: bool = False):  # fmt: skip
+        self._logits = logits
+        self._shared = shared and logits is not None
+        self._words: np.ndarray | None = None  # a pending mask: a bit per token, little-endian u32 words
+        self._n_masked = 0  # ids the pending mask covers; those from here on are excluded
+        self._top: int | None = None  # np.argmax of the full logits as given, before any write
+        self._excluded: np.ndarray | None = None  # ids to set to -inf on the first read (`exclude`)
         self.ids = ids
         self.values = values
 
     @property
+    def logits(self) -> np.ndarray | None:
+        self._top = None  # the reader may write
+        if self._shared:
+            self._logits, self._shared = np.array(self._logits, np.float32, copy=True), False
+        if self._excluded is not None:
+            ids, self._excluded = self._excluded, None
+            self._logits[ids] = -np.inf
+        if self._words is not None:
+            words, n, self._words = self._words, self._n_masked, None
+            apply_packed_mask(self._logits, words, n)
+        return self._logits
+
+    @logits.setter
+    def logits(self, value: np.ndarray | None) -> None:
+        self._logits, self._shared, self._words, self._top, self._excluded = value, False, None, None, None
+
+    @property
     def full(self) -> bool:
-        return self.logits is not None
+        return self._logits is not None
+
+    @property
+    def n_full(self) -> int:
+        """The length of the full logits (read without applying a pending mask)."""
+        return self._logits.shape[0]
+
+    def top(self) -> int:
+        """np.argmax of the full logits, a pending mask not counted (kept until they are read)."""
+        if self._top is None:
+            self._top = int(np.argmax(self._logits))
+        return self._top
+
+    def has_nan(self) -> bool:
+        """Whether the full logits hold a NaN (read without applying a pending mask):
+        np.argmax stops at the first NaN, so the pass `argmax` needs tells, with no
+        temporary (np.isnan(x).any() takes twice as long on a 262k vocabulary)."""
+        return bool(np.isnan(self._logits[self.top()])) if self._logits.size else False
+
+    def defer_mask(self, words: np.ndarray, n: int) -> None:
+        """Allow only the ids whose bit is set in ``words`` (packed: id i is bit i % 32 of
+        word i // 32), among the first ``n``; applied when ``logits`` is next read. The
+        words must stay unchanged until then. Only one mask may be pending."""
+        if self._words is not None:
+            self.logits  # noqa: B018 - applies the mask already pending
+        self._words, self._n_masked = words, n
+
+    def exclude(self, ids: np.ndarray) -> None:
+        """Set the logits of ``ids`` (valid ids) to -inf: at once if they are this object's
+        own, else (shared) when ``logits`` is first read."""
+        if not self._shared:
+            self.logits[ids] = -np.inf
+        elif self._excluded is None:
+            self._excluded = ids
+        else:
+            self._excluded = np.concatenate([self._excluded, ids])
+
+    def _allows(self, t: int) -> bool:
+        """Whether the pending mask and exclusions leave id ``t``."""
+        if self._words is not None and not (t < self._n_masked and (int(self._words[t >> 5]) >> (t & 31)) & 1):
+            return False
+        return self._excluded is None or not bool((self._excluded == t).any())
+
+    def argmax(self) -> int:
+        """The id of the largest logit that the pending mask and exclusions allow (the
+        lowest id on a tie, as np.argmax): the largest logit overall when they leave it
+        (the common case), else the masked array's argmax."""
+        if self._words is not None or self._excluded is not None:
+            t = self.top()
+            if self._allows(t):
+                return t  # every other logit is lower, or equal at a higher id
+        return int(np.argmax(self.logits))
+
+    def value_at(self, t: int) -> float:
+        """The logit of id ``t``, pending masks counted (-inf where they exclude ``t``)."""
+        return float(self._logits[t]) if self._allows(t) else float("-inf")
 
     def narrow(self, k: int = 0) -> None:
         """Keep the k best (all when k is 0 or at least the vocabulary), sorted best first."""
@@ -95,6 +178,25 @@ class Candidates:
             ids = np.arange(n)
         ids = ids[np.argsort(-logits[ids], kind="stable")]
         self.ids, self.values, self.logits = ids, logits[ids].astype(np.float64), None
+
+
+def apply_packed_mask(logits: np.ndarray, words: np.ndarray, n: int) -> None:
+    """Set to -inf, in place, every logit whose bit in ``words`` is clear, and every logit
+    at or beyond ``n`` (``words``: a bit per id, little-endian u32 words, as llguidance writes)."""
+    m = min(n, logits.shape[0])
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little", count=m)
+    np.copyto(logits[:m], -np.inf, where=bits == 0)
+    logits[m:] = -np.inf
+
+
+def all_finite(x: np.ndarray, top: int | None = None) -> bool:
+    """Whether every value is finite: np.argmax and np.argmin land on the first NaN, else
+    on the largest and smallest values, so two passes with no temporary tell (one, given
+    ``top``, the flat np.argmax already known)."""
+    if not x.size:
+        return True
+    top = int(np.argmax(x)) if top is None else top
+    return bool(np.isfinite(x.flat[top]) and np.isfinite(x.flat[int(np.argmin(x))]))
 
 
 class Processor:
@@ -174,7 +276,7 @@ class BanTokens(Processor):
             return
         if c.full:
             banned = np.fromiter(self.ids, dtype=np.int64)
-            c.logits[banned[(banned >= 0) & (banned < c.logits.shape[0])]] = -np.inf
+            c.exclude(banned[(banned >= 0) & (banned < c.n_full)])
         elif len(c.ids) <= 64:  # a top-k read-back: a set lookup each (np.isin costs ~10 us a call)
             banned = frozenset(self.ids)
             keep = np.array([t not in banned for t in c.ids.tolist()], dtype=bool)
@@ -307,13 +409,13 @@ class Sampler:
         return out
 
     def _choose(self, c: Candidates, history, extra) -> int:
-        if c.full and np.isnan(c.logits).any():
+        if c.full and c.has_nan():
             raise SessionError("the model returned NaN logits: its weights or the computation are broken")
         for p in self.masks + extra:
             p.apply(c, history)
         if self.options.greedy:
             if c.full:
-                token = int(np.argmax(c.logits))
+                token = c.argmax()
             elif not len(c.ids):
                 raise SessionError("every token is excluded (banned or masked): nothing to sample")
             else:  # candidates come largest first, the lower id first on a tie: as argmax picks
@@ -329,7 +431,7 @@ class Sampler:
             p = np.exp(c.values - c.values[0])
             p /= p.sum()
             token = int(c.ids[self.rng.choice(len(c.ids), p=p)])
-        if self.options.greedy and c.full and not np.isfinite(c.logits[token]):
+        if self.options.greedy and c.full and not np.isfinite(c.value_at(token)):
             raise SessionError("every token is excluded (banned or masked): nothing to sample")
         for p in self.processors:
             p.accept(token)
@@ -355,6 +457,8 @@ __all__ = [
     "Temperature",
     "TopK",
     "TopP",
+    "all_finite",
+    "apply_packed_mask",
     "apply_repeat_penalty",
     "log_softmax_at",
 ]

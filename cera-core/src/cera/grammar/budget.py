@@ -74,17 +74,26 @@ class BudgetRule:
 
     def steer(self, ok: np.ndarray, logits: np.ndarray | None) -> None:
         """Narrow ``ok`` (the grammar's allowed tokens, booleans) for this step."""
+        if self.engaged():
+            self.narrow(ok, logits)
+
+    def engaged(self) -> bool:
+        """Whether this step is steered (the end is near, or `close` was asked): only then
+        does `narrow` change the allowed tokens. Call once a step, before `narrow`."""
         self.checked = {}
         if self.budget is None and not self.closing:
-            return
+            return False
         left = self.left()
         if not self.known:
             if self.used < self.next_look and not self.closing:
-                return  # the end is far: look again later
+                return False  # the end is far: look again later
             self._look()
         w = self.witness
-        if w is None or (left - len(w.tokens) > WINDOW and not self.closing):
-            return
+        return w is not None and (left - len(w.tokens) <= WINDOW or self.closing)
+
+    def narrow(self, ok: np.ndarray, logits: np.ndarray | None) -> None:
+        """Narrow ``ok`` for a step that `engaged` says is steered."""
+        left, w = self.left(), self.witness
         keep = [w.tokens[0]] if w.tokens else [t for t in self.eog if ok[t]]
         if logits is not None:  # a token an earlier step of the chain ruled out (ignore_eos) is no way out
             keep = [t for t in keep if t < len(logits) and np.isfinite(logits[t])]

@@ -5,13 +5,17 @@ the grammar with the chosen token and hands the next mask's computation to a wor
 thread, which runs while the session evaluates the forward pass (the CPU backend's pass
 is one C call with the GIL released; llguidance computes masks with the GIL released
 too), so by the next `apply` the mask is usually ready. The mask is a bit per token; it
-is applied to the processor's own copy of the logits in place, with no further copy.
+is handed to the candidates packed (`Candidates.defer_mask`) and applied only where the
+logits are read: greedy decoding takes the masked argmax without a masked copy. The
+token budget rule and the JSON key and call-repeat guards, when they narrow a step,
+work on the mask unpacked to booleans.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,6 +24,13 @@ from ..errors import GenerationError, GrammarBudgetError, GrammarError
 from ..generation.sampling import NEEDS_LOGITS, Candidates, Processor
 from .constraint import Constraint, from_options
 
+START_WAIT_S = 0.0005  # the longest `accept` waits for the mask's worker to start
+# The hand-over to the worker (waking it, waiting for its start, then for its result) costs
+# the sampling thread tens of microseconds on an idle core, but milliseconds on a machine
+# whose cores are all busy (a woken thread waits for a time slice): while its running mean
+# exceeds the mask's, `apply` computes the mask itself, trying the worker again every
+# HANDOFF_PROBE masks.
+HANDOFF_PROBE = 16
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -59,6 +70,10 @@ class GrammarProcessor(Processor):
         self._accepting = self.matcher.is_accepting()
         self.mask_seconds: list[float] = []  # time spent computing masks (the benchmark reads it)
         self.wait_seconds: list[float] = []  # time `apply` waited for a mask
+        self.start_seconds: list[float] = []  # from handing a mask to the worker to its start
+        self._n_scheduled = 0
+        self._handing = 0.0  # the last hand-over's time in `accept`
+        self._mask_cost = self._handoff_cost = 0.0  # running means (seconds): a mask; a hand-over
         self.active = not constraint.triggers
         # the token budget rule (cera.grammar.budget): the value completes within ``budget`` tokens
         self.budget = None
@@ -99,26 +114,45 @@ class GrammarProcessor(Processor):
 
     # -- the mask ------------------------------------------------------------------------
 
-    def _compute(self) -> None:
-        import time
-
+    def _compute(self, started=None, submitted: float = 0.0) -> None:
         t0 = time.perf_counter()
+        if started is not None:
+            self.start_seconds.append(t0 - submitted)
+            started.release()  # the sampling thread goes on once this thread is inside llguidance
         self.matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
-        self.mask_seconds.append(time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        self.mask_seconds.append(took)
+        self._mask_cost += 0.25 * (took - self._mask_cost)
 
     def _schedule(self) -> None:
+        """Hand the next mask to the worker (or leave it to `apply`, see HANDOFF_PROBE).
+
+        The sampling thread holds the GIL until its next C call (the forward pass), so a
+        worker only woken here could not start the mask before the pass, and would then
+        compete with the pass for the cores. `accept` therefore waits (the GIL released)
+        until the worker is inside llguidance: the mask runs beside the Python between
+        passes, then during the pass."""
         self._fresh = False
-        if self.overlap and not self._stopped:
-            self._future = _executor().submit(self._compute)
+        if not self.overlap or self._stopped:
+            return
+        self._n_scheduled += 1
+        if self._handoff_cost > self._mask_cost and self._n_scheduled % HANDOFF_PROBE:
+            return  # the hand-over costs more than the mask: `apply` computes it
+        t0 = time.perf_counter()
+        started = threading.Lock()
+        started.acquire()
+        self._future = _executor().submit(self._compute, started, t0)
+        started.acquire(timeout=START_WAIT_S)  # (all workers busy with other sessions' masks: go on)
+        self._handing = time.perf_counter() - t0
 
     def _ready(self) -> None:
-        import time
-
         if self._future is not None:
             t0 = time.perf_counter()
             self._future.result()
-            self.wait_seconds.append(time.perf_counter() - t0)
+            waited = time.perf_counter() - t0
+            self.wait_seconds.append(waited)
             self._future = None
+            self._handoff_cost += 0.25 * (self._handing + waited - self._handoff_cost)
         elif not self._fresh:
             self._compute()
         self._fresh = True
@@ -126,21 +160,27 @@ class GrammarProcessor(Processor):
     def allowed(self) -> np.ndarray:
         """The tokens allowed now, as booleans over the vocabulary."""
         self._ready()
+        return self._bools()
+
+    def _bools(self) -> np.ndarray:
         bits = np.unpackbits(self._words.view(np.uint8), bitorder="little", count=self.n_vocab)
         return bits.view(bool)
 
     def apply(self, c: Candidates, history) -> None:
         if not self.active:
             return
-        ok = self.allowed()
+        self._ready()
+        ok = None  # the allowed tokens as booleans: made only where a guard or the budget narrows them
         if self.keys is not None:
             banned = self.keys.banned()
             if banned:
+                ok = self._bools()
                 kept = ok.copy()
                 kept[banned] = False
                 if kept.any():  # never a dead end: the grammar's own choice wins over the guard
                     ok = kept
         if self.repeats is not None and not self.repeats.repeated and self.repeats.seen:
+            ok = self._bools() if ok is None else ok
             here = self._braces[ok[self._braces]]
             banned = [int(t) for t in here if self.repeats.runs_past_repeat(self._token_bytes[t])]
             if banned:
@@ -148,22 +188,31 @@ class GrammarProcessor(Processor):
                 kept[banned] = False
                 if kept.any():
                     ok = kept
-        if self.budget is not None:
+        if self.budget is not None and self.budget.engaged():
             if c.full:
                 logits = c.logits
             else:
                 logits = np.full(self.n_vocab, -np.inf, np.float32)
                 inside = c.ids < self.n_vocab
                 logits[c.ids[inside]] = c.values[inside]
-            ok = ok.copy()
-            self.budget.steer(ok, logits)
+            ok = (self._bools() if ok is None else ok).copy()
+            self.budget.narrow(ok, logits)
         if c.full:
-            n = min(len(c.logits), self.n_vocab)
-            np.copyto(c.logits[:n], -np.inf, where=~ok[:n])
-            if len(c.logits) > n:
-                c.logits[n:] = -np.inf
+            if ok is None:  # the grammar's mask alone: left packed, applied when the logits are read
+                c.defer_mask(self._words.copy(), self.n_vocab)
+                return
+            n = min(c.n_full, self.n_vocab)
+            logits = c.logits
+            np.copyto(logits[:n], -np.inf, where=~ok[:n])
+            if len(logits) > n:
+                logits[n:] = -np.inf
         else:
-            keep = ok[np.minimum(c.ids, self.n_vocab - 1)] & (c.ids < self.n_vocab)
+            if ok is None:
+                inside = c.ids < self.n_vocab
+                ids = np.where(inside, c.ids, 0)
+                keep = inside & ((self._words[ids >> 5].view(np.uint32) >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
+            else:
+                keep = ok[np.minimum(c.ids, self.n_vocab - 1)] & (c.ids < self.n_vocab)
             c.ids, c.values = c.ids[keep], c.values[keep]
 
     def accept(self, token: int) -> None:
