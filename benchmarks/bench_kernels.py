@@ -19,6 +19,14 @@ For every tensor type and thread count:
 - matmul GFLOP/s: 128 activation rows times a 4096 x 4096 weight, as in prefill;
   2*M*N*K floating-point operations per second.
 
+With --shapes lfm2-350m,qwen2.5-0.5b the matvecs are instead those of one decoded token of
+that model: every product of every layer, each with its own weights (together far larger
+than the caches), run in order in one C call (cera_bench_matvecs: no Python between the
+products, so small products pay only what they pay in a decode step). "token GB/s" is the
+weight bytes of the whole sequence per second, next to the read bandwidth as above, and
+"us/product" the mean time of one product. Every product takes the type under test
+where its row length is a multiple of the type's block (else it is left out and named).
+
 Each figure is the median of --repeat runs after a warm-up. On a machine shared with
 other work the figures are provisional: re-measure on a quiet machine before quoting.
 """
@@ -133,6 +141,95 @@ def matvec_vs_read(backend, probe: np.ndarray, weight, x, repeat: int) -> tuple[
     return statistics.median(mvs), statistics.median(reads), ratio
 
 
+# (name, K, N, count) of the products of one decoded token, output head last
+SHAPES = {
+    # LFM2-350M: 10 short-convolution layers (in 1024 -> 3 x 1024, out), 6 attention layers
+    # (q, k, v of 16/8 heads of 64, o), 16 feed-forwards of 4608, tied output of 65,536
+    "lfm2-350m": [("conv.in_proj", 1024, 3072, 10), ("conv.out_proj", 1024, 1024, 10), ("attn.q", 1024, 1024, 6),
+                  ("attn.k", 1024, 512, 6), ("attn.v", 1024, 512, 6), ("attn.o", 1024, 1024, 6),
+                  ("ffn.w1", 1024, 4608, 16), ("ffn.w3", 1024, 4608, 16), ("ffn.w2", 4608, 1024, 16),
+                  ("output", 1024, 65536, 1)],
+    # Qwen2.5-0.5B: 24 layers of 896, 14/2 heads of 64, feed-forward 4864, output of 151,936
+    "qwen2.5-0.5b": [("attn.q", 896, 896, 24), ("attn.k", 896, 128, 24), ("attn.v", 896, 128, 24),
+                     ("attn.o", 896, 896, 24), ("ffn.gate", 896, 4864, 24), ("ffn.up", 896, 4864, 24),
+                     ("ffn.down", 4864, 896, 24), ("output", 896, 151936, 1)],
+}  # fmt: skip
+
+
+def token_matvecs(backend, probe: np.ndarray, t: str, shape: str, rng, repeat: int):
+    """(token GB/s, read GB/s, median ratio, us per product, left-out product names) for the
+    products of one decoded token of ``shape``, every weight of type t."""
+    from cera_backend_cpu._native import ffi, lib
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType[t]]
+    keep, weights, left_out = [], [], set()
+    for name, k, n, count in SHAPES[shape]:
+        if k % bs:
+            left_out.add(name)
+            continue
+        for _ in range(count):
+            raw = rng.integers(0, 256, (n, k // bs, ts), dtype=np.uint8)
+            for off in F16_FIELDS.get(t, ()):
+                scales = rng.uniform(1e-3, 1e-2, raw.shape[:2]).astype(np.float16)
+                raw[..., off : off + 2] = scales.view(np.uint8).reshape(raw.shape[:2] + (2,))
+            weights.append(np.ascontiguousarray(raw.reshape(n, k // bs * ts)))
+            keep.append((k, n))
+    n_prod = len(keep)
+    types = ffi.new("int[]", [int(GGMLQuantizationType[t])] * n_prod)
+    ptrs = ffi.new("void *[]", [ffi.from_buffer(w) for w in weights])
+    row_bytes = ffi.new("int64_t[]", [w.shape[1] for w in weights])
+    ks = ffi.new("int64_t[]", [k for k, _ in keep])
+    ns = ffi.new("int64_t[]", [n for _, n in keep])
+    x = rng.standard_normal(max(k for k, _ in keep)).astype(np.float32)
+    y = np.empty(max(n for _, n in keep), np.float32)
+    xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)
+    nbytes = sum(w.nbytes for w in weights)
+    pp = ffi.from_buffer(probe)
+
+    def run():
+        rc = lib.cera_bench_matvecs(backend._ctx, n_prod, types, ptrs, row_bytes, ks, ns, xp, yp, 1)
+        if rc != 0:
+            raise RuntimeError(f"cera_bench_matvecs failed ({rc}) on {t} {shape}")
+
+    def read():
+        lib.cera_read_probe(backend._ctx, pp, probe.nbytes)
+
+    run(), read()
+    mvs, reads, times = [], [], []
+    for _ in range(repeat):
+        reads.append(probe.nbytes / timed(read) / 1e9)
+        dt = timed(run)
+        times.append(dt)
+        mvs.append(nbytes / dt / 1e9)
+    ratio = statistics.median(m / r for m, r in zip(mvs, reads, strict=True))
+    return statistics.median(mvs), statistics.median(reads), ratio, 1e6 * statistics.median(times) / n_prod, sorted(left_out)
+
+
+def main_shapes(args, types, backends, rng) -> int:
+    probe = np.ones(args.mib << 20, np.uint8)
+    for shape in args.shapes.split(","):
+        shape = shape.strip()
+        if shape not in SHAPES:
+            raise SystemExit(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
+        head = f"{shape:13} {'type':7}"
+        for n in backends:
+            head += f" | {'token GB/s':>10} {'read GB/s':>9} {'%read':>5} {'us/product':>10}  ({n}t)"
+        print(head)
+        print("-" * len(head))
+        for t in types:
+            line = f"{'':13} {t:7}"
+            skipped = []
+            for n, be in backends.items():
+                gbs, read, ratio, us, skipped = token_matvecs(be, probe, t, shape, rng, args.repeat)
+                line += f" | {gbs:10.2f} {read:9.2f} {100 * ratio:4.0f}% {us:10.1f}  ({n}t)"
+            if skipped:
+                line += f"  (left out: {', '.join(skipped)})"
+            print(line, flush=True)
+        print()
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--types", default=",".join(TYPES), help="comma-separated GGML types")
@@ -141,6 +238,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--variant", default=None, help="kernel variant (default: $CERA_CPU_VARIANT, else the best)")
     ap.add_argument("--no-matmul", action="store_true", help="skip the matrix-matrix products")
+    ap.add_argument("--shapes", default=None,
+                    help=f"comma-separated models whose decode-token products to run instead ({', '.join(SHAPES)})")
     args = ap.parse_args()
 
     from cera_backend_cpu._native import cpu_features, usable_variants
@@ -159,6 +258,8 @@ def main() -> int:
           f"(usable: {', '.join(usable_variants())}; {cpu_features()}), python {platform.python_version()}")  # fmt: skip
     print("Figures are provisional when the machine is shared with other work; re-measure on a quiet one.\n")
 
+    if args.shapes:
+        return main_shapes(args, types, backends, rng)
     probe = np.ones(args.mib << 20, np.uint8)
     head = f"{'type':7} {'bits/w':>6}"
     for n in threads:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from cpu_reference import random_weight
 from cpu_variants import simd_variants
+from gguf.constants import GGMLQuantizationType
 
 from cera_backend_cpu._native import ffi, lib
 
@@ -134,3 +135,29 @@ def test_per_row_products_of_many_rows_equal_their_one_row_products(backends, t)
                         assert np.array_equal(_bits(out[m]), _bits(rout[0])), f"{variant} {t}: row {m} of out"
                 if glu:
                     assert np.array_equal(_bits(got_glu[m]), _bits(ref_glu[0])), f"{variant} {t}: row {m} of glu"
+
+
+@pytest.mark.parametrize("t", LEGACY + KQUANTS)
+def test_matvec_rows_equal_the_one_row_dot(backends, t):
+    """A one-row product walks its weight rows four at a time (dot4, its own kernel per
+    format and variant): every element must be, bit for bit, the one-row dot (vec_dot) of
+    its weight row with the same quantized activation row."""
+    rng = np.random.default_rng(sum(map(ord, t)) + 1)
+    tid = int(GGMLQuantizationType[t])
+    for k in _ks(t):
+        data, _ = random_weight(t, 13, k, rng)
+        data = np.ascontiguousarray(data)
+        x = _x(rng, 1, k)
+        act = np.zeros(lib.cera_act_row_bytes(tid, k), np.uint8)
+        for variant, be in backends.items():
+            y = be.linear(x, be.weight("w", data, t, shape=(k, 13)))[0]
+            assert lib.cera_quantize_act(be._ctx, tid, _ptr("float *", x[0]), ffi.from_buffer(act), k) == 0
+            rows = data.reshape(13, -1)
+            one = np.zeros(13, np.float32)
+            out = ffi.new("float *")
+            for r in range(13):
+                row = np.ascontiguousarray(rows[r])
+                assert lib.cera_vec_dot(be._ctx, tid, k, ffi.from_buffer(row), ffi.from_buffer(act), out) == 0
+                one[r] = out[0]
+            same = _bits(y) == _bits(one)
+            assert same.all(), f"{variant} {t} K={k}: rows {np.flatnonzero(~same).tolist()} differ from vec_dot"

@@ -58,3 +58,14 @@ uint64_t cera_read_probe(cera_ctx *ctx, const void *p, int64_t bytes) {
     cera_ctx_unlock(ctx);
     return atomic_load(&job.sum);
 }
+
+int cera_bench_matvecs(cera_ctx *ctx, int n, const int *types, void *const *w, const int64_t *row_bytes,
+                       const int64_t *K, const int64_t *N, const float *x, float *y, int reps) {
+    int rc = CERA_OK;
+    cera_ctx_lock(ctx);
+    for (int r = 0; r < reps && rc == CERA_OK; r++)
+        for (int i = 0; i < n && rc == CERA_OK; i++)
+            rc = cera_matmul_unlocked(ctx, types[i], w[i], row_bytes[i], K[i], N[i], x, K[i], 1, y, N[i], NULL);
+    cera_ctx_unlock(ctx);
+    return rc;
+}

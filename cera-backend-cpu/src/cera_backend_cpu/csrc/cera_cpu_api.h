@@ -238,6 +238,12 @@ void cera_plan_profile(const cera_plan *plan, int64_t *ns, const char **names);
  * memory read bandwidth that a memory-bound matrix-vector product can reach. */
 uint64_t cera_read_probe(cera_ctx *ctx, const void *p, int64_t bytes);
 
+/* The matrix-vector products of one decoded token, in order, under one lock, reps times:
+ * product i is x (K[i] floats, the first K[i] of x) times weight w[i] of type types[i]
+ * (N[i] rows of row_bytes[i]) into y (at least N[i] floats). Returns the first error. */
+int cera_bench_matvecs(cera_ctx *ctx, int n, const int *types, void *const *w, const int64_t *row_bytes,
+                       const int64_t *K, const int64_t *N, const float *x, float *y, int reps);
+
 /* -- recurrent mixers and routed experts (recurrent.c, moe.c) -------------------------------- */
 
 /* Causal depthwise convolution over the tokens of each sequence (ggml_ssm_conv):
