@@ -95,3 +95,39 @@ def test_an_adapter_adds_no_steps_to_a_decode_pass(files, monkeypatch):
         # a prompt keeps the separate products (their many-row kernels): four more ops per product
         prompt = Layout((8,))
         assert _plan_ops(m, prompt, active) > _plan_ops(m, prompt, ActiveAdapters())
+
+
+@pytest.mark.parametrize("K", [4, 8, 16, 20, 31, 32, 48, 64, 80])
+def test_four_f16_rows_at_once_are_the_one_row_dot(K):
+    """A LoRA B has rows of the adapter's rank: the products take them four at a time
+    (dot4, lanes of doubles where the row is all of ggml_vec_dot_f16's scalar tail); every
+    output must be the one-row dot's, bit for bit, on every SIMD variant of this CPU."""
+    from cera_backend_cpu._native import ffi, lib, usable_variants
+    from cera_backend_cpu.backend import CpuBackend
+
+    rng = np.random.default_rng(K)
+    N = 11  # rows 0..7 four at a time, 8..10 one by one
+    w = (rng.standard_normal((N, K)) * np.exp(rng.uniform(-6, 3, (N, 1)))).astype(np.float16)
+    x = (rng.standard_normal(K) * np.exp(rng.uniform(-4, 4, K))).astype(np.float32)
+    for variant in usable_variants():
+        b = CpuBackend(threads=1, variant=variant)
+        try:
+            y = np.zeros(N, np.float32)
+            rc = lib.cera_matmul(b._ctx, 1, ffi.from_buffer(w), 2 * K, K, N, ffi.from_buffer("float[]", x), K, 1,
+                                 ffi.from_buffer("float[]", y), N, ffi.NULL)  # fmt: skip
+            assert rc == 0
+            act = np.zeros(K, np.float16)
+            assert lib.cera_quantize_act(b._ctx, 1, ffi.from_buffer("float[]", x), ffi.from_buffer(act), K) == 0
+            one = ffi.new("float *")
+            want = np.zeros(N, np.float32)
+            for r in range(N):
+                assert lib.cera_vec_dot(b._ctx, 1, K, ffi.from_buffer(w[r]), ffi.from_buffer(act), one) == 0
+                want[r] = one[0]
+            np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32), err_msg=variant)
+            # and on x86 the one-row dot is ggml_vec_dot_f16's tail where the row is short:
+            # float products summed in double from 0
+            if K < 32 and variant.startswith("avx"):
+                tail = np.array([float(sum(np.float64(np.float32(a) * np.float32(c)) for a, c in zip(row, act))) for row in w])
+                np.testing.assert_array_equal(want, tail.astype(np.float32), err_msg=variant)
+        finally:
+            b.close()
