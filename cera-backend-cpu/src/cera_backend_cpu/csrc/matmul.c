@@ -108,6 +108,33 @@ static void gemm_tile(const mm_job *job, int i, int64_t t0, int rows, cera_gemm_
     }
 }
 
+/* y[r] = y[r] + scale * (B t)[r] for r in [r0, r1): one LoRA pair's rows for one
+ * activation row (t: A x quantized for B), the separate ops' float steps (the product,
+ * then the scale, then the add). */
+static void lora_rows(const cera_kernels *k, const cera_lora *L, int64_t N, const char *t, float *y, int64_t r0,
+                      int64_t r1) {
+    const float scale = L->scale;
+    float v[64];
+    int64_t r = r0;
+    while (r < r1) {
+        const int64_t n = r1 - r < 64 ? r1 - r : 64;
+        const int by_columns = L->bt && L->b_type == T_F16 && k->dotc_f16 &&
+                               k->dotc_f16(L->rank, (const uint16_t *)L->bt + r, N, n, t, v);
+        if (!by_columns) { /* B's rows one at a time (four where the kernels have dot4) */
+            int64_t j = 0;
+            if (k->dot4[L->b_type])
+                for (; j + 4 <= n; j += 4) k->dot4[L->b_type](L->rank, (const char *)L->b + (r + j) * L->b_row_bytes, L->b_row_bytes, t, v + j);
+            for (; j < n; j++) k->dot[L->b_type](L->rank, (const char *)L->b + (r + j) * L->b_row_bytes, t, v + j);
+        }
+        float *restrict yr = y + r;
+        for (int64_t j = 0; j < n; j++) {
+            const float scaled = v[j] * scale;
+            yr[j] = yr[j] + scaled;
+        }
+        r += n;
+    }
+}
+
 /* Rows [r0, r1) of member i for every activation row, then its epilogue. */
 /* Whether member p runs as llama.cpp's repacked kernels do (cera_kernels.llama_repack):
  * x86 llama.cpp repacks Q4_0 and IQ4_NL weights of a multiple of 8 rows. */
@@ -117,14 +144,6 @@ static int repacked(const cera_kernels *k, const cera_product *p) {
 
 static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_gemm_scratch **gs) {
     const cera_product *p = &job->mem[i];
-    /* the LoRA B rows of the epilogue: a short run after the weight's rows, fetched while
-     * those are computed (measured: without this, the adapted decode of SmolLM2-135M spent
-     * more than the separate ops did) */
-    for (int l = job->lora_first[i]; l < job->lora_first[i + 1]; l++) {
-        const cera_lora *L = &p->lora[l - job->lora_first[i]];
-        const char *b0 = (const char *)L->b + r0 * L->b_row_bytes, *b1 = (const char *)L->b + r1 * L->b_row_bytes;
-        for (const char *b = b0; b < b1; b += 64) __builtin_prefetch(b, 0, 3);
-    }
     if (repacked(job->k, p)) {
         const char *act = job->act[job->act_of[i]];
         const int64_t arb = job->act_row_bytes[job->act_of[i]];
@@ -193,28 +212,9 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
 epilogue:
     for (int64_t m = 0; m < job->M; m++) {
         float *y = p->y + m * p->y_stride;
-        for (int l = job->lora_first[i]; l < job->lora_first[i + 1]; l++) {
-            const cera_lora *L = &p->lora[l - job->lora_first[i]];
-            cera_dot_fn bdot = job->k->dot[L->b_type];
-            cera_dot4_fn bdot4 = job->k->dot4[L->b_type];
-            const char *t = job->lora_t[l] + m * job->lora_t_row_bytes[l];
-            int64_t r = r0;
-            if (bdot4)
-                for (; r + 4 <= r1; r += 4) {
-                    float v[4];
-                    bdot4(L->rank, (const char *)L->b + r * L->b_row_bytes, L->b_row_bytes, t, v);
-                    for (int k = 0; k < 4; k++) {
-                        const float scaled = v[k] * L->scale;
-                        y[r + k] = y[r + k] + scaled;
-                    }
-                }
-            for (; r < r1; r++) {
-                float v;
-                bdot(L->rank, (const char *)L->b + r * L->b_row_bytes, t, &v);
-                const float scaled = v * L->scale;
-                y[r] = y[r] + scaled;
-            }
-        }
+        for (int l = job->lora_first[i]; l < job->lora_first[i + 1]; l++)
+            lora_rows(job->k, &p->lora[l - job->lora_first[i]], p->N, job->lora_t[l] + m * job->lora_t_row_bytes[l],
+                      y, r0, r1);
         if (p->bias)
             for (int64_t r = r0; r < r1; r++) y[r] += p->bias[r];
         if (p->residual) {
