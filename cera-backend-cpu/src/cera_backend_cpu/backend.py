@@ -66,7 +66,7 @@ class CpuWeight(Weight):
     ``row_bytes`` apart; a 3-D weight (MoE experts) is ``shape[2]`` matrices back to back.
     """
 
-    __slots__ = ("name", "ggml_type", "type_id", "shape", "data", "row_bytes", "ptr", "_dense", "_columns")
+    __slots__ = ("name", "ggml_type", "type_id", "shape", "data", "row_bytes", "ptr", "_dense")
 
     def __init__(self, name: str, ggml_type: str, shape: tuple[int, ...], data: np.ndarray):
         self.name = name
@@ -79,17 +79,6 @@ class CpuWeight(Weight):
         # One cffi pointer for the weight's lifetime: no per-call conversion.
         self.ptr = ffi.from_buffer(data)
         self._dense: np.ndarray | None = None
-        self._columns: np.ndarray | None = None
-
-    def f16_columns(self) -> np.ndarray:
-        """An F16 matrix's values transposed (``shape[0]`` rows of ``shape[1]``), made once:
-        the products read a LoRA B this way, many rows per load (csrc/matmul.c)."""
-        if self._columns is None:
-            if self.ggml_type != "F16" or len(self.shape) != 2:
-                raise UnsupportedTensorType(self.name, self.ggml_type, "cpu (transposed F16 matrix)")
-            rows = np.frombuffer(self.data, np.uint16, count=self.n_elements).reshape(self.shape[1], self.shape[0])
-            self._columns = np.ascontiguousarray(rows.T)
-        return self._columns
 
     @property
     def n_elements(self) -> int:

@@ -219,8 +219,6 @@ def _lora_pairs(exe, member, adapted) -> None:
         p.a_type, p.a, p.a_row_bytes = a.type_id, a.ptr, a.row_bytes
         p.b_type, p.b, p.b_row_bytes = b.type_id, b.ptr, b.row_bytes
         p.rank, p.scale = ax.out.shape[-1], s
-        if b.ggml_type == "F16" and b.row_bytes == 2 * p.rank:
-            p.bt = ffi.from_buffer(b.f16_columns())
     exe._keep.append(pairs)
     member.lora, member.n_lora = pairs, len(adapted.terms)
     if adapted.bias_add is not None:

@@ -227,7 +227,6 @@ typedef struct {
     const void *b; /* N rows of rank */
     int64_t b_row_bytes, rank;
     float scale;
-    const void *bt; /* optional, for an F16 B: B transposed (rank rows of N), the same values */
 } cera_lora;
 typedef struct {
     int wtype;

@@ -320,10 +320,6 @@ struct cera_kernels {
     double (*softmax_row)(int64_t n, float *s, float max);
     cera_dot_fn dot[T_COUNT];
     cera_dot4_fn dot4[T_COUNT]; /* optional */
-    /* optional: dot_f16 of `rows` weight rows stored transposed (element i of row r at
-     * wt[i * ld + r]) against one activation row, each output dot_f16's bit for bit;
-     * returns 0 (computing nothing) where rows of n elements are not all its scalar tail */
-    int (*dotc_f16)(int64_t n, const uint16_t *wt, int64_t ld, int64_t rows, const void *a, float *out);
     cera_dotm_fn dotm[T_COUNT]; /* optional; takes up to dotm_rows[t] weight rows at once */
     int dotm_rows[T_COUNT];
     cera_quant_fn quant[ACT_COUNT];

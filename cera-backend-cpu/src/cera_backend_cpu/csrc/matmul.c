@@ -36,6 +36,8 @@
 /* Below this many weight elements a product runs on the calling thread alone: waking
  * the pool would cost more than it saves. */
 #define SMALL_PRODUCT 32768
+/* From this many elements of A matrices on, a job's LoRA A x is shared by the threads. */
+#define LORA_SHARED 16384
 
 #define TILE_COLS 16 /* activation rows per group in the prefill walk */
 #define MAX_ACTS 4   /* distinct activation formats in one group */
@@ -111,21 +113,20 @@ static void gemm_tile(const mm_job *job, int i, int64_t t0, int rows, cera_gemm_
 /* y[r] = y[r] + scale * (B t)[r] for r in [r0, r1): one LoRA pair's rows for one
  * activation row (t: A x quantized for B), the separate ops' float steps (the product,
  * then the scale, then the add). */
-static void lora_rows(const cera_kernels *k, const cera_lora *L, int64_t N, const char *t, float *y, int64_t r0,
-                      int64_t r1) {
+static void lora_rows(const cera_kernels *k, const cera_lora *L, const char *t, float *y, int64_t r0, int64_t r1) {
     const float scale = L->scale;
     float v[64];
     int64_t r = r0;
     while (r < r1) {
         const int64_t n = r1 - r < 64 ? r1 - r : 64;
-        const int by_columns = L->bt && L->b_type == T_F16 && k->dotc_f16 &&
-                               k->dotc_f16(L->rank, (const uint16_t *)L->bt + r, N, n, t, v);
-        if (!by_columns) { /* B's rows one at a time (four where the kernels have dot4) */
-            int64_t j = 0;
-            if (k->dot4[L->b_type])
-                for (; j + 4 <= n; j += 4) k->dot4[L->b_type](L->rank, (const char *)L->b + (r + j) * L->b_row_bytes, L->b_row_bytes, t, v + j);
-            for (; j < n; j++) k->dot[L->b_type](L->rank, (const char *)L->b + (r + j) * L->b_row_bytes, t, v + j);
-        }
+        /* B's rows as a separate product reads them: four at a time where the kernels have dot4
+         * (measured: reading a transposed copy of B by columns, sixteen rows per load, was
+         * faster with B in cache and slower from memory, as a decode reads it) */
+        const char *b = (const char *)L->b + r * L->b_row_bytes;
+        int64_t j = 0;
+        if (k->dot4[L->b_type])
+            for (; j + 4 <= n; j += 4) k->dot4[L->b_type](L->rank, b + j * L->b_row_bytes, L->b_row_bytes, t, v + j);
+        for (; j < n; j++) k->dot[L->b_type](L->rank, b + j * L->b_row_bytes, t, v + j);
         float *restrict yr = y + r;
         for (int64_t j = 0; j < n; j++) {
             const float scaled = v[j] * scale;
@@ -213,8 +214,7 @@ epilogue:
     for (int64_t m = 0; m < job->M; m++) {
         float *y = p->y + m * p->y_stride;
         for (int l = job->lora_first[i]; l < job->lora_first[i + 1]; l++)
-            lora_rows(job->k, &p->lora[l - job->lora_first[i]], p->N, job->lora_t[l] + m * job->lora_t_row_bytes[l],
-                      y, r0, r1);
+            lora_rows(job->k, &p->lora[l - job->lora_first[i]], job->lora_t[l] + m * job->lora_t_row_bytes[l], y, r0, r1);
         if (p->bias)
             for (int64_t r = r0; r < r1; r++) y[r] += p->bias[r];
         if (p->residual) {
@@ -287,8 +287,10 @@ static void quant_task(void *varg, int ith, int nth) {
 }
 
 /* The first part of the LoRA pairs of one job: t = A x for each pair and activation row,
- * with the one-row kernels (dot4 where the kernels have it, as product_rows does), then
- * t's row quantized to B's activation format. */
+ * with the one-row kernels (dot4 where the kernels have it, as product_rows does), in
+ * items of four of A's rows, so that both threads share a job's few pairs; then (on the
+ * calling thread) t's rows quantized to B's activation format. */
+#define LORA_ITEM_ROWS 4
 typedef struct {
     const cera_kernels *k;
     int n;
@@ -300,7 +302,8 @@ typedef struct {
     float *t[CERA_MAX_LORA];        /* [M, rank] */
     char *tq[CERA_MAX_LORA];        /* [M] rows of t_row_bytes */
     int64_t t_row_bytes[CERA_MAX_LORA];
-    atomic_llong next; /* next (pair, row) */
+    int64_t first_item[CERA_MAX_LORA + 1]; /* pair l's items: (row m, group of A's rows) */
+    atomic_llong next;
 } lora_job;
 
 static void lora_a_task(void *varg, int ith, int nth) {
@@ -309,20 +312,23 @@ static void lora_a_task(void *varg, int ith, int nth) {
     lora_job *job = varg;
     for (;;) {
         const int64_t c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
-        if (c >= job->n * job->M) break;
-        const int l = (int)(c / job->M);
-        const int64_t m = c % job->M;
+        if (c >= job->first_item[job->n]) break;
+        int l = 0;
+        while (c >= job->first_item[l + 1]) l++;
         const cera_lora *L = job->pair[l];
+        const int64_t groups = (L->rank + LORA_ITEM_ROWS - 1) / LORA_ITEM_ROWS;
+        const int64_t m = (c - job->first_item[l]) / groups;
+        const int64_t r0 = (c - job->first_item[l]) % groups * LORA_ITEM_ROWS;
+        const int64_t r1 = r0 + LORA_ITEM_ROWS < L->rank ? r0 + LORA_ITEM_ROWS : L->rank;
         const char *a = job->act[l] + m * job->act_row_bytes[l];
         const char *w = L->a;
         float *t = job->t[l] + m * L->rank;
         cera_dot_fn dot = job->k->dot[L->a_type];
         cera_dot4_fn dot4 = job->k->dot4[L->a_type];
-        int64_t r = 0;
+        int64_t r = r0;
         if (dot4)
-            for (; r + 4 <= L->rank; r += 4) dot4(job->K, w + r * L->a_row_bytes, L->a_row_bytes, a, &t[r]);
-        for (; r < L->rank; r++) dot(job->K, w + r * L->a_row_bytes, a, &t[r]);
-        job->k->quant[cera_types[L->b_type].act](t, job->tq[l] + m * job->t_row_bytes[l], L->rank);
+            for (; r + 4 <= r1; r += 4) dot4(job->K, w + r * L->a_row_bytes, L->a_row_bytes, a, &t[r]);
+        for (; r < r1; r++) dot(job->K, w + r * L->a_row_bytes, a, &t[r]);
     }
 }
 
@@ -503,10 +509,16 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
             buf += (64 - (uintptr_t)buf % 64) % 64;
             job.lora_t[l] = lj.tq[l];
         }
+        lj.first_item[0] = 0;
+        for (int l = 0; l < lj.n; l++)
+            lj.first_item[l + 1] = lj.first_item[l] + M * ((lj.pair[l]->rank + LORA_ITEM_ROWS - 1) / LORA_ITEM_ROWS);
         atomic_init(&lj.next, 0);
-        /* a rank-16 A is a few thousand elements: below SMALL_PRODUCT in all, the calling
-         * thread does them while the input's quantization is still in its cache */
-        cera_pool_run(ctx->pool, lora_a_task, &lj, lora_weights * M < SMALL_PRODUCT ? 1 : nth);
+        /* a rank-16 A of 576 columns is about a microsecond of work: shared from two pairs on */
+        cera_pool_run(ctx->pool, lora_a_task, &lj, lora_weights * M < LORA_SHARED ? 1 : nth);
+        for (int l = 0; l < lj.n; l++)
+            for (int64_t m = 0; m < M; m++)
+                ctx->k.quant[cera_types[lj.pair[l]->b_type].act](lj.t[l] + m * lj.pair[l]->rank,
+                                                                  lj.tq[l] + m * lj.t_row_bytes[l], lj.pair[l]->rank);
     }
 
     /* a glu pair is walked as one member whose chunks also do the up rows */
