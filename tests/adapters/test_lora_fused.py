@@ -45,9 +45,10 @@ def files(tmp_path_factory):
     }
 
 
-def decode_logits(path, adapter_specs, monkeypatch, plans: bool) -> list[np.ndarray]:
+def decode_logits(path, adapter_specs, monkeypatch, plans: bool, lora_steps: bool = True) -> list[np.ndarray]:
     """Logits of a prompt and STEPS greedy one-token passes."""
     monkeypatch.setenv("CERA_CPU_PLANS", "1" if plans else "0")
+    monkeypatch.setenv("CERA_CPU_LORA_STEPS", "1" if lora_steps else "0")
     with cera.load(path, device="cpu") as m:
         adapters = [(m.load_adapter(p), s) for p, s in adapter_specs]
         s = m.new_session(adapters=adapters)
@@ -71,10 +72,12 @@ def test_one_step_products_equal_the_separate_ops(files, monkeypatch, base, spec
     specs = [(files[name], s) for name, s in specs]
     fused = decode_logits(files[base], specs, monkeypatch, plans=True)
     separate = decode_logits(files[base], specs, monkeypatch, plans=False)
+    separate_in_plan = decode_logits(files[base], specs, monkeypatch, plans=True, lora_steps=False)
     plain = decode_logits(files[base], [], monkeypatch, plans=True)
     assert np.abs(fused[-1] - plain[-1]).max() > 1e-3  # the adapters change the decode steps
-    for step, (got, want) in enumerate(zip(fused, separate, strict=True)):
+    for step, (got, want, also) in enumerate(zip(fused, separate, separate_in_plan, strict=True)):
         np.testing.assert_array_equal(got, want, err_msg=f"pass {step}")
+        np.testing.assert_array_equal(got, also, err_msg=f"pass {step}")
 
 
 def _plan_ops(loaded, layout, adapters) -> int:
@@ -87,6 +90,7 @@ def _plan_ops(loaded, layout, adapters) -> int:
 
 def test_an_adapter_adds_no_steps_to_a_decode_pass(files, monkeypatch):
     monkeypatch.setenv("CERA_CPU_PLANS", "1")
+    monkeypatch.setenv("CERA_CPU_LORA_STEPS", "1")
     with cera.load(files["llama"], device="cpu") as m:
         a = m.load_adapter(files["llama_a"])  # every projection of every layer
         active = ActiveAdapters(((a, 1.0),))
