@@ -173,6 +173,9 @@ class CpuBackend(Backend):
         # Compiled graphs run fused, as one C plan; CERA_CPU_PLANS=0 runs them step by step,
         # unfused (the same kernels op by op: to compare, or to rule fusion out in a bug hunt).
         self.use_plans = os.environ.get("CERA_CPU_PLANS", "1").strip() != "0"
+        # In decode passes an adapted product is one step with its LoRA terms (csrc/matmul.c);
+        # CERA_CPU_LORA_STEPS=0 runs the terms as separate ops (the same bits: to compare).
+        self.lora_steps = os.environ.get("CERA_CPU_LORA_STEPS", "1").strip() != "0"
 
     # -- device --------------------------------------------------------------------------
 
@@ -233,7 +236,7 @@ class CpuBackend(Backend):
         return CpuWeight(name, ggml_type, tuple(shape), data)
 
     def compile_key(self) -> tuple:
-        return (self.use_plans, bool(self.attention_f16_accumulator))
+        return (self.use_plans, bool(self.attention_f16_accumulator), self.lora_steps)
 
     def compile(self, graph, weights, state) -> CpuExecutable:
         """A graph as a C execution plan (compile.py); ops the C kernels lack run on the host."""

@@ -86,7 +86,10 @@ class CpuExecutable(Executable):
         self._keep: list = []  # objects the C plan points into
 
         self.place = placements(graph)
-        steps = plan_steps(graph, fuse=not eager)
+        # an adapted product is one step where its LoRA terms keep the one-row arithmetic
+        # (csrc/matmul.c); prompts keep the separate products, with their many-row kernels
+        one_row = self.per_row == 1 or graph.layout.n_tokens == 1
+        steps = plan_steps(graph, fuse=not eager, adapters=one_row and backend.lora_steps)
         if not eager:
             steps = fuse_gated_convs(graph, steps, self.place)
         self.offsets, size = arena_layout(graph, steps, self.place)

@@ -210,6 +210,21 @@ def _take(exe, plan, step: Step) -> int:
                               ids.shape[-1], exe.ptr(node.out))  # fmt: skip
 
 
+def _lora_pairs(exe, member, adapted) -> None:
+    """A member's LoRA terms (`cera.graph.builder.AdaptedProduct`) as its cera_lora pairs,
+    and the bias added after them."""
+    pairs = ffi.new("cera_lora[]", len(adapted.terms))
+    for p, (ax, bax, _scale, _add), s in zip(pairs, adapted.terms, adapted.scales, strict=True):
+        a, b = exe.weights[ax.args[1].name], exe.weights[bax.args[1].name]
+        p.a_type, p.a, p.a_row_bytes = a.type_id, a.ptr, a.row_bytes
+        p.b_type, p.b, p.b_row_bytes = b.type_id, b.ptr, b.row_bytes
+        p.rank, p.scale = ax.out.shape[-1], s
+    exe._keep.append(pairs)
+    member.lora, member.n_lora = pairs, len(adapted.terms)
+    if adapted.bias_add is not None:
+        member.bias = exe.operand(adapted.bias_add.args[1])
+
+
 def _products(exe, plan, step: Step) -> int:
     """A step of products of one input (with its glu or residual epilogue) as one C op."""
     first = step.nodes[0]
@@ -217,15 +232,18 @@ def _products(exe, plan, step: Step) -> int:
     K = x.shape[-1]
     M = x.size // K
     members = ffi.new("cera_product[]", len(step.nodes))
-    for m, node in zip(members, step.nodes, strict=True):
+    for m, node, out in zip(members, step.nodes, step.outs, strict=True):
         _, wref, bias = node.args
         w = exe.weights[wref.name]
         if len(w.shape) not in (1, 2):
             raise ShapeError(f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed")
         n_out = w.shape[1] if len(w.shape) == 2 else 1  # a GGML vector {n} is one row: a one-output projection
         m.wtype, m.w, m.w_row_bytes, m.N = w.type_id, w.ptr, w.row_bytes, n_out
-        m.y, m.y_stride = exe.ptr(node.out), n_out
+        m.y, m.y_stride = exe.ptr(out), n_out
         m.bias = exe.operand(bias)
+    for m, adapted in zip(members, step.adapters or (), strict=False):
+        if adapted is not None:
+            _lora_pairs(exe, m, adapted)
     if step.residual is not None:
         add, k, other = step.residual
         members[k].residual = exe.ptr(other)

@@ -212,7 +212,22 @@ int cera_plan_attention(cera_plan *plan, const cera_attention_seqs *args);
  * row as a one-row product would, so a sequence's results do not depend on what shares its
  * batch; 2 (the rows of a long prompt) computes every row with the many-row microkernel,
  * so a prompt's rows do not depend on how it was cut into chunks; 0 chooses by the count,
- * as llama.cpp does. At most 8 members. */
+ * as llama.cpp does. At most 8 members.
+ *
+ * A member may carry LoRA pairs (n_lora of them at lora): y[m, r] = y[m, r] + scale *
+ * (B (A x[m]))[r] per pair in order, before the bias, as llama.cpp's graph computes it
+ * from separate ops: t = A x and B t are one-row products (A's rank rows against x in A's
+ * activation format, B's rows against t in B's), then the scale, then the add. Pairs need
+ * one-row arithmetic: M == 1 or per_row == 1. At most 16 pairs in one job. */
+typedef struct {
+    int a_type;
+    const void *a; /* rank rows of K */
+    int64_t a_row_bytes;
+    int b_type;
+    const void *b; /* N rows of rank */
+    int64_t b_row_bytes, rank;
+    float scale;
+} cera_lora;
 typedef struct {
     int wtype;
     const void *w;
@@ -222,6 +237,8 @@ typedef struct {
     const float *bias;
     const float *residual;
     float *out;
+    const cera_lora *lora;
+    int n_lora;
 } cera_product;
 int cera_plan_products(cera_plan *plan, const float *x, int64_t x_stride, int64_t K, int64_t M,
                        const cera_product *members, int n_members, int glu_op, float *glu_out, int64_t glu_stride,

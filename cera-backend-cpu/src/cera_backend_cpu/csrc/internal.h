@@ -409,9 +409,10 @@ void *cera_scratch(cera_ctx *ctx, size_t bytes);
  * (llama.cpp's choice), the one-row kernels for every row, the prompt kernels for every row. */
 enum { CERA_ROWS_BY_COUNT = 0, CERA_ROWS_ONE = 1, CERA_ROWS_PROMPT = 2 };
 
+#define CERA_MAX_LORA 16 /* LoRA pairs of one product job, over all its members */
 /* 0 if the members can run as one job (glu_op >= 0: exactly a gate and an up member of
- * one size), else a CERA_E* code. */
-int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int glu_op);
+ * one size; LoRA pairs: M == 1 or per_row == CERA_ROWS_ONE), else a CERA_E* code. */
+int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int64_t M, int glu_op, int per_row);
 /* The members as one pool job; glu_op >= 0 also writes glu_out[m, r] = act(gate) * up
  * (rows glu_stride apart). Needs the context lock. */
 int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t K, int64_t M,

@@ -103,6 +103,7 @@
         k->dotm[T_BF16] = dotm_bf16_##V;                       \
         k->dotm_rows[T_F32] = k->dotm_rows[T_F16] = k->dotm_rows[T_BF16] = 4; \
         k->dot4[T_Q4_0] = dot4_q4_0_##V;                       \
+        k->dot4[T_F16] = dot4_f16_##V;                         \
         k->dot4[T_Q4_1] = dot4_q4_1_##V;                       \
         k->dot4[T_Q5_0] = dot4_q5_0_##V;                       \
         k->dot4[T_Q5_1] = dot4_q5_1_##V;                       \

@@ -19,6 +19,14 @@
  * Q/K/V or gate/up projections: one quantization of the input, one hand-over to the
  * pool), finish rows with a residual add, or run the glu of a gate/up pair on rows as
  * they are done. Every output element is computed exactly as by a lone product.
+ *
+ * A member's LoRA pairs (cera_product.lora) join the job too: their A x (rank values per
+ * row) are computed right after the input is quantized (in A's activation format, as the
+ * separate product A x would be), then quantized for B; the B rows then run beside the
+ * member's own rows, each output finished as y + scale * (B t) before the bias. That is
+ * the arithmetic of llama.cpp's separate ops (mul_mat, mul_mat, scale, add) with one
+ * hand-over to the pool instead of four ops per pair, and the member stays in its Q/K/V
+ * or gate/up group.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -28,6 +36,8 @@
 /* Below this many weight elements a product runs on the calling thread alone: waking
  * the pool would cost more than it saves. */
 #define SMALL_PRODUCT 32768
+/* From this many elements of A matrices on, a job's LoRA A x is shared by the threads. */
+#define LORA_SHARED 16384
 
 #define TILE_COLS 16 /* activation rows per group in the prefill walk */
 #define MAX_ACTS 4   /* distinct activation formats in one group */
@@ -58,6 +68,10 @@ typedef struct {
     const cera_gemm_format *gemm[CERA_MAX_PRODUCTS]; /* member's many-row format, or NULL */
     const cera_gemm_act *gact[CERA_MAX_PRODUCTS];    /* its prepared activation rows */
     int one_row;                                     /* per_row == CERA_ROWS_ONE */
+    /* LoRA pairs: member i's are [lora_first[i], lora_first[i + 1]); t quantized for B */
+    int lora_first[CERA_MAX_PRODUCTS + 1];
+    const char *lora_t[CERA_MAX_LORA];
+    int64_t lora_t_row_bytes[CERA_MAX_LORA];
     atomic_llong next;
 } mm_job;
 
@@ -93,6 +107,34 @@ static void gemm_tile(const mm_job *job, int i, int64_t t0, int rows, cera_gemm_
         if (rows < R)
             for (int k = 0; k < 4 && m + k < job->M; k++)
                 memcpy(p->y + (m + k) * p->y_stride + t0, tail[k], sizeof(float) * (size_t)rows);
+    }
+}
+
+/* y[r] = y[r] + scale * (B t)[r] for r in [r0, r1): one LoRA pair's rows for one
+ * activation row (t: A x quantized for B), the separate ops' float steps (the product,
+ * then the scale, then the add). */
+static void lora_rows(const cera_kernels *k, const cera_lora *L, const char *t, float *y, int64_t r0, int64_t r1) {
+    const float scale = L->scale;
+    float v[64];
+    int64_t r = r0;
+    while (r < r1) {
+        const int64_t n = r1 - r < 64 ? r1 - r : 64;
+        /* B's rows as a separate product reads them: four at a time where the kernels have dot4
+         * (a transposed copy of B read by columns, sixteen rows per load, commit 88040c1, was
+         * faster with B in cache and slower from memory, as a decode reads it: SmolLM2-135M's
+         * 210 adapted products one after another on one thread cost 24% over the plain
+         * products by columns, 19% by rows) */
+        const char *b = (const char *)L->b + r * L->b_row_bytes;
+        int64_t j = 0;
+        if (k->dot4[L->b_type])
+            for (; j + 4 <= n; j += 4) k->dot4[L->b_type](L->rank, b + j * L->b_row_bytes, L->b_row_bytes, t, v + j);
+        for (; j < n; j++) k->dot[L->b_type](L->rank, b + j * L->b_row_bytes, t, v + j);
+        float *restrict yr = y + r;
+        for (int64_t j = 0; j < n; j++) {
+            const float scaled = v[j] * scale;
+            yr[j] = yr[j] + scaled;
+        }
+        r += n;
     }
 }
 
@@ -173,6 +215,8 @@ static void product_rows(const mm_job *job, int i, int64_t r0, int64_t r1, cera_
 epilogue:
     for (int64_t m = 0; m < job->M; m++) {
         float *y = p->y + m * p->y_stride;
+        for (int l = job->lora_first[i]; l < job->lora_first[i + 1]; l++)
+            lora_rows(job->k, &p->lora[l - job->lora_first[i]], job->lora_t[l] + m * job->lora_t_row_bytes[l], y, r0, r1);
         if (p->bias)
             for (int64_t r = r0; r < r1; r++) y[r] += p->bias[r];
         if (p->residual) {
@@ -244,21 +288,86 @@ static void quant_task(void *varg, int ith, int nth) {
     }
 }
 
-int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int glu_op) {
+/* The first part of the LoRA pairs of one job: t = A x for each pair and activation row,
+ * with the one-row kernels (dot4 where the kernels have it, as product_rows does), in
+ * items of four of A's rows, so that both threads share a job's few pairs; then (on the
+ * calling thread) t's rows quantized to B's activation format. */
+#define LORA_ITEM_ROWS 4
+typedef struct {
+    const cera_kernels *k;
+    int n;
+    int64_t K, M;
+    const cera_lora *pair[CERA_MAX_LORA];
+    int act_of[CERA_MAX_LORA];
+    const char *act[CERA_MAX_LORA]; /* the input rows in A's activation format */
+    int64_t act_row_bytes[CERA_MAX_LORA];
+    float *t[CERA_MAX_LORA];        /* [M, rank] */
+    char *tq[CERA_MAX_LORA];        /* [M] rows of t_row_bytes */
+    int64_t t_row_bytes[CERA_MAX_LORA];
+    int64_t first_item[CERA_MAX_LORA + 1]; /* pair l's items: (row m, group of A's rows) */
+    atomic_llong next;
+} lora_job;
+
+static void lora_a_task(void *varg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    lora_job *job = varg;
+    for (;;) {
+        const int64_t c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (c >= job->first_item[job->n]) break;
+        int l = 0;
+        while (c >= job->first_item[l + 1]) l++;
+        const cera_lora *L = job->pair[l];
+        const int64_t groups = (L->rank + LORA_ITEM_ROWS - 1) / LORA_ITEM_ROWS;
+        const int64_t m = (c - job->first_item[l]) / groups;
+        const int64_t r0 = (c - job->first_item[l]) % groups * LORA_ITEM_ROWS;
+        const int64_t r1 = r0 + LORA_ITEM_ROWS < L->rank ? r0 + LORA_ITEM_ROWS : L->rank;
+        const char *a = job->act[l] + m * job->act_row_bytes[l];
+        const char *w = L->a;
+        float *t = job->t[l] + m * L->rank;
+        cera_dot_fn dot = job->k->dot[L->a_type];
+        cera_dot4_fn dot4 = job->k->dot4[L->a_type];
+        int64_t r = r0;
+        if (dot4)
+            for (; r + 4 <= r1; r += 4) dot4(job->K, w + r * L->a_row_bytes, L->a_row_bytes, a, &t[r]);
+        for (; r < r1; r++) dot(job->K, w + r * L->a_row_bytes, a, &t[r]);
+    }
+}
+
+/* Whether a product of type t over rows of n values can run (its blocks fill the rows). */
+static int takes_rows(int t, int64_t n) {
+    return cera_type_supported(t) && n % cera_types[t].block == 0 && n % cera_act_block[cera_types[t].act] == 0;
+}
+
+/* Adds act format a to acts[] (at most MAX_ACTS); 0 when there is no room. */
+static int add_act(int *acts, int *n_acts, int a) {
+    int j = 0;
+    while (j < *n_acts && acts[j] != a) j++;
+    if (j == *n_acts) {
+        if (*n_acts == MAX_ACTS) return 0;
+        acts[(*n_acts)++] = a;
+    }
+    return 1;
+}
+
+int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int64_t M, int glu_op, int per_row) {
     if (n_mem < 1 || n_mem > CERA_MAX_PRODUCTS || K <= 0) return CERA_EINVAL;
-    int acts[MAX_ACTS], n_acts = 0;
+    int acts[MAX_ACTS], n_acts = 0, n_lora = 0;
     for (int i = 0; i < n_mem; i++) {
         const int t = mem[i].wtype;
-        if (!cera_type_supported(t) || K % cera_types[t].block || K % cera_act_block[cera_types[t].act])
-            return CERA_ETYPE;
+        if (!takes_rows(t, K)) return CERA_ETYPE;
         if (mem[i].N <= 0) return CERA_EINVAL;
-        int j = 0;
-        while (j < n_acts && acts[j] != cera_types[t].act) j++;
-        if (j == n_acts) {
-            if (n_acts == MAX_ACTS) return CERA_EINVAL;
-            acts[n_acts++] = cera_types[t].act;
+        if (!add_act(acts, &n_acts, cera_types[t].act)) return CERA_EINVAL;
+        if (mem[i].n_lora < 0 || (mem[i].n_lora > 0 && !mem[i].lora)) return CERA_EINVAL;
+        n_lora += mem[i].n_lora;
+        for (int l = 0; l < mem[i].n_lora; l++) {
+            const cera_lora *L = &mem[i].lora[l];
+            if (!takes_rows(L->a_type, K) || L->rank <= 0 || !takes_rows(L->b_type, L->rank)) return CERA_ETYPE;
+            if (!add_act(acts, &n_acts, cera_types[L->a_type].act)) return CERA_EINVAL;
         }
     }
+    /* the pairs keep the one-row arithmetic of the separate products */
+    if (n_lora > CERA_MAX_LORA || (n_lora > 0 && M > 1 && per_row != CERA_ROWS_ONE)) return CERA_EINVAL;
     if (glu_op >= 0 && (n_mem != 2 || mem[0].N != mem[1].N)) return CERA_EINVAL;
     return CERA_OK;
 }
@@ -266,7 +375,7 @@ int cera_products_check(const cera_product *mem, int n_mem, int64_t K, int glu_o
 int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int64_t K, int64_t M,
                            const cera_product *mem, int n_mem, int glu_op, float *glu_out, int64_t glu_stride,
                            int per_row) {
-    const int rc = cera_products_check(mem, n_mem, K, glu_op);
+    const int rc = cera_products_check(mem, n_mem, K, M, glu_op, per_row);
     if (rc != CERA_OK) return rc;
     if (M <= 0) return M == 0 ? CERA_OK : CERA_EINVAL;
 
@@ -325,8 +434,36 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
             prep_of[i] = p;
         }
     }
+    /* the LoRA pairs: A's activation formats (t = A x), and t's rows for B */
+    lora_job lj;
+    lj.n = 0;
+    int64_t lora_weights = 0; /* elements of the A matrices */
+    job.lora_first[0] = 0;
+    for (int i = 0; i < n_mem; i++) {
+        for (int l = 0; l < mem[i].n_lora; l++) {
+            const cera_lora *L = &mem[i].lora[l];
+            const int act = cera_types[L->a_type].act;
+            int j = 0;
+            while (j < n_acts && qj[j].act_format != act) j++;
+            if (j == n_acts) {
+                memset(&qj[j], 0, sizeof qj[j]);
+                qj[j].act_format = act;
+                qj[j].act_row_bytes = cera_act_bytes(act, K);
+                n_acts++;
+            }
+            lj.pair[lj.n] = L;
+            lj.act_of[lj.n] = j;
+            lj.t_row_bytes[lj.n] = cera_act_bytes(cera_types[L->b_type].act, L->rank);
+            job.lora_t_row_bytes[lj.n] = lj.t_row_bytes[lj.n];
+            lora_weights += L->rank * K;
+            lj.n++;
+        }
+        job.lora_first[i + 1] = lj.n;
+    }
     /* one scratch allocation: per format the quantized rows, then each prepared layout */
-    size_t bytes = 0;
+    size_t bytes = lj.n ? 64 : 0;
+    for (int l = 0; l < lj.n; l++)
+        bytes += (size_t)M * ((size_t)lj.pair[l]->rank * sizeof(float) + (size_t)lj.t_row_bytes[l]) + 64;
     for (int j = 0; j < n_acts; j++) {
         bytes += (size_t)(qj[j].act_row_bytes * M);
         for (int p = 0; p < qj[j].n_preps; p++)
@@ -359,6 +496,32 @@ int cera_products_unlocked(cera_ctx *ctx, const float *x, int64_t x_stride, int6
     }
     for (int i = 0; i < n_mem; i++)
         job.gact[i] = prep_of[i] >= 0 ? qj[job.act_of[i]].prep_rows[prep_of[i]] : NULL;
+    if (lj.n) { /* t = A x per pair and row, then t quantized for B (B's rows run in mm_task) */
+        lj.k = &ctx->k;
+        lj.K = K;
+        lj.M = M;
+        buf += (64 - (uintptr_t)buf % 64) % 64;
+        for (int l = 0; l < lj.n; l++) {
+            lj.act[l] = qj[lj.act_of[l]].act;
+            lj.act_row_bytes[l] = qj[lj.act_of[l]].act_row_bytes;
+            lj.t[l] = (float *)buf;
+            buf += (size_t)M * (size_t)lj.pair[l]->rank * sizeof(float);
+            lj.tq[l] = buf;
+            buf += (size_t)M * (size_t)lj.t_row_bytes[l];
+            buf += (64 - (uintptr_t)buf % 64) % 64;
+            job.lora_t[l] = lj.tq[l];
+        }
+        lj.first_item[0] = 0;
+        for (int l = 0; l < lj.n; l++)
+            lj.first_item[l + 1] = lj.first_item[l] + M * ((lj.pair[l]->rank + LORA_ITEM_ROWS - 1) / LORA_ITEM_ROWS);
+        atomic_init(&lj.next, 0);
+        /* a rank-16 A of 576 columns is about a microsecond of work: shared from two pairs on */
+        cera_pool_run(ctx->pool, lora_a_task, &lj, lora_weights * M < LORA_SHARED ? 1 : nth);
+        for (int l = 0; l < lj.n; l++)
+            for (int64_t m = 0; m < M; m++)
+                ctx->k.quant[cera_types[lj.pair[l]->b_type].act](lj.t[l] + m * lj.pair[l]->rank,
+                                                                  lj.tq[l] + m * lj.t_row_bytes[l], lj.pair[l]->rank);
+    }
 
     /* a glu pair is walked as one member whose chunks also do the up rows */
     const int n_walk = glu_op >= 0 ? 1 : n_mem;

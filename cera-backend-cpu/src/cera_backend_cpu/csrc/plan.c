@@ -220,7 +220,7 @@ int cera_plan_get_rows(cera_plan *plan, int t, const void *table, int64_t row_by
 int cera_plan_products(cera_plan *plan, const float *x, int64_t x_stride, int64_t K, int64_t M,
                        const cera_product *members, int n_members, int glu_op, float *glu_out, int64_t glu_stride,
                        int per_row) {
-    const int rc = cera_products_check(members, n_members, K, glu_op);
+    const int rc = cera_products_check(members, n_members, K, M, glu_op, per_row);
     if (rc != CERA_OK) return rc;
     plan_node *node = append(plan, OP_PRODUCTS);
     if (!node) return CERA_ENOMEM;

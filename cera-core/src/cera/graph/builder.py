@@ -233,6 +233,8 @@ class Graph:
     layout: Layout
     requested: Outputs
     n_states: int = 0
+    # the products with LoRA terms, each with the nodes that add them (`AdaptedProduct`)
+    adapted: tuple = ()
 
     def ops_used(self) -> set[str]:
         return {n.op for n in self.nodes}
@@ -242,6 +244,33 @@ class Graph:
 
     def describe(self) -> str:
         return "\n".join(repr(n) for n in self.nodes)
+
+
+@attrs.frozen(eq=False)
+class AdaptedProduct:
+    """A product with LoRA terms, as `GraphBuilder.linear` builds it in llama.cpp's order:
+    ``base`` (W x), then per adapter ``(A x, B(A x), its scale, the add)`` in ``terms``, then
+    ``bias_add`` (or None); ``out`` is the last of these. A backend may run the whole as one
+    step (the nodes in between are read by nothing else); the others run the nodes as
+    they are."""
+
+    base: Node
+    terms: tuple[tuple[Node, Node, Node, Node], ...]
+    bias_add: Node | None
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """The nodes after ``base``, in order."""
+        tail = (self.bias_add,) if self.bias_add is not None else ()
+        return tuple(n for term in self.terms for n in term) + tail
+
+    @property
+    def out(self) -> Tensor:
+        return self.nodes[-1].out
+
+    @property
+    def scales(self) -> tuple[float, ...]:
+        return tuple(term[2].attrs["s"] for term in self.terms)
 
 
 # -- building ------------------------------------------------------------------------------------
@@ -269,6 +298,7 @@ class GraphBuilder:
         # and the weights adapted so far: `linear` and `embedding` add ``s * B(Ax)`` beside them
         self.adapters: dict = {}
         self.adapted: set[str] = set()
+        self._adapted_products: list[AdaptedProduct] = []
         n = layout.n_tokens
         self.tokens = self.input("tokens", (n,), "i32")
         self.positions = self.input("positions", (n,), "i32")
@@ -419,10 +449,19 @@ class GraphBuilder:
             return self._node("linear", (x, w, bias))
         # llama.cpp's order of operations: W x, then each adapter's s * B(A x), then the bias
         out = self._node("linear", (x, w))
+        base = out.node
+        terms = []
         for pair, s in pairs:
-            out = self.add(out, self.scale(self._node("linear", (self._node("linear", (x, pair.a)), pair.b)), s))
+            ax = self._node("linear", (x, pair.a))
+            bax = self._node("linear", (ax, pair.b))
+            scaled = self.scale(bax, s)
+            out = self.add(out, scaled)
+            terms.append((ax.node, bax.node, scaled.node, out.node))
         self.adapted.add(w.name)
-        return out if bias is None else self.add(out, bias)
+        if bias is not None:
+            out = self.add(out, bias)
+        self._adapted_products.append(AdaptedProduct(base, tuple(terms), out.node if bias is not None else None))
+        return out
 
     def rms_norm(self, x: Tensor, w=None, eps: float = 1e-6) -> Tensor:
         return self._node("rms_norm", (x, w), eps=float(eps))
@@ -593,7 +632,9 @@ class GraphBuilder:
         nodes = [n for n in self.nodes if n.out.id in live]
         for i, n in enumerate(nodes):
             n.id = i
-        return Graph(nodes, dict(self.inputs), dict(self.outputs), self.layout, self.requested, len(self._states))
+        adapted = tuple(p for p in self._adapted_products if p.out.id in live)
+        return Graph(nodes, dict(self.inputs), dict(self.outputs), self.layout, self.requested, len(self._states),
+                     adapted)  # fmt: skip
 
 
 def _has_output(outputs: dict, kind: str) -> bool:
@@ -643,6 +684,7 @@ def run_eager(
 
 __all__ = [
     "ARGMAX",
+    "AdaptedProduct",
     "ALL_LOGITS",
     "EMBEDS",
     "Graph",

@@ -8,7 +8,11 @@
   input (Q/K/V, gate/up: the input is prepared once), a glu whose gate and up are the
   two products of such a group, and a residual add of a product's output. Fusion joins
   only nodes that follow each other, so no other op sees a state in between, and each
-  element is computed as by the separate ops.
+  element is computed as by the separate ops. With ``adapters``, a product with LoRA
+  terms (`cera.graph.builder.AdaptedProduct`) is one member whose output is the terms'
+  sum, so an adapted Q/K/V or gate/up keeps its grouping and epilogues; the backend's
+  kernel then adds the terms (for backends that compute ``B(A x)`` with the one-row
+  arithmetic of the separate products).
 - `arena_layout`: byte offsets of the owned buffers in one arena; buffers whose lives do
   not overlap share memory, which keeps a step's working set small enough to stay in the
   caches.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import attrs
 
-from .builder import Graph, Node, Tensor
+from .builder import AdaptedProduct, Graph, Node, Tensor
 from .ops import OPS
 
 ALIGN = 64  # arena offsets: cache-line aligned, as SIMD loads prefer
@@ -66,25 +70,44 @@ def placements(graph: Graph) -> dict[int, Placement]:
 class Step:
     """One launch: ``nodes`` (one node, or a group of products of one input), with
     ``glu`` (a glu node run on the group's two outputs) and ``residual`` ((the add node,
-    the member whose output it adds to, the add's other operand)) as epilogues."""
+    the member whose output it adds to, the add's other operand)) as epilogues;
+    ``adapters``: per member, its `AdaptedProduct` (its LoRA terms and bias, added before
+    the epilogues) or None, or None for a step without any."""
 
     nodes: tuple[Node, ...]
     glu: Node | None = None
     residual: tuple[Node, int, Tensor] | None = None
+    adapters: tuple[AdaptedProduct | None, ...] | None = None
 
     @property
     def is_products(self) -> bool:
         return self.nodes[0].op == "linear"
 
     @property
+    def outs(self) -> tuple[Tensor, ...]:
+        """Each member's result: its product's output, or with LoRA terms their sum's."""
+        if self.adapters is None:
+            return tuple(n.out for n in self.nodes)
+        return tuple(n.out if a is None else a.out for n, a in zip(self.nodes, self.adapters, strict=True))
+
+    @property
     def all_nodes(self) -> tuple[Node, ...]:
+        terms = tuple(n for a in self.adapters or () if a is not None for n in a.nodes)
         extra = tuple(n for n in (self.glu, self.residual[0] if self.residual else None) if n is not None)
-        return self.nodes + extra
+        return self.nodes + terms + extra
 
 
-def plan_steps(graph: Graph, fuse: bool = True, max_products: int = MAX_PRODUCTS) -> list[Step]:
-    """The compute nodes of ``graph`` (views excluded) as steps, fused when ``fuse``."""
+def plan_steps(graph: Graph, fuse: bool = True, max_products: int = MAX_PRODUCTS, adapters: bool = False) -> list[Step]:
+    """The compute nodes of ``graph`` (views excluded) as steps, fused when ``fuse``; with
+    ``adapters`` too, each adapted product is one member (see the module docstring)."""
     compute = [n for n in graph.nodes if not is_view(n)]
+    adapted: dict[int, AdaptedProduct] = {}
+    if fuse and adapters and graph.adapted:
+        inner = set()
+        for a in graph.adapted:
+            adapted[id(a.base)] = a
+            inner.update(id(n) for n in a.nodes)
+        compute = [n for n in compute if id(n) not in inner]
     steps: list[Step] = []
     i = 0
     while i < len(compute):
@@ -101,6 +124,8 @@ def plan_steps(graph: Graph, fuse: bool = True, max_products: int = MAX_PRODUCTS
             group.append(compute[j])
             j += 1
         step = Step(tuple(group))
+        if adapted and any(id(m) in adapted for m in group):
+            step = attrs.evolve(step, adapters=tuple(adapted.get(id(m)) for m in group))
         if j < len(compute):
             fused = _with_epilogue(step, compute[j])
             if fused is not None:
@@ -112,7 +137,7 @@ def plan_steps(graph: Graph, fuse: bool = True, max_products: int = MAX_PRODUCTS
 
 
 def _with_epilogue(step: Step, node: Node) -> Step | None:
-    outs = [m.out for m in step.nodes]
+    outs = list(step.outs)
     if node.op == "glu" and len(outs) == 2:
         gate, up = node.args
         if gate is outs[0] and up is outs[1] and gate.shape == up.shape:
