@@ -178,11 +178,15 @@ class WindowDecoder:
             cands = []
             masked = np.stack([self._masked(rows[b], toks) for b, (toks, _) in enumerate(beams)])
             lps = log_softmax_rows(masked)  # one numpy pass for all beams
+            k = min(K + 1, masked.shape[1])
+            # the best k of each row: those at or above its k-th largest masked logit (the
+            # log-probabilities keep the logits' order); a partition of the float32 logits
+            # costs half an argpartition of the float64 log-probabilities
+            kth = -np.partition(-masked, k - 1, axis=1)[:, k - 1]
             for b, (_toks, score) in enumerate(beams):
                 lp = lps[b]
-                k = min(K + 1, len(lp))
-                top = np.argpartition(-lp, k - 1)[:k]
-                top = top[np.lexsort((top, -lp[top]))]  # best first, lower id first on a tie
+                top = np.flatnonzero(masked[b] >= kth[b] if np.isfinite(kth[b]) else np.isfinite(masked[b]))
+                top = top[np.lexsort((top, -lp[top]))][:k]  # best first, lower id first on a tie
                 for t in top:
                     if np.isfinite(lp[t]):
                         cands.append((score + float(lp[t]), b, int(t)))

@@ -20,65 +20,67 @@
 /* -- float32 tiles ------------------------------------------------------------------------------ */
 
 /* C[M x N] += A[M x K] B[K x N], every element one fused multiply-add chain over k in order,
- * as the variant's k->gemm_f32 computes it (so the same bits), in tiles of 6 x 16 on AVX2:
- * twelve accumulators, two loads of B and six broadcasts of A per twelve multiply-adds,
- * where k->gemm_f32's 4 x 16 tiles load six values per eight. Elsewhere k->gemm_f32. */
+ * as the variant's k->gemm_f32 computes it (so the same bits), in tiles of R x 16 on AVX2
+ * (R = 6: twelve accumulators, two loads of B and six broadcasts of A per twelve
+ * multiply-adds, where k->gemm_f32's 4 x 16 tiles load six values per eight). The last
+ * M % 6 rows take the same tile with R = M % 6, so no row is left to one dependent chain
+ * of multiply-adds (attention's 64-row blocks have 4 such rows: a third of the block's
+ * time went to them before). Elsewhere k->gemm_f32. */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(CERA_NO_TILE6)
 #include <immintrin.h>
 #define CERA_HAVE_TILE6 1
+__attribute__((target("avx2,fma"), always_inline)) static inline void tile_rows(const int R, int64_t i, int64_t N,
+                                                                               int64_t K, const float *A, int64_t lda,
+                                                                               const float *B, int64_t ldb, float *C,
+                                                                               int64_t ldc) {
+    int64_t j = 0;
+    for (; j + 16 <= N; j += 16) {
+        __m256 c[6][2];
+        for (int r = 0; r < R; r++) {
+            c[r][0] = _mm256_loadu_ps(C + (i + r) * ldc + j);
+            c[r][1] = _mm256_loadu_ps(C + (i + r) * ldc + j + 8);
+        }
+        for (int64_t k = 0; k < K; k++) {
+            const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j), b1 = _mm256_loadu_ps(B + k * ldb + j + 8);
+            for (int r = 0; r < R; r++) {
+                const __m256 a = _mm256_broadcast_ss(A + (i + r) * lda + k);
+                c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+                c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            _mm256_storeu_ps(C + (i + r) * ldc + j, c[r][0]);
+            _mm256_storeu_ps(C + (i + r) * ldc + j + 8, c[r][1]);
+        }
+    }
+    for (; j + 8 <= N; j += 8) {
+        __m256 c[6];
+        for (int r = 0; r < R; r++) c[r] = _mm256_loadu_ps(C + (i + r) * ldc + j);
+        for (int64_t k = 0; k < K; k++) {
+            const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j);
+            for (int r = 0; r < R; r++) c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + (i + r) * lda + k), b0, c[r]);
+        }
+        for (int r = 0; r < R; r++) _mm256_storeu_ps(C + (i + r) * ldc + j, c[r]);
+    }
+    for (; j < N; j++)
+        for (int r = 0; r < R; r++) {
+            float acc = C[(i + r) * ldc + j];
+            for (int64_t k = 0; k < K; k++) acc = fmaf(A[(i + r) * lda + k], B[k * ldb + j], acc);
+            C[(i + r) * ldc + j] = acc;
+        }
+}
+
 __attribute__((target("avx2,fma"))) static void gemm_tile6(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                                                            const float *B, int64_t ldb, float *C, int64_t ldc) {
     int64_t i = 0;
-    for (; i + 6 <= M; i += 6) {
-        int64_t j = 0;
-        for (; j + 16 <= N; j += 16) {
-            __m256 c[6][2];
-            for (int r = 0; r < 6; r++) {
-                c[r][0] = _mm256_loadu_ps(C + (i + r) * ldc + j);
-                c[r][1] = _mm256_loadu_ps(C + (i + r) * ldc + j + 8);
-            }
-            for (int64_t k = 0; k < K; k++) {
-                const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j), b1 = _mm256_loadu_ps(B + k * ldb + j + 8);
-                for (int r = 0; r < 6; r++) {
-                    const __m256 a = _mm256_broadcast_ss(A + (i + r) * lda + k);
-                    c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-                    c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
-                }
-            }
-            for (int r = 0; r < 6; r++) {
-                _mm256_storeu_ps(C + (i + r) * ldc + j, c[r][0]);
-                _mm256_storeu_ps(C + (i + r) * ldc + j + 8, c[r][1]);
-            }
-        }
-        for (; j + 8 <= N; j += 8) {
-            __m256 c[6];
-            for (int r = 0; r < 6; r++) c[r] = _mm256_loadu_ps(C + (i + r) * ldc + j);
-            for (int64_t k = 0; k < K; k++) {
-                const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j);
-                for (int r = 0; r < 6; r++) c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + (i + r) * lda + k), b0, c[r]);
-            }
-            for (int r = 0; r < 6; r++) _mm256_storeu_ps(C + (i + r) * ldc + j, c[r]);
-        }
-        for (; j < N; j++)
-            for (int r = 0; r < 6; r++) {
-                float acc = C[(i + r) * ldc + j];
-                for (int64_t k = 0; k < K; k++) acc = fmaf(A[(i + r) * lda + k], B[k * ldb + j], acc);
-                C[(i + r) * ldc + j] = acc;
-            }
-    }
-    for (; i < M; i++) {
-        int64_t j = 0;
-        for (; j + 8 <= N; j += 8) {
-            __m256 c = _mm256_loadu_ps(C + i * ldc + j);
-            for (int64_t k = 0; k < K; k++)
-                c = _mm256_fmadd_ps(_mm256_broadcast_ss(A + i * lda + k), _mm256_loadu_ps(B + k * ldb + j), c);
-            _mm256_storeu_ps(C + i * ldc + j, c);
-        }
-        for (; j < N; j++) {
-            float acc = C[i * ldc + j];
-            for (int64_t k = 0; k < K; k++) acc = fmaf(A[i * lda + k], B[k * ldb + j], acc);
-            C[i * ldc + j] = acc;
-        }
+    for (; i + 6 <= M; i += 6) tile_rows(6, i, N, K, A, lda, B, ldb, C, ldc);
+    switch (M - i) {
+    case 5: tile_rows(5, i, N, K, A, lda, B, ldb, C, ldc); break;
+    case 4: tile_rows(4, i, N, K, A, lda, B, ldb, C, ldc); break;
+    case 3: tile_rows(3, i, N, K, A, lda, B, ldb, C, ldc); break;
+    case 2: tile_rows(2, i, N, K, A, lda, B, ldb, C, ldc); break;
+    case 1: tile_rows(1, i, N, K, A, lda, B, ldb, C, ldc); break;
+    default: break;
     }
 }
 #endif
@@ -212,10 +214,13 @@ static void attend_block(const cera_kernels *k, const float *q, int64_t q_stride
 }
 
 /* The two loops of a one-row attention, written for the compiler to vectorise: eight
- * partial sums per dot product, a plain axpy. On x86 with GCC they are also built for AVX2
- * and chosen at load time (target_clones); elsewhere the baseline build vectorises them. */
+ * partial sums per dot product, a plain axpy. On x86 with GCC they are also built for
+ * AVX-512 and AVX2 and chosen at load time (target_clones); elsewhere the baseline build
+ * vectorises them. The build does not contract multiply-adds (-ffp-contract=off) and the
+ * source fixes the order of every sum, so each clone computes the same bits; only the
+ * vector width differs (the exact GELU's double-precision loop: 8 lanes instead of 4). */
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define CERA_CLONES __attribute__((target_clones("avx2", "default")))
+#define CERA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CERA_CLONES
 #endif
@@ -418,7 +423,7 @@ typedef struct {
     float scale;
     float *partials; /* per seq s: rows * n_heads * CROSS_CHUNKS * (2 + v_dim), at part_off[s] */
     int64_t part_off[65];
-    float *scratch;  /* per thread: n_heads * chunk_cap logits */
+    float *scratch;  /* per thread: FEW_ROWS * n_heads * chunk_cap logits */
     atomic_llong next;
 } cross_split;
 
@@ -449,9 +454,10 @@ CERA_CLONES static void heads_values(const float *vr, const float *p, int64_t p_
 static void cross_split_task(void *arg, int ith, int nth) {
     (void)nth;
     cross_split *p = arg;
-    const int64_t H = p->n_heads, group = p->n_heads / p->n_kv_heads, dv = p->v_dim;
-    float *S = p->scratch + (size_t)ith * (size_t)(H * p->chunk_cap);
+    const int64_t H = p->n_heads, group = p->n_heads / p->n_kv_heads, dv = p->v_dim, cap = p->chunk_cap;
+    float *S = p->scratch + (size_t)ith * (size_t)(FEW_ROWS * H * cap); /* [row][head][key of the chunk] */
     const int64_t total = (int64_t)p->n_seq * CROSS_CHUNKS;
+    const int64_t part_stride = CROSS_CHUNKS * (2 + dv); /* from head h to h + 1 */
     for (;;) {
         const int64_t item = atomic_fetch_add(&p->next, 1);
         if (item >= total) break;
@@ -460,30 +466,36 @@ static void cross_split_task(void *arg, int ith, int nth) {
         const int64_t per = (sq->n_keys + CROSS_CHUNKS - 1) / CROSS_CHUNKS;
         const int64_t c0 = chunk * per, c1 = c0 + per < sq->n_keys ? c0 + per : sq->n_keys;
         const int64_t L = c1 > c0 ? c1 - c0 : 0;
-        for (int64_t t = 0; t < sq->rows; t++) {
-            const float *q = sq->q + t * H * p->k_dim;
-            /* partial (row t, head h, chunk): M, S, then v_dim weighted values */
-            float *part = p->partials + p->part_off[item / CROSS_CHUNKS] + ((t * H) * CROSS_CHUNKS + chunk) * (2 + dv);
-            const int64_t part_stride = CROSS_CHUNKS * (2 + dv); /* from head h to h + 1 */
-            if (L == 0) {
+        /* partial (row t, head h, chunk): M, S, then v_dim weighted values */
+        float *part0 = p->partials + p->part_off[item / CROSS_CHUNKS] + chunk * (2 + dv);
+        if (L == 0) {
+            for (int64_t t = 0; t < sq->rows; t++)
                 for (int64_t h = 0; h < H; h++) {
-                    part[h * part_stride] = -INFINITY;
-                    part[h * part_stride + 1] = 0.0f;
+                    part0[(t * H + h) * part_stride] = -INFINITY;
+                    part0[(t * H + h) * part_stride + 1] = 0.0f;
                 }
-                continue;
-            }
-            for (int64_t c = 0; c < L; c++)
-                heads_logits(q, sq->k + (c0 + c) * p->k_stride, H, group, p->k_dim, p->scale, S + c, p->chunk_cap);
+            continue;
+        }
+        /* each key row and value row is read once for all the rows (beams) of the batch;
+         * every logit and every weighted sum is the same chain of operations as row by row */
+        for (int64_t c = 0; c < L; c++) {
+            const float *kr = sq->k + (c0 + c) * p->k_stride;
+            for (int64_t t = 0; t < sq->rows; t++)
+                heads_logits(sq->q + t * H * p->k_dim, kr, H, group, p->k_dim, p->scale, S + t * H * cap + c, cap);
+        }
+        for (int64_t t = 0; t < sq->rows; t++)
             for (int64_t h = 0; h < H; h++) {
-                float *s = S + h * p->chunk_cap;
+                float *s = S + (t * H + h) * cap, *part = part0 + (t * H + h) * part_stride;
                 float m = -INFINITY;
                 for (int64_t c = 0; c < L; c++) m = s[c] > m ? s[c] : m;
-                part[h * part_stride] = m;
-                part[h * part_stride + 1] = (float)p->k->softmax_row(L, s, m);
-                memset(part + h * part_stride + 2, 0, sizeof(float) * (size_t)dv);
+                part[0] = m;
+                part[1] = (float)p->k->softmax_row(L, s, m);
+                memset(part + 2, 0, sizeof(float) * (size_t)dv);
             }
-            for (int64_t c = 0; c < L; c++)
-                heads_values(sq->v + (c0 + c) * p->v_stride, S + c, p->chunk_cap, H, group, dv, part + 2, part_stride);
+        for (int64_t c = 0; c < L; c++) {
+            const float *vr = sq->v + (c0 + c) * p->v_stride;
+            for (int64_t t = 0; t < sq->rows; t++)
+                heads_values(vr, S + t * H * cap + c, cap, H, group, dv, part0 + t * H * part_stride + 2, part_stride);
         }
     }
 }
@@ -511,7 +523,7 @@ static int cross_few_rows(cera_ctx *ctx, attn_seq *seqs, int n_seq, int64_t n_he
     p.chunk_cap = (max_keys + CROSS_CHUNKS - 1) / CROSS_CHUNKS;
     const int nth = ctx->n_threads;
     p.partials = malloc(sizeof(float) * (size_t)parts);
-    p.scratch = malloc(sizeof(float) * (size_t)nth * (size_t)(n_heads * p.chunk_cap));
+    p.scratch = malloc(sizeof(float) * (size_t)nth * (size_t)(FEW_ROWS * n_heads * p.chunk_cap));
     if (!p.partials || !p.scratch) {
         free(p.partials);
         free(p.scratch);
