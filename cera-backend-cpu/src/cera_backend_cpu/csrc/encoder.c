@@ -423,29 +423,53 @@ typedef struct {
     float scale;
     float *partials; /* per seq s: rows * n_heads * CROSS_CHUNKS * (2 + v_dim), at part_off[s] */
     int64_t part_off[65];
-    float *scratch;  /* per thread: FEW_ROWS * n_heads * chunk_cap logits */
+    float *scratch;  /* per thread: n_heads * chunk_cap logits */
     atomic_llong next;
 } cross_split;
 
+/* One dot product as heads_logits sums it: eight partial sums over d = j, j + 8, ..., then
+ * ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)). Inlined where the length is a constant (64,
+ * Whisper's head width), so the loop unrolls into eight vector steps. */
+static inline __attribute__((always_inline)) float dot_lanes8(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[d + j] * b[d + j];
+    float t = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; d < n; d++) t += a[d] * b[d];
+    return t;
+}
+
+/* The head of a query head's keys and values: h itself without grouped heads (no integer
+ * division per key and head: with one, the division was the largest part of a beam step's
+ * cross-attention). */
+#define KV_HEAD(h, group) ((group) == 1 ? (h) : (h) / (group))
+
 CERA_CLONES static void heads_logits(const float *q, const float *kr, int64_t n_heads, int64_t group, int64_t k_dim,
                                      float scale, float *s, int64_t s_stride) {
-    for (int64_t h = 0; h < n_heads; h++) {
-        const float *a = kr + (h / group) * k_dim, *b = q + h * k_dim;
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t d = 0;
-        for (; d + 8 <= k_dim; d += 8)
-            for (int j = 0; j < 8; j++) acc[j] += a[d + j] * b[d + j];
-        float t = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        for (; d < k_dim; d++) t += a[d] * b[d];
-        s[h * s_stride] = t * scale;
+    if (k_dim == 64) {
+        for (int64_t h = 0; h < n_heads; h++)
+            s[h * s_stride] = dot_lanes8(kr + KV_HEAD(h, group) * 64, q + h * 64, 64) * scale;
+        return;
     }
+    for (int64_t h = 0; h < n_heads; h++)
+        s[h * s_stride] = dot_lanes8(kr + KV_HEAD(h, group) * k_dim, q + h * k_dim, k_dim) * scale;
 }
 
 CERA_CLONES static void heads_values(const float *vr, const float *p, int64_t p_stride, int64_t n_heads,
                                      int64_t group, int64_t v_dim, float *o, int64_t o_stride) {
+    if (v_dim == 64) {
+        for (int64_t h = 0; h < n_heads; h++) {
+            const float w = p[h * p_stride];
+            const float *v = vr + KV_HEAD(h, group) * 64;
+            float *y = o + h * o_stride;
+            for (int64_t d = 0; d < 64; d++) y[d] += w * v[d];
+        }
+        return;
+    }
     for (int64_t h = 0; h < n_heads; h++) {
         const float w = p[h * p_stride];
-        const float *v = vr + (h / group) * v_dim;
+        const float *v = vr + KV_HEAD(h, group) * v_dim;
         float *y = o + h * o_stride;
         for (int64_t d = 0; d < v_dim; d++) y[d] += w * v[d];
     }
@@ -454,10 +478,9 @@ CERA_CLONES static void heads_values(const float *vr, const float *p, int64_t p_
 static void cross_split_task(void *arg, int ith, int nth) {
     (void)nth;
     cross_split *p = arg;
-    const int64_t H = p->n_heads, group = p->n_heads / p->n_kv_heads, dv = p->v_dim, cap = p->chunk_cap;
-    float *S = p->scratch + (size_t)ith * (size_t)(FEW_ROWS * H * cap); /* [row][head][key of the chunk] */
+    const int64_t H = p->n_heads, group = p->n_heads / p->n_kv_heads, dv = p->v_dim;
+    float *S = p->scratch + (size_t)ith * (size_t)(H * p->chunk_cap);
     const int64_t total = (int64_t)p->n_seq * CROSS_CHUNKS;
-    const int64_t part_stride = CROSS_CHUNKS * (2 + dv); /* from head h to h + 1 */
     for (;;) {
         const int64_t item = atomic_fetch_add(&p->next, 1);
         if (item >= total) break;
@@ -466,36 +489,30 @@ static void cross_split_task(void *arg, int ith, int nth) {
         const int64_t per = (sq->n_keys + CROSS_CHUNKS - 1) / CROSS_CHUNKS;
         const int64_t c0 = chunk * per, c1 = c0 + per < sq->n_keys ? c0 + per : sq->n_keys;
         const int64_t L = c1 > c0 ? c1 - c0 : 0;
-        /* partial (row t, head h, chunk): M, S, then v_dim weighted values */
-        float *part0 = p->partials + p->part_off[item / CROSS_CHUNKS] + chunk * (2 + dv);
-        if (L == 0) {
-            for (int64_t t = 0; t < sq->rows; t++)
+        for (int64_t t = 0; t < sq->rows; t++) {
+            const float *q = sq->q + t * H * p->k_dim;
+            /* partial (row t, head h, chunk): M, S, then v_dim weighted values */
+            float *part = p->partials + p->part_off[item / CROSS_CHUNKS] + ((t * H) * CROSS_CHUNKS + chunk) * (2 + dv);
+            const int64_t part_stride = CROSS_CHUNKS * (2 + dv); /* from head h to h + 1 */
+            if (L == 0) {
                 for (int64_t h = 0; h < H; h++) {
-                    part0[(t * H + h) * part_stride] = -INFINITY;
-                    part0[(t * H + h) * part_stride + 1] = 0.0f;
+                    part[h * part_stride] = -INFINITY;
+                    part[h * part_stride + 1] = 0.0f;
                 }
-            continue;
-        }
-        /* each key row and value row is read once for all the rows (beams) of the batch;
-         * every logit and every weighted sum is the same chain of operations as row by row */
-        for (int64_t c = 0; c < L; c++) {
-            const float *kr = sq->k + (c0 + c) * p->k_stride;
-            for (int64_t t = 0; t < sq->rows; t++)
-                heads_logits(sq->q + t * H * p->k_dim, kr, H, group, p->k_dim, p->scale, S + t * H * cap + c, cap);
-        }
-        for (int64_t t = 0; t < sq->rows; t++)
+                continue;
+            }
+            for (int64_t c = 0; c < L; c++)
+                heads_logits(q, sq->k + (c0 + c) * p->k_stride, H, group, p->k_dim, p->scale, S + c, p->chunk_cap);
             for (int64_t h = 0; h < H; h++) {
-                float *s = S + (t * H + h) * cap, *part = part0 + (t * H + h) * part_stride;
+                float *s = S + h * p->chunk_cap;
                 float m = -INFINITY;
                 for (int64_t c = 0; c < L; c++) m = s[c] > m ? s[c] : m;
-                part[0] = m;
-                part[1] = (float)p->k->softmax_row(L, s, m);
-                memset(part + 2, 0, sizeof(float) * (size_t)dv);
+                part[h * part_stride] = m;
+                part[h * part_stride + 1] = (float)p->k->softmax_row(L, s, m);
+                memset(part + h * part_stride + 2, 0, sizeof(float) * (size_t)dv);
             }
-        for (int64_t c = 0; c < L; c++) {
-            const float *vr = sq->v + (c0 + c) * p->v_stride;
-            for (int64_t t = 0; t < sq->rows; t++)
-                heads_values(vr, S + t * H * cap + c, cap, H, group, dv, part0 + t * H * part_stride + 2, part_stride);
+            for (int64_t c = 0; c < L; c++)
+                heads_values(sq->v + (c0 + c) * p->v_stride, S + c, p->chunk_cap, H, group, dv, part + 2, part_stride);
         }
     }
 }
@@ -523,7 +540,7 @@ static int cross_few_rows(cera_ctx *ctx, attn_seq *seqs, int n_seq, int64_t n_he
     p.chunk_cap = (max_keys + CROSS_CHUNKS - 1) / CROSS_CHUNKS;
     const int nth = ctx->n_threads;
     p.partials = malloc(sizeof(float) * (size_t)parts);
-    p.scratch = malloc(sizeof(float) * (size_t)nth * (size_t)(FEW_ROWS * n_heads * p.chunk_cap));
+    p.scratch = malloc(sizeof(float) * (size_t)nth * (size_t)(n_heads * p.chunk_cap));
     if (!p.partials || !p.scratch) {
         free(p.partials);
         free(p.scratch);
