@@ -21,7 +21,7 @@ from cera.graph.builder import Outputs
 from cera.generation.runtime import SeqStep
 from cera.generation.sampling import Candidates
 
-from .rules import log_softmax
+from .rules import log_prob, log_softmax
 
 LOGITS = Outputs(("logits",))
 
@@ -139,7 +139,7 @@ class WindowDecoder:
         while True:
             x = self._masked(logits, tokens)
             t = int(np.argmax(x))
-            total += float(log_softmax(x)[t])
+            total += log_prob(x, t)
             if t == self.eot:
                 break
             tokens.append(t)
@@ -231,7 +231,9 @@ class WindowDecoder:
                 if len(finished) < need or not finished:
                     finished += [(t, s) for t, s in new_beams[: need - len(finished)] or beams]
                 break
-            state.copy_cells(src, list(range(len(src))))
+            moved = [(s, d) for d, s in enumerate(src) if s != d]  # a beam that stays in its slot is not copied
+            if moved:
+                state.copy_cells([s for s, _ in moved], [d for _, d in moved])
             out = self._step(state, list(range(len(new_beams))), [t[-1] for t, _ in new_beams], [pos] * len(new_beams))
             beams = new_beams
             rows = list(out)

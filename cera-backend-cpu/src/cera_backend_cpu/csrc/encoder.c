@@ -167,9 +167,11 @@ int cera_conv1d(cera_ctx *ctx, const float *x, int64_t n_in, int64_t c_in, const
 /* -- attention over keys in memory ------------------------------------------------------------- */
 
 /* One block of query rows of one head against n_keys keys: out = softmax(scale q.k) v.
- * Kt: the head's keys transposed ([k_dim][n_keys]); v rows v_stride apart. mask(row, key)
- * (NULL: everything visible) hides a key from a row. S: rows x n_keys scratch, O: rows x
- * v_dim scratch. */
+ * Kt: the head's keys transposed ([k_dim][ld]); v rows v_stride apart. mask(row, key)
+ * (NULL: everything visible) hides a key from a row. S: rows x ld scratch, O: rows x
+ * v_dim scratch. ld: n_keys rounded up to 16 and Kt and S 64-byte aligned, so that the
+ * tile's 16-wide loads and stores of their rows each touch one cache line (Whisper's 1500
+ * keys: rows 6000 bytes apart split every one of them over two). */
 typedef struct {
     const int32_t *pos; /* row positions (sequence-local rows: pos[r0 + r]) */
     int causal;
@@ -177,14 +179,14 @@ typedef struct {
 } mask_info;
 
 static void attend_block(const cera_kernels *k, const float *q, int64_t q_stride, int64_t rows, const float *Kt,
-                         int64_t n_keys, int64_t k_dim, const float *v, int64_t v_stride, int64_t v_dim, float scale,
+                         int64_t n_keys, int64_t ld, int64_t k_dim, const float *v, int64_t v_stride, int64_t v_dim, float scale,
                          float softcap, const mask_info *mask, int64_t row0, float *S, float *O, float *out,
                          int64_t out_stride) {
-    memset(S, 0, sizeof(float) * (size_t)(rows * n_keys));
-    gemm(k, rows, n_keys, k_dim, q, q_stride, Kt, n_keys, S, n_keys);
+    memset(S, 0, sizeof(float) * (size_t)(rows * ld));
+    gemm(k, rows, n_keys, k_dim, q, q_stride, Kt, ld, S, ld);
     float sums[ATTN_ROWS];
     for (int64_t r = 0; r < rows; r++) {
-        float *s = S + r * n_keys;
+        float *s = S + r * ld;
         if (softcap > 0)
             for (int64_t c = 0; c < n_keys; c++) s[c] = softcap * tanhf(s[c] * (scale / softcap));
         else
@@ -206,7 +208,7 @@ static void attend_block(const cera_kernels *k, const float *q, int64_t q_stride
         sums[r] = (float)k->softmax_row(n_keys, s, m);
     }
     memset(O, 0, sizeof(float) * (size_t)(rows * v_dim));
-    gemm(k, rows, v_dim, n_keys, S, n_keys, v, v_stride, O, v_dim);
+    gemm(k, rows, v_dim, n_keys, S, ld, v, v_stride, O, v_dim);
     for (int64_t r = 0; r < rows; r++) {
         const float inv = sums[r] == 0.0f ? 0.0f : 1.0f / sums[r];
         for (int64_t d = 0; d < v_dim; d++) out[r * out_stride + d] = O[r * v_dim + d] * inv;
@@ -269,7 +271,8 @@ typedef struct {
     const float *k, *v;   /* key / value 0 of the sequence */
     float *out;
     int64_t r0, rows, n_keys;
-    float *Kt;            /* per head: [k_dim][n_keys] (rows > 1) */
+    float *Kt;            /* per head: [k_dim][ld] (rows > 1) */
+    int64_t ld;           /* n_keys rounded up to 16 */
 } attn_seq;
 
 typedef struct {
@@ -281,14 +284,15 @@ typedef struct {
     mask_info mask;
     int masked;
     int64_t first[65]; /* items of sequence s: [first[s], first[s + 1]) */
-    float *scratch;    /* per thread: S (ATTN_ROWS x max_keys) and O (ATTN_ROWS x v_dim) */
+    float *scratch;    /* per thread: S (ATTN_ROWS x max_keys) and O (ATTN_ROWS x v_dim); 64-byte aligned */
+    int64_t per_thread; /* floats of scratch per thread */
     atomic_llong next;
 } attn_problem;
 
 static void attn_task(void *arg, int ith, int nth) {
     (void)nth;
     attn_problem *p = arg;
-    float *S = p->scratch + (size_t)ith * (size_t)(ATTN_ROWS * (p->max_keys + p->v_dim));
+    float *S = p->scratch + (size_t)ith * (size_t)p->per_thread;
     float *O = S + ATTN_ROWS * p->max_keys;
     const int64_t total = p->first[p->n_seq];
     for (;;) {
@@ -312,7 +316,7 @@ static void attn_task(void *arg, int ith, int nth) {
         } else {
             mask_info m = p->mask;
             if (p->masked) m.pos = p->mask.pos + sq->r0;
-            attend_block(p->k, q, q_stride, rows, sq->Kt + g * p->k_dim * sq->n_keys, sq->n_keys, p->k_dim,
+            attend_block(p->k, q, q_stride, rows, sq->Kt + g * p->k_dim * sq->ld, sq->n_keys, sq->ld, p->k_dim,
                          sq->v + g * p->v_dim, p->v_stride, p->v_dim, p->scale, p->softcap, p->masked ? &m : NULL, t0,
                          S, O, out, out_stride);
         }
@@ -327,21 +331,25 @@ static int run_problem(cera_ctx *ctx, attn_problem *p) {
     p->max_keys = 1;
     p->first[0] = 0;
     for (int s = 0; s < p->n_seq; s++) {
-        const attn_seq *sq = &p->seqs[s];
+        attn_seq *sq = &p->seqs[s];
         if (sq->rows <= 0 || sq->n_keys <= 0) return CERA_EINVAL;
         if (sq->n_keys > p->max_keys) p->max_keys = sq->n_keys;
+        sq->ld = (sq->n_keys + 15) / 16 * 16;
         const int row_path = sq->rows == 1 && !p->masked && p->softcap <= 0;
-        if (!row_path) kt_floats += p->n_kv_heads * p->k_dim * sq->n_keys;
+        if (!row_path) kt_floats += p->n_kv_heads * p->k_dim * sq->ld;
         p->first[s + 1] = p->first[s] + p->n_heads * ((sq->rows + ATTN_ROWS - 1) / ATTN_ROWS);
     }
-    float *kt = kt_floats ? malloc(sizeof(float) * (size_t)kt_floats) : NULL;
+    p->max_keys = (p->max_keys + 15) / 16 * 16;
     const int nth = ctx->n_threads;
-    p->scratch = malloc(sizeof(float) * (size_t)nth * (size_t)(ATTN_ROWS * (p->max_keys + p->v_dim)));
-    if ((kt_floats && !kt) || !p->scratch) {
-        free(kt);
-        free(p->scratch);
-        return CERA_ENOMEM;
-    }
+    const int64_t v_pad = (p->v_dim + 15) / 16 * 16;
+    /* one allocation: the transposed keys, then the threads' scratch, each 64-byte aligned */
+    const size_t kt_bytes = sizeof(float) * (size_t)kt_floats;
+    const size_t scratch_floats = (size_t)nth * (size_t)(ATTN_ROWS * (p->max_keys + v_pad));
+    char *raw = malloc(kt_bytes + sizeof(float) * scratch_floats + 64);
+    if (!raw) return CERA_ENOMEM;
+    float *kt = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    p->scratch = kt + kt_floats;
+    p->per_thread = ATTN_ROWS * (p->max_keys + v_pad);
     float *at = kt;
     for (int s = 0; s < p->n_seq; s++) {
         attn_seq *sq = &p->seqs[s];
@@ -349,19 +357,18 @@ static int run_problem(cera_ctx *ctx, attn_problem *p) {
         if (sq->rows == 1 && !p->masked && p->softcap <= 0) continue;
         sq->Kt = at;
         for (int64_t g = 0; g < p->n_kv_heads; g++) {
-            float *dst = at + g * p->k_dim * sq->n_keys;
+            float *dst = at + g * p->k_dim * sq->ld;
             for (int64_t c = 0; c < sq->n_keys; c++) {
                 const float *src = sq->k + c * p->k_stride + g * p->k_dim;
-                for (int64_t d = 0; d < p->k_dim; d++) dst[d * sq->n_keys + c] = src[d];
+                for (int64_t d = 0; d < p->k_dim; d++) dst[d * sq->ld + c] = src[d];
             }
         }
-        at += p->n_kv_heads * p->k_dim * sq->n_keys;
+        at += p->n_kv_heads * p->k_dim * sq->ld;
     }
     (void)k;
     atomic_store(&p->next, 0);
     cera_pool_run(ctx->pool, attn_task, p, nth);
-    free(kt);
-    free(p->scratch);
+    free(raw);
     return CERA_OK;
 }
 
