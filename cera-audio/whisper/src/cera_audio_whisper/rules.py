@@ -68,6 +68,16 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return z - np.log(np.sum(np.exp(z)))
 
 
+def log_prob(x: np.ndarray, t: int) -> float:
+    """``log_softmax(x)[t]`` (the same arithmetic), without the whole row's subtraction."""
+    x = np.asarray(x, np.float64)
+    m = np.max(x)
+    if not np.isfinite(m):
+        return NEG
+    z = x - m
+    return float(z[t] - np.log(np.sum(np.exp(z))))
+
+
 def log_softmax_rows(x: np.ndarray) -> np.ndarray:
     """`log_softmax` of each row (rows with nothing allowed stay -inf)."""
     x = np.asarray(x, np.float64)

@@ -20,65 +20,67 @@
 /* -- float32 tiles ------------------------------------------------------------------------------ */
 
 /* C[M x N] += A[M x K] B[K x N], every element one fused multiply-add chain over k in order,
- * as the variant's k->gemm_f32 computes it (so the same bits), in tiles of 6 x 16 on AVX2:
- * twelve accumulators, two loads of B and six broadcasts of A per twelve multiply-adds,
- * where k->gemm_f32's 4 x 16 tiles load six values per eight. Elsewhere k->gemm_f32. */
+ * as the variant's k->gemm_f32 computes it (so the same bits), in tiles of R x 16 on AVX2
+ * (R = 6: twelve accumulators, two loads of B and six broadcasts of A per twelve
+ * multiply-adds, where k->gemm_f32's 4 x 16 tiles load six values per eight). The last
+ * M % 6 rows take the same tile with R = M % 6, so no row is left to one dependent chain
+ * of multiply-adds (attention's 64-row blocks have 4 such rows: a third of the block's
+ * time went to them before). Elsewhere k->gemm_f32. */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(CERA_NO_TILE6)
 #include <immintrin.h>
 #define CERA_HAVE_TILE6 1
+__attribute__((target("avx2,fma"), always_inline)) static inline void tile_rows(const int R, int64_t i, int64_t N,
+                                                                               int64_t K, const float *A, int64_t lda,
+                                                                               const float *B, int64_t ldb, float *C,
+                                                                               int64_t ldc) {
+    int64_t j = 0;
+    for (; j + 16 <= N; j += 16) {
+        __m256 c[6][2];
+        for (int r = 0; r < R; r++) {
+            c[r][0] = _mm256_loadu_ps(C + (i + r) * ldc + j);
+            c[r][1] = _mm256_loadu_ps(C + (i + r) * ldc + j + 8);
+        }
+        for (int64_t k = 0; k < K; k++) {
+            const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j), b1 = _mm256_loadu_ps(B + k * ldb + j + 8);
+            for (int r = 0; r < R; r++) {
+                const __m256 a = _mm256_broadcast_ss(A + (i + r) * lda + k);
+                c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+                c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            _mm256_storeu_ps(C + (i + r) * ldc + j, c[r][0]);
+            _mm256_storeu_ps(C + (i + r) * ldc + j + 8, c[r][1]);
+        }
+    }
+    for (; j + 8 <= N; j += 8) {
+        __m256 c[6];
+        for (int r = 0; r < R; r++) c[r] = _mm256_loadu_ps(C + (i + r) * ldc + j);
+        for (int64_t k = 0; k < K; k++) {
+            const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j);
+            for (int r = 0; r < R; r++) c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + (i + r) * lda + k), b0, c[r]);
+        }
+        for (int r = 0; r < R; r++) _mm256_storeu_ps(C + (i + r) * ldc + j, c[r]);
+    }
+    for (; j < N; j++)
+        for (int r = 0; r < R; r++) {
+            float acc = C[(i + r) * ldc + j];
+            for (int64_t k = 0; k < K; k++) acc = fmaf(A[(i + r) * lda + k], B[k * ldb + j], acc);
+            C[(i + r) * ldc + j] = acc;
+        }
+}
+
 __attribute__((target("avx2,fma"))) static void gemm_tile6(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                                                            const float *B, int64_t ldb, float *C, int64_t ldc) {
     int64_t i = 0;
-    for (; i + 6 <= M; i += 6) {
-        int64_t j = 0;
-        for (; j + 16 <= N; j += 16) {
-            __m256 c[6][2];
-            for (int r = 0; r < 6; r++) {
-                c[r][0] = _mm256_loadu_ps(C + (i + r) * ldc + j);
-                c[r][1] = _mm256_loadu_ps(C + (i + r) * ldc + j + 8);
-            }
-            for (int64_t k = 0; k < K; k++) {
-                const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j), b1 = _mm256_loadu_ps(B + k * ldb + j + 8);
-                for (int r = 0; r < 6; r++) {
-                    const __m256 a = _mm256_broadcast_ss(A + (i + r) * lda + k);
-                    c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-                    c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
-                }
-            }
-            for (int r = 0; r < 6; r++) {
-                _mm256_storeu_ps(C + (i + r) * ldc + j, c[r][0]);
-                _mm256_storeu_ps(C + (i + r) * ldc + j + 8, c[r][1]);
-            }
-        }
-        for (; j + 8 <= N; j += 8) {
-            __m256 c[6];
-            for (int r = 0; r < 6; r++) c[r] = _mm256_loadu_ps(C + (i + r) * ldc + j);
-            for (int64_t k = 0; k < K; k++) {
-                const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j);
-                for (int r = 0; r < 6; r++) c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + (i + r) * lda + k), b0, c[r]);
-            }
-            for (int r = 0; r < 6; r++) _mm256_storeu_ps(C + (i + r) * ldc + j, c[r]);
-        }
-        for (; j < N; j++)
-            for (int r = 0; r < 6; r++) {
-                float acc = C[(i + r) * ldc + j];
-                for (int64_t k = 0; k < K; k++) acc = fmaf(A[(i + r) * lda + k], B[k * ldb + j], acc);
-                C[(i + r) * ldc + j] = acc;
-            }
-    }
-    for (; i < M; i++) {
-        int64_t j = 0;
-        for (; j + 8 <= N; j += 8) {
-            __m256 c = _mm256_loadu_ps(C + i * ldc + j);
-            for (int64_t k = 0; k < K; k++)
-                c = _mm256_fmadd_ps(_mm256_broadcast_ss(A + i * lda + k), _mm256_loadu_ps(B + k * ldb + j), c);
-            _mm256_storeu_ps(C + i * ldc + j, c);
-        }
-        for (; j < N; j++) {
-            float acc = C[i * ldc + j];
-            for (int64_t k = 0; k < K; k++) acc = fmaf(A[i * lda + k], B[k * ldb + j], acc);
-            C[i * ldc + j] = acc;
-        }
+    for (; i + 6 <= M; i += 6) tile_rows(6, i, N, K, A, lda, B, ldb, C, ldc);
+    switch (M - i) {
+    case 5: tile_rows(5, i, N, K, A, lda, B, ldb, C, ldc); break;
+    case 4: tile_rows(4, i, N, K, A, lda, B, ldb, C, ldc); break;
+    case 3: tile_rows(3, i, N, K, A, lda, B, ldb, C, ldc); break;
+    case 2: tile_rows(2, i, N, K, A, lda, B, ldb, C, ldc); break;
+    case 1: tile_rows(1, i, N, K, A, lda, B, ldb, C, ldc); break;
+    default: break;
     }
 }
 #endif
@@ -165,9 +167,11 @@ int cera_conv1d(cera_ctx *ctx, const float *x, int64_t n_in, int64_t c_in, const
 /* -- attention over keys in memory ------------------------------------------------------------- */
 
 /* One block of query rows of one head against n_keys keys: out = softmax(scale q.k) v.
- * Kt: the head's keys transposed ([k_dim][n_keys]); v rows v_stride apart. mask(row, key)
- * (NULL: everything visible) hides a key from a row. S: rows x n_keys scratch, O: rows x
- * v_dim scratch. */
+ * Kt: the head's keys transposed ([k_dim][ld]); v rows v_stride apart. mask(row, key)
+ * (NULL: everything visible) hides a key from a row. S: rows x ld scratch, O: rows x
+ * v_dim scratch. ld: n_keys rounded up to 16 and Kt and S 64-byte aligned, so that the
+ * tile's 16-wide loads and stores of their rows each touch one cache line (Whisper's 1500
+ * keys: rows 6000 bytes apart split every one of them over two). */
 typedef struct {
     const int32_t *pos; /* row positions (sequence-local rows: pos[r0 + r]) */
     int causal;
@@ -175,14 +179,14 @@ typedef struct {
 } mask_info;
 
 static void attend_block(const cera_kernels *k, const float *q, int64_t q_stride, int64_t rows, const float *Kt,
-                         int64_t n_keys, int64_t k_dim, const float *v, int64_t v_stride, int64_t v_dim, float scale,
+                         int64_t n_keys, int64_t ld, int64_t k_dim, const float *v, int64_t v_stride, int64_t v_dim, float scale,
                          float softcap, const mask_info *mask, int64_t row0, float *S, float *O, float *out,
                          int64_t out_stride) {
-    memset(S, 0, sizeof(float) * (size_t)(rows * n_keys));
-    gemm(k, rows, n_keys, k_dim, q, q_stride, Kt, n_keys, S, n_keys);
+    memset(S, 0, sizeof(float) * (size_t)(rows * ld));
+    gemm(k, rows, n_keys, k_dim, q, q_stride, Kt, ld, S, ld);
     float sums[ATTN_ROWS];
     for (int64_t r = 0; r < rows; r++) {
-        float *s = S + r * n_keys;
+        float *s = S + r * ld;
         if (softcap > 0)
             for (int64_t c = 0; c < n_keys; c++) s[c] = softcap * tanhf(s[c] * (scale / softcap));
         else
@@ -204,7 +208,7 @@ static void attend_block(const cera_kernels *k, const float *q, int64_t q_stride
         sums[r] = (float)k->softmax_row(n_keys, s, m);
     }
     memset(O, 0, sizeof(float) * (size_t)(rows * v_dim));
-    gemm(k, rows, v_dim, n_keys, S, n_keys, v, v_stride, O, v_dim);
+    gemm(k, rows, v_dim, n_keys, S, ld, v, v_stride, O, v_dim);
     for (int64_t r = 0; r < rows; r++) {
         const float inv = sums[r] == 0.0f ? 0.0f : 1.0f / sums[r];
         for (int64_t d = 0; d < v_dim; d++) out[r * out_stride + d] = O[r * v_dim + d] * inv;
@@ -212,10 +216,13 @@ static void attend_block(const cera_kernels *k, const float *q, int64_t q_stride
 }
 
 /* The two loops of a one-row attention, written for the compiler to vectorise: eight
- * partial sums per dot product, a plain axpy. On x86 with GCC they are also built for AVX2
- * and chosen at load time (target_clones); elsewhere the baseline build vectorises them. */
+ * partial sums per dot product, a plain axpy. On x86 with GCC they are also built for
+ * AVX-512 and AVX2 and chosen at load time (target_clones); elsewhere the baseline build
+ * vectorises them. The build does not contract multiply-adds (-ffp-contract=off) and the
+ * source fixes the order of every sum, so each clone computes the same bits; only the
+ * vector width differs (the exact GELU's double-precision loop: 8 lanes instead of 4). */
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define CERA_CLONES __attribute__((target_clones("avx2", "default")))
+#define CERA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CERA_CLONES
 #endif
@@ -264,7 +271,8 @@ typedef struct {
     const float *k, *v;   /* key / value 0 of the sequence */
     float *out;
     int64_t r0, rows, n_keys;
-    float *Kt;            /* per head: [k_dim][n_keys] (rows > 1) */
+    float *Kt;            /* per head: [k_dim][ld] (rows > 1) */
+    int64_t ld;           /* n_keys rounded up to 16 */
 } attn_seq;
 
 typedef struct {
@@ -276,14 +284,15 @@ typedef struct {
     mask_info mask;
     int masked;
     int64_t first[65]; /* items of sequence s: [first[s], first[s + 1]) */
-    float *scratch;    /* per thread: S (ATTN_ROWS x max_keys) and O (ATTN_ROWS x v_dim) */
+    float *scratch;    /* per thread: S (ATTN_ROWS x max_keys) and O (ATTN_ROWS x v_dim); 64-byte aligned */
+    int64_t per_thread; /* floats of scratch per thread */
     atomic_llong next;
 } attn_problem;
 
 static void attn_task(void *arg, int ith, int nth) {
     (void)nth;
     attn_problem *p = arg;
-    float *S = p->scratch + (size_t)ith * (size_t)(ATTN_ROWS * (p->max_keys + p->v_dim));
+    float *S = p->scratch + (size_t)ith * (size_t)p->per_thread;
     float *O = S + ATTN_ROWS * p->max_keys;
     const int64_t total = p->first[p->n_seq];
     for (;;) {
@@ -307,7 +316,7 @@ static void attn_task(void *arg, int ith, int nth) {
         } else {
             mask_info m = p->mask;
             if (p->masked) m.pos = p->mask.pos + sq->r0;
-            attend_block(p->k, q, q_stride, rows, sq->Kt + g * p->k_dim * sq->n_keys, sq->n_keys, p->k_dim,
+            attend_block(p->k, q, q_stride, rows, sq->Kt + g * p->k_dim * sq->ld, sq->n_keys, sq->ld, p->k_dim,
                          sq->v + g * p->v_dim, p->v_stride, p->v_dim, p->scale, p->softcap, p->masked ? &m : NULL, t0,
                          S, O, out, out_stride);
         }
@@ -322,21 +331,25 @@ static int run_problem(cera_ctx *ctx, attn_problem *p) {
     p->max_keys = 1;
     p->first[0] = 0;
     for (int s = 0; s < p->n_seq; s++) {
-        const attn_seq *sq = &p->seqs[s];
+        attn_seq *sq = &p->seqs[s];
         if (sq->rows <= 0 || sq->n_keys <= 0) return CERA_EINVAL;
         if (sq->n_keys > p->max_keys) p->max_keys = sq->n_keys;
+        sq->ld = (sq->n_keys + 15) / 16 * 16;
         const int row_path = sq->rows == 1 && !p->masked && p->softcap <= 0;
-        if (!row_path) kt_floats += p->n_kv_heads * p->k_dim * sq->n_keys;
+        if (!row_path) kt_floats += p->n_kv_heads * p->k_dim * sq->ld;
         p->first[s + 1] = p->first[s] + p->n_heads * ((sq->rows + ATTN_ROWS - 1) / ATTN_ROWS);
     }
-    float *kt = kt_floats ? malloc(sizeof(float) * (size_t)kt_floats) : NULL;
+    p->max_keys = (p->max_keys + 15) / 16 * 16;
     const int nth = ctx->n_threads;
-    p->scratch = malloc(sizeof(float) * (size_t)nth * (size_t)(ATTN_ROWS * (p->max_keys + p->v_dim)));
-    if ((kt_floats && !kt) || !p->scratch) {
-        free(kt);
-        free(p->scratch);
-        return CERA_ENOMEM;
-    }
+    const int64_t v_pad = (p->v_dim + 15) / 16 * 16;
+    /* one allocation: the transposed keys, then the threads' scratch, each 64-byte aligned */
+    const size_t kt_bytes = sizeof(float) * (size_t)kt_floats;
+    const size_t scratch_floats = (size_t)nth * (size_t)(ATTN_ROWS * (p->max_keys + v_pad));
+    char *raw = malloc(kt_bytes + sizeof(float) * scratch_floats + 64);
+    if (!raw) return CERA_ENOMEM;
+    float *kt = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    p->scratch = kt + kt_floats;
+    p->per_thread = ATTN_ROWS * (p->max_keys + v_pad);
     float *at = kt;
     for (int s = 0; s < p->n_seq; s++) {
         attn_seq *sq = &p->seqs[s];
@@ -344,19 +357,18 @@ static int run_problem(cera_ctx *ctx, attn_problem *p) {
         if (sq->rows == 1 && !p->masked && p->softcap <= 0) continue;
         sq->Kt = at;
         for (int64_t g = 0; g < p->n_kv_heads; g++) {
-            float *dst = at + g * p->k_dim * sq->n_keys;
+            float *dst = at + g * p->k_dim * sq->ld;
             for (int64_t c = 0; c < sq->n_keys; c++) {
                 const float *src = sq->k + c * p->k_stride + g * p->k_dim;
-                for (int64_t d = 0; d < p->k_dim; d++) dst[d * sq->n_keys + c] = src[d];
+                for (int64_t d = 0; d < p->k_dim; d++) dst[d * sq->ld + c] = src[d];
             }
         }
-        at += p->n_kv_heads * p->k_dim * sq->n_keys;
+        at += p->n_kv_heads * p->k_dim * sq->ld;
     }
     (void)k;
     atomic_store(&p->next, 0);
     cera_pool_run(ctx->pool, attn_task, p, nth);
-    free(kt);
-    free(p->scratch);
+    free(raw);
     return CERA_OK;
 }
 
@@ -422,25 +434,49 @@ typedef struct {
     atomic_llong next;
 } cross_split;
 
+/* One dot product as heads_logits sums it: eight partial sums over d = j, j + 8, ..., then
+ * ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)). Inlined where the length is a constant (64,
+ * Whisper's head width), so the loop unrolls into eight vector steps. */
+static inline __attribute__((always_inline)) float dot_lanes8(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[d + j] * b[d + j];
+    float t = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; d < n; d++) t += a[d] * b[d];
+    return t;
+}
+
+/* The head of a query head's keys and values: h itself without grouped heads (no integer
+ * division per key and head: with one, the division was the largest part of a beam step's
+ * cross-attention). */
+#define KV_HEAD(h, group) ((group) == 1 ? (h) : (h) / (group))
+
 CERA_CLONES static void heads_logits(const float *q, const float *kr, int64_t n_heads, int64_t group, int64_t k_dim,
                                      float scale, float *s, int64_t s_stride) {
-    for (int64_t h = 0; h < n_heads; h++) {
-        const float *a = kr + (h / group) * k_dim, *b = q + h * k_dim;
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t d = 0;
-        for (; d + 8 <= k_dim; d += 8)
-            for (int j = 0; j < 8; j++) acc[j] += a[d + j] * b[d + j];
-        float t = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        for (; d < k_dim; d++) t += a[d] * b[d];
-        s[h * s_stride] = t * scale;
+    if (k_dim == 64) {
+        for (int64_t h = 0; h < n_heads; h++)
+            s[h * s_stride] = dot_lanes8(kr + KV_HEAD(h, group) * 64, q + h * 64, 64) * scale;
+        return;
     }
+    for (int64_t h = 0; h < n_heads; h++)
+        s[h * s_stride] = dot_lanes8(kr + KV_HEAD(h, group) * k_dim, q + h * k_dim, k_dim) * scale;
 }
 
 CERA_CLONES static void heads_values(const float *vr, const float *p, int64_t p_stride, int64_t n_heads,
                                      int64_t group, int64_t v_dim, float *o, int64_t o_stride) {
+    if (v_dim == 64) {
+        for (int64_t h = 0; h < n_heads; h++) {
+            const float w = p[h * p_stride];
+            const float *v = vr + KV_HEAD(h, group) * 64;
+            float *y = o + h * o_stride;
+            for (int64_t d = 0; d < 64; d++) y[d] += w * v[d];
+        }
+        return;
+    }
     for (int64_t h = 0; h < n_heads; h++) {
         const float w = p[h * p_stride];
-        const float *v = vr + (h / group) * v_dim;
+        const float *v = vr + KV_HEAD(h, group) * v_dim;
         float *y = o + h * o_stride;
         for (int64_t d = 0; d < v_dim; d++) y[d] += w * v[d];
     }
