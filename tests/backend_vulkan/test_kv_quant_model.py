@@ -136,8 +136,8 @@ def test_checkpoint_batching_and_context_shift_keep_the_type(models, tmp_path):
 @pytest.mark.slow
 def test_perplexity_on_vulkan_with_a_q8_0_cache(smollm2_path, models):
     """`cera perplexity --device vulkan --kv-type q8_0` on one chunk of 128 tokens: the CPU's
-    figure with the same cache (cera.generation.perplexity) within 2% (measured: see the
-    assertion's message)."""
+    figure with the same cache (cera.generation.perplexity) within 2% (measured on
+    lavapipe: 25.280 against the CPU's 25.195, 0.34%)."""
     from cera.generation.perplexity import perplexity
 
     cpu, _vk = models
