@@ -8,6 +8,7 @@ vec_dot_type) where the GPU kernel keeps it in f32. Cache rows: the two backends
 the same numbers with the same rules, so their blocks' bytes agree except where a value
 lands within float rounding of a step's edge (a Walsh-Hadamard turn summed in another
 order, an f16 scale rounded after a division): at most one code step and 1% of the codes.
+Measured on lavapipe against the CPU backend (x86): every byte of every case identical.
 """
 
 from __future__ import annotations
