@@ -102,7 +102,7 @@ def test_default_model_on_a_fresh_cache(tmp_path, silero_onnx_path, clip_referen
     shutil.copytree(silero_onnx_path.parent, bundle, copy_function=shutil.copy2)
     env = {"CERA_CACHE_DIR": str(tmp_path)}
     first = cera("vad", "--audio", DATA / "speech_16k.flac", env=env)
-    assert "converting silero_vad.onnx" in first.stderr
+    assert "converting silero-vad" in first.stderr
     assert (tmp_path / "converted" / "silero-vad-6.2.3.gguf").exists()
     second = cera("vad", "--audio", DATA / "speech_16k.flac", env=env)
     assert "converting" not in second.stderr

@@ -20,14 +20,14 @@ Command line: ``cera diarize-convert [--pt pretrained.pt] OUTPUT``.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 import cera
-from cera.sources.bundles import sha256_file
 from cera.errors import CeraError
+from cera.formats.gguf_write import write_gguf_file
+from cera.sources.bundles import sha256_file
 
 from .torch_legacy import read_legacy_checkpoint
 
@@ -158,29 +158,3 @@ def convert(pt_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
         f"from {pt_path.name} (sha256 {sha256_file(pt_path)})"
     )
     return write_gguf(weights, out_path, description)
-
-
-def write_gguf_file(out_path, architecture: str, fill) -> Path:
-    """Write a GGUF file atomically: ``fill(writer)`` adds its keys and tensors to a writer
-    on a temporary file beside ``out_path``, which then replaces it (removed on failure)."""
-    import gguf
-
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    try:
-        writer = gguf.GGUFWriter(tmp_name, architecture)
-        fill(writer)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp_name, out_path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    return out_path

@@ -273,7 +273,7 @@ def rearrange(t: dict[str, np.ndarray], s: dict) -> tuple[dict[str, np.ndarray],
 
 
 def write_gguf(tensors: dict, s: dict, sizes: dict, tf_heads: int, out_path, description: str = "") -> Path:
-    from .convert import write_gguf_file
+    from cera.formats.gguf_write import write_gguf_file
 
     a = ARCHITECTURE
 

@@ -24,15 +24,14 @@ Command line: ``cera kws-convert MODEL.tflite [--json MODEL.json] -o MODEL.gguf`
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 import cera
-from cera.sources.bundles import sha256_file
 from cera.errors import CeraError
+from cera.formats.gguf_write import write_gguf_file
+from cera.sources.bundles import sha256_file
 
 from .frontend import FrontendConfig
 from .graph import Graph, OperatorSpec, TensorSpec, UnsupportedLayer, Variable, check_graph
@@ -149,15 +148,9 @@ def read_settings(path) -> dict:
 
 def write_gguf(graph: Graph, settings: dict, out_path, description: str = "") -> Path:
     """Write the network and its settings to GGUF, atomically."""
-    import gguf
-
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
     micro = settings["micro"]
-    try:
-        w = gguf.GGUFWriter(tmp_name, ARCHITECTURE)
+
+    def fill(w) -> None:
         w.add_name(f"microWakeWord {settings['wake_word']}")
         if settings.get("author"):
             w.add_author(str(settings["author"]))
@@ -189,18 +182,8 @@ def write_gguf(graph: Graph, settings: dict, out_path, description: str = "") ->
             w.add_tensor(f"net.{i}", graph.constants[i].reshape(-1))
         for k, v in enumerate(graph.variables):
             w.add_tensor(f"state.{k}", v.initial.reshape(-1))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        os.replace(tmp_name, out_path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    return out_path
+
+    return write_gguf_file(out_path, ARCHITECTURE, fill)
 
 
 def convert(tflite_path, out_path, settings_path=None) -> Path:

@@ -10,14 +10,12 @@ path is converted the same way, keyed by the SHA-256 of the model and its settin
 
 from __future__ import annotations
 
-import json
 import os
-import sys
-import tempfile
 from pathlib import Path
 
 from cera.sources import bundles
 from cera.sources.bundles import sha256_file
+from cera.sources.converted import cached_conversion
 from cera.errors import ModelNotFound
 
 # model name -> (bundle, file stem inside it)
@@ -44,26 +42,9 @@ def _name(model: str) -> str | None:
 def _cached_conversion(tflite: Path, settings: Path, stem: str, quiet: bool) -> Path:
     from .convert import CONVERTER_VERSION, convert
 
-    folder = bundles.cache_dir() / "converted"
-    folder.mkdir(parents=True, exist_ok=True)
     source = {"tflite": sha256_file(tflite), "json": sha256_file(settings), "converter": CONVERTER_VERSION}
-    path = folder / f"microwakeword-{stem}-{source['tflite'][:12]}.gguf"
-    record = path.with_name(path.name + ".json")
-    if path.exists() and record.exists():
-        try:
-            info = json.loads(record.read_text())
-            if info.get("source") == source and info.get("sha256") == sha256_file(path):
-                return path
-        except (OSError, ValueError):
-            pass
-    if not quiet:
-        print(f"cera: converting {tflite.name} to {path}", file=sys.stderr, flush=True)
-    convert(tflite, path, settings)
-    fd, tmp = tempfile.mkstemp(prefix=record.name + ".", suffix=".tmp", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"sha256": sha256_file(path), "source": source}, f)
-    os.replace(tmp, record)
-    return path
+    file_name = f"microwakeword-{stem}-{source['tflite'][:12]}.gguf"
+    return cached_conversion(file_name, source, lambda path: convert(tflite, path, settings), label=tflite.name, quiet=quiet)
 
 
 def model_path(model: str | os.PathLike = DEFAULT_MODEL, quiet: bool = False) -> Path:

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 import cera
-from cera.sources.bundles import sha256_file
 from cera.errors import CeraError
+from cera.formats.gguf_write import write_gguf_file
+from cera.sources.bundles import sha256_file
 
 ARCHITECTURE = "silero-vad"
 # Bumped whenever the files this module writes change, so cached conversions are redone.
@@ -164,15 +164,10 @@ def _check_conv_attrs(path, names: dict[str, str], convs: dict[str, dict], filte
 
 def write_gguf(networks: dict[int, dict[str, np.ndarray]], out_path: str | os.PathLike, description: str = "") -> Path:
     """Write the networks to a GGUF file, atomically (a temporary name renamed when complete)."""
-    import gguf
 
-    out_path = Path(out_path)
     rates = sorted(networks, reverse=True)  # 16000 first: the default rate
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    try:
-        writer = gguf.GGUFWriter(tmp_name, ARCHITECTURE)
+
+    def fill(writer) -> None:
         writer.add_name("Silero VAD")
         writer.add_license("MIT")
         writer.add_author("Silero Team")
@@ -194,18 +189,8 @@ def write_gguf(networks: dict[int, dict[str, np.ndarray]], out_path: str | os.Pa
         for rate in rates:
             for key in _MODULE_KEYS:
                 writer.add_tensor(f"{TENSOR_PREFIX[rate]}.{key}", networks[rate][key])
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp_name, out_path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    return out_path
+
+    return write_gguf_file(out_path, ARCHITECTURE, fill)
 
 
 def convert(onnx_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:

@@ -9,40 +9,21 @@ damaged or half-copied file is never used).
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 from cera.sources import bundles
-from cera.sources.bundles import sha256_file
+from cera.sources.converted import cached_conversion
 
 BUNDLE = "silero-vad"
 FILE_NAME = "silero-vad-6.2.3.gguf"
-
 
 
 def default_model_path(quiet: bool = False) -> Path:
     """The cached default GGUF, converting it first if it is missing or does not verify."""
     from .convert import CONVERTER_VERSION, convert
 
-    folder = bundles.cache_dir() / "converted"
-    path = folder / FILE_NAME
-    record = folder / (FILE_NAME + ".json")
-    if path.exists() and record.exists():
-        try:
-            info = json.loads(record.read_text())
-            if info.get("converter") == CONVERTER_VERSION and info.get("sha256") == sha256_file(path):
-                return path
-        except (OSError, ValueError):
-            pass
-    onnx_path = bundles.fetch_file(BUNDLE, quiet=quiet)
-    if not quiet:
-        print(f"cera: converting {onnx_path.name} to {path}", file=sys.stderr, flush=True)
-    convert(onnx_path, path)
-    fd, tmp = tempfile.mkstemp(prefix=record.name + ".", suffix=".tmp", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"sha256": sha256_file(path), "converter": CONVERTER_VERSION, "source": onnx_path.name}, f)
-    os.replace(tmp, record)
-    return path
+    def make(path: Path) -> None:
+        convert(bundles.fetch_file(BUNDLE, quiet=quiet), path)
+
+    source = {"bundle": BUNDLE, "converter": CONVERTER_VERSION}
+    return cached_conversion(FILE_NAME, source, make, label=BUNDLE, quiet=quiet)

@@ -9,14 +9,10 @@ it does not match, so a damaged or half-written file is never used.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 from cera.sources import bundles
-from cera.sources.bundles import sha256_file
+from cera.sources.converted import cached_conversion
 
 DEFAULT_BUNDLE = "faster-whisper-tiny.en"
 BUNDLES = {"tiny.en": "faster-whisper-tiny.en", "base": "faster-whisper-base"}
@@ -29,24 +25,10 @@ def model_path(name: str = "tiny.en", out_type: str = DEFAULT_TYPE, quiet: bool 
     from .convert import CONVERTER_VERSION, convert
 
     bundle = BUNDLES.get(name, name)
-    folder = bundles.cache_dir() / "converted"
-    folder.mkdir(parents=True, exist_ok=True)
     file_name = f"whisper-{bundle.removeprefix('faster-whisper-')}-{out_type}.gguf"
-    path = folder / file_name
-    record = folder / (file_name + ".json")
-    if path.exists() and record.exists():
-        try:
-            info = json.loads(record.read_text())
-            if info.get("converter") == CONVERTER_VERSION and info.get("sha256") == sha256_file(path):
-                return path
-        except (OSError, ValueError):
-            pass
-    src = bundles.fetch(bundle, quiet=quiet)
-    if not quiet:
-        print(f"cera: converting {bundle} to {path}", file=sys.stderr, flush=True)
-    convert(src, path, out_type)
-    fd, tmp = tempfile.mkstemp(prefix=record.name + ".", suffix=".tmp", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"sha256": sha256_file(path), "converter": CONVERTER_VERSION, "source": bundle}, f)
-    os.replace(tmp, record)
-    return path
+
+    def make(path: Path) -> None:
+        convert(bundles.fetch(bundle, quiet=quiet), path, out_type)
+
+    source = {"bundle": bundle, "type": out_type, "converter": CONVERTER_VERSION}
+    return cached_conversion(file_name, source, make, label=bundle, quiet=quiet)

@@ -1,1 +1,2 @@
-"""File formats: the GGUF reader (`gguf`) and cera's checkpoint files (`checkpoint`)."""
+"""File formats: the GGUF reader (`gguf`), the atomic GGUF writer for converters
+(`gguf_write`) and cera's checkpoint files (`checkpoint`)."""
