@@ -1,24 +1,27 @@
-"""KV cache types: perplexity, bytes a token, and decode speed at depth, per type.
+"""KV cache types: perplexity, bytes a token, and (optionally) decode speed at depth, per type.
 
     python benchmarks/bench_kv_cache.py [--model BUNDLE_OR_PATH] [--types f16,q8_0,q4_0,tq3,tq2]
-        [--text FILE] [--ctx 512] [--chunks N] [--depths 4096,16384] [--n-gen 64] [--reps 3]
+        [--text FILE] [--ctx 256] [--chunks N] [--depths 4096,16384] [--n-gen 64] [--reps 3]
         [--threads N] [--device cpu] [--no-llama-cpp] [--json OUT]
 
 For each cache type:
 
-- perplexity of ``--text`` (default: tests/models/reference/perplexity/text.txt) with chunks
-  of ``--ctx`` tokens, by `cera.generation.perplexity` (llama-perplexity's definition), and
-  llama.cpp's for the types it has (f16, q8_0, q4_0; computed from its logits as
-  tests/models/reference/make_perplexity_reference.py does) where llama-cpp-python is
-  installed;
+- perplexity of ``--text`` (default: tests/models/reference/perplexity/text.txt, 771 tokens
+  of SmolLM2's vocabulary: three chunks of 256) with chunks of ``--ctx`` tokens, by
+  `cera.generation.perplexity` (llama-perplexity's definition), and llama.cpp's for the
+  types it has (f16, q8_0, q4_0; computed from its logits as
+  tests/models/reference/make_perplexity_reference.py does, over the same chunks) where
+  llama-cpp-python is installed, with a note where it is not;
 - bytes a token takes in the attention caches (`cera.state.kv_cell_bytes`);
-- decode tokens/s after ``depth`` cells, for each of ``--depths``: the context is filled
-  once with random tokens through an f16 cache, its rows converted to each type
+- with ``--depths``: decode tokens/s after ``depth`` cells, for each depth: the context is
+  filled once with random tokens through an f16 cache, its rows converted to each type
   (`cera.state.convert_snapshot`, as a pass would have stored them), then ``--n-gen``
   greedy steps are timed (all logits read back each step, as llama-bench's tg); the median
-  of ``--reps``.
+  of ``--reps``. Filling 16,384 cells takes minutes on 2 cores, so no depth is the default.
 
-Speeds are only comparable from one quiet machine; the perplexities are exact figures.
+The default run (SmolLM2-135M, five types, chunks of 256, llama.cpp beside cera) takes a
+few minutes on 2 cores. Speeds are only comparable from one quiet machine; the
+perplexities are exact figures.
 """
 
 from __future__ import annotations
@@ -62,9 +65,9 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct-q4_1", help="bundle name or GGUF path")
     ap.add_argument("--types", default="f16,q8_0,q4_0,tq3,tq2")
     ap.add_argument("--text", default=str(REFERENCE / "perplexity" / "text.txt"), help="text to score")
-    ap.add_argument("--ctx", type=int, default=512, help="perplexity chunk size (llama-perplexity's -c)")
+    ap.add_argument("--ctx", type=int, default=256, help="perplexity chunk size (llama-perplexity's -c)")
     ap.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
-    ap.add_argument("--depths", default="4096,16384", help="decode depths, comma-separated (empty: none)")
+    ap.add_argument("--depths", default="", help="decode depths, comma-separated, e.g. 4096,16384 (default: none)")
     ap.add_argument("--n-gen", type=int, default=64, help="decode steps timed at each depth")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
@@ -90,7 +93,8 @@ def main() -> None:
             sys.path.insert(0, str(REFERENCE))
             import make_perplexity_reference as llama
         except ImportError:
-            print("llama-cpp-python is not installed: cera's figures only", file=sys.stderr)
+            print("llama-cpp-python is not installed (pip install llama-cpp-python==0.3.36): llama.cpp's "
+                  "perplexity is left out, cera's figures only", file=sys.stderr)  # fmt: skip
     rows = []
     with cera.load(path, device=args.device, threads=args.threads, quiet=True) as loaded:
         snaps = {}
@@ -107,8 +111,9 @@ def main() -> None:
             row = {"kv_type": t, "ppl": r.ppl, "ppl_stderr": r.stderr, "chunks": r.chunks,
                    "bytes_per_token": kv_cell_bytes(loaded.model.state, t), "ppl_seconds": r.seconds}  # fmt: skip
             if llama is not None and t in LLAMA_TYPES:
-                ref = llama.llama_perplexity(path, text, args.ctx, t, t, threads=args.threads or 2)
-                row["llama_cpp_ppl"] = ref["ppl"] if args.chunks is None else None
+                ref = llama.llama_perplexity(path, text, args.ctx, t, t, threads=args.threads or 2,
+                                             max_chunks=args.chunks)  # fmt: skip
+                row["llama_cpp_ppl"] = ref["ppl"]
             for depth, (prompt, snap) in snaps.items():
                 row[f"tg{args.n_gen}@d{depth}"] = _decode_speed(loaded, snap, prompt, t, args.n_gen, args.reps,
                                                                  depth + args.n_gen + 2)  # fmt: skip
@@ -124,4 +129,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from cera.errors import CeraError
+
+    try:
+        main()
+    except CeraError as e:  # a text too short for --ctx, a type the model's heads cannot take
+        sys.exit(f"bench_kv_cache: {e}")

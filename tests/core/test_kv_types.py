@@ -19,9 +19,11 @@ from cera.state import AttentionKV, HostState, StateSpec, estimate_bytes, kv_cel
 
 
 def test_row_bytes_of_every_type():
-    assert [row_bytes(t, 64, True) for t in KV_TYPE_NAMES] == [128, 256, 68, 36, 2 + 3 * 8, 2 + 2 * 8]
+    # TurboQuant keys take a bit a coordinate more than its values: tq3 4 and 3, tq2 3 and 2
+    assert [row_bytes(t, 64, True) for t in KV_TYPE_NAMES] == [128, 256, 68, 36, 2 + 4 * 8, 2 + 3 * 8]
     assert [row_bytes(t, 64, False) for t in KV_TYPE_NAMES] == [128, 256, 68, 36, 2 + 3 * 8, 2 + 2 * 8]
-    # tq3 at a head dimension of 128: 3.125 bits a coordinate, under a quarter of f16's 16
+    # tq3 under a quarter of f16's bytes at head dimensions of 64 and 128 (3.75 and 3.625 bits)
+    assert cell_bytes("tq3", 64, 64) * 4 <= cell_bytes("f16", 64, 64)
     assert cell_bytes("tq3", 128, 128) * 4 <= cell_bytes("f16", 128, 128)
 
 
@@ -84,7 +86,7 @@ def test_block_rows_are_ggml_blocks_of_the_turned_row(kv_type):
     assert np.array_equal(encode(odd, kv_type), quantize(odd, ggml))
 
 
-@pytest.mark.parametrize("bits", [1, 2, 3])
+@pytest.mark.parametrize("bits", [1, 2, 3, 4])
 def test_codebooks_are_lloyd_max_of_the_normal(bits):
     np.testing.assert_allclose(tq.lloyd_max(bits), tq.CODEBOOKS[bits], atol=1e-7)
 
@@ -97,9 +99,12 @@ def test_rotation_is_orthogonal_and_fixed():
     assert np.allclose(np.abs(np.linalg.qr(g)[0]), np.abs(p), atol=1e-6)
 
 
-@pytest.mark.parametrize("kv_type,distortion", [("tq3", 0.03454), ("tq2", 0.1175)])
-@pytest.mark.parametrize("key", [True, False])
-def test_distortion_is_the_quantizers(kv_type, distortion, key):
+# Lloyd-Max distortion of N(0, 1) (Max 1960): 0.1175 at 2 bits, 0.03454 at 3, 0.009497 at 4
+@pytest.mark.parametrize(
+    "kv_type,key,distortion",
+    [("tq3", True, 0.009497), ("tq3", False, 0.03454), ("tq2", True, 0.03454), ("tq2", False, 0.1175)],
+)
+def test_distortion_is_the_quantizers(kv_type, key, distortion):
     """A row keeps b bits a rotated coordinate: its relative squared error is about the
     Lloyd-Max distortion of N(0, 1) at b bits (Max 1960; the paper's D_mse; keeping the norm
     adds D^2 / 4), whatever the vector (here very unlike a Gaussian: a few large
@@ -116,8 +121,9 @@ def test_distortion_is_the_quantizers(kv_type, distortion, key):
 
 def test_turboquant_layout():
     x = np.random.default_rng(4).standard_normal((2, 16)).astype(np.float32)
-    row = encode(x, "tq3", key=True)
+    row = encode(x, "tq3", key=False)  # values of tq3: 3 bits a coordinate
     assert row.shape == (2, 2 + 3 * 2)
+    assert encode(x, "tq3", key=True).shape == (2, 2 + 4 * 2)
     y = (x / np.linalg.norm(x, axis=1, keepdims=True)) @ tq.rotation(16).T
     idx = np.searchsorted(tq.thresholds(3), y * 4)
     planes = np.unpackbits(row[:, 2:8], axis=1, bitorder="little").reshape(2, 3, 16)
@@ -143,10 +149,24 @@ def test_a_checkpoint_of_unturned_q8_0_rows_is_converted():
     assert now.kv[0][0] is old["0.a"]  # the current format is taken as it is
 
 
-def test_a_checkpoint_of_older_turboquant_rows_is_refused():
+@pytest.mark.parametrize("version", [None, 2])
+def test_a_checkpoint_of_older_turboquant_rows_is_refused(version):
+    """Version 2 kept TurboQuant keys at the values' bits (26 bytes a tq3 row of 64)."""
     from cera.formats.checkpoint import CheckpointError, decode_snapshot
 
-    rows = np.zeros((2, 5, 28), np.uint8)
+    rows = np.zeros((2, 5, 26), np.uint8)
     header = {"kv_type": "tq3", "layout": [["kv", 2, 64, 64]], "n_filled": 5}
+    if version is not None:
+        header["kv_rows"] = version
     with pytest.raises(CheckpointError, match="old.ckpt holds tq3 rows of an older layout"):
         decode_snapshot(header, {"0.a": rows, "0.b": rows, "positions": np.arange(5, dtype=np.int32)}, "old.ckpt")
+
+
+def test_a_checkpoint_of_version_2_q8_0_rows_is_taken_as_it_is():
+    from cera.formats.checkpoint import decode_snapshot
+
+    rng = np.random.default_rng(7)
+    k = encode(rng.standard_normal((2, 5, 64)).astype(np.float32), "q8_0", True)
+    header = {"kv_type": "q8_0", "layout": [["kv", 2, 64, 64]], "n_filled": 5, "kv_rows": 2}
+    snap, _ = decode_snapshot(header, {"0.a": k, "0.b": k, "positions": np.arange(5, dtype=np.int32)}, "v2.ckpt")
+    assert snap.kv[0][0] is k

@@ -51,8 +51,17 @@ def test_cera_tokenizes_the_text_as_llama_cpp(smollm2):
     assert smollm2.tokenize(TEXT) == _record("smollm2-135m-instruct-q4_1")["text_tokens"]
 
 
-@pytest.mark.parametrize("kv_type", ["f16", "q8_0", "q4_0"])
-@pytest.mark.parametrize("n_ctx", [128, 256])
+# The default run scores one pair (about 10 s on 2 cores; q8_0 at 128 is the CLI test's); the
+# rest run with --run-slow.
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "n_ctx,kv_type",
+    [pytest.param(128, "q4_0"), pytest.param(128, "f16", marks=_SLOW), pytest.param(128, "q8_0", marks=_SLOW),
+     pytest.param(256, "f16", marks=_SLOW), pytest.param(256, "q8_0", marks=_SLOW),
+     pytest.param(256, "q4_0", marks=_SLOW)],
+)  # fmt: skip
 def test_perplexity_matches_llama_cpp(smollm2, n_ctx, kv_type):
     record = _record("smollm2-135m-instruct-q4_1")
     want = next(r for r in record["runs"] if r["n_ctx"] == n_ctx and r["type_k"] == kv_type)
@@ -63,6 +72,7 @@ def test_perplexity_matches_llama_cpp(smollm2, n_ctx, kv_type):
     np.testing.assert_allclose(got.chunk_ppl, want["chunk_ppl"], rtol=2 * TOLERANCE[kv_type])
 
 
+@pytest.mark.slow
 def test_a_compressed_cache_costs_what_it_costs_in_llama_cpp(smollm2):
     """The quality a cache type loses is the loss llama.cpp's same type has (the deltas
     against f16 agree), and its state is smaller by the bytes of its rows."""
@@ -76,13 +86,24 @@ def test_a_compressed_cache_costs_what_it_costs_in_llama_cpp(smollm2):
 
 
 def test_turboquant_quality_and_bytes(smollm2):
-    """tq3 at under a quarter of f16's bytes; its perplexity measured 36.66 against f16's
-    27.52 (chunks of 256: +33%, short of the 5% aimed at; see cera.kv_turboquant)."""
-    f16 = perplexity(smollm2, TEXT, n_ctx=256, kv_type="f16")
+    """tq3 at under a quarter of f16's bytes, against llama.cpp's f16 figure (cera's agrees
+    with it to 1e-6): measured 29.94 against 27.52, chunks of 256 (+8.8%; the 5% aimed at
+    is not reached on this model: `cera.kv_turboquant`)."""
+    f16 = next(r for r in _record("smollm2-135m-instruct-q4_1")["runs"] if r["n_ctx"] == 256 and r["type_k"] == "f16")
     tq3 = perplexity(smollm2, TEXT, n_ctx=256, kv_type="tq3")
-    assert 1.0 < tq3.ppl / f16.ppl < 1.4, (tq3.ppl, f16.ppl)
-    # 30 layers x 3 KV heads x (keys + values) a cell: 128 bytes a row in f16, 2 + 24 in tq3
-    assert f16.kv_bytes - tq3.kv_bytes == 256 * 30 * 3 * 2 * (128 - 26)
+    assert 1.0 < tq3.ppl / f16["ppl"] < 1.12, (tq3.ppl, f16["ppl"])
+    # 30 layers x 3 KV heads a cell, 256 cells: keys 2 + 32 bytes a row, values 2 + 24, against
+    # 128 each in f16 (and 4 bytes a cell of positions in both)
+    f16_bytes = 256 * 30 * 3 * 2 * 128
+    assert tq3.kv_bytes - 256 * 4 == 256 * 30 * 3 * (34 + 26) and (tq3.kv_bytes - 256 * 4) * 4 <= f16_bytes
+
+
+@pytest.mark.slow
+def test_tq2_quality(smollm2):
+    """tq2 (keys 3 bits, values 2): measured 37.55 against f16's 27.52, chunks of 256 (+36%)."""
+    tq2 = perplexity(smollm2, TEXT, n_ctx=256, kv_type="tq2")
+    assert 1.2 < tq2.ppl / 27.5185 < 1.5, tq2.ppl
+    assert tq2.kv_bytes - 256 * 4 == 256 * 30 * 3 * (26 + 18)
 
 
 def test_perplexity_needs_two_chunks(smollm2):
@@ -117,7 +138,7 @@ def live():
 
 
 @pytest.mark.peer
-@pytest.mark.parametrize("kv_type", ["f16", "q4_0"])
+@pytest.mark.parametrize("kv_type", ["f16", pytest.param("q4_0", marks=_SLOW)])
 def test_llama_cpp_still_gives_the_stored_perplexity(live, smollm2_path, kv_type):
     record = _record("smollm2-135m-instruct-q4_1")
     want = next(r for r in record["runs"] if r["n_ctx"] == 128 and r["type_k"] == kv_type)
@@ -127,6 +148,7 @@ def test_llama_cpp_still_gives_the_stored_perplexity(live, smollm2_path, kv_type
 
 
 @pytest.mark.peer
+@pytest.mark.slow
 def test_cera_matches_live_llama_cpp_with_a_q8_0_cache(live, smollm2, smollm2_path):
     want = live.llama_perplexity(smollm2_path, TEXT, 256, "q8_0", "q8_0")
     got = perplexity(smollm2, TEXT, n_ctx=256, kv_type="q8_0")

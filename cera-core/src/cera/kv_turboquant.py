@@ -5,24 +5,46 @@ turned by a fixed random rotation P (an orthogonal D x D matrix): each coordinat
 of a unit vector is distributed alike (close to N(0, 1/D) for the head sizes of language
 models), whatever the data, so one scalar quantizer serves every coordinate: y * sqrt(D) is
 rounded to the nearest centroid of the Lloyd-Max quantizer of N(0, 1) with 2^b levels
-(the paper's TurboQuant_mse). Keys and values are stored alike, b bits a coordinate (tq3:
-3, tq2: 2): a row decodes to n P^T c[idx] / sqrt(D), so a key's dot product with a query is
-taken against the query turned once (P q), and an attention output, a weighted sum of
-values, is summed in the rotated space and turned back once.
+(the paper's TurboQuant_mse). A row decodes to n P^T c[idx] / sqrt(D), so a key's dot
+product with a query is taken against the query turned once (P q), and an attention
+output, a weighted sum of values, is summed in the rotated space and turned back once.
+
+Bits a coordinate (`BITS`): keys one more than values, tq3 4 and 3 (3.5 a coordinate, the
+paper's 3.5-bit setting), tq2 3 and 2 (2.5). Keys get the extra bit because an error in a
+key moves a softmax logit and an error in a value is averaged by the attention weights.
+Bytes a (key, value) row pair of D = 64: tq3 34 + 26 = 60 (23% of f16's 256), tq2 26 + 18
+= 44 (17%); at D = 128, 66 + 50 (23%) and 50 + 34 (16%).
 
 The stored norm n is |x| sqrt(D) / |c[idx]|: the decoded row has the norm of the row (the
 centroids alone would shrink it by the quantizer's distortion).
 
-The paper's TurboQuant_prod spends one of a key's bits on a 1-bit QJL sketch of the residual
-instead, which makes inner products unbiased but noisier; attention's softmax pays for the
-noise more than for the bias. Measured on SmolLM2-135M (reference/perplexity/text.txt,
-chunks of 256; f16 cache: PPL 27.52): keys of 2 bits plus the sketch and values of 3 bits
-gave 126.2; the same keys without the sketch 76.8; keys and values of 3 bits 37.05, and
-with the norm kept 36.66.
+Measured (`cera.generation.perplexity`, tests/models/reference/perplexity/text.txt, chunks
+of 256; SmolLM2-135M-Instruct Q4_1, f16 cache 27.52):
+
+| keys / values (bits) | perplexity |
+| --- | --- |
+| 3 / 3 (the layout of rows version 2) | 36.66 (+33%) |
+| 2 + a 1-bit QJL sketch / 3 (TurboQuant_prod keys) | 126.2 |
+| 4 / 3 (tq3) | 29.94 (+8.8%) |
+| 3 / 2 (tq2) | 37.55 (+36%) |
+
+Qwen2.5-Coder-0.5B-Instruct Q4_K_M (two chunks of 256): f16 36.33, q4_0 70.41, tq3 128.7,
+tq2 916. The QJL sketch makes inner products unbiased but noisier, and attention's softmax
+pays for the noise more than for the bias, so it is left out.
+
+Where the error comes from, measured on the f16 cache rows of the first 512 tokens of the
+text (every layer and KV head): the keys have a large offset shared by every row of a head
+(the mean key holds 61% of the keys' energy in SmolLM2, 96% in Qwen2.5-0.5B, against 17%
+and 13% for values). The quantizer's error scales with the whole row's norm, offset
+included, while softmax ignores an offset common to all keys: relative to the energy of
+the keys less their mean, a 3-bit key's error is 8% (SmolLM2) and 83% (Qwen2.5). Keeping
+keys less a per-head offset m (exact for attention: softmax(q.(k - m)) = softmax(q.k);
+here m the mean of those rows) cut the 3-bit error 2.6x (SmolLM2) and 26x (Qwen2.5). The
+rows keep no such offset: a cache would have to fix one and store it beside its rows.
 
 Byte layout of a row: f16 n, then b bit planes of D/8 bytes each. Bit k of byte j of a
 plane belongs to coordinate 8j + k; a coordinate's index is the sum of its plane bits times
-1, 2, 4. The rotation comes from numpy's PCG64 generator with a fixed seed (`rotation`),
+1, 2, 4, 8. The rotation comes from numpy's PCG64 generator with a fixed seed (`rotation`),
 the same wherever numpy is.
 """
 
@@ -40,8 +62,17 @@ CODEBOOKS = {
     2: (-1.5104176088, -0.4527800398, 0.4527800398, 1.5104176088),
     3: (-2.1519457051, -1.3439092613, -0.7560052489, -0.2450940842,
         0.2450940842, 0.7560052489, 1.3439092613, 2.1519457051),
+    4: (-2.7325057628, -2.0689225438, -1.6179497832, -1.2561401598,
+        -0.9422616950, -0.6566983696, -0.3880099835, -0.1283819394,
+        0.1283819394, 0.3880099835, 0.6566983696, 0.9422616950,
+        1.2561401598, 1.6179497832, 2.0689225438, 2.7325057628),
 }  # fmt: skip
-BITS = {"tq3": 3, "tq2": 2}  # the quantizer's bits a coordinate, keys and values alike
+BITS = {"tq3": (4, 3), "tq2": (3, 2)}  # the quantizer's bits a coordinate: (keys, values)
+
+
+def bits(kv_type: str, key: bool = True) -> int:
+    """The quantizer's bits a coordinate of a key (``key``) or value row of ``kv_type``."""
+    return BITS[kv_type][0 if key else 1]
 ROTATION_SEED = 0x7C3A
 
 
@@ -88,37 +119,39 @@ def _unplanes(data: np.ndarray, bits: int, dim: int, offset: int) -> np.ndarray:
 
 
 def encode(x: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
-    """Rows ``[..., D]`` as stored bytes ``[..., 2 + b D / 8]`` (see the module; keys and
-    values alike, ``key`` is for the callers' symmetry)."""
+    """Key (``key``) or value rows ``[..., D]`` as stored bytes ``[..., 2 + b D / 8]``, b the
+    bits of the row's kind (`bits`)."""
     x = np.asarray(x, np.float32)
     dim = x.shape[-1]
-    bits = BITS[kv_type]
+    b = bits(kv_type, key)
     norm = np.sqrt(np.einsum("...i,...i->...", x, x, dtype=np.float32)).astype(np.float32)
     safe = np.where(norm > 0, norm, np.float32(1))[..., None]
     y = (x / safe) @ rotation(dim).T
-    idx = np.searchsorted(thresholds(bits), y * np.float32(math.sqrt(dim)), side="left")
-    c = np.asarray(CODEBOOKS[bits], np.float32)[idx]
+    idx = np.searchsorted(thresholds(b), y * np.float32(math.sqrt(dim)), side="left")
+    c = np.asarray(CODEBOOKS[b], np.float32)[idx]
     kept = np.sqrt(np.einsum("...i,...i->...", c, c, dtype=np.float32)) / np.float32(math.sqrt(dim))
     n = np.where(kept > 0, norm / np.where(kept > 0, kept, np.float32(1)), np.float32(0))
-    return np.concatenate([n.astype(np.float16)[..., None].view(np.uint8), *_planes(idx, bits)], axis=-1)
+    return np.concatenate([n.astype(np.float16)[..., None].view(np.uint8), *_planes(idx, b)], axis=-1)
 
 
-def row_dim(data: np.ndarray, kv_type: str) -> int:
-    return (data.shape[-1] - 2) * 8 // BITS[kv_type]
+def row_dim(data: np.ndarray, kv_type: str, key: bool = True) -> int:
+    return (data.shape[-1] - 2) * 8 // bits(kv_type, key)
 
 
 def decode_rotated(data: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
     """Stored rows as float64 vectors in the rotated space (P x, as quantized)."""
     data = np.ascontiguousarray(data, np.uint8)
-    bits, dim = BITS[kv_type], row_dim(data, kv_type)
+    b, dim = bits(kv_type, key), row_dim(data, kv_type, key)
     norm = data[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)
-    idx = _unplanes(data, bits, dim, 2)
-    return norm[..., None] * np.asarray(CODEBOOKS[bits], np.float64)[idx] / math.sqrt(dim)
+    idx = _unplanes(data, b, dim, 2)
+    return norm[..., None] * np.asarray(CODEBOOKS[b], np.float64)[idx] / math.sqrt(dim)
 
 
 def decode(data: np.ndarray, kv_type: str, key: bool = True) -> np.ndarray:
     """Stored rows back to float64 ``[..., D]``."""
-    return decode_rotated(data, kv_type, key) @ rotation(row_dim(data, kv_type)).astype(np.float64)
+    return decode_rotated(data, kv_type, key) @ rotation(row_dim(data, kv_type, key)).astype(np.float64)
 
 
-__all__ = ["BITS", "CODEBOOKS", "decode", "decode_rotated", "encode", "lloyd_max", "rotation", "row_dim", "thresholds"]
+__all__ = [
+    "BITS", "CODEBOOKS", "bits", "decode", "decode_rotated", "encode", "lloyd_max", "rotation", "row_dim", "thresholds",
+]  # fmt: skip

@@ -62,9 +62,10 @@ def summary(nll: np.ndarray, n_chunks: int) -> dict:
 
 
 def llama_perplexity(path, text: str, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                     threads: int = THREADS) -> dict:  # fmt: skip
+                     threads: int = THREADS, max_chunks: int | None = None) -> dict:  # fmt: skip
     """llama-perplexity's figures for ``text`` with chunks of ``n_ctx`` (module docstring),
-    with every scored token's NLL."""
+    with every scored token's NLL; ``max_chunks``: the first that many chunks only
+    (llama-perplexity's --chunks)."""
     sys.path.insert(0, str(HERE))
     import llama_cpp as L
     from llamacpp_driver import ContextSettings, LlamaCppModel
@@ -78,6 +79,8 @@ def llama_perplexity(path, text: str, n_ctx: int, type_k: str = "f16", type_v: s
         bos = int(L.llama_vocab_bos(model.vocab))
         first = n_ctx // 2
         n_chunks = len(tokens) // n_ctx
+        if max_chunks is not None:
+            n_chunks = min(n_chunks, max_chunks)
         nll = []
         for i in range(n_chunks):
             chunk = list(tokens[i * n_ctx : (i + 1) * n_ctx])

@@ -52,7 +52,7 @@ static void kv_row_f32(const cera_kernels *k, int kv_type, int key, const char *
     else if (kv_is_tq(kv_type) && key)
         tq_key_expand(kv_type, src, dst, dim);
     else if (kv_is_tq(kv_type))
-        tq_value_rotated(kv_type, src, dst, dim);
+        tq_value_rotated(k, kv_type, src, dst, dim);
     else
         memcpy(dst, src, sizeof(float) * (size_t)dim);
 }
@@ -179,7 +179,7 @@ static void attn_task(void *varg, int ith, int nth) {
             else if (kv_type == KV_Q4_0)
                 k->dot[T_Q4_0](DK, krow, q8, &s);
             else if (kv_is_tq(kv_type))
-                s = tq_key_dot(kv_type, krow, qx, DK);
+                s = tq_key_dot(k, kv_type, krow, qx, DK);
             else
                 s = k->dot_f32(DK, (const float *)krow, q);
             s *= logit_mul;
@@ -203,7 +203,7 @@ static void attn_task(void *varg, int ith, int nth) {
                     cera_types[kv_type == KV_Q8_0 ? T_Q8_0 : T_Q4_0].dequant(vrow_c, vrow, DV);
                     k->axpy_f32(DV, acc, vrow, vs);
                 } else if (kv_is_tq(kv_type)) {
-                    tq_value_axpy(kv_type, vrow_c, vs, acc, DV);
+                    tq_value_axpy(k, kv_type, vrow_c, vs, acc, DV);
                 } else {
                     k->axpy_f32(DV, acc, (const float *)vrow_c, vs);
                 }

@@ -329,6 +329,10 @@ struct cera_kernels {
     void (*axpy_f16)(int64_t n, float *y, const uint16_t *x, float a); /* y += a * x */
     void (*axpy_f32)(int64_t n, float *y, const float *x, float a);
     void (*scale_f32)(int64_t n, float *y, float a);
+    /* TurboQuant rows (kvcache.c): over the bit planes of a row of n indices (n a multiple
+     * of 8, `bits` planes of n / 8 bytes), sum_i x[i] cb[idx_i], and y[i] += a cb[idx_i] */
+    float (*tq_dot)(int64_t n, const uint8_t *planes, int bits, const float *cb, const float *x);
+    void (*tq_axpy)(int64_t n, float *y, const uint8_t *planes, int bits, const float *cb, float a);
     /* an f16 accumulator, as llama.cpp's flash attention keeps one: y = f16(v * a + y)
      * with one rounding in f32 (a fused multiply-add), and y = f16(y * a) */
     void (*mad_f16)(int64_t n, uint16_t *y, const uint16_t *v, float a);
@@ -439,5 +443,9 @@ void cera_ctx_unlock(cera_ctx *ctx);
 /* The gelu lookup table (f16 in, f16 out), as ggml builds it. */
 extern uint16_t cera_gelu_table[65536];
 void cera_tables_init(void);
+
+/* the portable TurboQuant row kernels (kvcache.c), the table's scalar entries */
+float cera_tq_dot_scalar(int64_t n, const uint8_t *planes, int bits, const float *cb, const float *x);
+void cera_tq_axpy_scalar(int64_t n, float *y, const uint8_t *planes, int bits, const float *cb, float a);
 
 #endif

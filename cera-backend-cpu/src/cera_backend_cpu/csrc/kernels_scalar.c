@@ -455,6 +455,8 @@ void cera_kernels_init_scalar(cera_kernels *k) {
     k->axpy_f16 = axpy_f16;
     k->axpy_f32 = axpy_f32;
     k->scale_f32 = scale_f32;
+    k->tq_dot = cera_tq_dot_scalar;
+    k->tq_axpy = cera_tq_axpy_scalar;
     k->mad_f16 = mad_f16;
     k->scale_f16 = scale_f16;
     k->read_sum = cera_read_sum_scalar;

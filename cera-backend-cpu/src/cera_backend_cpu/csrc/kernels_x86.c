@@ -131,6 +131,8 @@
         k->axpy_f16 = axpy_f16_##V;                            \
         k->axpy_f32 = axpy_f32_##V;                            \
         k->scale_f32 = scale_f32_##V;                          \
+        k->tq_dot = tq_dot_##V;                                \
+        k->tq_axpy = tq_axpy_##V;                              \
         k->mad_f16 = mad_f16_##V;                              \
         k->scale_f16 = scale_f16_##V;                          \
         k->read_sum = read_sum_##V;                            \

@@ -15,9 +15,14 @@ static const float CB1[2] = {-0.7978845608f, 0.7978845608f};
 static const float CB2[4] = {-1.5104176088f, -0.4527800398f, 0.4527800398f, 1.5104176088f};
 static const float CB3[8] = {-2.1519457051f, -1.3439092613f, -0.7560052489f, -0.2450940842f,
                              0.2450940842f,  0.7560052489f,  1.3439092613f,  2.1519457051f};
+static const float CB4[16] = {-2.7325057628f, -2.0689225438f, -1.6179497832f, -1.2561401598f,
+                              -0.9422616950f, -0.6566983696f, -0.3880099835f, -0.1283819394f,
+                              0.1283819394f,  0.3880099835f,  0.6566983696f,  0.9422616950f,
+                              1.2561401598f,  1.6179497832f,  2.0689225438f,  2.7325057628f};
 
-static const float *codebook(int bits) { return bits == 1 ? CB1 : bits == 2 ? CB2 : CB3; }
-static int tq_bits(int kv_type) { return kv_type == KV_TQ3 ? 3 : 2; } /* keys and values alike */
+static const float *codebook(int bits) { return bits == 1 ? CB1 : bits == 2 ? CB2 : bits == 3 ? CB3 : CB4; }
+/* the bits a coordinate (the reference's BITS): tq3 keys 4, values 3; tq2 keys 3, values 2 */
+static int tq_bits(int kv_type, int key) { return (kv_type == KV_TQ3 ? 3 : 2) + (key ? 1 : 0); }
 
 #define TQ_MAX_DIMS 16   /* row lengths registered at once */
 #define TQ_MAX_DIM 4096  /* the longest row (a stack buffer of indices) */
@@ -28,8 +33,11 @@ typedef struct {
 static tq_mats tq_table[TQ_MAX_DIMS];
 static atomic_int tq_count;
 
+static void spread_init(void);
+
 int cera_tq_register(int64_t dim, const float *rotation) {
     if (dim <= 0 || dim % 8 || !rotation) return CERA_EINVAL;
+    spread_init();
     const int n = atomic_load(&tq_count);
     for (int i = 0; i < n; i++)
         if (tq_table[i].dim == dim) {
@@ -56,7 +64,7 @@ size_t kv_row_bytes(int kv_type, int64_t dim, int key) {
     case KV_F16: return (size_t)dim * 2;
     case KV_Q8_0: return (size_t)(dim / 32 * 34);
     case KV_Q4_0: return (size_t)(dim / 32 * 18);
-    default: (void)key; return (size_t)(2 + tq_bits(kv_type) * dim / 8);
+    default: return (size_t)(2 + tq_bits(kv_type, key) * dim / 8);
     }
 }
 
@@ -129,17 +137,33 @@ static void put_planes(const uint8_t *idx, int bits, uint8_t *dst, int64_t dim) 
     }
 }
 
-CERA_INLINE int get_index(const uint8_t *planes, int bits, int64_t dim, int64_t i) {
-    int v = 0;
-    for (int p = 0; p < bits; p++) v |= ((planes[p * dim / 8 + (i >> 3)] >> (i & 7)) & 1) << p;
-    return v;
+/* SPREAD[b]: byte b's bit i moved to bit 0 of byte lane i (little-endian lanes), so the
+ * indices of 8 coordinates come from one table read a plane: sum of SPREAD[plane byte] << p. */
+static uint64_t SPREAD[256];
+static atomic_int spread_ready;
+
+static void spread_init(void) {
+    if (atomic_load(&spread_ready)) return;
+    for (int b = 0; b < 256; b++) {
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++) v |= (uint64_t)((b >> i) & 1) << (8 * i);
+        SPREAD[b] = v;
+    }
+    atomic_store(&spread_ready, 1); /* every thread writes the same table */
+}
+
+/* the indices of coordinates 8j .. 8j+7 */
+CERA_INLINE void get_indices8(const uint8_t *planes, int bits, int64_t dim, int64_t j, uint8_t out[8]) {
+    uint64_t v = 0;
+    for (int p = 0; p < bits; p++) v |= SPREAD[planes[p * dim / 8 + j]] << p;
+    memcpy(out, &v, 8); /* lane i is coordinate 8j + i (the layout is little-endian) */
 }
 
 /* The row's norm over the centroids' is stored (the module docstring of the reference):
  * the decoded row keeps the row's norm. */
-static void tq_store(int kv_type, const float *x, uint8_t *dst, int64_t dim, float *scratch) {
+static void tq_store(int kv_type, int key, const float *x, uint8_t *dst, int64_t dim, float *scratch) {
     const tq_mats *m = tq_find(dim);
-    const int bits = tq_bits(kv_type);
+    const int bits = tq_bits(kv_type, key);
     const float *cb = codebook(bits);
     const int levels = 1 << bits;
     float *u = scratch, *y = scratch + dim;
@@ -181,7 +205,7 @@ void kv_store_row(const cera_kernels *k, int kv_type, int key, const float *src,
         break;
     case KV_Q4_0: quant_row_q4_0(src, (block_q4_0 *)dst, dim); break;
     case KV_F32: memcpy(dst, src, sizeof(float) * (size_t)dim); break;
-    default: tq_store(kv_type, src, (uint8_t *)dst, dim, scratch);
+    default: tq_store(kv_type, key, src, (uint8_t *)dst, dim, scratch);
     }
 }
 
@@ -192,40 +216,56 @@ void tq_query(int64_t dim, const float *q, float *qx) {
     for (int64_t i = 0; i < dim; i++) qx[i] *= a;
 }
 
-float tq_key_dot(int kv_type, const char *row, const float *qx, int64_t dim) {
-    const int bits = tq_bits(kv_type);
-    const float *cb = codebook(bits);
+float cera_tq_dot_scalar(int64_t n, const uint8_t *planes, int bits, const float *cb, const float *x) {
+    float a[8] = {0};
+    uint8_t idx[8];
+    for (int64_t j = 0; j < n / 8; j++) {
+        get_indices8(planes, bits, n, j, idx);
+        for (int i = 0; i < 8; i++) a[i] += x[8 * j + i] * cb[idx[i]];
+    }
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+void cera_tq_axpy_scalar(int64_t n, float *y, const uint8_t *planes, int bits, const float *cb, float a) {
+    uint8_t idx[8];
+    for (int64_t j = 0; j < n / 8; j++) {
+        get_indices8(planes, bits, n, j, idx);
+        for (int i = 0; i < 8; i++) y[8 * j + i] += a * cb[idx[i]];
+    }
+}
+
+float tq_key_dot(const cera_kernels *k, int kv_type, const char *row, const float *qx, int64_t dim) {
+    const int bits = tq_bits(kv_type, 1);
     uint16_t hn;
     memcpy(&hn, row, 2);
-    const uint8_t *planes = (const uint8_t *)row + 2;
-    float a = 0.0f;
-    for (int64_t i = 0; i < dim; i++) a += qx[i] * cb[get_index(planes, bits, dim, i)];
-    return f16_to_f32(hn) * a;
+    return f16_to_f32(hn) * k->tq_dot(dim, (const uint8_t *)row + 2, bits, codebook(bits), qx);
 }
 
 void tq_key_expand(int kv_type, const char *row, float *dst, int64_t dim) {
-    const int bits = tq_bits(kv_type);
+    const int bits = tq_bits(kv_type, 1);
     const float *cb = codebook(bits);
     uint16_t hn;
     memcpy(&hn, row, 2);
     const float n = f16_to_f32(hn);
     const uint8_t *planes = (const uint8_t *)row + 2;
-    for (int64_t i = 0; i < dim; i++) dst[i] = n * cb[get_index(planes, bits, dim, i)];
+    uint8_t idx[8];
+    for (int64_t j = 0; j < dim / 8; j++) {
+        get_indices8(planes, bits, dim, j, idx);
+        for (int i = 0; i < 8; i++) dst[8 * j + i] = n * cb[idx[i]];
+    }
 }
 
-void tq_value_axpy(int kv_type, const char *row, float w, float *acc, int64_t dim) {
-    const int bits = tq_bits(kv_type);
-    const float *cb = codebook(bits);
+void tq_value_axpy(const cera_kernels *k, int kv_type, const char *row, float w, float *acc, int64_t dim) {
+    const int bits = tq_bits(kv_type, 0);
     uint16_t hn;
     memcpy(&hn, row, 2);
     const float s = w * f16_to_f32(hn) / sqrtf((float)dim);
-    const uint8_t *planes = (const uint8_t *)row + 2;
-    for (int64_t i = 0; i < dim; i++) acc[i] += s * cb[get_index(planes, bits, dim, i)];
+    k->tq_axpy(dim, acc, (const uint8_t *)row + 2, bits, codebook(bits), s);
 }
 
-void tq_value_rotated(int kv_type, const char *row, float *dst, int64_t dim) {
+void tq_value_rotated(const cera_kernels *k, int kv_type, const char *row, float *dst, int64_t dim) {
     memset(dst, 0, sizeof(float) * (size_t)dim);
-    tq_value_axpy(kv_type, row, 1.0f, dst, dim);
+    tq_value_axpy(k, kv_type, row, 1.0f, dst, dim);
 }
 
 void tq_unrotate(int64_t dim, float *x, float *tmp) {

@@ -36,12 +36,12 @@ void kv_store_row(const cera_kernels *k, int kv_type, int key, const float *src,
 /* TurboQuant: the query turned for the key rows of dim numbers: qx[0:dim] = P q / sqrt(dim).
  * A key row's q.k is then tq_key_dot(row, qx). */
 void tq_query(int64_t dim, const float *q, float *qx);
-float tq_key_dot(int kv_type, const char *row, const float *qx, int64_t dim);
+float tq_key_dot(const cera_kernels *k, int kv_type, const char *row, const float *qx, int64_t dim);
 /* A key row as the dim numbers whose dot product with qx is q.k (n c[idx]). */
 void tq_key_expand(int kv_type, const char *row, float *dst, int64_t dim);
 /* acc[0:dim] += w * (the value row in the rotated space); tq_value_rotated writes it. */
-void tq_value_axpy(int kv_type, const char *row, float w, float *acc, int64_t dim);
-void tq_value_rotated(int kv_type, const char *row, float *dst, int64_t dim);
+void tq_value_axpy(const cera_kernels *k, int kv_type, const char *row, float w, float *acc, int64_t dim);
+void tq_value_rotated(const cera_kernels *k, int kv_type, const char *row, float *dst, int64_t dim);
 /* x[0:dim] = P^T x (a sum of rotated values back in the model's space); tmp: dim floats. */
 void tq_unrotate(int64_t dim, float *x, float *tmp);
 

@@ -360,14 +360,16 @@ def check(header: dict, session, path) -> None:
 
 def _current_rows(header: dict, rows, key: bool, path):
     """Cache rows of a checkpoint in this cera's row format: q8_0 rows of version 1
-    (without the Walsh-Hadamard turn, `cera.kv_types`) are decoded and encoded again."""
+    (without the Walsh-Hadamard turn, `cera.kv_types`) are decoded and encoded again;
+    TurboQuant rows before version 3 (other bits a key) are refused."""
     kv_type = header["kv_type"]
-    if header.get("kv_rows", 1) >= kv_types.KV_ROWS_VERSION:
+    version = header.get("kv_rows", 1)
+    if version >= kv_types.KV_ROWS_VERSION:
         return rows
     if kv_type not in kv_types.BLOCK_TYPES and kv_type not in kv_types.KV_DTYPES:
         raise CheckpointError(f"{path} holds {kv_type} rows of an older layout, which this cera does not read: "
                               f"evaluate the prompt again")  # fmt: skip
-    if kv_type not in kv_types.BLOCK_TYPES:
+    if kv_type not in kv_types.BLOCK_TYPES or version >= 2:
         return rows
     per, nbytes = kv_types.BLOCK_TYPES[kv_type]
     if not kv_types.hadamard_block(kv_type, rows.shape[-1] // nbytes * per, key):
