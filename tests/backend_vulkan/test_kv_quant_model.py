@@ -48,7 +48,7 @@ def models(smollm2_path):
 
 
 def _greedy(model, kv_type, n, prompt=PROMPT):
-    s = model.new_session(n_ctx=96, kv_type=kv_type)
+    s = model.new_session(n_ctx=96 if len(prompt) < 200 else 256, kv_type=kv_type)
     s.append_text(prompt)
     return s.generate(max_tokens=n, temperature=0, ignore_eos=True).tokens
 
@@ -130,6 +130,21 @@ def test_checkpoint_batching_and_context_shift_keep_the_type(models, tmp_path):
     s3.append_text(PROMPT)
     out = s3.generate(max_tokens=30, temperature=0, ignore_eos=True, context_shift=True)
     assert out.n_generated == 30 and s3.n_tokens <= 32
+
+
+@needs_vulkan
+@pytest.mark.slow
+def test_the_prefix_cache_serves_each_cache_type_its_own_rows(models):
+    _cpu, vk = models
+    text = PROMPT * 6  # 72 tokens: past the prefix cache's 64-token minimum
+    want = {t: _greedy(vk, t, 3, text) for t in ("f16", "q4_0")}
+    cache = vk.enable_prefix_cache()
+    try:
+        for t in ("q4_0", "f16", "q4_0", "f16"):
+            assert _greedy(vk, t, 3, text) == want[t], t
+        assert cache.hits >= 2
+    finally:
+        vk.prefix_cache = None
 
 
 @needs_vulkan
