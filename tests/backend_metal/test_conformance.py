@@ -40,20 +40,21 @@ def test_every_op_of_the_table_is_declared():
 @needs_mlx
 @pytest.mark.parametrize("case", _cases(), ids=str)
 def test_op(metal, case):
-    if case.kv_type not in ("f16", "f32"):
-        pytest.skip(f"KV cache type {case.kv_type} is refused by the Metal backend (test_q8_0_cache_is_refused)")
+    if case.kv_type not in ("f16", "f32", "q8_0", "q4_0"):
+        pytest.skip(f"KV cache type {case.kv_type} is refused by the Metal backend (test_turboquant_cache_is_refused)")
     conformance.check_op(metal, case)
 
 
 @needs_mlx
-def test_q8_0_cache_is_refused(metal):
+@pytest.mark.parametrize("kv_type", ["tq3", "tq2"])
+def test_turboquant_cache_is_refused(metal, kv_type):
     from cera.errors import UnsupportedOperation
     from cera.state import AttentionKV, StateSpec
 
     spec = StateSpec()
     spec.add(AttentionKV(2, 32, 32))
-    with pytest.raises(UnsupportedOperation, match="q8_0.*--kv-type f16"):
-        metal.new_state(spec, 64, kv_type="q8_0")
+    with pytest.raises(UnsupportedOperation, match=f"not '{kv_type}'.*--kv-type f16.*--device cpu"):
+        metal.new_state(spec, 64, kv_type=kv_type)
 
 
 @needs_mlx

@@ -31,9 +31,11 @@ from cera.backend import Executable, StepInputs
 from cera.errors import ContextFull, ShapeError
 from cera.graph.builder import Tensor, WeightRef
 from cera.graph.ops import rope_thetas
+from cera.kv_types import hadamard_block
 from cera.state import StateRef
 
 from . import kernels as K
+from . import kv_quant as KQ
 
 CELL_BUCKET = 256  # cells a step's attention reads are a multiple of this (or the whole ring)
 STATEFUL = {"attention": ("k", "v"), "conv1d_causal": ("conv_state",), "ssm_scan": ("ssm_state",), "kda": ("ssm_state",),
@@ -44,6 +46,7 @@ STATEFUL = {"attention": ("k", "v"), "conv1d_causal": ("conv_state",), "ssm_scan
 class MetalExecutable(Executable):
     def __init__(self, backend, graph, weights: dict, state):
         self.backend = backend
+        self.kv_type = getattr(state, "kv_type", "f16")
         self.graph = graph
         self.weights = weights
         self.layout = graph.layout
@@ -157,6 +160,18 @@ class MetalExecutable(Executable):
 
     # -- the program ---------------------------------------------------------------------------------
 
+    def _attend(self, q, kc, vc, vis, spec, dk: int, dv: int):
+        """`kernels.attend` over a cache's visible cells; a q8_0/q4_0 cache's cells widened
+        to f32 for the step (`kv_quant`), the query turned as its keys were and the output
+        turned back from its values' turn."""
+        kind = self.kv_type
+        if kind not in KQ.QUANT_KV:
+            return K.attend(q, kc, vc, vis, spec)
+        kf, vf = KQ.dequantize(kc, kind, dk), KQ.dequantize(vc, kind, dv)
+        out = K.attend(KQ.turn(q, hadamard_block(kind, dk, True)), kf, vf, vis, spec)
+        n = out.shape[0]
+        return KQ.turn(out.reshape(n, -1, dv), hadamard_block(kind, dv, False)).reshape(n, -1)
+
     def _program(self, args: list):
         """The graph on MLX arrays: ``args`` as `_args` lays them out -> (outputs, the state
         arrays' successors in ``state_keys`` order)."""
@@ -206,13 +221,17 @@ class MetalExecutable(Executable):
                 for s, (r0, n) in enumerate(groups):
                     kc, vc = cur[("k", ref.index, s)], cur[("v", ref.index, s)]
                     w = writes[ci * self.n_seq + s]
-                    kc = K.put_cells(kc, w, kn[r0 : r0 + n])
-                    vc = K.put_cells(vc, w, vn[r0 : r0 + n])
+                    kr, vr = kn[r0 : r0 + n], vn[r0 : r0 + n]
+                    if self.kv_type in KQ.QUANT_KV:
+                        kr, vr = KQ.quantize(kr, self.kv_type, True), KQ.quantize(vr, self.kv_type, False)
+                    kc = K.put_cells(kc, w, kr)
+                    vc = K.put_cells(vc, w, vr)
                     cur[("k", ref.index, s)], cur[("v", ref.index, s)] = kc, vc
                     cpos = reads[ci * self.n_seq + s]
                     cells = cpos.shape[0]
                     vis = K.visible_cells(positions[r0 : r0 + n], cpos, at["spec"])
-                    outs.append(K.attend(q[r0 : r0 + n], kc[:, :cells], vc[:, :cells], vis, at["spec"]))
+                    outs.append(self._attend(q[r0 : r0 + n], kc[:, :cells], vc[:, :cells], vis, at["spec"], kn.shape[-1],
+                                             vn.shape[-1]))  # fmt: skip
                 y = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
             elif op == "attention_full":
                 q, k, v = a[0], a[1], a[2]

@@ -1,7 +1,8 @@
 """The state of the Metal backend: `cera.state.HostState` whose caches are MLX arrays.
 
 Each declaration's storage is one MLX array per slot (`SlotStore`): a layer's keys and
-values ``[kv heads, cells, dim]`` (f16 or f32), a short convolution's carried inputs
+values ``[kv heads, cells, dim]`` (f16 or f32; q8_0 and q4_0: ``[kv heads, cells, row
+bytes]`` of ggml's blocks, uint8, `kv_quant`), a short convolution's carried inputs
 ``[kernel - 1, channels]``, an SSM's state ``[heads, head_dim, state_dim]``, a
 cross-attention memory ``[rows, kv heads, dim]`` (f32). A compiled step takes the arrays of
 the slots its sequences use and returns their successors, which replace them (MLX reuses
@@ -19,6 +20,7 @@ import math
 import numpy as np
 
 from cera.errors import UnsupportedOperation
+from cera.kv_types import check_dim
 from cera.state import HostState, kv_row_shape, ring_cells
 
 from .capabilities import KV_TYPES
@@ -32,7 +34,8 @@ class SlotStore:
 
         self.shape = tuple(int(d) for d in shape)
         self.np_dtype = np.dtype(dtype)
-        self.mx_dtype = {np.dtype(np.float16): mx.float16, np.dtype(np.float32): mx.float32}[self.np_dtype]
+        self.mx_dtype = {np.dtype(np.float16): mx.float16, np.dtype(np.float32): mx.float32,
+                         np.dtype(np.uint8): mx.uint8}[self.np_dtype]  # fmt: skip
         self.arrays = [mx.zeros(self.shape[1:], self.mx_dtype) for _ in range(self.shape[0])]
         mx.eval(self.arrays)
 
@@ -96,8 +99,10 @@ class MetalState(HostState):
 
     def __init__(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
         if kv_type not in KV_TYPES:
+            names = f"{', '.join(KV_TYPES[:-1])} or {KV_TYPES[-1]}"
             raise UnsupportedOperation(
-                f"backend 'metal' keeps KV caches in {' or '.join(KV_TYPES)}, not {kv_type!r}; use --kv-type f16"
+                f"backend 'metal' keeps KV caches in {names}, not {kv_type!r}; use --kv-type f16 (or q8_0, q4_0), "
+                f"or --device cpu for a {kv_type} cache"
             )
         super().__init__(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
 
@@ -105,8 +110,13 @@ class MetalState(HostState):
         for i, d in enumerate(self.decls):
             if d.kind == "kv":
                 cap = ring_cells(d, self.n_ctx, self.n_batch, self.swa_full)
-                self.k[i] = SlotStore((n_slots, d.n_kv_heads, cap, kv_row_shape(self.kv_type, d.k_dim)), dtype)
-                self.v[i] = SlotStore((n_slots, d.n_kv_heads, cap, kv_row_shape(self.kv_type, d.v_dim)), dtype)
+                why = check_dim(self.kv_type, d.k_dim) or check_dim(self.kv_type, d.v_dim)
+                if why:
+                    raise UnsupportedOperation(
+                        f"{why}; this model's are {d.k_dim} (keys) and {d.v_dim} (values): use kv_type f16 or f32"
+                    )
+                self.k[i] = SlotStore((n_slots, d.n_kv_heads, cap, kv_row_shape(self.kv_type, d.k_dim, True)), dtype)
+                self.v[i] = SlotStore((n_slots, d.n_kv_heads, cap, kv_row_shape(self.kv_type, d.v_dim, False)), dtype)
             elif d.kind == "conv":
                 self.conv_state[i] = SlotStore((n_slots, d.kernel - 1, d.channels), np.float32)
             elif d.kind == "ssm":

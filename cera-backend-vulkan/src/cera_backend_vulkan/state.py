@@ -1,7 +1,8 @@
 """The Vulkan backend's state: a family's declared state in device buffers.
 
 `VulkanState` holds the device buffers: each layer's KV cache ([slot, kv head, cell,
-dim], f16 or f32) with the cells' positions beside it, a short convolution's carried
+dim], f16 or f32; or [slot, kv head, cell, row bytes] of q8_0 or q4_0 blocks, the CPU
+backend's rows byte for byte, `wgsl.kv_quant`) with the cells' positions beside it, a short convolution's carried
 inputs and an SSM's state, and the cross-attention memories ([slot, row, kv head, dim],
 f32), every one a `DeviceKV`. What the host knows of the sequences (filled cells,
 positions, the passes in progress, the rows each memory holds) is kept by a
@@ -20,6 +21,7 @@ import math
 import numpy as np
 
 from cera.errors import ResourceExhausted, SessionError, UnsupportedOperation
+from cera.kv_types import kv_dtype
 from cera.state import HostState, kv_row_shape, ring_cells
 
 from . import device as gpu
@@ -54,8 +56,9 @@ class VulkanState:
 
     def __init__(self, ctx, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
         if kv_type not in KV_TYPES:
+            names = f"{', '.join(KV_TYPES[:-1])} or {KV_TYPES[-1]}"
             raise UnsupportedOperation(
-                f"backend 'vulkan' keeps KV caches in {' or '.join(KV_TYPES)}, not {kv_type!r}: use --kv-type f16, "
+                f"backend 'vulkan' keeps KV caches in {names}, not {kv_type!r}: use --kv-type f16 (or q8_0, q4_0), "
                 f"or --device cpu for a {kv_type} cache"
             )
         self.ctx = ctx
@@ -85,7 +88,7 @@ class VulkanState:
     # -- device storage --------------------------------------------------------------------------
 
     def _allocate(self, n_slots: int) -> None:
-        dtype = np.float16 if self.kv_type == "f16" else np.float32
+        dtype = kv_dtype(self.kv_type)
         for i, d in enumerate(self.decls):
             if d.kind in ("conv", "ssm"):
                 self._allocate_recurrent(i, d, n_slots)
@@ -100,7 +103,7 @@ class VulkanState:
             cap = ring_cells(d, self.n_ctx, self.n_batch, self.swa_full)
             if d.k_dim % 2 or d.v_dim % 2:
                 raise UnsupportedOperation(f"backend 'vulkan' needs even head dimensions, not {d.k_dim}/{d.v_dim}")
-            rows = (kv_row_shape(self.kv_type, d.k_dim), kv_row_shape(self.kv_type, d.v_dim))
+            rows = (kv_row_shape(self.kv_type, d.k_dim, True), kv_row_shape(self.kv_type, d.v_dim, False))
             try:
                 self.k[i] = DeviceKV(self.ctx, (n_slots, d.n_kv_heads, cap, rows[0]), dtype, f"k{i}")
                 self.v[i] = DeviceKV(self.ctx, (n_slots, d.n_kv_heads, cap, rows[1]), dtype, f"v{i}")
@@ -205,13 +208,31 @@ class VulkanState:
 
     # -- one slot through the host ---------------------------------------------------------------
 
+    def _read(self, buffer, offset: int, size: int) -> bytes:
+        """``size`` bytes of ``buffer`` from ``offset``: the device copies whole words, so a
+        quantized cache's slot (34 or 18 bytes a block) is read through the words around it."""
+        lo, hi = offset // 4 * 4, -(-(offset + size) // 4) * 4
+        raw = bytes(self.ctx.queue.read_buffer(buffer, lo, hi - lo))
+        return raw[offset - lo : offset - lo + size]
+
+    def _write(self, buffer, offset: int, data: np.ndarray) -> None:
+        """``data`` into ``buffer`` at ``offset``; where the span is not whole words, the
+        words it shares with its neighbours keep their other bytes."""
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        lo, hi = offset // 4 * 4, -(-(offset + raw.size) // 4) * 4
+        if lo != offset or hi != offset + raw.size:
+            words = np.frombuffer(self._read(buffer, lo, hi - lo), np.uint8).copy()
+            words[offset - lo : offset - lo + raw.size] = raw
+            raw = words
+        self.ctx.queue.write_buffer(buffer, lo, raw)
+
     def _load(self, slot: int) -> None:
         """The slot's stores into cells' arrays."""
         host = self.cells
         for i, kv in self.k.items():
             for arrays, dkv in ((host.k, kv), (host.v, self.v[i])):
-                raw = self.ctx.queue.read_buffer(dkv.buffer, slot * dkv.slot_bytes, dkv.slot_bytes)
-                arrays[i][slot] = np.frombuffer(bytes(raw), dkv.dtype).reshape(dkv.shape[1:])
+                raw = self._read(dkv.buffer, slot * dkv.slot_bytes, dkv.slot_bytes)
+                arrays[i][slot] = np.frombuffer(raw, dkv.dtype).reshape(dkv.shape[1:])
         for name, i, a in self._slot_items():
             raw = self.ctx.queue.read_buffer(a.buffer, slot * a.slot_bytes, a.slot_bytes)
             getattr(host, name)[i][slot] = np.frombuffer(bytes(raw), a.dtype).reshape(a.shape[1:])
@@ -225,7 +246,7 @@ class VulkanState:
             )
         for i in self.k:
             for dkv, arr in ((self.k[i], host.k[i][slot]), (self.v[i], host.v[i][slot])):
-                queue.write_buffer(dkv.buffer, slot * dkv.slot_bytes, np.ascontiguousarray(arr, dkv.dtype))
+                self._write(dkv.buffer, slot * dkv.slot_bytes, np.ascontiguousarray(arr, dkv.dtype))
         row = self.pos[slot]
         queue.write_buffer(self.pos_buffer, slot * row.nbytes, np.ascontiguousarray(row))
 
@@ -274,7 +295,15 @@ class VulkanState:
             self._check_slot(s)
         stores = [*self.k.values(), *self.v.values(), *(a for _name, _i, a in self._slot_items(RECURRENT_STORES))]
         spans = [(a.buffer, a.slot_bytes) for a in stores] + [(self.pos_buffer, self.pos[0].nbytes)]
+        # slots that are not whole words (a quantized cache's odd block counts) through the
+        # host: the device copies whole words only
+        odd = [(buf, size) for buf, size in spans if size % 4]
+        spans = [(buf, size) for buf, size in spans if size % 4 == 0]
         with self.ctx.lock:
+            held = [[self._read(buf, s * size, size) for s in src] for buf, size in odd]
+            for (buf, size), rows in zip(odd, held, strict=True):
+                for d, row in zip(dst, rows, strict=True):
+                    self._write(buf, d * size, np.frombuffer(row, np.uint8))
             scratch = self.ctx.buffer(sum(size for _buf, size in spans) * len(src), label="slot copies")
             enc = self.ctx.device.create_command_encoder()
             at = 0

@@ -90,7 +90,19 @@ def attention(lw, node) -> None:
     params = [n, nkv, dk, dv, lw.off(k), lw.off(v), cap, mem.seq_off, mem.n_seq,
               lw.off(lw.graph.inputs["positions"]), st.n_ctx, int(first)]  # fmt: skip
     last = lw.dispatches[-1] if lw.dispatches else None
-    if (
+    quant = lw.kv_type in wgsl.QUANT_KV
+    if quant:
+        if max(dk, dv) > wgsl.KV_QUANT_MAX_DIM:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': a {lw.kv_type} KV cache holds heads of at most {wgsl.KV_QUANT_MAX_DIM} values, "
+                f"not {dk}/{dv}; use --kv-type f16"
+            )
+        # a quantized cache's rows are turned and quantized a workgroup per row
+        # (wgsl.kv_store_q): after the rotations, not inside them
+        kind = lw.kv_type
+        lw.emit(("kv_store_q", kind, dk, dv), lambda: wgsl.kv_store_q(kind, dk, dv), params, n * nkv, binds=kvb,
+                label="kv_store")  # fmt: skip
+    elif (
         choice.tuning.fold_kv
         and last is not None
         and last.key[0] == "rope"

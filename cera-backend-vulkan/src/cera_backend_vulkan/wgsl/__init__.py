@@ -22,7 +22,8 @@ A module per kind of kernel, every name re-exported here (``wgsl.matvec``...): c
 (parameters, arena, helpers), blocks (the decoders), products (row and tiled kernels),
 products_unit and products_blk (row-kernel variants), pointwise (element-wise ops,
 norms), rows (embeddings, softmax, argmax/top-k, gathers), rope (rotations), kv_store
-(the cache's stores), attention (the general attention kernel), attention_lanes (a
+(the cache's stores), kv_quant (q8_0 and q4_0 cache rows: their store, their readers and
+the Walsh-Hadamard turn), attention (the general attention kernel), attention_lanes (a
 decode step's attention over an f16 cache) and attention_tiles (a prompt's), hybrid
 (short convolutions, the SSM scan, experts), encdec (Whisper's).
 """
@@ -37,6 +38,8 @@ from .common import ACTIVATIONS, ARENA_F32, ARENA_U32, GRID, HEADER, SEQ_FN, WG
 from .encdec import im2col, store_cross
 from .hybrid import (CONV_MAX, DELTA_MAX, conv_causal, delta_net, head_linear, kda, moe_down, moe_logits, moe_route,
                      moe_up, sigmoid_gate, ssm_scan)  # fmt: skip
+from .kv_quant import MAX_DIM as KV_QUANT_MAX_DIM
+from .kv_quant import QUANT_KV, kv_store_q
 from .kv_store import kv_store, rope_kv
 from .pointwise import NORM_WG, elementwise, norm
 from .products import (
@@ -143,6 +146,9 @@ __all__ = [
     "rope",
     "rope_kv",
     "kv_store",
+    "kv_store_q",
+    "KV_QUANT_MAX_DIM",
+    "QUANT_KV",
     "attention",
     "ATT_WG",
     "ATT_SPLIT_CELLS",

@@ -4,7 +4,10 @@ size up to 512)."""
 
 from __future__ import annotations
 
+from cera.kv_types import hadamard_block
+
 from .common import ARENA_U32, GRID, HEADER, SEQ_FN
+from .kv_quant import QUANT_KV, hadamard, readers
 
 
 def attention(kv: str, dv: int, dk: int = 0) -> str:
@@ -18,7 +21,10 @@ def attention(kv: str, dv: int, dk: int = 0) -> str:
     offset, 9 n_seq, 10 q positions offset, 11 n_ctx, 12 scale, 13 softcap (0: none),
     14 window (0: none), 15 causal (attention without a cache; cross: shared, every
     sequence reads the batch's first one's memory), 16 k offset, 17 v offset (act;
-    cross: 16 the offset of the rows stored per slot, u32 [slots])."""
+    cross: 16 the offset of the rows stored per slot, u32 [slots]). ``kv`` "q8_0" /
+    "q4_0": the state's quantized cache (`wgsl.kv_quant`), its rows kept turned where
+    `cera.kv_types.hadamard_block` says so: the query is turned as the keys were, and the
+    output turned back from the values' turn."""
     per = max(1, -(-dv // 64))
     if kv == "f16":
         binds = """
@@ -37,6 +43,13 @@ fn vval(base: u32, e: u32) -> f32 { return unpack2x16float(V[(base + e) / 2u])[e
 fn kval(base: u32, e: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(K[base + e]), bitcast<f32>(K[base + e + 1u])); }
 fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(V[base + e]); }
 """
+        kstep = 2
+    elif kv in QUANT_KV:
+        binds = """
+@group(0) @binding(2) var<storage, read_write> K: array<u32>;
+@group(0) @binding(3) var<storage, read_write> V: array<u32>;
+@group(0) @binding(4) var<storage, read_write> POS: array<i32>;
+""" + readers(kv)
         kstep = 2
     elif kv == "cross":
         binds = """
@@ -96,6 +109,25 @@ fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
                     d += qs[e] * kv2.x + qs[e + 1u] * kv2.y;
                 }}
 """
+    turn_q = turn_out = ""
+    if kv in QUANT_KV:
+        turn_q = hadamard("qs", dk, hadamard_block(kv, dk, True))
+        turn_out = hadamard("qs", dv, hadamard_block(kv, dv, False))
+    if turn_out:
+        # the output through shared memory (qs is free after the last chunk), turned back
+        write_out = f"""    workgroupBarrier();
+    for (var i = 0u; i < {per}u; i++) {{
+        let e = t + 64u * i;
+        if (e < dv) {{ qs[e] = select(0.0, acc[i] / l, l > 0.0); }}
+    }}
+{turn_out}    for (var e = t; e < dv; e += 64u) {{ A[o + e] = bitcast<u32>(qs[e]); }}
+"""
+    else:
+        write_out = f"""    for (var i = 0u; i < {per}u; i++) {{
+        let e = t + 64u * i;
+        if (e < dv) {{ A[o + e] = bitcast<u32>(select(0.0, acc[i] / l, l > 0.0)); }}
+    }}
+"""
     vunroll = ""
     for q in range(4):
         vunroll += f"""                        {{ let pj = sc[j + {q}u]; let c = c0 + j + {q}u;
@@ -131,7 +163,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let scale = PF(12u); let cap_s = PF(13u);
     for (var e = t; e < dk; e += 64u) {{ qs[e] = bitcast<f32>(A[P(5u) + (r * nh + h) * dk + e]); }}
     workgroupBarrier();
-{cell_setup}
+{turn_q}{cell_setup}
     // the loop bounds come from the arena: made uniform for the barriers inside
     if (t == 0u) {{ u_lo = c_lo; u_hi = c_hi; }}
     let lo = workgroupUniformLoad(&u_lo);
@@ -196,10 +228,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }}
     }}
     let o = P(6u) + (r * nh + h) * dv;
-    for (var i = 0u; i < {per}u; i++) {{
-        let e = t + 64u * i;
-        if (e < dv) {{ A[o + e] = bitcast<u32>(select(0.0, acc[i] / l, l > 0.0)); }}
-    }}
-}}
+{write_out}}}
 """
     )

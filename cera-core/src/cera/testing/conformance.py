@@ -160,13 +160,15 @@ def _inputs(case: OpCase, layout: Layout, rng, start: list[int], slots) -> StepI
     return StepInputs(tokens, positions, np.asarray(slots, np.int32), np.asarray(start, np.int32), extra)
 
 
-def check_op(backend, case: OpCase, seed: int = 0) -> None:
-    """Run ``case`` on ``backend`` and on the reference; raise AssertionError on a mismatch."""
+def check_op(backend, case: OpCase, seed: int = 0, ref=None) -> list:
+    """Run ``case`` on ``backend`` and on the reference (``ref``: another backend to compare
+    with instead); raise AssertionError on a mismatch. Returns the two states (the
+    backend's, the reference's) after the last pass."""
     from ..formats.gguf import GGUFFile
     from .reference import ReferenceBackend
 
     rng = np.random.default_rng(seed)
-    ref = ReferenceBackend()
+    ref = ref if ref is not None else ReferenceBackend()
     with tempfile.TemporaryDirectory(prefix="cera-conformance-") as tmp:
         path = Path(tmp) / "weights.gguf"
         write_weights(path, case.weights, rng)
@@ -199,6 +201,7 @@ def check_op(backend, case: OpCase, seed: int = 0) -> None:
                 for s, n in zip(slots, seq_lens, strict=True):
                     filled[s] += n
                 _compare(case, i, outs[0], outs[1])
+    return states
 
 
 def _compare(case: OpCase, i: int, got: dict, want: dict) -> None:
