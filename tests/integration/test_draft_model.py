@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cera
-from cera.errors import IncompatibleDraft, InvalidOptions
+from cera.errors import IncompatibleDraft, InvalidOptions, ShapeError, UnsupportedOperation
 from cera.generation.sampling import Sampler, SamplingOptions
 from cera.graph.builder import Outputs
 from cera.generation.sink import FinishReason
@@ -101,6 +101,16 @@ def test_a_limited_head_computes_the_first_rows_of_the_full_one(target):
     part = s._forward(ids, Outputs(("logits",), vocab=1000))["logits"].reshape(-1)
     assert part.shape == (1000,) and full.shape == (target.model.n_vocab,)
     assert np.array_equal(part, full[:1000])
+
+
+def test_a_limited_head_is_refused_where_the_backend_cannot_read_a_weights_first_rows(target, monkeypatch):
+    s = target.new_session(n_ctx=64)
+    s.append_text(PROSE)
+    monkeypatch.setattr(target.backend, "weight_row_prefix", False)
+    with pytest.raises(UnsupportedOperation, match="whole vocabulary only"):
+        s._forward(list(s.pending), Outputs(("logits",), vocab=999))  # a graph not compiled before
+    with pytest.raises(ShapeError, match="non-negative"):
+        Outputs(("logits",), vocab=-1)
 
 
 def test_a_draft_limited_to_few_ids_keeps_plain_decodings_tokens(target, plain):
