@@ -2,7 +2,8 @@
 how many draft tokens the model accepts.
 
     python benchmarks/bench_draft.py [--model BUNDLE_OR_PATH] [--draft BUNDLE_OR_PATH] [--threads 2]
-        [--tokens 128] [--reps 3] [--tasks code,prose,rewrite] [--draft-max 16] [--draft-p-min 0.75] [--json OUT]
+        [--tokens 128] [--reps 3] [--tasks code,prose,rewrite] [--draft-max 16] [--draft-p-min 0.75]
+        [--draft-vocab 32768] [--json OUT]
 
 The default pair is Qwen2.5-Coder-1.5B with the 0.5B draft (the same tokenizer). For each
 task (writing code, prose, rewriting a code snippet with one change), greedy decoding of
@@ -74,7 +75,8 @@ def run(m, ids: list[int], n: int, **kw):
 
 
 def bench_task(m, ids, args) -> dict:
-    modes = {"plain": dict(draft_max=0), "draft": dict(draft_max=args.draft_max, draft_p_min=args.draft_p_min),
+    modes = {"plain": dict(draft_max=0),
+             "draft": dict(draft_max=args.draft_max, draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab),
              "lookup": dict(draft_max=0, spec=True)}  # fmt: skip
     tps: dict[str, list[float]] = {k: [] for k in modes}
     rates, same = [], {k: True for k in modes}
@@ -100,6 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--draft-max", type=int, default=16)
     ap.add_argument("--draft-p-min", type=float, default=0.75)
+    ap.add_argument("--draft-vocab", type=int, default=32768, help="the draft proposes from the first this many ids (0: all)")
     ap.add_argument("--json", default=None, help="also write every sample and setting here")
     args = ap.parse_args(argv)
     tasks = args.tasks.split(",")
@@ -116,7 +119,8 @@ def main(argv=None) -> int:
     print("| task | plain tok/s | draft model tok/s | speed-up | acceptance | prompt lookup tok/s | speed-up | identical |")
     print("|---|---|---|---|---|---|---|---|")
     report = {"model": args.model, "draft": args.draft, "threads": args.threads, "tokens": args.tokens,
-              "reps": args.reps, "draft_max": args.draft_max, "draft_p_min": args.draft_p_min, "commit": commit(),
+              "reps": args.reps, "draft_max": args.draft_max, "draft_p_min": args.draft_p_min,
+              "draft_vocab": args.draft_vocab, "commit": commit(),
               "tasks": {}}  # fmt: skip
     ok = True
     for task in tasks:

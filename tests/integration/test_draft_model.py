@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import cera
-from cera.errors import IncompatibleDraft, InvalidOptions
+from cera.errors import IncompatibleDraft, InvalidOptions, ShapeError, UnsupportedOperation
 from cera.generation.sampling import Sampler, SamplingOptions
+from cera.graph.builder import Outputs
 from cera.generation.sink import FinishReason
 from draft_files import truncated_smollm2
 
@@ -74,8 +75,11 @@ def plain(target):
 def test_greedy_tokens_are_plain_decodings(target, weak, plain, which, draft_max, p_min):
     draft = weak if which == "weak" else target
     for prompt, (summary, held, more) in plain.items():
+        # the whole vocabulary where the target must agree with itself on every token (a
+        # draft limited to the first ids cannot propose the others)
+        vocab = 0 if which == "self" and p_min == 0 else 32768
         with drafting(target, draft):
-            s, spec = _greedy(target, prompt, N, draft_max=draft_max, draft_p_min=p_min)
+            s, spec = _greedy(target, prompt, N, draft_max=draft_max, draft_p_min=p_min, draft_vocab=vocab)
             assert spec.tokens == summary.tokens and spec.finish_reason == summary.finish_reason
             assert 0 < spec.accepted <= spec.drafted
             if which == "self" and p_min == 0:
@@ -84,6 +88,40 @@ def test_greedy_tokens_are_plain_decodings(target, weak, plain, which, draft_max
             assert (s.tokens, s.pending) == held
             assert s.generate(max_tokens=12, temperature=0).tokens == more
         assert summary.drafted == 0
+
+
+def test_a_limited_head_computes_the_first_rows_of_the_full_one(target):
+    """Outputs.vocab: the head's first rows alone, bit for bit the full head's (each row is
+    its own dot product)."""
+    s = target.new_session(n_ctx=64)
+    s.append_text(PROSE)
+    ids = list(s.pending)
+    full = s._forward(ids, Outputs(("logits",)))["logits"].reshape(-1)
+    s.state.truncate(s.slot, 0)
+    part = s._forward(ids, Outputs(("logits",), vocab=1000))["logits"].reshape(-1)
+    assert part.shape == (1000,) and full.shape == (target.model.n_vocab,)
+    assert np.array_equal(part, full[:1000])
+
+
+def test_a_limited_head_is_refused_where_the_backend_cannot_read_a_weights_first_rows(target, monkeypatch):
+    s = target.new_session(n_ctx=64)
+    s.append_text(PROSE)
+    monkeypatch.setattr(target.backend, "weight_row_prefix", False)
+    with pytest.raises(UnsupportedOperation, match="whole vocabulary only"):
+        s._forward(list(s.pending), Outputs(("logits",), vocab=999))  # a graph not compiled before
+    with pytest.raises(ShapeError, match="non-negative"):
+        Outputs(("logits",), vocab=-1)
+
+
+def test_a_draft_limited_to_few_ids_keeps_plain_decodings_tokens(target, plain):
+    """The target drafting for itself from its first 2,000 ids: tokens beyond them are never
+    proposed, so some drafts are refused, and the output is still plain decoding's."""
+    summary = plain[CODE][0]
+    assert max(summary.tokens) >= 2000  # the output needs a token the draft cannot propose
+    with drafting(target, target):
+        _, spec = _greedy(target, CODE, N, draft_p_min=0.0, draft_vocab=2000)
+    assert spec.tokens == summary.tokens
+    assert 0 < spec.accepted < spec.drafted
 
 
 def test_a_weak_draft_is_refused_now_and_then(target, weak):

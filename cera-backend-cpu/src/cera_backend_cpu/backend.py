@@ -134,6 +134,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
     tensor_types = frozenset(TENSOR_TYPES)
+    weight_row_prefix = True  # a product reads the first N rows of a weight as they lie
     ops = frozenset(OPS)
     options_type = CpuOptions
 

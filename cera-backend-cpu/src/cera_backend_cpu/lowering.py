@@ -238,6 +238,10 @@ def _products(exe, plan, step: Step) -> int:
         if len(w.shape) not in (1, 2):
             raise ShapeError(f"linear: weight {w.name!r} has shape {w.shape}; a 2-D matrix is needed")
         n_out = w.shape[1] if len(w.shape) == 2 else 1  # a GGML vector {n} is one row: a one-output projection
+        if len(w.shape) == 2 and tuple(wref.shape) != w.shape:  # its first rows (GraphBuilder.head_weight)
+            if len(wref.shape) != 2 or wref.shape[0] != w.shape[0] or not 0 < wref.shape[1] <= w.shape[1]:
+                raise ShapeError(f"linear: weight {w.name!r} of shape {w.shape} used as {tuple(wref.shape)}")
+            n_out = wref.shape[1]
         m.wtype, m.w, m.w_row_bytes, m.N = w.type_id, w.ptr, w.row_bytes, n_out
         m.y, m.y_stride = exe.ptr(out), n_out
         m.bias = exe.operand(bias)

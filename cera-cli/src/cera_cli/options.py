@@ -120,6 +120,7 @@ _CLICK_TYPES = {
     "draft_max": click.IntRange(min=0),
     "draft_min": click.IntRange(min=0),
     "draft_p_min": click.FloatRange(0.0, 1.0),
+    "draft_vocab": click.IntRange(min=0),
 }
 _CALLBACKS = {"max_tokens": _max_tokens, "stop": _stops}
 

@@ -92,6 +92,9 @@ class Backend(ABC):
 
     name: str = "?"
     tensor_types: frozenset[str] = frozenset()
+    # whether a graph may use a weight as its first rows (a WeightRef with fewer rows than the
+    # uploaded weight: `GraphBuilder.head_weight`)
+    weight_row_prefix: bool = False
     ops: frozenset[str] = frozenset()
     options_type: type[BackendOptions] = BackendOptions
 

@@ -113,6 +113,12 @@ class Model(ABC):
         """Rows of the output head (0 for a model without one)."""
 
     @property
+    def limits_vocab(self) -> bool:
+        """Whether the head computes only the first ``Outputs.vocab`` tokens' logits when
+        asked (`GraphBuilder.head_weight`). False here."""
+        return False
+
+    @property
     def n_ctx_train(self) -> int:
         return int(getattr(self.config, "n_ctx_train", 0) or 0)
 

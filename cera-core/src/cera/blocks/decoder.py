@@ -308,6 +308,10 @@ class DecoderModel(Model):
         return self.output.shape[1]
 
     @property
+    def limits_vocab(self) -> bool:
+        return self.output_bias is None and type(self).head is DecoderModel.head  # a family's own head may not
+
+    @property
     def n_ctx_train(self) -> int:
         return self.config.n_ctx_train
 
@@ -350,7 +354,7 @@ class DecoderModel(Model):
         h = g.rms_norm(g.output_rows(x), self.output_norm, c.eps)
         g.emit_hidden(h)
         if g.wants_logits:
-            logits = g.linear(h, self.output, self.output_bias)
+            logits = g.linear(h, g.head_weight(self.output), self.output_bias)
             if c.logit_scale != 1.0:
                 logits = g.scale(logits, 1.0 / c.logit_scale)
             if c.final_softcap:

@@ -62,6 +62,7 @@ class GenerateOptions:
     draft_max: int = _opt(16, "--draft-max/--draft/--draft-n", "With a draft model: most tokens it drafts per verification pass (0: no draft-model speculation).")
     draft_min: int = _opt(0, "--draft-min/--draft-n-min", "With a draft model: a shorter draft is not verified (the token is evaluated plainly).")
     draft_p_min: float = _opt(0.75, "--draft-p-min", "With a draft model: drafting stops where the draft gives its token less probability than this.")
+    draft_vocab: int = _opt(32768, "--draft-vocab", "With a draft model: it drafts from the first this many token ids only, computing only their logits (0: all).")
     grammar: object = _opt(None, "--grammar", "GBNF grammar the output must follow (text, or @file.gbnf); a cera.grammar.Constraint from Python.")
     json_schema: object = _opt(None, "--json-schema", "JSON Schema the output must follow (JSON text, or @file.json); stdout carries the JSON value alone.")
     json: bool = _opt(False, "--json", "Output one JSON object; stdout carries it alone.")
@@ -76,7 +77,7 @@ class GenerateOptions:
                 raise InvalidOptions(f"max_tokens must be an integer or None, got {self.max_tokens!r}")
             if self.max_tokens < 0:
                 self.max_tokens = None  # llama.cpp's -n -1: until the context is full
-        for name in ("n_keep", "spec_ngram", "spec_k", "draft_max", "draft_min"):
+        for name in ("n_keep", "spec_ngram", "spec_k", "draft_max", "draft_min", "draft_vocab"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise InvalidOptions(f"{name} must be a non-negative integer, got {v!r}")

@@ -60,6 +60,11 @@ class Runner:
                 self._cache.move_to_end(key)
                 self._last = (key, exe)
                 return exe
+        if outputs.vocab and not self.backend.weight_row_prefix:
+            raise UnsupportedOperation(
+                f"the {self.backend.name} backend computes a model's output head over the whole vocabulary only; "
+                f"ask for every token's logits (Outputs.vocab 0; with a draft model, draft_vocab=0 / --draft-vocab 0)"
+            )
         graph = self.model.build(layout, outputs, n_ctx=state.n_ctx, adapters=adapters)
         exe = self.backend.compile(graph, self.weights, state)
         with self._lock:

@@ -80,7 +80,8 @@ def merge_outputs(outputs: list[Outputs]) -> Outputs:
     kinds: list[str] = []
     for o in outputs:
         kinds += [k for k in o.kinds if k not in kinds]
-    return Outputs(tuple(kinds), rows="last", k=max((o.k for o in outputs), default=0))
+    vocab = 0 if any(not o.vocab for o in outputs) else max(o.vocab for o in outputs)  # logits as the widest asks
+    return Outputs(tuple(kinds), rows="last", k=max((o.k for o in outputs), default=0), vocab=vocab)
 
 
 def split_rows(out: dict, n: int) -> list[dict]:

@@ -107,11 +107,17 @@ class Outputs:
     """What a forward pass returns: any of "logits", "argmax", "top_k" (ids and values of
     the k largest logits), "hidden" (last-layer states after the final norm) and "pooled"
     (their mean per sequence); for the ``rows`` "last" (each sequence's last row) or
-    "all". No kinds: nothing is read back (a prompt chunk whose logits nobody reads)."""
+    "all". No kinds: nothing is read back (a prompt chunk whose logits nobody reads).
+
+    ``vocab``: the logits (and what derives from them) cover token ids below this only;
+    the output head computes those rows of its weight alone (0: every token). A draft
+    model proposes from its vocabulary's frequent tokens this way
+    (`cera.generation.draft_model`)."""
 
     kinds: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     rows: str = "last"
     k: int = 0
+    vocab: int = 0
 
     def __attrs_post_init__(self):
         bad = [k for k in self.kinds if k not in OUTPUT_KINDS]
@@ -121,6 +127,8 @@ class Outputs:
             raise ShapeError(f"output rows must be 'last' or 'all', not {self.rows!r}")
         if "top_k" in self.kinds and self.k < 1:
             raise ShapeError("top_k output needs k >= 1")
+        if not isinstance(self.vocab, int) or self.vocab < 0:
+            raise ShapeError(f"output vocab must be a non-negative integer, got {self.vocab!r}")
 
     @property
     def wants_logits(self) -> bool:
@@ -351,9 +359,24 @@ class GraphBuilder:
         if "pooled" in kinds:
             self.output("pooled", self.seq_mean(h))
 
+    def head_weight(self, w: WeightRef) -> WeightRef:
+        """The output head's weight ``w`` (GGML shape ``[n_embd, n_vocab]``) as the
+        requested outputs need it: its first ``requested.vocab`` rows where that asks for
+        fewer tokens than it holds (a row prefix of the stored weight), else ``w``."""
+        n = self.requested.vocab
+        if not n or len(w.shape) != 2 or n >= w.shape[1]:
+            return w
+        return WeightRef(w.name, w.ggml_type, (w.shape[0], n))
+
     def emit_logits(self, logits: Tensor) -> None:
         """Logits of the output rows, and what is derived from them on the device."""
         kinds = self.requested.kinds
+        n = self.requested.vocab
+        if n and logits.shape[-1] > n:
+            raise UnsupportedOperation(
+                f"this model's output head computes all {logits.shape[-1]} tokens' logits; it does not limit them "
+                f"to the first {n} (its family does not take the weight through GraphBuilder.head_weight)"
+            )
         if "logits" in kinds:
             self.output("logits", logits)
         if "argmax" in kinds:
