@@ -25,9 +25,12 @@ from cera_audio_whisper.recording import open_recording  # noqa: E402
 
 def cera(*args, timeout=900):
     env = {k: v for k, v in os.environ.items() if k != "CERA_PLUGINS"}
-    code = ("import resource, runpy, sys; sys.argv = ['cera'] + sys.argv[1:]\n"
+    # the peak is VmHWM, this process image's own: ru_maxrss keeps, across exec, the peak of the
+    # pytest worker that forked it (gigabytes once it has held models)
+    code = ("import re, runpy, sys; sys.argv = ['cera'] + sys.argv[1:]\n"
             "try:\n    runpy.run_module('cera_cli.main', run_name='__main__')\n"
-            "finally:\n    sys.stderr.write(f'\\nPEAK_RSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')")  # fmt: skip
+            "finally:\n    hwm = re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)\n"
+            "    sys.stderr.write(f'\\nPEAK_RSS_KB {hwm}\\n')")  # fmt: skip
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env,
                           timeout=timeout)  # fmt: skip
 
