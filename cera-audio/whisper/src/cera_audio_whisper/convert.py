@@ -15,10 +15,11 @@ float); the same source gives the same bytes every time (no time stamps, fixed o
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from cera.formats.gguf_write import write_filled_writer
 
 from .ct2 import Ct2Model, SourceModelError, read_json
 from .mel import HOP, N_FFT, SAMPLE_RATE, mel_filterbank
@@ -257,22 +258,7 @@ def _write(gguf, ct2: Ct2Model, config: dict, src: Path, out: Path, out_type: st
         linear(f"{p}.ffn_down", v[f"{ct}/ffn/linear_1/weight"], v[f"{ct}/ffn/linear_1/bias"])
     norm("dec.output_norm", "decoder/layer_norm")
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the model private to its writer
-    try:
-        w.path = Path(tmp)
-        w.write_header_to_file(path=Path(tmp))
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_filled_writer(out, w)
 
 
 def main(argv=None) -> None:

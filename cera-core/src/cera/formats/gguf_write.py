@@ -11,11 +11,19 @@ from pathlib import Path
 
 
 def write_gguf_file(out_path: str | os.PathLike, architecture: str, fill: Callable) -> Path:
-    """``fill(writer)`` adds its keys and tensors to a ``gguf.GGUFWriter`` on a temporary
-    file beside ``out_path``, which then replaces ``out_path``; on any failure the temporary
-    file is removed and ``out_path`` is left as it was. Returns ``out_path``."""
+    """``fill(writer)`` adds its keys and tensors to a ``gguf.GGUFWriter``, which is then
+    written to ``out_path`` by `write_filled_writer`. Returns ``out_path``."""
     import gguf
 
+    writer = gguf.GGUFWriter(None, architecture)
+    fill(writer)
+    return write_filled_writer(out_path, writer)
+
+
+def write_filled_writer(out_path: str | os.PathLike, writer) -> Path:
+    """Write a ``gguf.GGUFWriter`` made without a path (``GGUFWriter(None, arch)``) and
+    filled, to a temporary file beside ``out_path`` that then replaces ``out_path``; on any
+    failure the temporary file is removed and ``out_path`` is left as it was."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
@@ -24,9 +32,8 @@ def write_gguf_file(out_path: str | os.PathLike, architecture: str, fill: Callab
     os.umask(umask)
     try:
         os.chmod(tmp_name, 0o666 & ~umask)
-        writer = gguf.GGUFWriter(tmp_name, architecture)
-        fill(writer)
-        writer.write_header_to_file()
+        writer.path = Path(tmp_name)
+        writer.write_header_to_file(path=Path(tmp_name))
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
