@@ -47,9 +47,10 @@ class StateTable:
         arrays = [state.pos]
         self.index: dict[int, tuple[int, ...]] = {}
         for i, d in enumerate(state.decls):
-            if d.kind == "kv":
-                self.index[i] = (len(arrays), len(arrays) + 1)
-                arrays += [state.k[i], state.v[i]]
+            if d.kind == "kv":  # keys, values (and the keys' offset, kept by TurboQuant caches)
+                m = state.key_offset(i) if hasattr(state, "key_offset") else None
+                self.index[i] = (len(arrays), len(arrays) + 1) + ((len(arrays) + 2,) if m is not None else ())
+                arrays += [state.k[i], state.v[i]] + ([m] if m is not None else [])
             elif d.kind in ("conv", "ssm"):
                 self.index[i] = (len(arrays),)
                 arrays.append(state.conv_state[i] if d.kind == "conv" else state.ssm_state[i])

@@ -270,7 +270,7 @@ def _attention(exe, plan, step: Step) -> int:
     state = exe._template
     if state is None:
         raise ShapeError("attention needs a state to compile against")
-    ki, vi = exe.table_index[ref.index]
+    ki, vi, *koff = exe.table_index[ref.index]
     groups = exe.graph.layout.groups
     rows = np.array([x for g in groups for x in g], np.int64)
     a = ffi.new("cera_attention_seqs *")
@@ -279,6 +279,7 @@ def _attention(exe, plan, step: Step) -> int:
     a.capacity, a.n_ctx = state.k[ref.index].shape[2], state.n_ctx
     a.kv_type, a.acc_f16 = exe.kv_code, int(exe.acc_f16)
     a.k_index, a.v_index, a.pos_index = ki, vi, 0
+    a.koff_index = koff[0] if koff else -1
     a.n_slots = state.n_slots
     a.q_pos = exe.ptr(exe.graph.inputs["positions"], "int32_t *")
     a.scale, a.softcap, a.window = float(spec.scale), float(spec.softcap or 0.0), int(spec.window or 0)

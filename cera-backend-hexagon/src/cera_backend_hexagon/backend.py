@@ -74,7 +74,7 @@ class HexagonBackend(Backend):
         self.check_weight_type(name, info.type_name)
         return HexagonWeight(gguf, name)
 
-    def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
+    def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False, key_offsets=None):
         if kv_type not in KV_TYPES and "kv" in spec.kinds():
             raise UnsupportedOperation(
                 f"backend 'hexagon' keeps the KV cache in float16 (the HTP computes attention in float16), not {kv_type!r}; "
@@ -83,7 +83,8 @@ class HexagonBackend(Backend):
         kinds = spec.kinds() - {"kv", "conv"}
         if kinds:
             raise UnsupportedOperation(f"backend 'hexagon' has no HTP graphs for {', '.join(sorted(kinds))} state")
-        return HostState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+        return HostState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full,
+                         key_offsets=key_offsets)  # fmt: skip
 
     def compile(self, graph, weights: Mapping[str, HexagonWeight], state) -> HexagonExecutable:
         self.check_ops(graph)

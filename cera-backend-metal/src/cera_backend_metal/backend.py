@@ -100,11 +100,15 @@ class MetalBackend(Backend):
         self.uploaded_bytes += w.nbytes
         return w
 
-    def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
+    def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False, key_offsets=None):
         from .state import MetalState
 
         with self.on_device():
-            return MetalState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+            state = MetalState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+        if key_offsets:  # only TurboQuant caches keep keys less an offset, and MetalState refuses them
+            raise UnsupportedOperation(f"backend 'metal' keeps no key offsets (they belong to TurboQuant caches), "
+                                       f"and this state keeps {kv_type}")  # fmt: skip
+        return state
 
     def on_device(self):
         """A context in which MLX's operations run on this backend's device (MLX's default

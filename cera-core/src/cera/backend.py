@@ -112,11 +112,13 @@ class Backend(ABC):
         backend when there is no kernel for the type."""
 
     def new_state(self, spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512,
-                  swa_full: bool = False):  # fmt: skip
+                  swa_full: bool = False, key_offsets: dict | None = None):  # fmt: skip
         """Storage for a family's declared state, ``n_slots`` sequences of ``n_ctx`` cells
         (sliding-window caches sized to the window unless ``swa_full``). Host backends
-        keep it in numpy (`HostState`); a device backend returns its own."""
-        return HostState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+        keep it in numpy (`HostState`); a device backend returns its own. ``key_offsets``:
+        what a TurboQuant cache keeps its keys less (`cera.state.check_key_offsets`)."""
+        return HostState(spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full,
+                         key_offsets=key_offsets)  # fmt: skip
 
     # -- compiling --------------------------------------------------------------------------------
 

@@ -197,6 +197,12 @@ class LoadedModel:
         self.companions: dict = {}  # files a bundle names beside the model, by role
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = ChatTemplate.from_gguf(gguf)
+        self.runner.calibration_tokens = self._calibration_tokens
+
+    def _calibration_tokens(self) -> list[int]:
+        from .generation.key_offsets import CALIBRATION_TEXT
+
+        return self.tokenizer.encode(CALIBRATION_TEXT, add_special=True)
 
     @property
     def architecture(self) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 from .errors import ContextFull, ResourceExhausted, SessionError, UnsupportedOperation
 from .graph.ops import RopeSpec, rotate
 
-from .kv_types import KV_CODES, KV_TYPE_NAMES, check_dim, kv_dtype, row_bytes, row_size  # noqa: F401 - KV_CODES: re-exported (the CPU backend imports it from here)
+from .kv_types import KV_CODES, KV_TYPE_NAMES, TURBOQUANT_BITS, check_dim, kv_dtype, row_bytes, row_size  # noqa: F401 - KV_CODES: re-exported (the CPU backend imports it from here)
 from .kv_types import decode as _kv_decode
 from .kv_types import encode as _kv_encode
 
@@ -164,20 +164,24 @@ class KVView:
     """One layer's cache in one slot: ``capacity`` physical cells, a ring when smaller than
     the context. Cell c of the sequence (counted from its start) lives at c % capacity."""
 
-    def __init__(self, k: np.ndarray, v: np.ndarray, kv_type: str = "f16"):
+    def __init__(self, k: np.ndarray, v: np.ndarray, kv_type: str = "f16", key_offset: np.ndarray | None = None):
         self.k = k  # [n_kv_heads, capacity, row]
         self.v = v
         self.kv_type = kv_type
         self.capacity = k.shape[1]
+        self.key_offset = key_offset  # [n_kv_heads, k_dim]: keys are kept less it (`HostState`)
 
     def write(self, start: int, k: np.ndarray, v: np.ndarray) -> None:
         n = k.shape[0]
         idx = (start + np.arange(n)) % self.capacity
+        if self.key_offset is not None:
+            k = k - self.key_offset[None]
         self.k[:, idx] = _encode(np.swapaxes(k, 0, 1), self.kv_type, self.k.dtype, True)
         self.v[:, idx] = _encode(np.swapaxes(v, 0, 1), self.kv_type, self.v.dtype, False)
 
     def read(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cells (sequence order) as float64 [cells, heads, dim]."""
+        """Cells (sequence order) as float64 [cells, heads, dim] (keys as kept: less the
+        key offset, which attention's softmax does not see)."""
         idx = np.asarray(cells) % self.capacity
         return (
             np.swapaxes(_decode(self.k[:, idx], self.kv_type, True), 0, 1),
@@ -216,6 +220,8 @@ class SlotSnapshot:
     kv: tuple  # per declaration: (k, v) in sequence order for kv, arrays for the rest, None
     cross_len: tuple
     kv_type: str = "f16"  # the rows' type (`cera.kv_types`): restored only into a state of that type
+    # per declaration, the offset its keys were kept less (TurboQuant caches, `HostState`), else None
+    key_offsets: tuple | None = None
 
 
 def shape_key(state) -> tuple:
@@ -247,7 +253,7 @@ class HostState:
     """
 
     def __init__(self, spec: StateSpec, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512,
-                 swa_full: bool = False):  # fmt: skip
+                 swa_full: bool = False, key_offsets: dict | None = None):  # fmt: skip
         if kv_type not in KV_TYPES:
             raise UnsupportedOperation(f"KV cache type {kv_type!r} does not exist; use one of {', '.join(KV_TYPE_NAMES)}")
         for what, v in (("n_ctx", n_ctx), ("n_slots", n_slots), ("n_batch", n_batch)):
@@ -295,6 +301,7 @@ class HostState:
                 f"the state for {n_slots} sequence(s) of {self.n_ctx} tokens needs {need / 2**30:.1f} GiB of memory, "
                 f"which cannot be allocated ({type(e).__name__}: {e}); use a smaller context"
             ) from None
+        self.key_offsets = check_key_offsets(spec, kv_type, key_offsets)
         self._free = list(range(n_slots))
         self._pending: dict[int, int] = {}  # slot -> cells reserved by the pass in progress
         self._poisoned: set[int] = set()
@@ -411,7 +418,11 @@ class HostState:
 
     def kv(self, ref, slot: int) -> KVView:
         i = _index(ref)
-        return KVView(self.k[i][slot], self.v[i][slot], self.kv_type)
+        return KVView(self.k[i][slot], self.v[i][slot], self.kv_type, self.key_offset(i))
+
+    def key_offset(self, i: int) -> np.ndarray | None:
+        """The offset declaration ``i``'s keys are kept less, or None (none: f16, q8_0, ...)."""
+        return None if self.key_offsets is None else self.key_offsets[i]
 
     def positions(self, slot: int) -> np.ndarray:
         return self.pos[slot]
@@ -506,7 +517,13 @@ class HostState:
             kv=tuple(items),
             cross_len=tuple(int(a[slot]) for a in self.cross_len.values()),
             kv_type=self.kv_type,
+            key_offsets=self._offsets_tuple(),
         )
+
+    def _offsets_tuple(self) -> tuple | None:
+        if self.key_offsets is None:
+            return None
+        return tuple(self.key_offsets.get(i) for i in range(len(self.decls)))
 
     def restore(self, slot: int, snap: SlotSnapshot) -> None:
         """Copy a snapshot back into a slot (arrays are written in place: kernels keep
@@ -524,6 +541,7 @@ class HostState:
         n = snap.n_filled
         if n > self.n_ctx:
             raise ContextFull(f"the snapshot holds {n} cells; this state has room for {self.n_ctx}")
+        snap = rebase_key_offsets(snap, self.decls, self._offsets_tuple())
         self.pos[slot] = -1
         self.pos[slot, :n] = snap.positions
         for i, d in enumerate(self.decls):
@@ -569,10 +587,16 @@ class HostState:
             src = slice(keep + n_discard, filled)
             dst = slice(keep, keep + moved)
             kk = _decode(k[:, src], self.kv_type, True)
+            m = self.key_offset(i)
             if d.rope is not None and moved:
-                # rotate by -n_discard: RoPE composes additively in the position
+                # rotate by -n_discard: RoPE composes additively in the position (the key
+                # offset is added back first: it is subtracted after the rotation)
+                if m is not None:
+                    kk = kk + m[:, None]
                 delta = np.full(moved, -n_discard, np.int64)
                 kk = rotate(np.swapaxes(kk, 0, 1), delta, d.rope, unit=True).swapaxes(0, 1)
+                if m is not None:
+                    kk = kk - m[:, None]
             k[:, dst] = _encode(kk, self.kv_type, k.dtype, True)
             v[:, dst] = v[:, src]
         p = self.pos[slot]
@@ -617,27 +641,93 @@ def memory_ceiling() -> int | None:
     return total if total > 0 else None
 
 
-def convert_snapshot(snap: SlotSnapshot, spec: StateSpec, kv_type: str) -> SlotSnapshot:
+def convert_snapshot(snap: SlotSnapshot, spec: StateSpec, kv_type: str, key_offsets: dict | None = None) -> SlotSnapshot:
     """``snap`` with its attention caches turned into ``kv_type`` rows (decoded, then encoded
     as a pass would store them: a lossy step into a compressed type), for a state of the
-    same spec keeping that type; the rest as it is."""
+    same spec keeping that type (and, for TurboQuant, those ``key_offsets``); the rest as it is."""
     if kv_type not in KV_TYPES:
         raise UnsupportedOperation(f"KV cache type {kv_type!r} does not exist; use one of {', '.join(KV_TYPE_NAMES)}")
     decls = list(spec)
     if len(decls) != len(snap.kv):
         raise SessionError("this snapshot was not taken from a state of this spec")
+    offsets = check_key_offsets(spec, kv_type, key_offsets)
+    new = None if offsets is None else tuple(offsets.get(i) for i in range(len(decls)))
+    if snap.kv_type == kv_type:
+        return rebase_key_offsets(snap, decls, new)
     items = []
     dtype = KV_TYPES[kv_type]
-    for d, item in zip(decls, snap.kv, strict=True):
-        if d.kind == "kv" and snap.kv_type != kv_type:
+    for i, (d, item) in enumerate(zip(decls, snap.kv, strict=True)):
+        if d.kind == "kv":
             why = check_dim(kv_type, d.k_dim) or check_dim(kv_type, d.v_dim)
             if why:
                 raise UnsupportedOperation(f"{why}; this model's are {d.k_dim} (keys) and {d.v_dim} (values)")
             k, v = item
-            item = (_encode(_decode(k, snap.kv_type, True), kv_type, dtype, True),
-                    _encode(_decode(v, snap.kv_type, False), kv_type, dtype, False))  # fmt: skip
+            kk = _decode(k, snap.kv_type, True) + _offset_at(snap.key_offsets, i, k.shape[0], d.k_dim)[:, None]
+            kk = kk - _offset_at(new, i, k.shape[0], d.k_dim)[:, None]
+            item = (_encode(kk, kv_type, dtype, True), _encode(_decode(v, snap.kv_type, False), kv_type, dtype, False))
         items.append(item)
-    return attrs.evolve(snap, kv=tuple(items), kv_type=kv_type)
+    return attrs.evolve(snap, kv=tuple(items), kv_type=kv_type, key_offsets=new)
+
+
+def _offset_at(offsets: tuple | None, i: int, n_heads: int, dim: int) -> np.ndarray:
+    m = None if offsets is None or i >= len(offsets) else offsets[i]
+    return np.zeros((n_heads, dim), np.float32) if m is None else np.asarray(m, np.float32)
+
+
+def check_key_offsets(spec, kv_type: str, key_offsets: dict | None) -> dict | None:
+    """The per-declaration key offsets a state keeps (``{decl index: float32 [n_kv_heads,
+    k_dim]}``, zeros where not given) for a TurboQuant cache, None for the other types.
+
+    A TurboQuant cache stores a key less a fixed offset m of its layer and head: attention
+    is unchanged (softmax(q.(k - m)) = softmax(q.k): q.m is the same for every key of a
+    query), and the quantizer, whose error grows with the row's norm, no longer spends its
+    levels on the large part every key of a head shares (`cera.generation.key_offsets`)."""
+    decls = list(spec)
+    if kv_type not in TURBOQUANT_BITS:
+        if key_offsets:
+            raise UnsupportedOperation(f"key offsets are kept by TurboQuant caches (tq3, tq2), not by a {kv_type} cache")
+        return None
+    given = dict(key_offsets or {})
+    out = {}
+    for i, d in enumerate(decls):
+        if d.kind != "kv":
+            if given.pop(i, None) is not None:
+                raise SessionError(f"a key offset was given for state {i}, which is not an attention cache")
+            continue
+        m = given.pop(i, None)
+        if m is None:
+            out[i] = np.zeros((d.n_kv_heads, d.k_dim), np.float32)
+            continue
+        m = np.ascontiguousarray(m, np.float32)
+        if m.shape != (d.n_kv_heads, d.k_dim) or not np.isfinite(m).all():
+            raise SessionError(
+                f"the key offset of state {i} must be finite float32 of shape {(d.n_kv_heads, d.k_dim)}, got {m.shape}"
+            )
+        out[i] = m
+    if given:
+        raise SessionError(f"key offsets were given for states {sorted(given)}, which this model does not declare")
+    return out
+
+
+def rebase_key_offsets(snap: SlotSnapshot, decls, offsets: tuple | None) -> SlotSnapshot:
+    """``snap`` with its keys kept less ``offsets`` instead of its own (decoded, the
+    difference applied, encoded again: lossy, as storing them would be); ``snap`` itself
+    when they are equal. None stands for zero offsets."""
+    if snap.kv_type not in TURBOQUANT_BITS:
+        return snap
+    items, changed = list(snap.kv), False
+    for i, d in enumerate(decls):
+        if d.kind != "kv" or i >= len(items):
+            continue
+        k, v = items[i]
+        old = _offset_at(snap.key_offsets, i, k.shape[0], d.k_dim)
+        new = _offset_at(offsets, i, k.shape[0], d.k_dim)
+        if np.array_equal(old, new):
+            continue
+        kk = _decode(k, snap.kv_type, True) + (old - new)[:, None]
+        items[i] = (_encode(kk, snap.kv_type, k.dtype, True), v)
+        changed = True
+    return attrs.evolve(snap, kv=tuple(items), key_offsets=offsets) if changed else attrs.evolve(snap, key_offsets=offsets)
 
 
 def kv_cell_bytes(spec: StateSpec, kv_type: str) -> int:

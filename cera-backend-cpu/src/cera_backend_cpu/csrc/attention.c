@@ -379,11 +379,11 @@ static void tiled_task(void *varg, int ith, int nth) {
  * quantizes cache rows with the same from_float). Returns CERA_ENOMEM if Q8_0 needs a
  * buffer it cannot get. */
 static int store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int64_t n_kv_heads, int64_t dim,
-                       char *cache, int kv_type, int key, int64_t capacity, int64_t start) {
+                       char *cache, int kv_type, int key, int64_t capacity, int64_t start, const float *offset) {
     const size_t row = kv_row_bytes(kv_type, dim, key);
     float *scratch = NULL;
     if (kv_type == KV_Q8_0 || kv_type == KV_Q4_0 || kv_is_tq(kv_type)) {
-        const size_t need = sizeof(float) * (size_t)(3 * dim) + (size_t)cera_act_bytes(ACT_Q8_0, dim);
+        const size_t need = sizeof(float) * (size_t)(4 * dim) + (size_t)cera_act_bytes(ACT_Q8_0, dim);
         scratch = malloc(need);
         if (!scratch) return CERA_ENOMEM;
     }
@@ -391,7 +391,14 @@ static int store_cells(const cera_kernels *k, const float *x, int64_t n_tok, int
         for (int64_t h = 0; h < n_kv_heads; h++) {
             const float *src = x + (t * n_kv_heads + h) * dim;
             char *dst = cache + (size_t)(h * capacity + (start + t) % capacity) * row;
-            kv_store_row(k, kv_type, key, src, dst, dim, scratch);
+            float *work = scratch;
+            if (offset && scratch) { /* the row less its head's offset (TurboQuant keys) first, the store's
+                                        scratch after it */
+                for (int64_t i = 0; i < dim; i++) scratch[i] = src[i] - offset[h * dim + i];
+                src = scratch;
+                work = scratch + dim;
+            }
+            kv_store_row(k, kv_type, key, src, dst, dim, work);
         }
     free(scratch);
     return CERA_OK;
@@ -404,14 +411,14 @@ static int attn_prepare(cera_ctx *ctx, const float *q, const float *k, const flo
                         int64_t n_kv_heads, int64_t k_dim, int64_t v_dim, void *k_cache, void *v_cache, int kv_type,
                         int64_t capacity, int64_t n_ctx, const int32_t *cell_pos, const int32_t *q_pos, float scale,
                         int32_t window, float softcap, int acc_f16, float *out, int64_t kv_start, int tiled,
-                        attn_job *job) {
+                        const float *k_offset, attn_job *job) {
     const int64_t n_cells = kv_start + n_tok;
     if (n_kv_heads <= 0 || n_heads % n_kv_heads || kv_start < 0 || n_cells > n_ctx || n_tok > capacity ||
         capacity > n_ctx || capacity <= 0 || kv_check_dim(kv_type, k_dim) != CERA_OK ||
         kv_check_dim(kv_type, v_dim) != CERA_OK)
         return CERA_EINVAL;
-    if (store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_type, 1, capacity, kv_start) != CERA_OK ||
-        store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_type, 0, capacity, kv_start) != CERA_OK)
+    if (store_cells(&ctx->k, k, n_tok, n_kv_heads, k_dim, k_cache, kv_type, 1, capacity, kv_start, k_offset) != CERA_OK ||
+        store_cells(&ctx->k, v, n_tok, n_kv_heads, v_dim, v_cache, kv_type, 0, capacity, kv_start, NULL) != CERA_OK)
         return CERA_ENOMEM;
     job->k = &ctx->k;
     job->q = q;
@@ -505,7 +512,7 @@ int cera_attention_unlocked(cera_ctx *ctx, const float *q, const float *k, const
     attn_job job;
     const int rc = attn_prepare(ctx, q, k, v, n_tok, n_heads, n_kv_heads, k_dim, v_dim, k_cache, v_cache, kv_type,
                                 capacity, n_ctx, cell_pos, q_pos, scale, window, softcap, acc_f16, out, kv_start, 0,
-                                &job);
+                                NULL, &job);
     if (rc != CERA_OK) return rc < 0 ? rc : CERA_OK;
     return attn_run(ctx, &job, 1);
 }
@@ -525,7 +532,8 @@ int cera_attention(cera_ctx *ctx, const float *q, const float *k, const float *v
 int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, void *const *table) {
     const char *k_base = table[a->k_index], *v_base = table[a->v_index];
     const int32_t *pos_base = table[a->pos_index];
-    if (!k_base || !v_base || !pos_base) return CERA_EINVAL;
+    const float *k_offset = a->koff_index >= 0 ? table[a->koff_index] : NULL;
+    if (!k_base || !v_base || !pos_base || (a->koff_index >= 0 && !kv_is_tq(a->kv_type))) return CERA_EINVAL;
     if (kv_check_dim(a->kv_type, a->k_dim) != CERA_OK || kv_check_dim(a->kv_type, a->v_dim) != CERA_OK) return CERA_EINVAL;
     const size_t k_slot = (size_t)(a->n_kv_heads * a->capacity) * kv_row_bytes(a->kv_type, a->k_dim, 1);
     const size_t v_slot = (size_t)(a->n_kv_heads * a->capacity) * kv_row_bytes(a->kv_type, a->v_dim, 0);
@@ -551,7 +559,7 @@ int cera_attention_seqs_unlocked(cera_ctx *ctx, const cera_attention_seqs *a, vo
                 (char *)k_base + slot * k_slot, (char *)v_base + slot * v_slot, a->kv_type, a->capacity, a->n_ctx,
                 pos_base + (int64_t)slot * a->n_ctx, a->q_pos + r, a->scale, a->window, a->softcap, a->acc_f16,
                 a->out + r * a->n_heads * a->v_dim, a->starts[s] + part, a->per_row == CERA_ROWS_PROMPT,
-                &jobs[n_jobs]);
+                k_offset, &jobs[n_jobs]);
             if (rc < 0) return rc;
             if (rc == CERA_OK) n_jobs++; /* rc 1: a prompt's tiles, done already */
         }

@@ -190,6 +190,8 @@ typedef struct {
     int64_t n_heads, n_kv_heads, k_dim, v_dim, capacity, n_ctx;
     int kv_type, acc_f16; /* kv_type: 0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 tq3, 5 tq2 */
     int k_index, v_index, pos_index;
+    int koff_index; /* TurboQuant caches: table[koff_index] holds the keys' offset [n_kv_heads][k_dim] (f32),
+                       subtracted from each key before it is stored; -1: none */
     int n_slots;
     const int32_t *q_pos;
     float scale, softcap;

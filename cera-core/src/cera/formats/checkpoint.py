@@ -98,6 +98,9 @@ def _arrays_of(snapshot) -> list[tuple[str, np.ndarray]]:
             arrays += [(f"{i}.a", item[0]), (f"{i}.b", item[1])]
         else:
             arrays.append((f"{i}.a", item))
+    for i, m in enumerate(getattr(snapshot, "key_offsets", None) or ()):
+        if m is not None:  # what a TurboQuant cache's keys are kept less (`cera.state.check_key_offsets`)
+            arrays.append((f"{i}.key_offset", np.asarray(m, np.float32)))
     return arrays
 
 
@@ -390,8 +393,11 @@ def decode_snapshot(header: dict, arrays: dict, path):
         if lay[0] == "kv":
             a, b = _current_rows(header, a, True, path), _current_rows(header, b, False, path)
         items.append((a, b) if lay[0] in ("kv", "cross") else a)
+    offsets = None
+    if header["kv_type"] in kv_types.TURBOQUANT_BITS:  # absent (older files): keys kept as they were
+        offsets = tuple(arrays.get(f"{i}.key_offset") for i in range(len(header["layout"])))
     snap = SlotSnapshot(owner=0, n_filled=int(header["n_filled"]), positions=arrays["positions"], kv=tuple(items),
-                        cross_len=(), kv_type=header["kv_type"])  # fmt: skip
+                        cross_len=(), kv_type=header["kv_type"], key_offsets=offsets)  # fmt: skip
     last = None
     if "last.logits" in arrays:
         last = {"logits": arrays["last.logits"]}

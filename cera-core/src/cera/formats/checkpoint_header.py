@@ -160,7 +160,15 @@ def check_fit(header: dict, state, path) -> None:
             full = (state.cross_k if name.endswith(".a") else state.cross_v)[i].shape
             if len(e["shape"]) != len(full) - 1 or e["shape"][0] > full[1] or tuple(e["shape"][1:]) != full[2:]:
                 raise CheckpointError(f"{path}: the array {name} has shape {e['shape']}, which does not fit this state")
-    extra = set(got) - set(want) - {"last.logits"}
+    optional = {}  # a TurboQuant cache's key offsets (older files lack them)
+    for i, d in enumerate(state.decls):
+        if d.kind == "kv" and getattr(state, "key_offsets", None) is not None:
+            optional[f"{i}.key_offset"] = (d.n_kv_heads, d.k_dim)
+    for name, shape in optional.items():
+        e = got.get(name)
+        if e is not None and (tuple(e["shape"]) != shape or np.dtype(e["dtype"]) != np.float32):
+            raise CheckpointError(f"{path}: the array {name} should be float32 of shape {list(shape)}")
+    extra = set(got) - set(want) - set(optional) - {"last.logits"}
     if extra:
         raise CheckpointError(f"{path}: the checkpoint holds arrays this state does not have ({', '.join(sorted(extra))})")
     if "last.logits" in got:

@@ -19,6 +19,7 @@ import numpy as np
 from ..backend import StepInputs
 from ..errors import SessionError, UnsupportedOperation
 from ..graph.builder import EMBEDS, Layout, Outputs
+from ..kv_types import TURBOQUANT_BITS
 from ..state import shape_key
 
 
@@ -42,10 +43,20 @@ class Runner:
         self._lock = threading.Lock()
         self._last: tuple | None = None  # (key, executable) of the latest pass
         self.n_compiled = 0  # graphs compiled so far (for tests and diagnostics)
+        # () -> the token ids TurboQuant caches calibrate their key offsets on (`key_offsets`);
+        # the loaded model sets it (its tokenizer); None: such caches keep keys as they are
+        self.calibration_tokens = None
 
     def new_state(self, n_ctx: int, n_slots: int = 1, kv_type: str = "f16", n_batch: int = 512, swa_full: bool = False):
+        extra = {}
+        if kv_type in TURBOQUANT_BITS:
+            from .key_offsets import key_offsets
+
+            offsets = key_offsets(self)
+            if offsets:
+                extra["key_offsets"] = offsets
         return self.backend.new_state(self.model.state, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch,
-                                      swa_full=swa_full)  # fmt: skip
+                                      swa_full=swa_full, **extra)  # fmt: skip
 
     def executable(self, layout: Layout, outputs: Outputs, state, adapters=None):
         key = (layout, outputs, shape_key(state), self.backend.compile_key())

@@ -89,6 +89,9 @@ class OpCase:
     passes: tuple[tuple[int, ...], ...] = ((5,),)
     tolerance: float = TOL_FLOAT
     kv_type: str = "f32"
+    # TurboQuant: the attention caches keep their keys less a large fixed offset per head
+    # (`cera.state.check_key_offsets`); a backend that ignored it would quantize the offset too
+    key_offset: float = 0.0
     inputs: Callable | None = None  # (rng, layout) -> {name: array} for declared inputs
     ids_gap: float = 0.0  # for argmax / top_k: required gap between the reference's values
     n_ctx: int = 128  # the state's context (cells per slot)
@@ -181,8 +184,16 @@ def check_op(backend, case: OpCase, seed: int = 0, ref=None) -> list:
             n_seq = max(len(p) for p in case.passes)
             n_ctx = case.n_ctx
             n_batch = max(max(p) for p in case.passes)  # small batches: sliding windows become rings
+            extra = {}
+            if case.key_offset:
+                extra["key_offsets"] = {
+                    r.index: case.key_offset * np.random.default_rng(seed + r.index).standard_normal(
+                        (d.n_kv_heads, d.k_dim)).astype(np.float32)
+                    for r, d in zip(srefs, case.state, strict=True) if d.kind == "kv"
+                }  # fmt: skip
             states = [
-                b.new_state(spec, n_ctx, n_slots=n_seq, kv_type=case.kv_type, n_batch=n_batch) for b in (backend, ref)
+                b.new_state(spec, n_ctx, n_slots=n_seq, kv_type=case.kv_type, n_batch=n_batch, **extra)
+                for b in (backend, ref)
             ]
             filled = [0] * n_seq
             for i, seq_lens in enumerate(case.passes):
@@ -344,6 +355,8 @@ def _all_cases() -> list[OpCase]:
         ("tq3", AttentionSpec(scale=0.25), "tq3", 3e-2, ((6,), (1,), (1,))),
         ("tq3_prompt", AttentionSpec(scale=0.25, window=40), "tq3", 3e-2, ((70,), (1,))),
         ("tq2", AttentionSpec(scale=0.25, softcap=20.0), "tq2", 3e-2, ((6,), (1,), (2,))),
+        ("tq3_key_offset", AttentionSpec(scale=0.25), "tq3", 3e-2, ((6,), (1,), (1,))),
+        ("tq2_key_offset_prompt", AttentionSpec(scale=0.25), "tq2", 3e-2, ((70,), (1,))),
         ("window_softcap", AttentionSpec(scale=0.25, window=4, softcap=20.0), "f32", 1e-4, ((6,), (1,), (2,))),
         ("batch", AttentionSpec(scale=0.25), "f32", 1e-4, ((4, 2, 5), (1, 1, 1), (1, 1, 1))),
         ("prompt_tiles", AttentionSpec(scale=0.25), "f32", 1e-4, ((70,), (1,))),
@@ -357,7 +370,7 @@ def _all_cases() -> list[OpCase]:
 
         add(OpCase(f"attention[{label}]", "attention", build, (_emb(128), _emb(64, "k"), _emb(64, "v")),
                    state=(AttentionKV(2, 32, 32, window=spec.window),), passes=passes, tolerance=tol,
-                   kv_type=kv_type))  # fmt: skip
+                   kv_type=kv_type, key_offset=8.0 if "key_offset" in label else 0.0))  # fmt: skip
 
     for causal in (True, False):
         def build(g, w, s, causal=causal):
