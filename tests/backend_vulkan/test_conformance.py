@@ -25,8 +25,6 @@ def _cases():
 @needs_vulkan
 @pytest.mark.parametrize("case", _cases(), ids=str)
 def test_op(vulkan, case):
-    if case.kv_type not in ("f16", "f32", "q8_0", "q4_0"):
-        pytest.skip(f"KV cache type {case.kv_type} is not served by the Vulkan backend (f16, f32, q8_0 and q4_0 are)")
     conformance.check_op(vulkan, case)
 
 

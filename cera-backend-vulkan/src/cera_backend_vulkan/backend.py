@@ -171,8 +171,9 @@ class VulkanBackend(Backend):
         ctx.queue.write_buffer(buf, 0, raw if not pad else np.concatenate([raw, np.zeros(pad, np.uint8)]))
         return VulkanWeight(name, type_name, tuple(info.shape), data, buf, nbytes)
 
-    def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
-        return VulkanState(self.ctx, spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
+    def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False, key_offsets=None):
+        return VulkanState(self.ctx, spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full,
+                           key_offsets=key_offsets)  # fmt: skip
 
     # -- compiling -----------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
 """The Vulkan backend's state: a family's declared state in device buffers.
 
 `VulkanState` holds the device buffers: each layer's KV cache ([slot, kv head, cell,
-dim], f16 or f32; or [slot, kv head, cell, row bytes] of q8_0 or q4_0 blocks, the CPU
-backend's rows byte for byte, `wgsl.kv_quant`) with the cells' positions beside it, a short convolution's carried
+dim], f16 or f32; or [slot, kv head, cell, row bytes] of q8_0 or q4_0 blocks or
+TurboQuant rows, the CPU backend's rows byte for byte, `wgsl.kv_quant`, `wgsl.kv_tq`)
+with the cells' positions beside it (and for TurboQuant the per-head offsets its keys are
+kept less, ``key_offsets``), a short convolution's carried
 inputs and an SSM's state, and the cross-attention memories ([slot, row, kv head, dim],
 f32), every one a `DeviceKV`. What the host knows of the sequences (filled cells,
 positions, the passes in progress, the rows each memory holds) is kept by a
@@ -18,10 +20,14 @@ from __future__ import annotations
 import itertools
 import math
 
+import attrs
 import numpy as np
 
 from cera.errors import ResourceExhausted, SessionError, UnsupportedOperation
-from cera.kv_types import kv_dtype
+from cera.graph.ops import rotate
+from cera.kv_types import TURBOQUANT_BITS, kv_dtype
+from cera.kv_types import decode as _kv_decode
+from cera.kv_types import encode as _kv_encode
 from cera.state import HostState, kv_row_shape, ring_cells
 
 from . import device as gpu
@@ -54,12 +60,13 @@ class VulkanState:
     cells' positions; ``n_filled``, ``pos`` and ``cross_len`` are the host's record
     (``cells``'), which every run that reads a memory writes into its inputs."""
 
-    def __init__(self, ctx, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
+    def __init__(self, ctx, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False, key_offsets=None):
         if kv_type not in KV_TYPES:
             names = f"{', '.join(KV_TYPES[:-1])} or {KV_TYPES[-1]}"
+            raise UnsupportedOperation(f"backend 'vulkan' keeps KV caches in {names}, not {kv_type!r}")
+        if key_offsets is not None and kv_type not in TURBOQUANT_BITS:
             raise UnsupportedOperation(
-                f"backend 'vulkan' keeps KV caches in {names}, not {kv_type!r}: use --kv-type f16 (or q8_0, q4_0), "
-                f"or --device cpu for a {kv_type} cache"
+                f"key offsets are for TurboQuant caches (tq3, tq2), not a {kv_type} cache: pass key_offsets=None"
             )
         self.ctx = ctx
         self.uid = next(_state_ids)
@@ -77,6 +84,16 @@ class VulkanState:
         self.cross_k: dict[int, DeviceKV] = {}
         self.cross_v: dict[int, DeviceKV] = {}
         self._allocate(n_slots)
+        self.key_offsets = self._check_offsets(key_offsets)
+        # each attention layer's offsets on the device (the store kernel's binding 5), f32
+        # [kv head, k_dim], zeros where there are none: TurboQuant caches only
+        self.koff = {}
+        if kv_type in TURBOQUANT_BITS:
+            for i in self.k:
+                d = self.decls[i]
+                m = self._offsets(i)
+                self.koff[i] = ctx.buffer(d.n_kv_heads * d.k_dim * 4, label=f"key offsets {i}")
+                ctx.queue.write_buffer(self.koff[i], 0, m)
         try:
             self.pos_buffer = ctx.buffer(self.pos.nbytes, label="cell positions")
         except gpu.BufferTooLarge as e:
@@ -84,6 +101,51 @@ class VulkanState:
                 f"backend 'vulkan': the cell positions need {e.size} bytes, more than one buffer may hold"
             ) from None
         ctx.queue.write_buffer(self.pos_buffer, 0, self.pos)
+
+    # -- key offsets -----------------------------------------------------------------------------
+
+    def _check_offsets(self, key_offsets):
+        """``key_offsets`` (None, or {decl index: float32 [kv heads, k_dim]}) checked and
+        kept as read-only float32 copies."""
+        if key_offsets is None:
+            return None
+        if not isinstance(key_offsets, dict):
+            raise UnsupportedOperation(
+                f"key_offsets is a dict of attention declaration index to an array, not {type(key_offsets).__name__}"
+            )
+        out = {}
+        for i, m in key_offsets.items():
+            if not isinstance(i, (int, np.integer)) or int(i) not in self.k:
+                raise UnsupportedOperation(
+                    f"key_offsets names declaration {i!r}, which is not an attention cache of this state "
+                    f"(those are {sorted(self.k)})"
+                )
+            d = self.decls[int(i)]
+            arr = np.array(m, np.float32)
+            if arr.shape != (d.n_kv_heads, d.k_dim):
+                raise UnsupportedOperation(
+                    f"key_offsets[{i}] has shape {arr.shape}; declaration {i} needs (kv heads, k_dim) = "
+                    f"{(d.n_kv_heads, d.k_dim)}"
+                )
+            if not np.all(np.isfinite(arr)):
+                raise UnsupportedOperation(f"key_offsets[{i}] holds values that are not finite")
+            arr.flags.writeable = False
+            out[int(i)] = arr
+        return out
+
+    def _offsets(self, i: int) -> np.ndarray:
+        """Declaration i's key offsets, zeros where there are none."""
+        m = (self.key_offsets or {}).get(i)
+        if m is not None:
+            return m
+        d = self.decls[i]
+        return np.zeros((d.n_kv_heads, d.k_dim), np.float32)
+
+    def _offsets_tuple(self):
+        """The offsets as a snapshot keeps them: per declaration an array or None."""
+        if self.key_offsets is None:
+            return None
+        return tuple(self.key_offsets.get(i) for i in range(len(self.decls)))
 
     # -- device storage --------------------------------------------------------------------------
 
@@ -273,13 +335,48 @@ class VulkanState:
                 self._fresh()
 
     def snapshot(self, slot: int):
-        return self._through_host(slot, lambda: self.cells.snapshot(slot), load=True, store=False)
+        snap = self._through_host(slot, lambda: self.cells.snapshot(slot), load=True, store=False)
+        return attrs.evolve(snap, key_offsets=self._offsets_tuple()) if self.key_offsets is not None else snap
 
     def restore(self, slot: int, snap) -> None:
+        self._check_snapshot_offsets(snap)
         self._through_host(slot, lambda: self.cells.restore(slot, snap), load=False, store=True)
 
+    def _check_snapshot_offsets(self, snap) -> None:
+        """A snapshot's key rows were stored less its offsets: restored only where this
+        state's are the same (None: zeros), declaration by declaration."""
+        theirs = getattr(snap, "key_offsets", None)
+        for i in self.k:
+            m = theirs[i] if theirs is not None and i < len(theirs) else None
+            want = self._offsets(i)
+            got = np.zeros_like(want) if m is None else np.asarray(m, np.float32)
+            if got.shape != want.shape or not np.array_equal(got, want):
+                raise SessionError(
+                    f"the snapshot's key rows of declaration {i} were stored less "
+                    f"{_describe(m)} and this state's are stored less {_describe((self.key_offsets or {}).get(i))}: "
+                    f"restore it into a state made with the snapshot's key_offsets"
+                )
+
     def shift(self, slot: int, keep: int, n_discard: int) -> None:
-        self._through_host(slot, lambda: self.cells.shift(slot, keep, n_discard), load=True, store=True)
+        self._through_host(slot, lambda: self._shift(slot, keep, n_discard), load=True, store=True)
+
+    def _shift(self, slot: int, keep: int, n_discard: int) -> None:
+        """cells' shift, where keys are kept less offsets: each moved key decoded, its
+        offset added back, rotated, the offset taken off again and encoded (cells' own
+        shift rotates the stored rows as they are, right only without offsets)."""
+        offsets = {i: m for i, m in (self.key_offsets or {}).items() if np.any(m)}
+        filled = int(self.n_filled[slot])
+        held = {i: self.cells.k[i][slot][:, keep + n_discard : filled].copy() for i in offsets}
+        self.cells.shift(slot, keep, n_discard)
+        moved = filled - keep - n_discard
+        for i, m in offsets.items():
+            d = self.decls[i]
+            kk = _kv_decode(held[i], self.kv_type, True) + m[:, None, :].astype(np.float64)
+            if d.rope is not None and moved:
+                delta = np.full(moved, -n_discard, np.int64)
+                kk = rotate(np.swapaxes(kk, 0, 1), delta, d.rope, unit=True).swapaxes(0, 1)
+            kk = np.asarray(kk, np.float32) - m[:, None, :]
+            self.cells.k[i][slot][:, keep : keep + moved] = _kv_encode(kk, self.kv_type, True)
 
     # -- on the device ------------------------------------------------------------------------------
 
@@ -320,7 +417,16 @@ class VulkanState:
 
     def nbytes(self) -> int:
         stores = [a for _name, _i, a in self._slot_items()]
-        return self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values(), *stores])
+        total = self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values(), *stores])
+        return total + sum(int(b.size) for b in self.koff.values())
+
+
+def _describe(m) -> str:
+    """Key offsets for an error message."""
+    if m is None or not np.any(m):
+        return "no offsets"
+    m = np.asarray(m, np.float32)
+    return f"offsets of shape {m.shape} (mean {float(m.mean()):.4g}, first {float(m.reshape(-1)[0]):.4g})"
 
 
 __all__ = ["DeviceKV", "VulkanState"]

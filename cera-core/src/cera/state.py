@@ -216,6 +216,9 @@ class SlotSnapshot:
     kv: tuple  # per declaration: (k, v) in sequence order for kv, arrays for the rest, None
     cross_len: tuple
     kv_type: str = "f16"  # the rows' type (`cera.kv_types`): restored only into a state of that type
+    # TurboQuant key rows stored less a per-head offset: per declaration a float32 array
+    # [kv heads, k_dim] or None (no offset); None: none anywhere
+    key_offsets: tuple | None = None
 
 
 def shape_key(state) -> tuple:
