@@ -25,8 +25,6 @@ def _cases():
 @needs_vulkan
 @pytest.mark.parametrize("case", _cases(), ids=str)
 def test_op(vulkan, case):
-    if case.kv_type not in ("f16", "f32", "q8_0", "q4_0"):
-        pytest.skip(f"KV cache type {case.kv_type} is not served by the Vulkan backend (f16, f32, q8_0 and q4_0 are)")
     conformance.check_op(vulkan, case)
 
 
@@ -279,24 +277,6 @@ def test_tiny_family_with_integer_products(ggml_type, tmp_path):
     want = conformance.check_model(cpu.CpuBackend(), path, tolerance=0.2)
     assert got <= 1.5 * want, (got, want)
 
-
-@pytest.mark.parametrize("kv_type", ["tq3", "tq2"])
-def test_a_turboquant_cache_is_refused_by_name(kv_type):
-    from cera.errors import UnsupportedOperation
-    from cera.state import AttentionKV, StateSpec
-
-    if conformance is None:  # pragma: no cover
-        return
-    from .conftest import WHY_NOT
-
-    if WHY_NOT:
-        pytest.skip(WHY_NOT)
-    from cera_backend_vulkan.backend import VulkanBackend
-
-    spec = StateSpec()
-    spec.add(AttentionKV(2, 32, 32))
-    with pytest.raises(UnsupportedOperation, match=f"backend 'vulkan' keeps KV caches in f16, f32, q8_0 or q4_0, not '{kv_type}'"):
-        VulkanBackend().new_state(spec, 64, kv_type=kv_type)
 
 
 @needs_vulkan

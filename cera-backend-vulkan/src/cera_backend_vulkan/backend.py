@@ -172,11 +172,8 @@ class VulkanBackend(Backend):
         return VulkanWeight(name, type_name, tuple(info.shape), data, buf, nbytes)
 
     def new_state(self, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False, key_offsets=None):
-        state = VulkanState(self.ctx, spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full)
-        if key_offsets:  # only TurboQuant caches keep keys less an offset, and VulkanState refuses them
-            raise UnsupportedOperation(f"backend 'vulkan' keeps no key offsets (they belong to TurboQuant caches), "
-                                       f"and this state keeps {kv_type}")  # fmt: skip
-        return state
+        return VulkanState(self.ctx, spec, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch, swa_full=swa_full,
+                           key_offsets=key_offsets)  # fmt: skip
 
     # -- compiling -----------------------------------------------------------------------------
 

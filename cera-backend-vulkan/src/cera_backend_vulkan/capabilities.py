@@ -20,4 +20,4 @@ OPS = (
 )  # fmt: skip
 
 # KV cache precisions the attention kernels read
-KV_TYPES = ("f16", "f32", "q8_0", "q4_0")
+KV_TYPES = ("f16", "f32", "q8_0", "q4_0", "tq3", "tq2")

@@ -114,6 +114,9 @@ class VulkanExecutable(Executable):
                 elif b[0] in ("conv", "ssm"):
                     rec = (state.conv_state if b[0] == "conv" else state.ssm_state)[b[1]]
                     res = {"buffer": rec.buffer, "offset": 0, "size": rec.buffer.size}
+                elif b[0] == "koff":
+                    buf = state.koff[b[1]]
+                    res = {"buffer": buf, "offset": 0, "size": buf.size}
                 elif b[0] in ("xk", "xv"):
                     mem = (state.cross_k if b[0] == "xk" else state.cross_v)[b[1]]
                     res = {"buffer": mem.buffer, "offset": 0, "size": mem.buffer.size}

@@ -1,8 +1,10 @@
 """The Vulkan backend's state: a family's declared state in device buffers.
 
 `VulkanState` holds the device buffers: each layer's KV cache ([slot, kv head, cell,
-dim], f16 or f32; or [slot, kv head, cell, row bytes] of q8_0 or q4_0 blocks, the CPU
-backend's rows byte for byte, `wgsl.kv_quant`) with the cells' positions beside it, a short convolution's carried
+dim], f16 or f32; or [slot, kv head, cell, row bytes] of q8_0 or q4_0 blocks or
+TurboQuant rows, the CPU backend's rows byte for byte, `wgsl.kv_quant`, `wgsl.kv_tq`)
+with the cells' positions beside it (and for TurboQuant the per-head offsets its keys are
+kept less, ``key_offsets``), a short convolution's carried
 inputs and an SSM's state, and the cross-attention memories ([slot, row, kv head, dim],
 f32), every one a `DeviceKV`. What the host knows of the sequences (filled cells,
 positions, the passes in progress, the rows each memory holds) is kept by a
@@ -18,11 +20,12 @@ from __future__ import annotations
 import itertools
 import math
 
+import attrs
 import numpy as np
 
 from cera.errors import ResourceExhausted, SessionError, UnsupportedOperation
-from cera.kv_types import kv_dtype
-from cera.state import HostState, kv_row_shape, ring_cells
+from cera.kv_types import TURBOQUANT_BITS, kv_dtype
+from cera.state import HostState, check_key_offsets, kv_row_shape, ring_cells
 
 from . import device as gpu
 from .capabilities import KV_TYPES
@@ -54,12 +57,13 @@ class VulkanState:
     cells' positions; ``n_filled``, ``pos`` and ``cross_len`` are the host's record
     (``cells``'), which every run that reads a memory writes into its inputs."""
 
-    def __init__(self, ctx, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False):
+    def __init__(self, ctx, spec, n_ctx, n_slots=1, kv_type="f16", n_batch=512, swa_full=False, key_offsets=None):
         if kv_type not in KV_TYPES:
             names = f"{', '.join(KV_TYPES[:-1])} or {KV_TYPES[-1]}"
+            raise UnsupportedOperation(f"backend 'vulkan' keeps KV caches in {names}, not {kv_type!r}")
+        if key_offsets is not None and kv_type not in TURBOQUANT_BITS:
             raise UnsupportedOperation(
-                f"backend 'vulkan' keeps KV caches in {names}, not {kv_type!r}: use --kv-type f16 (or q8_0, q4_0), "
-                f"or --device cpu for a {kv_type} cache"
+                f"key offsets are for TurboQuant caches (tq3, tq2), not a {kv_type} cache: pass key_offsets=None"
             )
         self.ctx = ctx
         self.uid = next(_state_ids)
@@ -77,6 +81,19 @@ class VulkanState:
         self.cross_k: dict[int, DeviceKV] = {}
         self.cross_v: dict[int, DeviceKV] = {}
         self._allocate(n_slots)
+        self.key_offsets = self._check_offsets(key_offsets)
+        # the host copy keeps the same offsets: its restore converts rows kept less other
+        # offsets, and its shift adds them back before turning a key
+        cells.key_offsets = check_key_offsets(spec, kv_type, self.key_offsets)
+        # each attention layer's offsets on the device (the store kernel's binding 5), f32
+        # [kv head, k_dim], zeros where there are none: TurboQuant caches only
+        self.koff = {}
+        if kv_type in TURBOQUANT_BITS:
+            for i in self.k:
+                d = self.decls[i]
+                m = self._offsets(i)
+                self.koff[i] = ctx.buffer(d.n_kv_heads * d.k_dim * 4, label=f"key offsets {i}")
+                ctx.queue.write_buffer(self.koff[i], 0, m)
         try:
             self.pos_buffer = ctx.buffer(self.pos.nbytes, label="cell positions")
         except gpu.BufferTooLarge as e:
@@ -84,6 +101,51 @@ class VulkanState:
                 f"backend 'vulkan': the cell positions need {e.size} bytes, more than one buffer may hold"
             ) from None
         ctx.queue.write_buffer(self.pos_buffer, 0, self.pos)
+
+    # -- key offsets -----------------------------------------------------------------------------
+
+    def _check_offsets(self, key_offsets):
+        """``key_offsets`` (None, or {decl index: float32 [kv heads, k_dim]}) checked and
+        kept as read-only float32 copies."""
+        if key_offsets is None:
+            return None
+        if not isinstance(key_offsets, dict):
+            raise UnsupportedOperation(
+                f"key_offsets is a dict of attention declaration index to an array, not {type(key_offsets).__name__}"
+            )
+        out = {}
+        for i, m in key_offsets.items():
+            if not isinstance(i, (int, np.integer)) or int(i) not in self.k:
+                raise UnsupportedOperation(
+                    f"key_offsets names declaration {i!r}, which is not an attention cache of this state "
+                    f"(those are {sorted(self.k)})"
+                )
+            d = self.decls[int(i)]
+            arr = np.array(m, np.float32)
+            if arr.shape != (d.n_kv_heads, d.k_dim):
+                raise UnsupportedOperation(
+                    f"key_offsets[{i}] has shape {arr.shape}; declaration {i} needs (kv heads, k_dim) = "
+                    f"{(d.n_kv_heads, d.k_dim)}"
+                )
+            if not np.all(np.isfinite(arr)):
+                raise UnsupportedOperation(f"key_offsets[{i}] holds values that are not finite")
+            arr.flags.writeable = False
+            out[int(i)] = arr
+        return out
+
+    def _offsets(self, i: int) -> np.ndarray:
+        """Declaration i's key offsets, zeros where there are none."""
+        m = (self.key_offsets or {}).get(i)
+        if m is not None:
+            return m
+        d = self.decls[i]
+        return np.zeros((d.n_kv_heads, d.k_dim), np.float32)
+
+    def _offsets_tuple(self):
+        """The offsets as a snapshot keeps them: per declaration an array or None."""
+        if self.key_offsets is None:
+            return None
+        return tuple(self.key_offsets.get(i) for i in range(len(self.decls)))
 
     # -- device storage --------------------------------------------------------------------------
 
@@ -273,7 +335,8 @@ class VulkanState:
                 self._fresh()
 
     def snapshot(self, slot: int):
-        return self._through_host(slot, lambda: self.cells.snapshot(slot), load=True, store=False)
+        snap = self._through_host(slot, lambda: self.cells.snapshot(slot), load=True, store=False)
+        return attrs.evolve(snap, key_offsets=self._offsets_tuple()) if self.key_offsets is not None else snap
 
     def restore(self, slot: int, snap) -> None:
         self._through_host(slot, lambda: self.cells.restore(slot, snap), load=False, store=True)
@@ -320,7 +383,16 @@ class VulkanState:
 
     def nbytes(self) -> int:
         stores = [a for _name, _i, a in self._slot_items()]
-        return self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values(), *stores])
+        total = self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values(), *stores])
+        return total + sum(int(b.size) for b in self.koff.values())
+
+
+def _describe(m) -> str:
+    """Key offsets for an error message."""
+    if m is None or not np.any(m):
+        return "no offsets"
+    m = np.asarray(m, np.float32)
+    return f"offsets of shape {m.shape} (mean {float(m.mean()):.4g}, first {float(m.reshape(-1)[0]):.4g})"
 
 
 __all__ = ["DeviceKV", "VulkanState"]

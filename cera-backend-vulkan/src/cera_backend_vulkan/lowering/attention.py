@@ -17,6 +17,7 @@ from cera.errors import ShapeError, UnsupportedOperation
 from .. import wgsl
 from ..kernels import grid
 from ..memory import f32_bits
+from ..wgsl.kv_tq import rotations as tq_rotations
 
 
 def rope(lw, node) -> None:
@@ -91,7 +92,20 @@ def attention(lw, node) -> None:
               lw.off(lw.graph.inputs["positions"]), st.n_ctx, int(first)]  # fmt: skip
     last = lw.dispatches[-1] if lw.dispatches else None
     quant = lw.kv_type in wgsl.QUANT_KV
-    if quant:
+    tq = lw.kv_type in wgsl.TQ_KV
+    if tq:
+        if max(dk, dv) > wgsl.KV_TQ_MAX_DIM:
+            raise UnsupportedOperation(
+                f"backend 'vulkan': a {lw.kv_type} KV cache holds heads of at most {wgsl.KV_TQ_MAX_DIM} values, "
+                f"not {dk}/{dv}; use --kv-type f16 or --device cpu"
+            )
+        # a TurboQuant row is turned and quantized a workgroup per row (wgsl.kv_store_tq),
+        # its key less the layer's offsets (binding 5)
+        kind = lw.kv_type
+        rot_k, rot_v = tq_rotations(lw, dk, dv)
+        lw.emit(("kv_store_tq", kind, dk, dv), lambda: wgsl.kv_store_tq(kind, dk, dv), params + [rot_k, rot_v],
+                n * nkv, binds=kvb + [("koff", ref.index)], label="kv_store")  # fmt: skip
+    elif quant:
         if max(dk, dv) > wgsl.KV_QUANT_MAX_DIM:
             raise UnsupportedOperation(
                 f"backend 'vulkan': a {lw.kv_type} KV cache holds heads of at most {wgsl.KV_QUANT_MAX_DIM} values, "
@@ -124,6 +138,8 @@ def attention(lw, node) -> None:
         raise UnsupportedOperation(f"backend 'vulkan': attention heads of {dk} values (at most 512)")
     params = _attention_params(lw, node, cap, lw.off(q))
     kind = lw.kv_type
+    if tq:
+        params[16:18] = tq_rotations(lw, dk, dv)
     if choice.attention_kernel != "chunked" and choice.lanes_fit(dk, dv):
         if choice.attention_tiles(n):
             tiles = -(-n // wgsl.ATT_TILE_ROWS)

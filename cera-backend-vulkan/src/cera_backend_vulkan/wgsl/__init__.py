@@ -23,7 +23,8 @@ A module per kind of kernel, every name re-exported here (``wgsl.matvec``...): c
 products_unit and products_blk (row-kernel variants), pointwise (element-wise ops,
 norms), rows (embeddings, softmax, argmax/top-k, gathers), rope (rotations), kv_store
 (the cache's stores), kv_quant (q8_0 and q4_0 cache rows: their store, their readers and
-the Walsh-Hadamard turn), attention (the general attention kernel), attention_lanes (a
+the Walsh-Hadamard turn), kv_tq (tq3 and tq2 rows: their store and what attention reads
+them with), attention (the general attention kernel), attention_lanes (a
 decode step's attention over an f16 cache) and attention_tiles (a prompt's), hybrid
 (short convolutions, the SSM scan, experts), encdec (Whisper's).
 """
@@ -40,6 +41,8 @@ from .hybrid import (CONV_MAX, DELTA_MAX, conv_causal, delta_net, head_linear, k
                      moe_up, sigmoid_gate, ssm_scan)  # fmt: skip
 from .kv_quant import MAX_DIM as KV_QUANT_MAX_DIM
 from .kv_quant import QUANT_KV, kv_store_q
+from .kv_tq import MAX_DIM as KV_TQ_MAX_DIM
+from .kv_tq import TQ_KV, kv_store_tq
 from .kv_store import kv_store, rope_kv
 from .pointwise import NORM_WG, elementwise, norm
 from .products import (
@@ -148,6 +151,9 @@ __all__ = [
     "kv_store",
     "kv_store_q",
     "KV_QUANT_MAX_DIM",
+    "KV_TQ_MAX_DIM",
+    "TQ_KV",
+    "kv_store_tq",
     "QUANT_KV",
     "attention",
     "ATT_WG",

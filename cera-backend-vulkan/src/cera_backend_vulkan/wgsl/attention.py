@@ -8,6 +8,7 @@ from cera.kv_types import hadamard_block
 
 from .common import ARENA_U32, GRID, HEADER, SEQ_FN
 from .kv_quant import QUANT_KV, hadamard, readers
+from .kv_tq import TQ_KV, attention_parts
 
 
 def attention(kv: str, dv: int, dk: int = 0) -> str:
@@ -24,8 +25,11 @@ def attention(kv: str, dv: int, dk: int = 0) -> str:
     cross: 16 the offset of the rows stored per slot, u32 [slots]). ``kv`` "q8_0" /
     "q4_0": the state's quantized cache (`wgsl.kv_quant`), its rows kept turned where
     `cera.kv_types.hadamard_block` says so: the query is turned as the keys were, and the
-    output turned back from the values' turn."""
+    output turned back from the values' turn. ``kv`` "tq3" / "tq2": the state's
+    TurboQuant cache, read as it is kept (`wgsl.kv_tq`; ``dk`` given): P 16 and 17 the
+    arena offsets of the rotations of dk and dv."""
     per = max(1, -(-dv // 64))
+    tq = attention_parts(kv, dv=dv, dk=dk) if kv in TQ_KV else None
     if kv == "f16":
         binds = """
 @group(0) @binding(2) var<storage, read_write> K: array<u32>;
@@ -50,6 +54,9 @@ fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(V[base + e]); }
 @group(0) @binding(3) var<storage, read_write> V: array<u32>;
 @group(0) @binding(4) var<storage, read_write> POS: array<i32>;
 """ + readers(kv)
+        kstep = 2
+    elif tq is not None:
+        binds = tq["binds"]
         kstep = 2
     elif kv == "cross":
         binds = """
@@ -93,10 +100,14 @@ fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
         kbase = "((slot * nkv + g) * cap + c % cap) * dk"
         vbase = "((slot * nkv + g) * cap + c % cap) * dv"
         cpos = "POS[slot * P(11u) + c]"
+        if tq is not None:  # row indices: the readers know the rows' bytes
+            kbase = vbase = "(slot * nkv + g) * cap + c % cap"
     causal = "P(15u) != 0u" if kv == "act" else "false" if kv == "cross" else "true"
     # the key loop with the head size baked in: unrolled by the compiler, its loads
     # issued together instead of one round trip each
-    if dk and dk % 8 == 0:
+    if tq is not None:
+        kloop = tq["kloop"]
+    elif dk and dk % 8 == 0:
         kloop = f"""                for (var e = 0u; e < {dk}u; e += 8u) {{
                     let k0 = kval(kb, e); let k1 = kval(kb, e + 2u); let k2 = kval(kb, e + 4u); let k3 = kval(kb, e + 6u);
                     d += qs[e] * k0.x + qs[e + 1u] * k0.y + qs[e + 2u] * k1.x + qs[e + 3u] * k1.y
@@ -113,6 +124,8 @@ fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
     if kv in QUANT_KV:
         turn_q = hadamard("qs", dk, hadamard_block(kv, dk, True))
         turn_out = hadamard("qs", dv, hadamard_block(kv, dv, False))
+    if tq is not None:
+        turn_q, turn_out = tq["turn_q"], tq["turn_out"]
     if turn_out:
         # the output through shared memory (qs is free after the last chunk), turned back
         write_out = f"""    workgroupBarrier();
@@ -128,10 +141,18 @@ fn vval(base: u32, e: u32) -> f32 { return bitcast<f32>(A[P(17u) + base + e]); }
         if (e < dv) {{ A[o + e] = bitcast<u32>(select(0.0, acc[i] / l, l > 0.0)); }}
     }}
 """
+    # a TurboQuant value is its centroid weighed by wn (the weight times the row's norm
+    # / sqrt(dv), once a cell), summed in the rotated space
+    weights, value = ("wn", tq["vcode"]) if tq is not None else ("sc", f"vval({vbase}, e)")
     vunroll = ""
     for q in range(4):
-        vunroll += f"""                        {{ let pj = sc[j + {q}u]; let c = c0 + j + {q}u;
-                          a += select(0.0, pj * vval({vbase}, e), pj != 0.0); }}
+        vunroll += f"""                        {{ let pj = {weights}[j + {q}u]; let c = c0 + j + {q}u;{" let vb = " + vbase + ";" if tq else ""}
+                          a += select(0.0, pj * {value}, pj != 0.0); }}
+"""
+    wnorm = ""
+    if tq is not None:
+        wnorm = f"""            {{ let c = c0 + t; let vr = {vbase};
+              wn[t] = select(0.0, sc[t] * {tq["vnorm"]}, sc[t] != 0.0); }}
 """
     return (
         HEADER
@@ -201,7 +222,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let mn = max(m, cm);
             let alpha = exp(m - mn);
             sc[t] = select(0.0, exp(score - mn), score > -1.0e38);
-            workgroupBarrier();
+{wnorm}            workgroupBarrier();
             var ps = 0.0;
             let cnt = min(64u, hi - c0);
             for (var j = 0u; j < cnt; j++) {{ ps += sc[j]; }}
@@ -216,9 +237,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     for (; j + 4u <= cnt; j += 4u) {{
 {vunroll}                    }}
                     for (; j < cnt; j++) {{
-                        let pj = sc[j];
-                        let c = c0 + j;
-                        a += select(0.0, pj * vval({vbase}, e), pj != 0.0);
+                        let pj = {weights}[j];
+                        let c = c0 + j;{" let vb = " + vbase + ";" if tq else ""}
+                        a += select(0.0, pj * {value}, pj != 0.0);
                     }}
                     acc[i] = a;
                 }}
