@@ -24,7 +24,6 @@ import threading
 
 import numpy as np
 
-from ..graph.builder import Outputs
 
 CALIBRATION_TEXT = (
     "The river rises in the hills north of the town and runs south for about forty miles before it "
@@ -61,9 +60,7 @@ def calibrate(runner, tokens: list[int]) -> dict[int, np.ndarray]:
     n = len(tokens)
     state = runner.new_state(n, n_slots=1, kv_type="f16", n_batch=n)
     slot = state.acquire()
-    from .runtime import SeqStep
-
-    runner.forward(state, [SeqStep(slot, tuple(tokens), tuple(range(n)))], Outputs(), prompt_rows=True)
+    runner.prefill(state, slot, tokens)
     snap = state.snapshot(slot)
     from ..kv_types import decode
 

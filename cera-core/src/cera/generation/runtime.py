@@ -58,6 +58,11 @@ class Runner:
         return self.backend.new_state(self.model.state, n_ctx, n_slots=n_slots, kv_type=kv_type, n_batch=n_batch,
                                       swa_full=swa_full, **extra)  # fmt: skip
 
+    def prefill(self, state, slot: int, tokens) -> None:
+        """Evaluate ``tokens`` at positions 0.. of an empty ``slot`` in one pass, reading nothing back."""
+        tokens = tuple(int(t) for t in tokens)
+        self.forward(state, [SeqStep(slot, tokens, tuple(range(len(tokens))))], Outputs(), prompt_rows=True)
+
     def executable(self, layout: Layout, outputs: Outputs, state, adapters=None):
         key = (layout, outputs, shape_key(state), self.backend.compile_key())
         if adapters:  # LoRA adapters (`cera.adapters.ActiveAdapters`): a graph of their own
