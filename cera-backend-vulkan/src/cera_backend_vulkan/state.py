@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import attrs
 import numpy as np
 
 from cera.errors import ResourceExhausted, SessionError, UnsupportedOperation
@@ -91,7 +90,7 @@ class VulkanState:
         if kv_type in TURBOQUANT_BITS:
             for i in self.k:
                 d = self.decls[i]
-                m = self._offsets(i)
+                m = cells.key_offset(i)
                 self.koff[i] = ctx.buffer(d.n_kv_heads * d.k_dim * 4, label=f"key offsets {i}")
                 ctx.queue.write_buffer(self.koff[i], 0, m)
         try:
@@ -132,20 +131,6 @@ class VulkanState:
             arr.flags.writeable = False
             out[int(i)] = arr
         return out
-
-    def _offsets(self, i: int) -> np.ndarray:
-        """Declaration i's key offsets, zeros where there are none."""
-        m = (self.key_offsets or {}).get(i)
-        if m is not None:
-            return m
-        d = self.decls[i]
-        return np.zeros((d.n_kv_heads, d.k_dim), np.float32)
-
-    def _offsets_tuple(self):
-        """The offsets as a snapshot keeps them: per declaration an array or None."""
-        if self.key_offsets is None:
-            return None
-        return tuple(self.key_offsets.get(i) for i in range(len(self.decls)))
 
     # -- device storage --------------------------------------------------------------------------
 
@@ -335,8 +320,7 @@ class VulkanState:
                 self._fresh()
 
     def snapshot(self, slot: int):
-        snap = self._through_host(slot, lambda: self.cells.snapshot(slot), load=True, store=False)
-        return attrs.evolve(snap, key_offsets=self._offsets_tuple()) if self.key_offsets is not None else snap
+        return self._through_host(slot, lambda: self.cells.snapshot(slot), load=True, store=False)
 
     def restore(self, slot: int, snap) -> None:
         self._through_host(slot, lambda: self.cells.restore(slot, snap), load=False, store=True)
@@ -385,14 +369,6 @@ class VulkanState:
         stores = [a for _name, _i, a in self._slot_items()]
         total = self.pos.nbytes * 2 + sum(kv.nbytes for kv in [*self.k.values(), *self.v.values(), *stores])
         return total + sum(int(b.size) for b in self.koff.values())
-
-
-def _describe(m) -> str:
-    """Key offsets for an error message."""
-    if m is None or not np.any(m):
-        return "no offsets"
-    m = np.asarray(m, np.float32)
-    return f"offsets of shape {m.shape} (mean {float(m.mean()):.4g}, first {float(m.reshape(-1)[0]):.4g})"
 
 
 __all__ = ["DeviceKV", "VulkanState"]
